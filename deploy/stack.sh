@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# The local stack: a single-node KRaft Kafka 4.x broker and an Apicurio Registry (Confluent
+# compatible API), both fetched from Maven Central and bound to 127.0.0.1.
+#
+#   deploy/stack.sh fetch    resolve the jars into the cache (idempotent)
+#   deploy/stack.sh start    fetch, format storage if needed, start both, wait until ready
+#   deploy/stack.sh stop     stop both by process id (SIGTERM, then SIGKILL after a grace period)
+#   deploy/stack.sh status   say what runs, where
+#   deploy/stack.sh env      print the export lines a client needs
+#
+# Settings (environment):
+#   STACK_CACHE       jar cache                      (default: <repo>/.stack/cache)
+#   STACK_DATA_DIR    broker data, pids and logs     (default: <repo>/.stack/data)
+#   KAFKA_PORT        PLAINTEXT listener             (default: 9092)
+#   KAFKA_CONTROLLER_PORT  KRaft controller          (default: 9093)
+#   KAFKA_SASL_PORT   SASL_PLAINTEXT (SCRAM) listener (default: 9094)
+#   REGISTRY_PORT     schema registry HTTP            (default: 8081)
+#   REGISTRY_MANAGEMENT_PORT  registry health/metrics (default: 8091)
+#   STACK_ADMIN_PASSWORD  SCRAM password of User:admin (default: admin-secret)
+#   STACK_START_TIMEOUT   seconds to wait for readiness (default: 120)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+CACHE=${STACK_CACHE:-$repo/.stack/cache}
+DATA=${STACK_DATA_DIR:-$repo/.stack/data}
+KAFKA_PORT=${KAFKA_PORT:-9092}
+KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
+KAFKA_SASL_PORT=${KAFKA_SASL_PORT:-9094}
+REGISTRY_PORT=${REGISTRY_PORT:-8081}
+REGISTRY_MANAGEMENT_PORT=${REGISTRY_MANAGEMENT_PORT:-8091}
+ADMIN_PASSWORD=${STACK_ADMIN_PASSWORD:-admin-secret}
+TIMEOUT=${STACK_START_TIMEOUT:-120}
+APICURIO_VERSION=3.3.3
+
+KAFKA_LIB=$CACHE/kafka-lib
+APICURIO_DIR=$CACHE/apicurio-$APICURIO_VERSION
+
+say() { printf '[stack] %s\n' "$*" >&2; }
+die() { printf '[stack] error: %s\n' "$*" >&2; exit 1; }
+
+fetch() {
+  command -v java >/dev/null || die "java not found: install a JDK 17 or newer"
+  command -v mvn >/dev/null || die "mvn not found: install Apache Maven"
+  mkdir -p "$CACHE"
+  if [ ! -f "$KAFKA_LIB/.complete" ]; then
+    say "fetching Kafka jars from Maven Central into $KAFKA_LIB"
+    rm -rf "$KAFKA_LIB"
+    mvn -q -B -f "$here/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$KAFKA_LIB" >"$CACHE/mvn-kafka.log" 2>&1 \
+      || { tail -n 30 "$CACHE/mvn-kafka.log" >&2; die "maven could not resolve Kafka"; }
+    touch "$KAFKA_LIB/.complete"
+  fi
+  if [ ! -f "$APICURIO_DIR/.complete" ]; then
+    say "fetching Apicurio Registry $APICURIO_VERSION from Maven Central into $APICURIO_DIR"
+    rm -rf "$APICURIO_DIR"
+    mvn -q -B dependency:unpack \
+      -Dartifact="io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all" \
+      -DoutputDirectory="$APICURIO_DIR" >"$CACHE/mvn-apicurio.log" 2>&1 \
+      || { tail -n 30 "$CACHE/mvn-apicurio.log" >&2; die "maven could not resolve Apicurio"; }
+    [ -f "$APICURIO_DIR/quarkus-run.jar" ] || die "Apicurio archive has no quarkus-run.jar"
+    touch "$APICURIO_DIR/.complete"
+  fi
+}
+
+# Apicurio Registry 3.x is built for Java 21; Kafka runs on the default JDK (17 or newer).
+registry_java() {
+  local candidate
+  for candidate in "${REGISTRY_JAVA_HOME:-}" "${JAVA_HOME:-}" /usr/lib/jvm/*; do
+    [ -n "$candidate" ] && [ -x "$candidate/bin/java" ] || continue
+    local major
+    major=$("$candidate/bin/java" -XshowSettings:properties -version 2>&1 \
+      | sed -n 's/^ *java.specification.version = \([0-9]*\).*/\1/p')
+    if [ -n "$major" ] && [ "$major" -ge 21 ]; then echo "$candidate/bin/java"; return; fi
+  done
+  die "Apicurio Registry needs Java 21 or newer: none found in REGISTRY_JAVA_HOME, JAVA_HOME or /usr/lib/jvm"
+}
+
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+write_kafka_config() {
+  mkdir -p "$DATA/kafka"
+  cat >"$DATA/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+log.dirs=$DATA/kafka
+num.partitions=3
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+num.network.threads=2
+num.io.threads=2
+log.cleaner.dedupe.buffer.size=33554432
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS;User:admin
+allow.everyone.if.no.acl.found=false
+EOF
+  cat >"$DATA/log4j2.properties" <<EOF
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = $DATA/kafka.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRefs = file
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+EOF
+}
+
+wait_ready() { # name pidfile logfile check...
+  local name=$1 pidfile=$2 log=$3; shift 3
+  local deadline=$((SECONDS + TIMEOUT))
+  until "$@"; do
+    if ! pid_alive "$pidfile"; then
+      tail -n 40 "$log" >&2 || true
+      die "$name exited during start-up (log: $log)"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 40 "$log" >&2 || true
+      die "$name not ready after ${TIMEOUT}s (log: $log)"
+    fi
+    sleep 0.5
+  done
+}
+
+kafka_ready() { grep -q "Kafka Server started" "$DATA/kafka.log" 2>/dev/null && port_open "$KAFKA_PORT"; }
+
+registry_ready() {
+  curl -fsS "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7/subjects" >/dev/null 2>&1
+}
+
+start_kafka() {
+  if pid_alive "$DATA/kafka.pid"; then say "kafka already running (pid $(cat "$DATA/kafka.pid"))"; return; fi
+  port_open "$KAFKA_PORT" && die "port $KAFKA_PORT is taken by another process; set KAFKA_PORT"
+  write_kafka_config
+  if [ ! -f "$DATA/kafka/meta.properties" ]; then
+    local cluster_id
+    cluster_id=$(java -cp "$KAFKA_LIB/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    say "formatting storage in $DATA/kafka (cluster $cluster_id)"
+    java -Dlog4j2.configurationFile="$DATA/log4j2.properties" -cp "$KAFKA_LIB/*" \
+      kafka.tools.StorageTool format --standalone -t "$cluster_id" -c "$DATA/server.properties" \
+      --add-scram "SCRAM-SHA-256=[name=admin,password=$ADMIN_PASSWORD]" \
+      --add-scram "SCRAM-SHA-512=[name=admin,password=$ADMIN_PASSWORD]" \
+      >"$DATA/format.log" 2>&1 || { cat "$DATA/format.log" >&2; die "storage format failed"; }
+  fi
+  : >"$DATA/kafka.log"
+  say "starting kafka on 127.0.0.1:$KAFKA_PORT (SASL/SCRAM on $KAFKA_SASL_PORT)"
+  nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$DATA/log4j2.properties" -cp "$KAFKA_LIB/*" \
+    kafka.Kafka "$DATA/server.properties" >"$DATA/kafka.out" 2>&1 &
+  echo $! >"$DATA/kafka.pid"
+  wait_ready kafka "$DATA/kafka.pid" "$DATA/kafka.log" kafka_ready
+  say "kafka ready"
+}
+
+start_registry() {
+  if pid_alive "$DATA/registry.pid"; then say "registry already running (pid $(cat "$DATA/registry.pid"))"; return; fi
+  port_open "$REGISTRY_PORT" && die "port $REGISTRY_PORT is taken by another process; set REGISTRY_PORT"
+  port_open "$REGISTRY_MANAGEMENT_PORT" \
+    && die "port $REGISTRY_MANAGEMENT_PORT is taken by another process; set REGISTRY_MANAGEMENT_PORT"
+  mkdir -p "$DATA"
+  say "starting schema registry on 127.0.0.1:$REGISTRY_PORT"
+  # The registry keeps its schemas in memory: a restarted stack starts with an empty registry,
+  # and the serializers register schemas again on first use.
+  local java_bin; java_bin=$(registry_java)
+  nohup "$java_bin" -Xms128m -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
+    -Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$REGISTRY_MANAGEMENT_PORT" \
+    -Dquarkus.log.level=WARN -Dapicurio.ccompat.legacy-id-mode.enabled=true \
+    -jar "$APICURIO_DIR/quarkus-run.jar" >"$DATA/registry.log" 2>&1 &
+  echo $! >"$DATA/registry.pid"
+  wait_ready registry "$DATA/registry.pid" "$DATA/registry.log" registry_ready
+  say "registry ready"
+}
+
+stop_one() { # name pidfile
+  local name=$1 pidfile=$2
+  if ! pid_alive "$pidfile"; then rm -f "$pidfile"; return; fi
+  local pid; pid=$(cat "$pidfile")
+  say "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$pid" 2>/dev/null; then say "$name did not stop in 30s: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; fi
+  rm -f "$pidfile"
+}
+
+status() {
+  local rc=0
+  if pid_alive "$DATA/kafka.pid"; then
+    echo "kafka     running  pid $(cat "$DATA/kafka.pid")  bootstrap 127.0.0.1:$KAFKA_PORT  scram 127.0.0.1:$KAFKA_SASL_PORT"
+  else echo "kafka     stopped"; rc=1; fi
+  if pid_alive "$DATA/registry.pid"; then
+    echo "registry  running  pid $(cat "$DATA/registry.pid")  url http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
+  else echo "registry  stopped"; rc=1; fi
+  echo "data      $DATA"
+  return $rc
+}
+
+case "${1:-}" in
+  fetch) fetch ;;
+  start) fetch; start_kafka; start_registry; status ;;
+  stop) stop_one registry "$DATA/registry.pid"; stop_one kafka "$DATA/kafka.pid" ;;
+  status) status ;;
+  env)
+    echo "export KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$KAFKA_PORT"
+    echo "export SCHEMA_REGISTRY_URL=http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
+    ;;
+  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+esac

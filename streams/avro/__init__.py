@@ -1,0 +1,1 @@
+"""Avro on the wire: schemas generated from the domain types, and registry-backed serde."""

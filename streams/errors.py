@@ -1,0 +1,31 @@
+"""The project's error types: one per boundary, each a StreamsError."""
+
+from __future__ import annotations
+
+
+class StreamsError(Exception):
+    """Base of every error feedback-streams raises on purpose."""
+
+
+class ValidationFailed(StreamsError):
+    """Input broke a rule of the domain: a bad value, target, tenant name or rule."""
+
+
+class NotFound(StreamsError):
+    """A target named by the caller is not in the log."""
+
+
+class SchemaError(StreamsError):
+    """A type cannot be mapped to Avro, or a record does not match its schema."""
+
+
+class KafkaUnavailable(StreamsError):
+    """The broker or the schema registry failed; wraps the client library's error."""
+
+
+class ScoreConfigError(StreamsError):
+    """A feedback type's score configs cannot be given to a score backend."""
+
+
+class SinkError(StreamsError):
+    """A score sink could not hand scores on; the cursor must not advance."""

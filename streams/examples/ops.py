@@ -1,0 +1,31 @@
+"""The ops example of the docs: triage runs of an error-spike rule, judged by people and
+evaluators."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from streams.feedback import Feedback
+
+
+class TriageQuality(Feedback, name="triage_quality", targets={"run"}):
+    """Was the triage of an error spike right, and how severe was the incident really?"""
+
+    correct: bool
+    severity: Literal["low", "high", "critical"]
+    note: str | None = None
+
+
+class ShouldHaveFired(Feedback, targets={"firing"}):
+    """Should this rule have fired? Registered as `should_have_fired`."""
+
+    fired_rightly: bool
+
+
+class Resolution(Feedback, name="resolution", targets={"chain"}):
+    """Did the chain end with the incident resolved, and how long did mitigation take?"""
+
+    resolved: bool
+    minutes_to_mitigate: Annotated[int, Field(ge=0, le=1440)] | None = None

@@ -1,0 +1,1 @@
+"""Adapters to Kafka: admin, producing, reading the log. The domain never imports these."""

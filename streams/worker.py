@@ -1,0 +1,191 @@
+"""The Faust worker: the feedback mirror agent over every tenant's events topic.
+
+Faust's pattern subscriptions subscribe to nothing (faust-streaming issue #62), so the worker
+discovers tenants itself: a timer lists topics through the admin API and adds each new
+tenant's events topic, by name, to the agent's channel. Faust coalesces resubscriptions for
+45 s by default; the worker lowers that to `resubscribe_delay` so a new tenant is picked up
+within seconds.
+
+The agent takes events in batches, hands each to the mirror step, delivers every output, and
+only then asks for the next batch, which is when Faust acks (and later commits) the batch.
+The step never raises for bad input, so Faust never acks an event the agent did not handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import faust
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.avro.serde import AvroSerde
+from streams.feedback import FeedbackRegistry, registry
+from streams.kafka.delivery import Delivery
+from streams.mirror import MirrorStep, Output
+from streams.settings import Settings
+from streams.tenancy import parse_topic
+
+log = logging.getLogger(__name__)
+
+MIRROR_CURSOR = "feedback-mirror"
+
+
+def control_topic(settings: Settings) -> str:
+    """A topic every worker subscribes to, so its channel is never empty before tenants exist."""
+    return f"{settings.topic_prefix}._control"
+
+
+def _ensure_control_topic(admin: AdminClient, name: str) -> None:
+    for future in admin.create_topics([NewTopic(name, 1, 1)]).values():
+        try:
+            future.result()
+        except KafkaException:
+            pass  # exists already
+
+
+class Worker:
+    """Builds the Faust app with the feedback mirror agent and tenant discovery."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        cursor: str = MIRROR_CURSOR,
+        types: FeedbackRegistry | None = None,
+        batch_size: int = 1000,
+        batch_within: float = 0.05,
+        resubscribe_delay: float = 0.5,
+        stats_interval: float | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.types = types or registry
+        self.cursor = cursor
+        self.stats_interval = stats_interval
+        self.serde = AvroSerde(self.settings.schema_registry_url, types=self.types)
+        self.step = MirrorStep(self.serde, prefix=self.settings.topic_prefix, types=self.types)
+        self.delivery = Delivery(self.settings)
+        self.admin = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers})
+        self.subscribed: set[str] = set()
+        self.discovered_at: dict[str, float] = {}
+        self.app = self._build(batch_size, batch_within, resubscribe_delay)
+
+    def _build(self, batch_size: int, within: float, resubscribe_delay: float) -> faust.App:
+        settings = self.settings
+        group = f"{settings.topic_prefix}-{self.cursor}"
+        datadir = os.path.join(tempfile.gettempdir(), "feedback-streams", group)
+        os.makedirs(datadir, exist_ok=True)
+        app = faust.App(
+            group,
+            broker=f"kafka://{settings.bootstrap_servers.replace(',', ';kafka://')}",
+            value_serializer="raw",
+            key_serializer="raw",
+            topic_allow_declare=False,
+            topic_disable_leader=True,
+            web_enabled=False,
+            datadir=datadir,
+            consumer_auto_offset_reset="earliest",
+            broker_commit_interval=1.0,
+            stream_buffer_maxsize=max(4096, batch_size * 4),
+            broker_max_poll_records=max(500, batch_size),
+            producer_acks=-1,
+        )
+        # Faust waits 45 s before resubscribing after topics change; tenants arrive rarely,
+        # and an operator who creates one expects it served within seconds.
+        app.topics._resubscribe_sleep_lock_seconds = resubscribe_delay
+        ctl = control_topic(settings)
+        _ensure_control_topic(self.admin, ctl)
+        self.channel = app.topic(ctl, value_serializer="raw", key_serializer="raw")
+        self.subscribed.add(ctl)
+        step, delivery = self.step, self.delivery
+
+        async def feedback_mirror(stream: Any) -> None:
+            async for events in stream.take_events(batch_size, within=within):
+                outputs: list[Output] = []
+                for event in events:
+                    msg = event.message
+                    outputs.extend(self._handle(step, msg))
+                await delivery.deliver(outputs)
+
+        app.agent(self.channel, name="feedback-mirror")(feedback_mirror)
+
+        async def discover() -> None:
+            try:
+                await self.discover()
+            except Exception:  # a failed discovery must not crash the worker: try again
+                log.exception("tenant discovery failed")
+
+        app.timer(settings.discovery_interval)(discover)
+        if self.stats_interval:
+            async def report() -> None:
+                print(json.dumps({"stats": asdict(self.step.stats), "time": time.time()}),
+                      file=sys.stderr, flush=True)
+            app.timer(self.stats_interval)(report)
+        return app
+
+    @staticmethod
+    def _handle(step: MirrorStep, msg: Any) -> list[Output]:
+        event_type = None
+        for key, value in msg.headers or ():
+            if key == "event_type":
+                event_type = value
+                break
+        try:
+            return step.handle(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                               event_type)
+        except Exception as exc:  # a bug must not ack the event unhandled: dead-letter it
+            log.exception("mirror step failed on %s[%s]@%s", msg.topic, msg.partition,
+                          msg.offset)
+            return [step.dead_letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                                     f"internal error: {exc!r}")]
+
+    def events_topics(self) -> list[str]:
+        """The tenants' events topics that exist now."""
+        meta = self.admin.list_topics(timeout=10.0)
+        return sorted(
+            name for name in meta.topics
+            if (parsed := parse_topic(name, self.settings.topic_prefix)) and parsed[1] == "events"
+        )
+
+    async def discover(self) -> list[str]:
+        """Subscribe to tenants' events topics that appeared since the last look."""
+        names = await asyncio.to_thread(self.events_topics)
+        new = [n for n in names if n not in self.subscribed]
+        if new:
+            self.add_topics(new)
+        return new
+
+    def add_topics(self, names: Sequence[str]) -> None:
+        """Add topics to the mirror's channel and ask Faust to resubscribe."""
+        now = time.monotonic()
+        for name in names:
+            self.subscribed.add(name)
+            self.discovered_at[name] = now
+        merged = tuple(sorted(self.subscribed))
+        # Agents iterate clones of their channel; every clone must see the new names.
+        for channel in list(self.app.topics):
+            if control_topic(self.settings) in getattr(channel, "topics", ()):
+                channel.topics = merged
+        self.channel.topics = merged
+        self.app.topics._flag_changes()
+        log.info("subscribed to new tenant topics: %s", ", ".join(names))
+
+    def run(self, loglevel: str = "warn") -> None:
+        """Run the worker until SIGTERM or SIGINT (blocking)."""
+        initial = self.events_topics()
+        if initial:
+            self.add_topics(initial)
+        worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
+        try:
+            worker.execute_from_commandline()
+        finally:
+            self.delivery.close()

@@ -1,0 +1,262 @@
+"""Fixtures: a real broker and registry for integration tests, and factories for the rest.
+
+The broker and registry come from KAFKA_BOOTSTRAP_SERVERS / SCHEMA_REGISTRY_URL when both are
+set, else from testcontainers when a Docker daemon answers, else from deploy/stack.sh started
+on free loopback ports with a fresh data dir (and stopped at the end of the session).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Where the broker and registry of this test session are."""
+
+    bootstrap_servers: str
+    schema_registry_url: str
+    origin: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    """The session's Kafka broker and schema registry."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    registry = os.environ.get("SCHEMA_REGISTRY_URL")
+    if bootstrap and registry:
+        yield Stack(bootstrap, registry, "environment")
+        return
+    if _docker_answers():
+        yield from _containers()
+        return
+    yield from _local_stack()
+
+
+def _containers() -> Iterator[Stack]:
+    from testcontainers.core.container import DockerContainer  # type: ignore[import-untyped]
+    from testcontainers.core.waiting_utils import wait_for_logs  # type: ignore[import-untyped]
+    from testcontainers.kafka import KafkaContainer  # type: ignore[import-untyped]
+
+    with KafkaContainer("confluentinc/cp-kafka:7.7.1").with_kraft() as kafka:
+        registry = DockerContainer("apicurio/apicurio-registry:3.0.9").with_exposed_ports(8080)
+        with registry:
+            wait_for_logs(registry, "Installed features", timeout=120)
+            url = (f"http://{registry.get_container_host_ip()}:"
+                   f"{registry.get_exposed_port(8080)}/apis/ccompat/v7")
+            yield Stack(kafka.get_bootstrap_server(), url, "testcontainers")
+
+
+def _local_stack() -> Iterator[Stack]:
+    data = Path(tempfile.mkdtemp(prefix="streams-stack-"))
+    env = {
+        **os.environ,
+        "STACK_DATA_DIR": str(data),
+        "KAFKA_PORT": str(_free_port()),
+        "KAFKA_CONTROLLER_PORT": str(_free_port()),
+        "KAFKA_SASL_PORT": str(_free_port()),
+        "REGISTRY_PORT": str(_free_port()),
+        "REGISTRY_MANAGEMENT_PORT": str(_free_port()),
+    }
+    script = REPO / "deploy" / "stack.sh"
+    started = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True,
+                             check=False)
+    if started.returncode != 0:
+        subprocess.run([str(script), "stop"], env=env, check=False)
+        pytest.fail(f"local stack did not start:\n{started.stderr[-4000:]}")
+    try:
+        yield Stack(f"127.0.0.1:{env['KAFKA_PORT']}",
+                    f"http://127.0.0.1:{env['REGISTRY_PORT']}/apis/ccompat/v7", "local")
+    finally:
+        subprocess.run([str(script), "stop"], env=env, check=False)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def unique(prefix: str) -> str:
+    """A unique lower-case name for topics, tenants and cursors."""
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def settings(stack: Stack) -> Settings:
+    """Settings for one test: the session's stack and a topic prefix no other test uses."""
+    return Settings(bootstrap_servers=stack.bootstrap_servers,
+                    schema_registry_url=stack.schema_registry_url,
+                    topic_prefix=unique("t"), partitions=3, discovery_interval=0.5)
+
+
+@pytest.fixture
+def tenant_factory(settings: Settings) -> Callable[..., str]:
+    """Creates tenants with unique names under the test's prefix."""
+    from streams.kafka.admin import TenantAdmin
+
+    admin = TenantAdmin(settings)
+
+    def make(name: str | None = None, partitions: int | None = None) -> str:
+        tenant = name or unique("tenant-")
+        admin.create_tenant(tenant, partitions)
+        return tenant
+
+    return make
+
+
+@pytest.fixture
+def client_factory(settings: Settings) -> Iterator[Callable[..., Any]]:
+    """StreamsClients on the test's settings, closed at the end."""
+    from streams.workspace import StreamsClient
+
+    made: list[StreamsClient] = []
+
+    def make(**overrides: Any) -> StreamsClient:
+        client = StreamsClient(Settings(**{**settings.__dict__, **overrides}))
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+@dataclass
+class WorkerProcess:
+    """A worker running as a child process (`python -m streams worker`)."""
+
+    args: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = field(default=0)
+
+    def start(self) -> WorkerProcess:
+        """Start (or restart) the process."""
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "streams", "worker", *self.args],
+                                     env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                     cwd=str(REPO))
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send a signal and wait for the process to end."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=60)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it lingers."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def log(self) -> str:
+        """What the worker printed."""
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def worker_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Starts workers on the test's settings; every one is stopped at the end."""
+    made: list[WorkerProcess] = []
+
+    def make(*args: str, types: str = "streams.examples.ops", **env: str) -> WorkerProcess:
+        worker_env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+            "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
+            "STREAMS_TOPIC_PREFIX": settings.topic_prefix,
+            "STREAMS_DISCOVERY_INTERVAL": str(settings.discovery_interval),
+            "STREAMS_FEEDBACK_MODULES": types,
+            **env,
+        }
+        worker = WorkerProcess(list(args), worker_env, tmp_path / f"worker{len(made)}.log")
+        made.append(worker)
+        return worker.start()
+
+    yield make
+    for worker in made:
+        worker.stop()
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+    """Poll `check` until it returns something truthy; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+def read_topic(settings: Settings, topic: str, *, at_least: int = 0, timeout: float = 60.0,
+               settle: float = 1.0) -> list[tuple[Any, dict[str, Any]]]:
+    """Every record of a topic, decoded with the registry: (message, record) pairs.
+
+    Reads until at least `at_least` records arrived and then `settle` seconds pass without
+    a new one (so duplicates that follow are seen too), or fails after `timeout`.
+    """
+    from confluent_kafka import Consumer
+
+    from streams.avro.serde import AvroSerde
+
+    serde = AvroSerde(settings.schema_registry_url)
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                         "group.id": unique("reader-"), "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out: list[tuple[Any, dict[str, Any]]] = []
+    deadline = time.monotonic() + timeout
+    last_new = time.monotonic()
+    try:
+        while True:
+            msg = consumer.poll(0.2)
+            now = time.monotonic()
+            if msg is not None and not msg.error():
+                out.append((msg, serde.decode(msg.value(), msg.topic())))
+                last_new = now
+            elif len(out) >= at_least and now - last_new >= settle:
+                return out
+            if now > deadline:
+                pytest.fail(f"read {len(out)} of at least {at_least} records from {topic} "
+                            f"within {timeout:.0f}s")
+    finally:
+        consumer.close()

@@ -1,0 +1,40 @@
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from streams.errors import ValidationFailed
+from streams.kafka.admin import TOPIC_CONFIGS, TenantAdmin
+from streams.settings import Settings
+from tests.conftest import unique
+
+
+def test_create_tenant_is_idempotent_and_sets_partitions_and_configs(settings: Settings) -> None:
+    admin = TenantAdmin(settings)
+    name = unique("acme-")
+    first = admin.create_tenant(name, partitions=2)
+    again = admin.create_tenant(name, partitions=2)
+    assert first == again
+    assert set(first.partitions.values()) == {2}
+    grown = admin.create_tenant(name, partitions=4)
+    assert set(grown.partitions.values()) == {4}
+    assert name in admin.tenants()
+    raw = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, first.topics.events)
+    configs = raw.describe_configs([resource])[resource].result()
+    assert configs["retention.ms"].value == TOPIC_CONFIGS["events"]["retention.ms"]
+
+
+@pytest.mark.parametrize("bad", ["Acme", "a.b", "", "has space"])
+def test_invalid_tenant_refused_before_any_call(settings: Settings, bad: str) -> None:
+    admin = TenantAdmin(settings)
+    with pytest.raises(ValidationFailed, match="invalid tenant name"):
+        admin.create_tenant(bad)
+    assert admin.tenants() == []
+
+
+def test_tenants_lists_only_this_prefix(settings: Settings,
+                                        tenant_factory: Callable[..., str]) -> None:
+    a = tenant_factory()
+    b = tenant_factory()
+    assert TenantAdmin(settings).tenants() == sorted([a, b])
