@@ -60,11 +60,12 @@ class SystemActor(_Actor):
         return "system"
 
 
-Actor = Annotated[UserActor | EvaluatorActor | AgentActor | SystemActor, Field(discriminator="kind")]
+AnyActor = UserActor | EvaluatorActor | AgentActor | SystemActor
+Actor = Annotated[AnyActor, Field(discriminator="kind")]
 """Any actor; the `kind` field tells them apart."""
 
 
-def actor_from_participant(participant: str) -> UserActor | EvaluatorActor | AgentActor | SystemActor:
+def actor_from_participant(participant: str) -> AnyActor:
     """Parse a participant string (`user:ada`, `evaluator:judge@2`, `agent:x`, `system`)."""
     if participant == "system":
         return SystemActor()

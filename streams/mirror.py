@@ -19,6 +19,7 @@ from streams.avro.serde import AvroSerde
 from streams.errors import SchemaError
 from streams.events import FEEDBACK_GIVEN
 from streams.feedback import FeedbackRegistry, registry
+from streams.kafka.log import Headers
 from streams.scores import ScoreConfigs, score_configs, scores_from_value
 from streams.tenancy import parse_topic, tenant_topics
 
@@ -35,7 +36,7 @@ class Output:
     topic: str
     key: bytes | None
     value: bytes
-    headers: list[tuple[str, bytes]] | None = None
+    headers: Headers | None = None
 
 
 @dataclass

@@ -91,7 +91,7 @@ def compatibility_problems(history: list[tuple[int, Path]]) -> list[str]:
 
     problems = []
     parsed = [(n, p, parse(p.read_text())) for n, p in history]
-    checker = ReaderWriterCompatibilityChecker()
+    checker = ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
     for i, (number, path, reader) in enumerate(parsed):
         for old_number, _old_path, writer in parsed[:i]:
             result = checker.get_compatibility(reader, writer)

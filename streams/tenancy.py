@@ -48,7 +48,8 @@ def tenant_topics(tenant: str, prefix: str = "fs") -> TenantTopics:
     """The topic names of a tenant."""
     check_tenant(tenant)
     if not PREFIX_PATTERN.match(prefix):
-        raise ValidationFailed(f"invalid topic prefix {prefix!r} (pattern {PREFIX_PATTERN.pattern})")
+        raise ValidationFailed(
+            f"invalid topic prefix {prefix!r} (pattern {PREFIX_PATTERN.pattern})")
     return TenantTopics(tenant, f"{prefix}.{tenant}.events", f"{prefix}.{tenant}.scores",
                         f"{prefix}.{tenant}.deadletter")
 

@@ -54,7 +54,7 @@ def shape_of(annotation: Any, metadata: list[Any] | None = None) -> Shape:
     metadata = list(metadata or [])
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        inner, *extra = typing.get_args(annotation)
+        inner, *extra = list(typing.get_args(annotation))
         for item in extra:
             metadata.extend(item.metadata if isinstance(item, FieldInfo) else [item])
         return shape_of(inner, metadata)
@@ -70,8 +70,8 @@ def shape_of(annotation: Any, metadata: list[Any] | None = None) -> Shape:
             raise UnsupportedType(f"only Literal of strings is supported: {annotation}")
         return Shape(kind="enum", symbols=tuple(values))
     if origin in (list, tuple, set, frozenset) or annotation in (list, tuple, set):
-        args = typing.get_args(annotation)
-        return Shape(kind="list", item=shape_of(args[0]) if args else Shape(kind="str"))
+        items = typing.get_args(annotation)
+        return Shape(kind="list", item=shape_of(items[0]) if items else Shape(kind="str"))
     if origin is dict:
         key, value = typing.get_args(annotation) or (str, str)
         if key is not str:

@@ -5,8 +5,8 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from streams.events import Envelope, FeedbackGiven, Seq, TraceContext
 from streams.actors import EvaluatorActor
+from streams.events import Envelope, FeedbackGiven, Seq, TraceContext
 from streams.feedback import Feedback, FeedbackRegistry
 from streams.scores import score_configs, score_id, scores_of
 from streams.targets import ChainTarget, RunTarget

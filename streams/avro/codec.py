@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from streams.actors import AgentActor, EvaluatorActor, SystemActor, UserActor
+from streams.actors import AgentActor, AnyActor, EvaluatorActor, SystemActor, UserActor
 from streams.errors import SchemaError
 from streams.events import (
     EVENT_TYPES,
@@ -34,9 +34,7 @@ def _actor_record(envelope: Envelope) -> dict[str, Any]:
     return {"kind": "system", "id": "system", "version": None}
 
 
-def actor_from_record(
-    record: Mapping[str, Any],
-) -> UserActor | EvaluatorActor | AgentActor | SystemActor:
+def actor_from_record(record: Mapping[str, Any]) -> AnyActor:
     """An actor from its Avro dict."""
     kind = record["kind"]
     if kind == "user":
@@ -106,7 +104,8 @@ def envelope_from_record(record: Mapping[str, Any], seq: Seq | None = None) -> E
         trace = head.get("trace")
         return Envelope(
             event_id=head["event_id"], tenant=head["tenant"], workspace=head["workspace"],
-            event_type=event_type, time=utc_time(head["time"]), actor=actor_from_record(head["actor"]),
+            event_type=event_type, time=utc_time(head["time"]),
+            actor=actor_from_record(head["actor"]),
             correlation_id=head["correlation_id"], causation_id=head.get("causation_id"),
             trace=TraceContext(**trace) if trace else None, event=event, seq=seq,
         )

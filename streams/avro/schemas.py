@@ -16,7 +16,6 @@ from pydantic import BaseModel
 
 from streams.errors import SchemaError
 from streams.events import (
-    FEEDBACK_GIVEN,
     RULE_FIRED,
     RUN_DEAD_LETTERED,
     RUN_FAILED,

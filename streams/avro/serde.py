@@ -35,7 +35,6 @@ from streams.avro.schemas import (
 from streams.errors import KafkaUnavailable, SchemaError
 from streams.events import Envelope, FeedbackGiven
 from streams.feedback import FeedbackRegistry, registry
-from streams.scores import Score
 
 WIRE_MAGIC = 0
 

@@ -57,7 +57,8 @@ class TenantAdmin:
             for kind, name in kinds.items()
         ]
         try:
-            for name, future in self.client.create_topics(new, request_timeout=self.timeout).items():
+            created = self.client.create_topics(new, request_timeout=self.timeout)
+            for future in created.values():
                 try:
                     future.result()
                 except KafkaException as exc:

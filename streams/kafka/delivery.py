@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaException, Message, Producer
 
-from streams.kafka.log import producer_config
+from streams.kafka.log import Headers, producer_config
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class Record(Protocol):
     @property
     def value(self) -> bytes: ...
     @property
-    def headers(self) -> list[tuple[str, bytes]] | None: ...
+    def headers(self) -> Headers | None: ...
 
 
 class Delivery:

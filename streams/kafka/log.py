@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from streams.avro.codec import envelope_from_record
 from streams.avro.serde import AvroSerde
@@ -20,23 +29,18 @@ HEADER_EVENT_TYPE = "event_type"
 HEADER_TRACEPARENT = "traceparent"
 
 
-def envelope_headers(envelope: Envelope) -> list[tuple[str, bytes]]:
+Headers = list[tuple[str, str | bytes | None]]
+
+
+def envelope_headers(envelope: Envelope) -> Headers:
     """Record headers: the event type (so readers can skip without decoding) and trace context."""
-    headers = [(HEADER_EVENT_TYPE, envelope.event_type.encode()),
+    headers: Headers = [(HEADER_EVENT_TYPE, envelope.event_type.encode()),
                ("workspace", envelope.workspace.encode())]
     if envelope.trace is not None:
         headers.append((HEADER_TRACEPARENT, envelope.trace.traceparent.encode()))
         if envelope.trace.tracestate:
             headers.append(("tracestate", envelope.trace.tracestate.encode()))
     return headers
-
-
-def header(message: Message, name: str) -> bytes | None:
-    """The first header of that name on a message, if any."""
-    for key, value in message.headers() or ():
-        if key == name:
-            return value  # type: ignore[no-any-return]
-    return None
 
 
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
@@ -99,6 +103,31 @@ def _settle(future: asyncio.Future[Seq], outcome: Any) -> None:
         future.set_result(outcome)
 
 
+def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0) -> dict[int, tuple[int, int]]:
+    """(low, high) offsets of every partition of a topic.
+
+    A topic created a moment ago may not have leaders yet; retriable errors are retried
+    until `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            meta = consumer.list_topics(topic, timeout=10.0)
+            info = meta.topics.get(topic)
+            if info is None or info.error is not None:
+                raise KafkaUnavailable(f"topic {topic} does not exist")
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10.0)
+                for p in sorted(info.partitions)
+            }
+        except (KafkaException, KafkaUnavailable) as exc:
+            retriable = isinstance(exc, KafkaUnavailable) or exc.args[0].retriable() or \
+                exc.args[0].code() == KafkaError.NOT_LEADER_FOR_PARTITION
+            if not retriable or time.monotonic() > deadline:
+                raise KafkaUnavailable(f"cannot read offsets of {topic}: {exc}") from exc
+            time.sleep(0.2)
+
+
 class TopicReader:
     """Reads a topic from remembered positions up to its end at the time of the call.
 
@@ -116,21 +145,10 @@ class TopicReader:
         })
         self._positions: dict[int, int] = {}
 
-    def _partitions(self) -> list[int]:
-        meta = self._consumer.list_topics(self.topic, timeout=10.0)
-        info = meta.topics.get(self.topic)
-        if info is None or info.error is not None:
-            raise KafkaUnavailable(f"topic {self.topic} does not exist")
-        return sorted(info.partitions)
-
     def read_to_end(self) -> Iterator[Message]:
         """Messages from the remembered positions up to each partition's current end."""
         try:
-            ends: dict[int, int] = {}
-            for p in self._partitions():
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, p), timeout=10.0)
-                ends[p] = high
+            ends = {p: high for p, (_low, high) in watermarks(self._consumer, self.topic).items()}
             todo = {p: e for p, e in ends.items() if self._positions.get(p, 0) < e}
             if not todo:
                 return
@@ -145,6 +163,7 @@ class TopicReader:
                 if msg.error():
                     raise KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
                 p, off = msg.partition(), msg.offset()
+                assert p is not None and off is not None
                 self._positions[p] = off + 1
                 if p in todo and off + 1 >= todo[p]:
                     del todo[p]
@@ -164,8 +183,9 @@ def decode_envelopes(serde: AvroSerde, messages: Iterator[Message],
     """Envelopes of messages, with their seq; undecodable ones go to `on_error` or raise."""
     for msg in messages:
         try:
-            record = serde.decode(msg.value(), msg.topic())
-            yield envelope_from_record(record, Seq(partition=msg.partition(), offset=msg.offset()))
+            record = serde.decode(msg.value() or b"", msg.topic() or "")
+            yield envelope_from_record(record, Seq(partition=msg.partition() or 0,
+                                                   offset=msg.offset() or 0))
         except SchemaError as exc:
             if on_error is None:
                 raise

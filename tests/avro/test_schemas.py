@@ -31,9 +31,9 @@ from streams.events import (
     RunSucceeded,
     TraceContext,
 )
-from streams.examples.ops import Resolution, TriageQuality
+from streams.examples.ops import TriageQuality
 from streams.scores import scores_of
-from streams.targets import ChainTarget, RunTarget
+from streams.targets import RunTarget
 
 
 class Mood(enum.Enum):
