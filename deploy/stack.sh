@@ -53,10 +53,13 @@ fetch() {
   fi
   if [ ! -f "$APICURIO_DIR/.complete" ]; then
     say "fetching Apicurio Registry $APICURIO_VERSION from Maven Central into $APICURIO_DIR"
-    rm -rf "$APICURIO_DIR"
-    mvn -q -B dependency:unpack \
+    rm -rf "$APICURIO_DIR" "$CACHE/markers"
+    # Maven's unpack skips archives it has a marker for; keep markers beside the cache so a
+    # fresh cache always unpacks.
+    (cd "$CACHE" && mvn -q -B dependency:unpack \
       -Dartifact="io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all" \
-      -DoutputDirectory="$APICURIO_DIR" >"$CACHE/mvn-apicurio.log" 2>&1 \
+      -DmarkersDirectory="$CACHE/markers" \
+      -DoutputDirectory="$APICURIO_DIR") >"$CACHE/mvn-apicurio.log" 2>&1 \
       || { tail -n 30 "$CACHE/mvn-apicurio.log" >&2; die "maven could not resolve Apicurio"; }
     [ -f "$APICURIO_DIR/quarkus-run.jar" ] || die "Apicurio archive has no quarkus-run.jar"
     touch "$APICURIO_DIR/.complete"
