@@ -4,8 +4,8 @@ Both read the same N feedback_given events from one tenant's events topic and wr
 scores with the same mirror step; the floor has no Faust (confluent-kafka consumer, fastavro
 decode through the registry serde, score mapping, confluent-kafka producer).
 
-    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 SCHEMA_REGISTRY_URL=http://127.0.0.1:8081/apis/ccompat/v7 \\
-        .venv/bin/python bench/mirror_throughput.py --events 50000
+    eval "$(deploy/stack.sh env)"
+    .venv/bin/python bench/mirror_throughput.py --events 50000
 
 Rates count feedback events per second, from the first score out to the last (start-up and
 group join excluded, and reported apart).

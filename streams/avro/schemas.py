@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -45,6 +46,7 @@ def _optional_field(name: str, avro_type: Any, doc: str | None = None) -> Schema
     return _field(name, ["null", avro_type], doc, default=None)
 
 
+@cache
 def envelope_schema() -> Schema:
     """The envelope every event record carries as its first field."""
     return {
@@ -100,6 +102,7 @@ def _with_envelope(schema: Schema) -> Schema:
     return {**schema, "fields": fields}
 
 
+@cache
 def event_schemas() -> dict[str, Schema]:
     """The fixed event records, by event type."""
     run = [_field("run_id", "string"), _field("rule", "string"), _field("action", "string")]
@@ -222,6 +225,7 @@ def feedback_namespace(feedback_type: str) -> str:
     return f"{NAMESPACE}.feedback.{feedback_type}"
 
 
+@cache
 def feedback_given_schema(cls: type[Feedback]) -> Schema:
     """The feedback_given record of one feedback type, its value a typed record."""
     namespace = feedback_namespace(cls.feedback_name)
@@ -239,6 +243,7 @@ def feedback_given_schema(cls: type[Feedback]) -> Schema:
     })
 
 
+@cache
 def score_schema() -> Schema:
     """The record of the downstream scores topic: the analytics interface."""
     return {
@@ -270,6 +275,7 @@ def score_schema() -> Schema:
     }
 
 
+@cache
 def dead_letter_schema() -> Schema:
     """The record of a tenant's dead-letter topic."""
     return {
