@@ -7,7 +7,7 @@ import importlib
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +21,8 @@ tenant_app = typer.Typer(no_args_is_help=True, help="Create and list tenants.")
 schemas_app = typer.Typer(no_args_is_help=True, help="Generate, check and register schemas.")
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(schemas_app, name="schemas")
+sink_app = typer.Typer(no_args_is_help=True, help="Run score sinks; sync score configs.")
+app.add_typer(sink_app, name="sink")
 console = Console(stderr=True)
 
 TypesOption = Annotated[
@@ -130,6 +132,88 @@ def schemas_register(types: TypesOption = None) -> None:
     load_types(types)
     serde = AvroSerde(Settings.from_env().schema_registry_url)
     print(json.dumps(serde.register_all(), indent=2))
+
+
+def _langfuse_client() -> Any:
+    from langfuse import Langfuse
+
+    missing = [v for v in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY") if not os.environ.get(v)]
+    if missing:
+        raise typer.BadParameter(f"set {', '.join(missing)} (and LANGFUSE_HOST)")
+    return Langfuse(tracing_enabled=False)
+
+
+@sink_app.command("langfuse")
+def sink_langfuse(
+    types: TypesOption = None,
+    cursor: Annotated[str | None, typer.Option(
+        help="Cursor (consumer group) name; --no-cursor keeps none.")] = "langfuse",
+    replay: Annotated[bool, typer.Option(help="Read from the beginning; the cursor stays "
+                                         "until the replay passes it.")] = False,
+    batch_size: Annotated[int, typer.Option(help="Scores per batch.")] = 100,
+    sync_configs: Annotated[bool, typer.Option(help="Create missing score configs first.")]
+    = True,
+    stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines; 0: none.")]
+    = 0.0,
+) -> None:
+    """Mirror every tenant's scores into Langfuse (LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY,
+    LANGFUSE_SECRET_KEY)."""
+    import asyncio
+    import signal
+
+    from streams.sinks.configs import sync_score_configs
+    from streams.sinks.langfuse import LangfuseScoreConfigStore, LangfuseScoreSink
+    from streams.sinks.runner import SinkRunner
+
+    load_types(types)
+    client = _langfuse_client()
+    host = os.environ.get("LANGFUSE_HOST", "")
+    sink = LangfuseScoreSink(client, batch_size=batch_size,
+                             identity=f"langfuse:{host}:{os.environ['LANGFUSE_PUBLIC_KEY']}")
+
+    async def main() -> None:
+        if sync_configs:
+            try:
+                created = await sync_score_configs(LangfuseScoreConfigStore(client))
+            except StreamsError as exc:
+                console.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(2) from exc
+            if created:
+                console.print(f"created score configs: {', '.join(created)}")
+        runner = SinkRunner(Settings.from_env(), sink, cursor=cursor or None, replay=replay,
+                            batch_size=batch_size)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, runner.stop)
+        if stats_interval:
+            async def report() -> None:
+                while True:
+                    await asyncio.sleep(stats_interval)
+                    print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
+            reporter = asyncio.create_task(report())
+        await runner.run()
+        if stats_interval:
+            reporter.cancel()
+        print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
+
+    asyncio.run(main())
+
+
+@sink_app.command("sync-configs")
+def sink_sync_configs(types: TypesOption = None) -> None:
+    """Create in Langfuse the score configs of every registered feedback type it lacks."""
+    import asyncio
+
+    from streams.sinks.configs import sync_score_configs
+    from streams.sinks.langfuse import LangfuseScoreConfigStore
+
+    load_types(types)
+    try:
+        created = asyncio.run(sync_score_configs(LangfuseScoreConfigStore(_langfuse_client())))
+    except StreamsError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    print(json.dumps({"created": created}))
 
 
 @app.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
@@ -64,7 +65,7 @@ class TenantAdmin:
                 except KafkaException as exc:
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise
-            counts = self._partition_counts(topics.all())
+            counts = self._wait_visible(topics.all(), 1)
             grow = [NewPartitions(n, wanted) for n, c in counts.items() if c < wanted]
             if grow:
                 for future in self.client.create_partitions(grow).values():
@@ -78,13 +79,25 @@ class TenantAdmin:
                 resources.append(res)
             for future in self.client.incremental_alter_configs(resources).values():
                 future.result()
-            return TenantInfo(topics, self._partition_counts(topics.all()))
+            return TenantInfo(topics, self._wait_visible(topics.all(), wanted))
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create tenant {tenant!r}: {exc}") from exc
 
-    def _partition_counts(self, names: tuple[str, ...]) -> dict[str, int]:
-        meta = self.client.list_topics(timeout=self.timeout)
-        return {n: len(meta.topics[n].partitions) for n in names if n in meta.topics}
+    def _wait_visible(self, names: tuple[str, ...], partitions: int) -> dict[str, int]:
+        """Partition counts once every topic is in the metadata with at least `partitions`
+        partitions, each with a leader: a created topic is not usable before that."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            meta = self.client.list_topics(timeout=self.timeout)
+            counts = {n: len(meta.topics[n].partitions) for n in names if n in meta.topics}
+            ready = len(counts) == len(names) and all(
+                c >= partitions and all(p.leader >= 0 for p in meta.topics[n].partitions.values())
+                for n, c in counts.items())
+            if ready:
+                return counts
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(f"topics {names} not ready after {self.timeout:.0f}s")
+            time.sleep(0.1)
 
     def tenants(self) -> list[str]:
         """Tenants whose events topic exists, sorted."""
