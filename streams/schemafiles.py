@@ -16,7 +16,7 @@ from streams.avro.schemas import Schema, all_schemas
 from streams.feedback import Feedback, registry
 
 # The feedback types this project ships; their schemas are committed and checked.
-PROJECT_FEEDBACK_MODULES = ("streams.examples.ops",)
+PROJECT_FEEDBACK_MODULES = ("streams.examples.ops", "streams.judges")
 
 
 def project_types() -> list[type[Feedback]]:
