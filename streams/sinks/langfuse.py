@@ -9,6 +9,7 @@ Transport errors, 5xx and 429 raise SinkError (the runner retries, and does not 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -45,17 +46,31 @@ class LangfuseScoreSink:
     """A ScoreSink writing to Langfuse through its Python SDK."""
 
     def __init__(self, client: Langfuse, *, batch_size: int = MAX_BATCH,
-                 timeout: float = 30.0, identity: str = "langfuse") -> None:
+                 timeout: float = 30.0, identity: str = "langfuse",
+                 concurrency: int = 4) -> None:
         self.client = client
         self.identity = identity
+        self.concurrency = max(1, concurrency)
         self.batch_size = min(batch_size, MAX_BATCH)
         self.timeout = timeout
 
     async def record(self, scores: Sequence[Score], /) -> Sequence[Rejected]:
-        """Send scores in batches; returns the rejected ones, raises SinkError to retry."""
+        """Send scores in batches, up to `concurrency` requests at a time; returns the rejected
+        ones, raises SinkError (after every request has answered) to retry the whole call."""
+        batches = [list(scores[i:i + self.batch_size])
+                   for i in range(0, len(scores), self.batch_size)]
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def send(batch: list[Score]) -> list[Rejected]:
+            async with limit:
+                return await self._send(batch)
+
+        answers = await asyncio.gather(*(send(b) for b in batches), return_exceptions=True)
         rejected: list[Rejected] = []
-        for start in range(0, len(scores), self.batch_size):
-            rejected += await self._send(list(scores[start:start + self.batch_size]))
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+            rejected += answer
         return rejected
 
     async def _send(self, batch: list[Score]) -> list[Rejected]:

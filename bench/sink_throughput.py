@@ -1,0 +1,107 @@
+"""Langfuse sink throughput: scores per second from a scores topic into the Langfuse stand-in.
+
+Produces N scores once, then for each batch size runs a SinkRunner with a fresh cursor from the
+beginning of the topic until every score is stored, and prints the rate of each.
+
+    eval "$(deploy/stack.sh env)"
+    .venv/bin/python bench/sink_throughput.py --scores 30000 --batches 15,50,100
+
+The stand-in is a Python HTTP server on loopback that validates and stores every score; a real
+Langfuse adds network latency and its own ingestion limits, so this measures the sink and the
+runner, not Langfuse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime
+
+from confluent_kafka import Producer
+from langfuse import Langfuse
+from rich.console import Console
+
+from streams.avro.codec import score_to_record
+from streams.avro.serde import AvroSerde
+from streams.examples.ops import TriageQuality
+from streams.kafka.admin import TenantAdmin
+from streams.kafka.log import producer_config
+from streams.scores import score_configs, scores_from_value
+from streams.settings import Settings
+from streams.sinks.langfuse import LangfuseScoreSink
+from streams.sinks.runner import SinkRunner
+from streams.tenancy import tenant_topics
+from streams.testing.langfuse_standin import LangfuseStandIn
+
+console = Console(stderr=True)
+
+
+def produce(settings: Settings, tenant: str, feedback: int) -> int:
+    topic = tenant_topics(tenant, settings.topic_prefix).scores
+    serde = AvroSerde(settings.schema_registry_url)
+    producer = Producer(producer_config(settings, **{"linger.ms": 20}))
+    configs = score_configs(TriageQuality)
+    now = datetime.now(UTC)
+    count = 0
+    for i in range(feedback):
+        for score in scores_from_value(
+                configs, {"correct": i % 2 == 0, "severity": "high", "note": f"note {i}"},
+                feedback_event_id=f"evt_{i}", timestamp=now, tenant=tenant, workspace="bench",
+                target_kind="run", target_id=f"run_{i}", participant="user:bench",
+                trace_id=None, session_id=f"chain_{i}", seq=f"0:{i}"):
+            while True:
+                try:
+                    producer.produce(topic, serde.encode_score(score_to_record(score), topic),
+                                     key=score.source.feedback_event_id.encode())
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            count += 1
+    producer.flush(60)
+    return count
+
+
+async def measure(settings: Settings, scores: int, batch: int) -> float:
+    with LangfuseStandIn() as standin:
+        client = Langfuse(public_key=standin.public_key, secret_key=standin.secret_key,
+                          host=standin.url, tracing_enabled=False)
+        runner = SinkRunner(settings, LangfuseScoreSink(client, batch_size=batch),
+                            cursor=f"bench-{uuid.uuid4().hex[:8]}", batch_size=batch * 5)
+        start = time.monotonic()
+        first: list[float] = []
+
+        def done(stats: object) -> bool:
+            stored = getattr(stats, "scores", 0)
+            if stored and not first:
+                first.append(time.monotonic())
+            return bool(stored >= scores)
+
+        await runner.run(until=done)
+        elapsed = time.monotonic() - (first[0] if first else start)
+        assert len(standin.scores()) == scores, (len(standin.scores()), scores)
+        return scores / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scores", type=int, default=30_000)
+    parser.add_argument("--batches", default="15,50,100")
+    args = parser.parse_args()
+    settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
+    TenantAdmin(settings).create_tenant("bench")
+    total = produce(settings, "bench", args.scores // 3)
+    console.print(f"produced {total} scores")
+    results = {}
+    for batch in (int(b) for b in args.batches.split(",")):
+        rate = asyncio.run(measure(settings, total, batch))
+        results[batch] = rate
+        console.print(f"  batch {batch:>4}: {rate:,.0f} scores/s")
+    best = max(results, key=lambda b: results[b])
+    print(" ".join(f"batch{b}={r:.0f}/s" for b, r in results.items())
+          + f" best_batch={best} best_rate={results[best]:.0f}/s scores={total}")
+
+
+if __name__ == "__main__":
+    main()
