@@ -30,7 +30,7 @@ from streams.events import Envelope, FeedbackGiven
 from streams.examples.ops import TriageQuality
 from streams.kafka.admin import TenantAdmin
 from streams.kafka.delivery import Delivery
-from streams.kafka.log import envelope_headers, producer_config, watermarks
+from streams.kafka.log import envelope_headers, header_value, producer_config, watermarks
 from streams.mirror import MirrorStep, Output
 from streams.settings import Settings
 from streams.targets import RunTarget
@@ -135,10 +135,9 @@ def run_floor(settings: Settings, serde: AvroSerde, tenant: str, n: int,
             if msg.error():
                 continue
             seen += 1
-            event_type = next((v for k, v in msg.headers() or () if k == "event_type"), None)
+            event_type = header_value(msg.headers(), "event_type")
             for out in step.handle(msg.topic() or "", msg.partition() or 0, msg.offset() or 0,
-                                   msg.key(), msg.value(), event_type if isinstance(
-                                       event_type, bytes) else None):
+                                   msg.key(), msg.value(), event_type):
                 outputs.append(Output(out_topic, out.key, out.value, out.headers))
         delivery.send_sync(outputs)
         consumer.commit(asynchronous=False)

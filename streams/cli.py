@@ -54,13 +54,37 @@ def worker(
     stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines; 0: none.")]
     = 0.0,
     loglevel: Annotated[str, typer.Option(help="crit, error, warn, info or debug.")] = "warn",
+    rules: Annotated[list[str] | None, typer.Option(
+        "--rules", help="Module with RULES (list of Rule), ACTIONS (name -> action) and "
+        "optionally DEPS; repeatable. Default: $STREAMS_RULE_MODULES.")] = None,
 ) -> None:
-    """Run a worker: the feedback mirror over every tenant's events topic."""
+    """Run a worker: the feedback mirror, and the rules reactor when rules are given."""
     from streams.worker import Worker
 
     load_types(types)
+    found_rules, actions, deps = load_rules(rules)
     Worker(Settings.from_env(), cursor=cursor, batch_size=batch_size,
-           stats_interval=stats_interval or None).run(loglevel=loglevel)
+           stats_interval=stats_interval or None, rules=found_rules, actions=actions,
+           deps=deps).run(loglevel=loglevel)
+
+
+def load_rules(modules: list[str] | None) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """Rules, actions and deps from modules exposing RULES, ACTIONS and DEPS."""
+    names = list(modules or [])
+    if not names:
+        names = [m for m in os.environ.get("STREAMS_RULE_MODULES", "").split(",") if m]
+    rules: list[Any] = []
+    actions: dict[str, Any] = {}
+    deps: dict[str, Any] = {}
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise typer.BadParameter(f"cannot import rules module {name!r}: {exc}") from exc
+        rules += list(getattr(module, "RULES", []))
+        actions.update(getattr(module, "ACTIONS", {}))
+        deps.update(getattr(module, "DEPS", {}))
+    return rules, actions, deps
 
 
 @tenant_app.command("create")

@@ -3,6 +3,8 @@
     fs.acme.events      everything acme's workspaces log (runs, firings, feedback, app events)
     fs.acme.scores      scores for downstream analytics, keyed by feedback event id
     fs.acme.deadletter  records the pipeline could not handle, with the reason
+    fs.acme.rules       events matched by stateful rules (counts, rate limits, scopes), one
+                        partition, so one decider sees them all in order
 
 A tenant name is lower-case letters, digits and hyphens (1-48, starting with a letter); no
 dots, so a topic name parses back into its tenant unambiguously.
@@ -17,7 +19,7 @@ from streams.errors import ValidationFailed
 
 TENANT_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,47}$")
 PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-KINDS = ("events", "scores", "deadletter")
+KINDS = ("events", "scores", "deadletter", "rules")
 
 
 def check_tenant(name: str) -> str:
@@ -38,10 +40,11 @@ class TenantTopics:
     events: str
     scores: str
     deadletter: str
+    rules: str
 
-    def all(self) -> tuple[str, str, str]:
-        """Events, scores and dead-letter topics."""
-        return (self.events, self.scores, self.deadletter)
+    def all(self) -> tuple[str, str, str, str]:
+        """Events, scores, dead-letter and rules topics."""
+        return (self.events, self.scores, self.deadletter, self.rules)
 
 
 def tenant_topics(tenant: str, prefix: str = "fs") -> TenantTopics:
@@ -51,7 +54,7 @@ def tenant_topics(tenant: str, prefix: str = "fs") -> TenantTopics:
         raise ValidationFailed(
             f"invalid topic prefix {prefix!r} (pattern {PREFIX_PATTERN.pattern})")
     return TenantTopics(tenant, f"{prefix}.{tenant}.events", f"{prefix}.{tenant}.scores",
-                        f"{prefix}.{tenant}.deadletter")
+                        f"{prefix}.{tenant}.deadletter", f"{prefix}.{tenant}.rules")
 
 
 def parse_topic(topic: str, prefix: str = "fs") -> tuple[str, str] | None:

@@ -21,7 +21,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -32,7 +32,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from streams.avro.serde import AvroSerde
 from streams.feedback import FeedbackRegistry, registry
 from streams.kafka.delivery import Delivery
+from streams.kafka.log import header_value
 from streams.mirror import MirrorStep, Output
+from streams.reactor import Reactor, is_stateful, start_decider
+from streams.rules import Rule, RuleSet
+from streams.runs import ActionFn
 from streams.settings import Settings
 from streams.tenancy import parse_topic
 
@@ -52,6 +56,22 @@ def _ensure_control_topic(admin: AdminClient, name: str) -> None:
             future.result()
 
 
+async def _never_ack_unhandled(handle: Callable[[Any], Awaitable[None]], batch: Any) -> None:
+    """Run a batch handler; if it keeps failing, end the process rather than let Faust ack
+    (and later commit) events it did not handle. The restarted worker gets them again."""
+    for attempt in range(1, 4):
+        try:
+            await handle(batch)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("batch handler failed (attempt %d of 3)", attempt)
+            await asyncio.sleep(attempt)
+    log.critical("batch handler failed 3 times; exiting without acking the batch")
+    os._exit(70)
+
+
 class Worker:
     """Builds the Faust app with the feedback mirror agent and tenant discovery."""
 
@@ -65,8 +85,13 @@ class Worker:
         batch_within: float = 0.05,
         resubscribe_delay: float = 0.5,
         stats_interval: float | None = None,
+        rules: Iterable[Rule] = (),
+        actions: Mapping[str, ActionFn] | None = None,
+        deps: Mapping[str, Any] | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
+        self.rules = RuleSet(rules)
+        self.actions = dict(actions or {})
         self.types = types or registry
         self.cursor = cursor
         self.stats_interval = stats_interval
@@ -76,6 +101,12 @@ class Worker:
         self.admin = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers})
         self.subscribed: set[str] = set()
         self.discovered_at: dict[str, float] = {}
+        missing = sorted({r.then.name for r in self.rules} - set(self.actions))
+        if missing:
+            log.warning("no action registered in this worker for %s: another worker must run "
+                        "them", ", ".join(missing))
+        self.reactor = Reactor(self.settings, self.serde, self.rules, self.actions, deps=deps) \
+            if self.rules or self.actions else None
         self.app = self._build(batch_size, batch_within, resubscribe_delay)
 
     def _build(self, batch_size: int, within: float, resubscribe_delay: float) -> faust.App:
@@ -117,6 +148,14 @@ class Worker:
 
         app.agent(self.channel, name="feedback-mirror")(feedback_mirror)
 
+        reactor = self.reactor
+        if reactor is not None:
+            async def rules_reactor(stream: Any) -> None:
+                async for events in stream.take_events(200, within=within):
+                    await _never_ack_unhandled(reactor.handle, [e.message for e in events])
+
+            app.agent(self.channel, name="rules-reactor")(rules_reactor)
+
         async def discover() -> None:
             try:
                 await self.discover()
@@ -126,18 +165,16 @@ class Worker:
         app.timer(settings.discovery_interval)(discover)
         if self.stats_interval:
             async def report() -> None:
-                print(json.dumps({"stats": asdict(self.step.stats), "time": time.time()}),
-                      file=sys.stderr, flush=True)
+                line: dict[str, Any] = {"stats": asdict(self.step.stats), "time": time.time()}
+                if self.reactor is not None:
+                    line["rules"] = asdict(self.reactor.stats)
+                print(json.dumps(line), file=sys.stderr, flush=True)
             app.timer(self.stats_interval)(report)
         return app
 
     @staticmethod
     def _handle(step: MirrorStep, msg: Any) -> list[Output]:
-        event_type = None
-        for key, value in msg.headers or ():
-            if key == "event_type":
-                event_type = value
-                break
+        event_type = header_value(msg.headers, "event_type")
         try:
             return step.handle(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
                                event_type)
@@ -183,8 +220,14 @@ class Worker:
         initial = self.events_topics()
         if initial:
             self.add_topics(initial)
+        decider_stop = None
+        if self.reactor is not None and any(is_stateful(r) for r in self.rules):
+            _thread, decider_stop = start_decider(
+                self.reactor, f"{self.settings.topic_prefix}-rule-decider")
         worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
         try:
             worker.execute_from_commandline()
         finally:
+            if decider_stop is not None:
+                decider_stop.set()
             self.delivery.close()

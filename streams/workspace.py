@@ -61,6 +61,7 @@ class _TenantLog:
         self.reader = TopicReader(settings, tenant_topics(tenant, settings.topic_prefix).events)
         self.index = LogIndex()
         self.envelopes: list[Envelope] = []
+        self.by_id: dict[str, Envelope] = {}
         self.lock = asyncio.Lock()
 
     async def catch_up(self) -> None:
@@ -72,6 +73,7 @@ class _TenantLog:
             for envelope in new:
                 self.index.apply(envelope)
                 self.envelopes.append(envelope)
+                self.by_id[envelope.event_id] = envelope
 
 
 class StreamsClient:

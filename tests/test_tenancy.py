@@ -6,7 +6,8 @@ from streams.tenancy import check_tenant, parse_topic, tenant_topics
 
 def test_topic_names() -> None:
     topics = tenant_topics("acme", "fs")
-    assert topics.all() == ("fs.acme.events", "fs.acme.scores", "fs.acme.deadletter")
+    assert topics.all() == ("fs.acme.events", "fs.acme.scores", "fs.acme.deadletter",
+                            "fs.acme.rules")
 
 
 @pytest.mark.parametrize("name", ["", "Acme", "a.b", "1abc", "a" * 49, "has space", "ü"])
@@ -22,6 +23,7 @@ def test_valid_names() -> None:
 def test_parse_topic() -> None:
     assert parse_topic("fs.acme.events", "fs") == ("acme", "events")
     assert parse_topic("fs.acme.scores", "fs") == ("acme", "scores")
+    assert parse_topic("fs.acme.rules", "fs") == ("acme", "rules")
     assert parse_topic("other.acme.events", "fs") is None
     assert parse_topic("fs._control", "fs") is None
     assert parse_topic("fs.acme.unknown", "fs") is None

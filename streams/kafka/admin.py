@@ -25,6 +25,8 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     "events": {"retention.ms": "-1", "cleanup.policy": "delete"},
     "scores": {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"},
     "deadletter": {"retention.ms": "-1", "cleanup.policy": "delete"},
+    # The decider rebuilds its counts and rate windows from this topic: keep it.
+    "rules": {"retention.ms": "-1", "cleanup.policy": "delete"},
 }
 
 
@@ -50,9 +52,11 @@ class TenantAdmin:
         configs. Idempotent. An invalid name raises ValidationFailed before any call."""
         topics = tenant_topics(tenant, self.settings.topic_prefix)
         wanted = partitions or self.settings.partitions
-        kinds = dict(zip(("events", "scores", "deadletter"), topics.all(), strict=True))
+        kinds = dict(zip(("events", "scores", "deadletter", "rules"), topics.all(),
+                         strict=True))
+        sizes = {name: 1 if kind == "rules" else wanted for kind, name in kinds.items()}
         new = [
-            NewTopic(name, num_partitions=wanted,
+            NewTopic(name, num_partitions=sizes[name],
                      replication_factor=self.settings.replication_factor,
                      config=TOPIC_CONFIGS[kind])
             for kind, name in kinds.items()
@@ -65,8 +69,8 @@ class TenantAdmin:
                 except KafkaException as exc:
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise
-            counts = self._wait_visible(topics.all(), 1)
-            grow = [NewPartitions(n, wanted) for n, c in counts.items() if c < wanted]
+            counts = self._wait_visible(dict.fromkeys(topics.all(), 1))
+            grow = [NewPartitions(n, sizes[n]) for n, c in counts.items() if c < sizes[n]]
             if grow:
                 for future in self.client.create_partitions(grow).values():
                     future.result()
@@ -79,19 +83,20 @@ class TenantAdmin:
                 resources.append(res)
             for future in self.client.incremental_alter_configs(resources).values():
                 future.result()
-            return TenantInfo(topics, self._wait_visible(topics.all(), wanted))
+            return TenantInfo(topics, self._wait_visible(sizes))
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create tenant {tenant!r}: {exc}") from exc
 
-    def _wait_visible(self, names: tuple[str, ...], partitions: int) -> dict[str, int]:
-        """Partition counts once every topic is in the metadata with at least `partitions`
+    def _wait_visible(self, sizes: dict[str, int]) -> dict[str, int]:
+        """Partition counts once every topic is in the metadata with at least its size in
         partitions, each with a leader: a created topic is not usable before that."""
+        names = tuple(sizes)
         deadline = time.monotonic() + self.timeout
         while True:
             meta = self.client.list_topics(timeout=self.timeout)
             counts = {n: len(meta.topics[n].partitions) for n in names if n in meta.topics}
             ready = len(counts) == len(names) and all(
-                c >= partitions and all(p.leader >= 0 for p in meta.topics[n].partitions.values())
+                c >= sizes[n] and all(p.leader >= 0 for p in meta.topics[n].partitions.values())
                 for n, c in counts.items())
             if ready:
                 return counts

@@ -43,6 +43,16 @@ def envelope_headers(envelope: Envelope) -> Headers:
     return headers
 
 
+def header_value(headers: Any, name: str) -> bytes | None:
+    """The first header called `name` from a confluent-kafka or aiokafka message's headers
+    (a list of pairs or a mapping), as bytes."""
+    pairs = headers.items() if isinstance(headers, dict) else (headers or ())
+    for key, value in pairs:
+        if key == name:
+            return value.encode() if isinstance(value, str) else value
+    return None
+
+
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     """An idempotent, fully acknowledged producer: nothing written is lost or doubled by
     the producer's own retries."""

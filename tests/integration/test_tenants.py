@@ -15,9 +15,11 @@ def test_create_tenant_is_idempotent_and_sets_partitions_and_configs(settings: S
     first = admin.create_tenant(name, partitions=2)
     again = admin.create_tenant(name, partitions=2)
     assert first == again
-    assert set(first.partitions.values()) == {2}
+    assert first.partitions == {first.topics.events: 2, first.topics.scores: 2,
+                                first.topics.deadletter: 2, first.topics.rules: 1}
     grown = admin.create_tenant(name, partitions=4)
-    assert set(grown.partitions.values()) == {4}
+    assert grown.partitions == {first.topics.events: 4, first.topics.scores: 4,
+                                first.topics.deadletter: 4, first.topics.rules: 1}
     assert name in admin.tenants()
     raw = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
     resource = ConfigResource(ConfigResource.Type.TOPIC, first.topics.events)
