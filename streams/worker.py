@@ -128,6 +128,9 @@ class Worker:
             stream_buffer_maxsize=max(4096, batch_size * 4),
             broker_max_poll_records=max(500, batch_size),
             producer_acks=-1,
+            # A killed worker's partitions move to the others after 10 s, not Faust's 60 s.
+            broker_session_timeout=10.0,
+            broker_heartbeat_interval=1.0,
         )
         # Faust waits 45 s before resubscribing after topics change; tenants arrive rarely,
         # and an operator who creates one expects it served within seconds.

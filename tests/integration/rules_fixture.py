@@ -1,0 +1,89 @@
+"""Rules and actions the rules integration tests run in their workers (`--rules`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from streams.evaluation import EvaluatorAction
+from streams.evaluators import FunctionEvaluator, HandOff
+from streams.events import AppEvent
+from streams.examples.ops import Resolution
+from streams.judges import ChatModel, RetrievalEvaluator, RetrievalInput
+from streams.rules import F, RetryPolicy, Rule, on, run
+from streams.runs import Reaction
+from streams.targets import ChainTarget, RunTarget
+
+FAST = RetryPolicy(max_attempts=3, backoff=timedelta(milliseconds=50))
+
+
+async def noop(reaction: Reaction) -> Mapping[str, Any]:
+    return {"matched": [e.event_id for e in reaction.events]}
+
+
+async def flaky(reaction: Reaction) -> Mapping[str, Any]:
+    if reaction.attempt == 1:
+        raise RuntimeError("first attempt fails")
+    return {"attempt": reaction.attempt}
+
+
+async def broken(reaction: Reaction) -> Mapping[str, Any]:
+    raise ValueError(f"always broken (attempt {reaction.attempt})")
+
+
+def mitigated(data: dict[str, Any]) -> Resolution:
+    if data.get("minutes") is None:
+        raise HandOff("no timing to judge")
+    return Resolution(resolved=True, minutes_to_mitigate=int(data["minutes"]))
+
+
+async def event_data(reaction: Reaction) -> dict[str, Any]:
+    event = reaction.events[-1].event
+    assert isinstance(event, AppEvent)
+    return dict(event.data)
+
+
+async def the_chain(reaction: Reaction) -> ChainTarget:
+    return ChainTarget(correlation_id=reaction.started.correlation_id)
+
+
+judge = EvaluatorAction(
+    FunctionEvaluator(mitigated, verdict_type=Resolution, name="mitigation-judge",
+                      version="7"),
+    input=event_data, target=the_chain)
+
+
+def _model() -> ChatModel:
+    try:
+        return ChatModel.from_env(max_retries=1, timeout=5.0)
+    except ValueError:
+        return ChatModel(base_url="http://127.0.0.1:9/v1", model="none", max_retries=0)
+
+
+async def question(reaction: Reaction) -> RetrievalInput:
+    data = await event_data(reaction)
+    return RetrievalInput(question=data["question"], contexts=list(data["contexts"]))
+
+
+async def own_run(reaction: Reaction) -> RunTarget:
+    return RunTarget(run_id=reaction.run.run_id)
+
+
+retrieval = EvaluatorAction(RetrievalEvaluator(_model()), input=question, target=own_run)
+
+RULES = [
+    Rule(name="t:limited", when=on("t:item").at_most(20, per=timedelta(hours=1)),
+         then=run("noop")),
+    Rule(name="t:flaky", when=on("t:flaky"), then=run("flaky", retry=FAST)),
+    Rule(name="t:broken", when=on("t:broken"), then=run("broken", retry=FAST)),
+    Rule(name="t:count", when=on("t:tick").count(3, within=timedelta(minutes=1))
+         .scope(F.data.host), then=run("noop")),
+    Rule(name="t:sampled", when=on("t:sample").sample(0.5), then=run("noop")),
+    Rule(name="t:judge", when=on("t:judge"), then=run(judge)),
+    Rule(name="t:judge-limited", when=on("t:judge-many").at_most(2, per=timedelta(hours=1)),
+         then=run(judge)),
+    Rule(name="t:retrieval", when=on("t:question"), then=run(retrieval, retry=FAST)),
+]
+ACTIONS = {"noop": noop, "flaky": flaky, "broken": broken, judge.name: judge,
+           retrieval.name: retrieval}

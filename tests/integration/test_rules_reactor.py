@@ -1,0 +1,265 @@
+"""Rules, runs and evaluators as Faust agents on the real broker."""
+
+import asyncio
+import os
+import signal
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
+
+from streams.actors import UserActor
+from streams.events import (
+    AppEvent,
+    Envelope,
+    FeedbackGiven,
+    RuleFired,
+    RunDeadLettered,
+    RunFailed,
+    RunRetried,
+    RunStarted,
+    RunSucceeded,
+)
+from streams.examples.ops import TriageQuality
+from streams.rules import Rule, RuleEngine, on, run
+from streams.settings import Settings
+from streams.targets import RunTarget
+from streams.testing.chat_standin import ChatStandIn
+from streams.workspace import Workspace
+from tests.conftest import WorkerProcess, wait_until
+
+RULES = "tests.integration.rules_fixture"
+TYPES = "streams.examples.ops,streams.judges"
+
+
+def decided(settings: Settings, tenant: str) -> int:
+    """How many forwarded matches the decider group has committed for a tenant."""
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    group = f"{settings.topic_prefix}-rule-decider"
+    try:
+        result = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)])[group].result()
+    except Exception:
+        return 0
+    return sum(tp.offset for tp in result.topic_partitions
+               if tp.topic.endswith(f".{tenant}.rules") and tp.offset > 0)
+
+
+async def wait_log(ws: Workspace, check: Callable[[list[Envelope]], Any], within: float,
+                   what: str) -> list[Envelope]:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        envelopes = await ws.read()
+        if check(envelopes):
+            return envelopes
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; log has "
+                                 f"{Counter(e.event_type for e in envelopes)}")
+        await asyncio.sleep(0.3)
+
+
+def of(envelopes: list[Envelope], kind: type, **match: Any) -> list[Envelope]:
+    return [e for e in envelopes if isinstance(e.event, kind)
+            and all(getattr(e.event, k) == v for k, v in match.items())]
+
+
+async def test_wrong_triage_escalates(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    tenant = tenant_factory()
+    worker_factory("--rules", "streams.examples.ops_rules", types=TYPES)
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    spikes = [await ws.append(AppEvent(name="ops:error_spike",
+                                       data={"service": "api", "errors": 5}))
+              for _ in range(3)]
+    log = await wait_log(ws, lambda es: of(es, RunSucceeded, rule="ops:error-spike"), 90,
+                         "the triage run")
+    triage = of(log, RunStarted, rule="ops:error-spike")
+    assert len(triage) == 1
+    fired = of(log, RuleFired, rule="ops:error-spike")[0]
+    assert isinstance(fired.event, RuleFired)
+    assert sorted(fired.event.matched) == sorted(s.id for s in spikes)
+    # The firing joins the chain of the spike that completed the count (whichever the decider
+    # saw last: the spikes are three chains on different partitions).
+    assert fired.correlation_id in {s.id for s in spikes}
+    assert fired.causation_id == fired.correlation_id
+    run_id = triage[0].event.run_id  # type: ignore[attr-defined]
+
+    await ws.give_feedback(TriageQuality(correct=True, severity="low"),
+                           on=RunTarget(run_id=run_id))
+    await ws.give_feedback(TriageQuality(correct=False, severity="critical"),
+                           on=RunTarget(run_id=run_id))
+    log = await wait_log(ws, lambda es: any(e.event_type == "oncall:escalated" for e in es),
+                         90, "the escalation")
+    escalations = of(log, RunStarted, rule="ops:wrong-triage")
+    assert len(escalations) == 1  # the correct=True feedback did not escalate
+    escalation_run = escalations[0]
+    assert escalation_run.correlation_id == triage[0].correlation_id
+    assert of(log, RunSucceeded, rule="ops:wrong-triage")
+
+
+async def test_rate_limit_is_exact_across_two_workers_and_a_restart(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    tenant = tenant_factory()
+    workers = [worker_factory("--rules", RULES, types=TYPES) for _ in range(2)]
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="load"))
+    await asyncio.gather(*(ws.append(AppEvent(name="t:item", data={"i": i}))
+                           for i in range(100)))
+    chains = {e.correlation_id for e in await ws.read()}
+    assert len(chains) == 100
+    wait_until(lambda: decided(settings, tenant) >= 100, 120, "100 decisions")
+    log = await wait_log(ws, lambda es: len(of(es, RunSucceeded, rule="t:limited")) >= 20,
+                         60, "20 runs")
+    partitions = {e.seq.partition for e in log if e.event_type == "t:item" and e.seq}
+    assert len(partitions) > 1  # the events really were spread over partitions
+
+    # Kill both: whichever decided, its in-memory state is gone and must be rebuilt.
+    for worker in workers:
+        worker.kill(signal.SIGKILL)
+    for worker in workers:
+        worker.start()
+    await asyncio.gather(*(ws.append(AppEvent(name="t:item", data={"i": i}))
+                           for i in range(100, 200)))
+    wait_until(lambda: decided(settings, tenant) >= 200, 180, "200 decisions")
+    await asyncio.sleep(2)
+    log = await ws.read()
+    runs = {e.event.run_id for e in of(log, RunStarted, rule="t:limited")}  # type: ignore[attr-defined]
+    assert len(runs) == 20, f"{len(runs)} runs started for 200 events under at_most(20, 1h)"
+    firings = {e.event.firing_id for e in of(log, RuleFired, rule="t:limited")}  # type: ignore[attr-defined]
+    assert len(firings) == 20
+
+
+async def test_failed_actions_retry_then_dead_letter(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    tenant = tenant_factory()
+    worker_factory("--rules", RULES, types=TYPES)
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    await ws.append(AppEvent(name="t:flaky"))
+    await ws.append(AppEvent(name="t:broken"))
+    log = await wait_log(ws, lambda es: of(es, RunSucceeded, rule="t:flaky")
+                         and of(es, RunDeadLettered, rule="t:broken"), 90, "both outcomes")
+    flaky = [(type(e.event).__name__, e.event.attempt) for e in log  # type: ignore[attr-defined]
+             if getattr(e.event, "rule", None) == "t:flaky"
+             and isinstance(e.event, RunFailed | RunRetried | RunSucceeded)]
+    assert flaky == [("RunFailed", 1), ("RunRetried", 2), ("RunSucceeded", 2)]
+    failed = of(log, RunFailed, rule="t:broken")
+    assert [e.event.attempt for e in failed] == [1, 2, 3]  # type: ignore[attr-defined]
+    assert [e.event.will_retry for e in failed] == [True, True, False]  # type: ignore[attr-defined]
+    assert "always broken" in failed[0].event.error  # type: ignore[attr-defined]
+    dead = of(log, RunDeadLettered, rule="t:broken")
+    assert len(dead) == 1
+    assert dead[0].event.attempts == 3  # type: ignore[attr-defined]
+    assert "ValueError: always broken (attempt 3)" in dead[0].event.error  # type: ignore[attr-defined]
+
+
+async def test_evaluator_action_gives_verdicts_and_hands_off(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    tenant = tenant_factory()
+    worker_factory("--rules", RULES, types=TYPES)
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    judged = await ws.append(AppEvent(name="t:judge", data={"minutes": 12}))
+    declined = await ws.append(AppEvent(name="t:judge", data={}))
+    log = await wait_log(ws, lambda es: len(of(es, RunSucceeded, rule="t:judge")) >= 2, 90,
+                         "two judge runs")
+    outputs = {e.correlation_id: e.event.output  # type: ignore[attr-defined]
+               for e in of(log, RunSucceeded, rule="t:judge")}
+    assert outputs[declined.id] == {"handed_off": "mitigation-judge"}
+    verdict = outputs[judged.id]
+    assert verdict["value"] == {"resolved": True, "minutes_to_mitigate": 12}
+    assert (verdict["evaluator"], verdict["version"]) == ("mitigation-judge", "7")
+    assert verdict["latency_ms"] >= 0
+    feedback = of(log, FeedbackGiven)
+    assert len(feedback) == 1  # the hand-off recorded nothing
+    assert feedback[0].actor.participant == "evaluator:mitigation-judge@7"
+    assert feedback[0].correlation_id == judged.id
+    assert feedback[0].event_id == verdict["feedback_id"]
+
+
+async def test_throttles_and_sampling_apply_to_evaluator_rules(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    tenant = tenant_factory()
+    worker_factory("--rules", RULES, types=TYPES)
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    await asyncio.gather(*(ws.append(AppEvent(name="t:judge-many", data={"minutes": i}))
+                           for i in range(10)))
+    sampled = await asyncio.gather(*(ws.append(AppEvent(name="t:sample", data={"i": i}))
+                                     for i in range(100)))
+    wait_until(lambda: decided(settings, tenant) >= 10, 90, "10 decisions")
+    engine = RuleEngine([Rule(name="t:sampled", when=on("t:sample").sample(0.5),
+                              then=run("noop"))])
+    expected = sum(1 for r in sampled if engine.evaluate(r.envelope))
+    log = await wait_log(
+        ws, lambda es: len(of(es, RunSucceeded, rule="t:judge-limited")) >= 2
+        and len(of(es, RunSucceeded, rule="t:sampled")) >= expected, 90, "judges and samples")
+    await asyncio.sleep(2)
+    log = await ws.read()
+    assert len(of(log, RunStarted, rule="t:judge-limited")) == 2
+    assert len(of(log, FeedbackGiven)) == 2
+    assert 30 < expected < 70
+    assert len(of(log, RunStarted, rule="t:sampled")) == expected
+
+
+async def test_counting_trigger_scoped(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    tenant = tenant_factory()
+    worker_factory("--rules", RULES, types=TYPES)
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    ticks = [await ws.append(AppEvent(name="t:tick", data={"host": host}))
+             for host in ["a", "b", "a", "b", "a"]]
+    log = await wait_log(ws, lambda es: of(es, RunSucceeded, rule="t:count"), 90, "a firing")
+    await asyncio.sleep(2)
+    log = await ws.read()
+    fired = of(log, RuleFired, rule="t:count")
+    assert len(fired) == 1  # host a reached 3, host b only 2
+    ticks_a = [t.id for t in ticks[0::2]]
+    assert sorted(fired[0].event.matched) == sorted(ticks_a)  # type: ignore[attr-defined]
+    assert fired[0].event.scope_key == "host=a"  # type: ignore[attr-defined]
+    assert fired[0].correlation_id in ticks_a
+    assert fired[0].causation_id == fired[0].correlation_id
+
+
+async def test_llm_judge_as_a_rule_action(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    import json
+
+    def respond(request: dict[str, Any]) -> str:
+        text = request["messages"][-1]["content"]
+        found = "Paris" in text
+        return json.dumps({"has_answer": found, "confidence": 0.9 if found else 0.8,
+                           "reason": "the context names it" if found else "not there"})
+
+    with ChatStandIn(responder=respond) as chat:
+        tenant = tenant_factory()
+        worker_factory("--rules", RULES, types=TYPES, STREAMS_LLM_BASE_URL=chat.url,
+                       STREAMS_LLM_MODEL="judge-model", STREAMS_LLM_API_KEY="k")
+        ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+        await ws.append(AppEvent(name="t:question", data={
+            "question": "Capital of France?", "contexts": ["Paris is the capital."]}))
+        await ws.append(AppEvent(name="t:question", data={
+            "question": "Capital of Peru?", "contexts": []}))
+        log = await wait_log(ws, lambda es: len(of(es, FeedbackGiven)) >= 2, 90,
+                             "two retrieval verdicts")
+        values = sorted((e.event.value["has_answer"], e.event.value["reason"])  # type: ignore[attr-defined]
+                        for e in of(log, FeedbackGiven))
+        assert values == [(False, "no context retrieved"), (True, "the context names it")]
+        assert all(e.actor.participant == "evaluator:retrieval-evaluator@1"
+                   for e in of(log, FeedbackGiven))
+        assert chat.calls == 1  # the empty retrieval needed no model call
+        assert chat.requests[0]["temperature"] == 0
+        assert chat.requests[0]["model"] == "judge-model"
+    assert os.environ.get("STREAMS_LLM_BASE_URL") is None
