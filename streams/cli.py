@@ -243,8 +243,8 @@ def sink_sync_configs(types: TypesOption = None) -> None:
 @app.command()
 def demo(
     tenants: Annotated[list[str] | None, typer.Option("--tenant", help="Demo tenants.")] = None,
-    chains: Annotated[int, typer.Option(help="Incident chains per tenant.")] = 200,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for all scores.")] = 120.0,
+    chains: Annotated[int, typer.Option(help="Incidents per tenant.")] = 30,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for all scores.")] = 180.0,
 ) -> None:
     """Create demo tenants, run a worker and a producer, and show events in and scores out."""
     from streams.demo import run_demo

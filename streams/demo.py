@@ -1,4 +1,5 @@
-"""The demo: tenants, a worker, a producer, and a live view of events in and scores out."""
+"""The demo: tenants, a worker running the ops rules, people giving feedback, and a live view
+of events in, firings, runs, escalations, feedback and scores out, per tenant."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import Consumer
@@ -20,154 +21,184 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from streams.actors import EvaluatorActor, UserActor
-from streams.events import AppEvent, RuleFired, RunStarted, RunSucceeded, new_id
+from streams.actors import UserActor
+from streams.events import (
+    AppEvent,
+    Envelope,
+    FeedbackGiven,
+    RuleFired,
+    RunDeadLettered,
+    RunStarted,
+    RunSucceeded,
+    new_id,
+)
 from streams.examples.ops import Resolution, ShouldHaveFired, TriageQuality
-from streams.feedback import Feedback
 from streams.kafka.admin import TenantAdmin
 from streams.kafka.log import watermarks
-from streams.scores import score_configs, scores_from_value
+from streams.scores import scores_of
 from streams.settings import Settings
 from streams.targets import ChainTarget, FiringTarget, RunTarget
 from streams.tenancy import tenant_topics
-from streams.workspace import StreamsClient, Workspace, value_record
+from streams.workspace import StreamsClient, Workspace
 
-SERVICES = ("checkout", "search", "payments", "auth")
 PEOPLE = ("ada", "grace", "linus")
 
 
 @dataclass
-class TenantProgress:
-    """What the demo produced for one tenant, and what it expects back."""
+class TenantView:
+    """What the demo sees of one tenant's log."""
 
-    events: int = 0
-    feedback: int = 0
-    expected_scores: int = 0
     start_offsets: dict[str, int] = field(default_factory=dict)
+    envelopes: list[Envelope] = field(default_factory=list)
+    people_done: bool = False
+
+    def count(self, kind: type, **match: Any) -> int:
+        return sum(1 for e in self.envelopes if isinstance(e.event, kind)
+                   and all(getattr(e.event, k) == v for k, v in match.items()))
+
+    def expected_scores(self) -> int:
+        return sum(len(scores_of(e) or []) for e in self.envelopes
+                   if isinstance(e.event, FeedbackGiven))
 
 
-def expected_scores(value: Feedback) -> int:
-    """How many scores the mirror will make of this value (the domain's own mapping)."""
-    return len(scores_from_value(
-        score_configs(type(value)), value_record(value), feedback_event_id="x",
-        timestamp=datetime.now(UTC),
-        tenant="t", workspace="w", target_kind="run", target_id="r", participant="p",
-        trace_id=None, session_id="s"))
-
-
-async def _incident(ws: Workspace, judge: Workspace, rng: random.Random,
-                    progress: TenantProgress) -> None:
-    service = rng.choice(SERVICES)
-    errors = rng.randint(3, 40)
-    spike = await ws.append(AppEvent(name="ops:error_spike",
-                                     data={"service": service, "errors": errors}))
-    firing_id, run_id = new_id("fir"), new_id("run")
-    fired = await ws.append(RuleFired(firing_id=firing_id, rule="ops:error-spike",
-                                      matched=[spike.id], scope_key=service),
-                            correlation_id=spike.id, causation_id=spike.id)
-    started = await ws.append(RunStarted(run_id=run_id, rule="ops:error-spike",
-                                         action="triage", firing_id=firing_id,
-                                         scope={"service": service}),
-                              correlation_id=spike.id, causation_id=fired.id)
-    await ws.append(RunSucceeded(run_id=run_id, rule="ops:error-spike", action="triage",
-                                 output={"opened_incident": errors > 10}),
-                    correlation_id=spike.id, causation_id=started.id)
-    progress.events += 4
-    person = ws.as_actor(UserActor(id=rng.choice(PEOPLE)))
-    severity = rng.choice(["low", "high", "critical"])
-    verdicts: list[tuple[Workspace, Feedback, RunTarget | FiringTarget | ChainTarget]] = [
-        (person, TriageQuality(correct=rng.random() > 0.3, severity=severity,
-                               note="missed the deploy" if rng.random() < 0.2 else None),
-         RunTarget(run_id=run_id)),
-        (judge, TriageQuality(correct=errors > 10, severity=severity),
-         RunTarget(run_id=run_id)),
-        (person, ShouldHaveFired(fired_rightly=errors > 5), FiringTarget(firing_id=firing_id)),
-        (person, Resolution(resolved=rng.random() > 0.1,
-                            minutes_to_mitigate=rng.randint(1, 240)),
-         ChainTarget(correlation_id=spike.id)),
-    ]
-    for who, value, target in verdicts:
-        await who.give_feedback(value, on=target)
-        progress.events += 1
-        progress.feedback += 1
-        progress.expected_scores += expected_scores(value)
+async def _people(ws: Workspace, incidents: int, rng: random.Random, view: TenantView) -> None:
+    """Raise error spikes, wait for their triage runs, and judge them as people would."""
+    for i in range(incidents):
+        service = f"svc-{i:03d}"
+        for _ in range(3):
+            await ws.append(AppEvent(name="ops:error_spike",
+                                     data={"service": service, "errors": rng.randint(3, 20)}))
+    judged: set[str] = set()
+    deadline = time.monotonic() + 120
+    while len(judged) < incidents and time.monotonic() < deadline:
+        envelopes = await ws.read()
+        view.envelopes = envelopes
+        for envelope in envelopes:
+            run = envelope.event
+            if not (isinstance(run, RunSucceeded) and run.rule == "ops:error-spike") \
+                    or run.run_id in judged:
+                continue
+            judged.add(run.run_id)
+            person = ws.as_actor(UserActor(id=rng.choice(PEOPLE)))
+            started = next(e for e in envelopes if isinstance(e.event, RunStarted)
+                           and e.event.run_id == run.run_id)
+            assert isinstance(started.event, RunStarted)
+            await person.give_feedback(
+                TriageQuality(correct=rng.random() > 0.25,
+                              severity=rng.choice(["low", "high", "critical"]),
+                              note="missed the deploy" if rng.random() < 0.2 else None),
+                on=RunTarget(run_id=run.run_id))
+            await person.give_feedback(ShouldHaveFired(fired_rightly=rng.random() > 0.1),
+                                       on=FiringTarget(firing_id=started.event.firing_id))
+            await person.give_feedback(
+                Resolution(resolved=rng.random() > 0.1, minutes_to_mitigate=rng.randint(1, 240)),
+                on=ChainTarget(correlation_id=started.correlation_id))
+        await asyncio.sleep(0.3)
+    view.people_done = True
 
 
 def _ends(consumer: Consumer, topic: str) -> int:
     return sum(high for _low, high in watermarks(consumer, topic).values())
 
 
-def _table(settings: Settings, consumer: Consumer, progress: dict[str, TenantProgress],
+def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
            started: float) -> tuple[Table, bool]:
-    table = Table(title=f"feedback-streams demo  ({time.monotonic() - started:.0f}s)")
-    for column in ("tenant", "events in", "feedback given", "scores out", "expected",
-                   "dead letters"):
-        table.add_column(column, justify="right" if column != "tenant" else "left")
+    table = Table(title=f"feedback-streams demo ({time.monotonic() - started:.0f}s)")
+    for column in ("tenant", "events", "firings", "runs", "failed", "escal.",
+                   "feedback p/j", "scores", "expected", "dead"):
+        table.add_column(column, justify="left" if column == "tenant" else "right")
     done = True
-    for tenant, p in progress.items():
+    for tenant, view in views.items():
         topics = tenant_topics(tenant, settings.topic_prefix)
-        scores = _ends(consumer, topics.scores) - p.start_offsets[topics.scores]
-        dead = _ends(consumer, topics.deadletter) - p.start_offsets[topics.deadletter]
-        done = done and p.expected_scores > 0 and scores >= p.expected_scores
-        table.add_row(tenant, str(p.events), str(p.feedback), f"[green]{scores}[/green]",
-                      str(p.expected_scores), str(dead))
+        events = _ends(consumer, topics.events) - view.start_offsets[topics.events]
+        scores = _ends(consumer, topics.scores) - view.start_offsets[topics.scores]
+        dead = _ends(consumer, topics.deadletter) - view.start_offsets[topics.deadletter]
+        feedback = [e for e in view.envelopes if isinstance(e.event, FeedbackGiven)]
+        judge = sum(1 for e in feedback if e.actor.kind == "evaluator")
+        expected = view.expected_scores()
+        settled = view.count(RunStarted) == view.count(RunSucceeded) + \
+            view.count(RunDeadLettered)
+        done = done and view.people_done and settled and expected > 0 and scores >= expected
+        table.add_row(
+            tenant, str(events), str(view.count(RuleFired)), str(view.count(RunSucceeded)),
+            str(view.count(RunDeadLettered)), str(view.count(RunSucceeded, action="escalate")),
+            f"{len(feedback) - judge}/{judge}", f"[green]{scores}[/green]", str(expected),
+            str(dead))
     return table, done
 
 
-def run_demo(settings: Settings, tenants: list[str], *, chains: int = 200,
-             timeout: float = 120.0, console: Console | None = None) -> bool:
+def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
+             timeout: float = 180.0, console: Console | None = None) -> bool:
     """Run the demo end to end; True when every expected score arrived."""
     console = console or Console()
     admin = TenantAdmin(settings)
     for tenant in tenants:
         info = admin.create_tenant(tenant)
         console.print(f"tenant [bold]{tenant}[/bold]: {', '.join(info.topics.all())}")
+    console.print("columns: events in; rule firings; runs succeeded; runs dead-lettered; "
+                  "escalations; feedback by people/judge; scores out; scores expected from "
+                  "the feedback; dead letters")
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
                          "group.id": new_id("demo-watch")})
-    progress = {t: TenantProgress() for t in tenants}
-    for tenant, p in progress.items():
+    views = {t: TenantView() for t in tenants}
+    for tenant, view in views.items():
         for topic in tenant_topics(tenant, settings.topic_prefix).all():
-            p.start_offsets[topic] = _ends(consumer, topic)
+            view.start_offsets[topic] = _ends(consumer, topic)
 
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
            "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
            "STREAMS_TOPIC_PREFIX": settings.topic_prefix}
+    # The worker's log goes to a file: an undrained pipe would block it once full.
+    log_path = os.path.join(tempfile.gettempdir(), f"streams-demo-worker-{os.getpid()}.log")
+    log_file = open(log_path, "wb")  # noqa: SIM115 - closed in the finally below
     worker = subprocess.Popen(
-        [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    console.print(f"worker started (pid {worker.pid}); producing {chains} incident chains "
-                  f"per tenant")
+        [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops",
+         "--rules", "streams.examples.ops_rules"],
+        env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    console.print(f"worker started (pid {worker.pid}) with the ops rules: error spikes start "
+                  f"triage runs, a judge reviews them (at most 20 an hour), wrong triages "
+                  f"escalate; {chains} incidents per tenant (the judge's budget is per tenant "
+                  f"and hour, so demo runs within one hour share it)")
     client = StreamsClient(settings)
+    # A workspace of its own per demo run: a tenant's earlier runs stay out of the view.
+    workspace = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.monotonic()
     ok = False
+    finished = threading.Event()
     try:
         async def produce() -> None:
             rng = random.Random(7)
-            for tenant in tenants:
-                ws = client.workspace(tenant, "prod", actor=UserActor(id="ops-bot"))
-                judge = ws.as_actor(EvaluatorActor(name="triage-judge", version="1"))
-                for start in range(0, chains, 20):
-                    await asyncio.gather(*(
-                        _incident(ws, judge, rng, progress[tenant])
-                        for _ in range(start, min(start + 20, chains))))
+            await asyncio.gather(*(
+                _people(client.workspace(t, workspace, actor=UserActor(id="ops-bot")), chains,
+                        rng, views[t]) for t in tenants))
+            # Keep the view fresh while the judge and escalations finish.
+            while not finished.is_set():
+                for tenant in tenants:
+                    views[tenant].envelopes = await client.workspace(tenant, workspace).read()
+                await asyncio.sleep(0.5)
 
         with Live(console=console, refresh_per_second=4) as live:
             producer = _Background(produce)
+            settled_at: float | None = None
             while time.monotonic() - started < timeout:
-                table, done = _table(settings, consumer, progress, started)
+                table, done = _table(settings, consumer, views, started)
                 live.update(table)
                 if producer.error is not None:
                     raise producer.error
-                if producer.finished and done:
+                # Done once every expected score arrived and stayed so for two seconds
+                # (the judge's feedback arrives after the people's).
+                settled_at = (settled_at or time.monotonic()) if done else None
+                if settled_at is not None and time.monotonic() - settled_at > 2.0:
                     ok = True
                     break
                 if worker.poll() is not None:
                     break
                 time.sleep(0.5)
+        console.print()
         if worker.poll() is not None:
-            stderr = worker.stderr.read().decode(errors="replace") if worker.stderr else ""
-            console.print(f"[red]worker exited early ({worker.returncode}):[/red]\n"
-                          f"{stderr[-3000:]}")
+            with open(log_path, errors="replace") as log:
+                tail = log.read()[-3000:]
+            console.print(f"[red]worker exited early ({worker.returncode}):[/red]\n{tail}")
             ok = False
         elif not ok:
             console.print(f"[red]not every score arrived within {timeout:.0f}s[/red]")
@@ -175,6 +206,8 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 200,
             console.print(f"[green]every expected score arrived in "
                           f"{time.monotonic() - started:.1f}s[/green]")
     finally:
+        finished.set()
+        producer.thread.join(timeout=10)
         client.close()
         consumer.close()
         if worker.poll() is None:
@@ -184,15 +217,15 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 200,
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
-        console.print(f"worker stopped (exit {worker.returncode})")
+        log_file.close()
+        console.print(f"worker stopped (exit {worker.returncode}); its log: {log_path}")
     return ok
 
 
 class _Background:
-    """Runs an async producer in a thread so the live view keeps refreshing."""
+    """Runs the async producer in a thread so the live view keeps refreshing."""
 
     def __init__(self, coro_fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        self.finished = False
         self.error: BaseException | None = None
 
         def run() -> None:
@@ -200,8 +233,6 @@ class _Background:
                 asyncio.run(coro_fn())
             except BaseException as exc:
                 self.error = exc
-            finally:
-                self.finished = True
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()

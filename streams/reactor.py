@@ -229,8 +229,12 @@ class Reactor:
         run = started.event
         assert isinstance(run, RunStarted)
         log_view = self.client.tenant_log(started.tenant)
-        await log_view.catch_up()
         fired = log_view.by_id.get(started.causation_id or "")
+        if fired is None or any(i not in log_view.by_id
+                                for i in getattr(fired.event, "matched", [])):
+            # Only read the log when this process has not seen the firing's events yet.
+            await log_view.catch_up()
+            fired = log_view.by_id.get(started.causation_id or "")
         matched_ids = list(getattr(fired.event, "matched", [])) if fired else []
         matched = [log_view.by_id[i] for i in matched_ids if i in log_view.by_id]
         workspace = self.client.workspace(started.tenant, started.workspace,

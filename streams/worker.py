@@ -131,6 +131,9 @@ class Worker:
             # A killed worker's partitions move to the others after 10 s, not Faust's 60 s.
             broker_session_timeout=10.0,
             broker_heartbeat_interval=1.0,
+            # Stopping or rebalancing does not wait for buffered events: unacked events are
+            # not committed, so whoever owns the partition next processes them again.
+            stream_wait_empty=False,
         )
         # Faust waits 45 s before resubscribing after topics change; tenants arrive rarely,
         # and an operator who creates one expects it served within seconds.
