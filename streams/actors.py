@@ -7,6 +7,15 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+def participant_of(kind: str, id: str, version: str | None = None) -> str:
+    """The participant name of an actor given by its parts (as they travel on the wire)."""
+    if kind == "system":
+        return "system"
+    if kind == "evaluator":
+        return f"evaluator:{id}@{version or '0'}"
+    return f"{kind}:{id}"
+
+
 class _Actor(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -24,7 +33,7 @@ class UserActor(_Actor):
 
     @property
     def participant(self) -> str:
-        return f"user:{self.id}"
+        return participant_of("user", self.id)
 
 
 class EvaluatorActor(_Actor):
@@ -36,7 +45,7 @@ class EvaluatorActor(_Actor):
 
     @property
     def participant(self) -> str:
-        return f"evaluator:{self.name}@{self.version}"
+        return participant_of("evaluator", self.name, self.version)
 
 
 class AgentActor(_Actor):
@@ -47,7 +56,7 @@ class AgentActor(_Actor):
 
     @property
     def participant(self) -> str:
-        return f"agent:{self.id}"
+        return participant_of("agent", self.id)
 
 
 class SystemActor(_Actor):

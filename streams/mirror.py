@@ -14,7 +14,8 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from streams.avro.codec import actor_from_record, score_to_record, utc_time
+from streams.actors import participant_of
+from streams.avro.codec import score_to_record, utc_time
 from streams.avro.serde import AvroSerde
 from streams.errors import SchemaError
 from streams.events import FEEDBACK_GIVEN
@@ -67,6 +68,15 @@ class MirrorStep:
         self.types = types or registry
         self.stats = MirrorStats()
         self._configs: dict[str, ScoreConfigs | None] = {}
+        self._routes: dict[str, tuple[str, str] | None] = {}
+
+    def _route(self, topic: str) -> tuple[str, str] | None:
+        """(tenant, scores topic) of an events topic, remembered per topic."""
+        if topic not in self._routes:
+            parsed = parse_topic(topic, self.prefix)
+            self._routes[topic] = (parsed[0], tenant_topics(parsed[0], self.prefix).scores) \
+                if parsed else None
+        return self._routes[topic]
 
     def _configs_for(self, feedback_type: str) -> ScoreConfigs | None:
         if feedback_type not in self._configs:
@@ -78,8 +88,8 @@ class MirrorStep:
                value: bytes | None, event_type: bytes | None) -> list[Output]:
         """The records to produce for one consumed record; never raises for bad input."""
         self.stats.records += 1
-        parsed = parse_topic(topic, self.prefix)
-        tenant = parsed[0] if parsed else "?"
+        route = self._route(topic)
+        tenant = route[0] if route else "?"
         if event_type is not None and event_type != b"feedback_given":
             return []
         try:
@@ -99,7 +109,7 @@ class MirrorStep:
                 return []
             target = record["target"]
             actor = head["actor"]
-            participant = actor_from_record(actor).participant
+            participant = participant_of(actor["kind"], actor["id"], actor.get("version"))
             scores = scores_from_value(
                 configs, record["value"], feedback_event_id=head["event_id"],
                 timestamp=utc_time(head["time"]), tenant=head["tenant"],
@@ -110,10 +120,10 @@ class MirrorStep:
             )
         except (SchemaError, KeyError, TypeError, ValueError) as exc:
             return [self.dead_letter(topic, partition, offset, key, value, f"{exc}")]
-        if parsed is None:
+        if route is None:
             return [self.dead_letter(topic, partition, offset, key, value,
                                      f"{topic} is not a tenant events topic")]
-        scores_topic = tenant_topics(tenant, self.prefix).scores
+        scores_topic = route[1]
         feedback_key = head["event_id"].encode()
         out = [Output(scores_topic, feedback_key,
                       self.serde.encode_score(score_to_record(s), scores_topic))

@@ -116,3 +116,13 @@ def test_unregistered_type_gives_none(types: FeedbackRegistry) -> None:
                           value={})
     envelope = Envelope.new(event, tenant="acme", workspace="prod")
     assert scores_of(envelope, types=types) is None
+
+
+def test_score_id_is_uuid5_of_event_and_name() -> None:
+    import uuid
+
+    from streams.scores import SCORE_ID_NAMESPACE
+
+    for event_id, name in [("evt_1", "a.b"), ("evt_ü", "x.y"), ("", "")]:
+        assert score_id(event_id, name) == str(uuid.uuid5(SCORE_ID_NAMESPACE,
+                                                          f"{event_id}/{name}"))
