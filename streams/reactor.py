@@ -101,17 +101,18 @@ class Reactor:
         self.stats = ReactorStats()
         self._runs = asyncio.Semaphore(max_concurrent_runs)
         self._scopes: dict[str, asyncio.Lock] = {}
-        types: set[str] = set()
-        self._any_type = False
+        # Rules by the event type they watch, so an event is checked only against its own.
+        self._by_type: dict[str, list[Rule]] = {}
+        self._any_app_event: list[Rule] = []
         for rule in rules:
             source = rule.when.source
-            if isinstance(source, str):
-                types.add(source)
-            elif source is AppEvent:
-                self._any_type = True
+            if source is AppEvent:
+                self._any_app_event.append(rule)
             else:
-                types.add(source.event_type)
-        self._wanted = {t.encode() for t in types} | {b"run_started"}
+                name = source if isinstance(source, str) else source.event_type
+                self._by_type.setdefault(name, []).append(rule)
+        self._any_type = bool(self._any_app_event)
+        self._wanted = {t.encode() for t in self._by_type} | {b"run_started"}
 
     # -- the agent's side --------------------------------------------------------------
 
@@ -148,7 +149,10 @@ class Reactor:
     def match(self, envelope: Envelope, raw: bytes | None) -> list[Output]:
         """Outputs for one event: firings of stateless rules, forwards of stateful ones."""
         out: list[Output] = []
-        for rule in self.rules:
+        candidates = self._by_type.get(envelope.event_type, [])
+        if self._any_app_event and isinstance(envelope.event, AppEvent):
+            candidates = candidates + self._any_app_event
+        for rule in candidates:
             try:
                 if not rule.matches(envelope):
                     continue

@@ -117,8 +117,11 @@ def _utc(time: datetime) -> datetime:
 
 
 def _step(value: object, part: str | int) -> object:
+    # Plain dicts (feedback values, app event data) are the common case: check them first.
+    if type(value) is dict:
+        return value.get(part, MISSING)
     if isinstance(value, BaseModel):
-        if isinstance(part, str) and part in type(value).model_fields:
+        if isinstance(part, str) and part in type(value).__pydantic_fields__:
             return getattr(value, part)
         return MISSING
     if isinstance(value, Mapping):
