@@ -31,7 +31,8 @@ from streams.examples.ops import TriageQuality
 from streams.kafka.admin import TenantAdmin
 from streams.kafka.delivery import Delivery
 from streams.kafka.log import envelope_headers, header_value, producer_config, watermarks
-from streams.mirror import MirrorStep, Output
+from streams.kafka.outputs import Output
+from streams.mirror import MirrorStep
 from streams.settings import Settings
 from streams.targets import RunTarget
 from streams.tenancy import tenant_topics

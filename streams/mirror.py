@@ -9,8 +9,6 @@ a type this process does not register is skipped and counted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
 from opentelemetry import metrics
 
@@ -20,7 +18,7 @@ from streams.avro.serde import AvroSerde
 from streams.errors import SchemaError
 from streams.events import FEEDBACK_GIVEN
 from streams.feedback import FeedbackRegistry, registry
-from streams.kafka.log import Headers
+from streams.kafka.outputs import Output, dead_letter_output
 from streams.scores import ScoreConfigs, score_configs, scores_from_value
 from streams.tenancy import parse_topic, tenant_topics
 
@@ -28,16 +26,6 @@ _meter = metrics.get_meter("streams.mirror")
 _scores_out = _meter.create_counter("streams.mirror.scores", description="scores produced")
 _skipped = _meter.create_counter("streams.mirror.skipped", description="feedback of unknown type")
 _dead = _meter.create_counter("streams.mirror.dead_letters", description="records dead-lettered")
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """A record to produce."""
-
-    topic: str
-    key: bytes | None
-    value: bytes
-    headers: Headers | None = None
 
 
 @dataclass
@@ -136,18 +124,12 @@ class MirrorStep:
     def dead_letter(self, topic: str, partition: int, offset: int, key: bytes | None,
                     value: bytes | None, reason: str, stage: str = "mirror") -> Output:
         """A dead-letter record for the tenant of `topic`, with the reason."""
-        parsed = parse_topic(topic, self.prefix)
-        tenant = parsed[0] if parsed else None
-        dl_topic = tenant_topics(tenant, self.prefix).deadletter if tenant else \
-            f"{self.prefix}.unrouted.deadletter"
+        route = self._route(topic)
+        tenant = route[0] if route else "?"
         self.stats.dead_letters += 1
-        self.stats.bump(tenant or "?", "dead_letters")
-        _dead.add(1, {"tenant": tenant or "?"})
-        record: dict[str, Any] = {
-            "source_topic": topic, "partition": partition, "offset": offset, "key": key,
-            "value": value, "stage": stage, "reason": reason[:2000],
-            "time": datetime.now(UTC),
-        }
-        return Output(dl_topic, key, self.serde.encode_dead_letter(record, dl_topic),
-                      [("reason", reason[:200].encode())])
+        self.stats.bump(tenant, "dead_letters")
+        _dead.add(1, {"tenant": tenant})
+        return dead_letter_output(self.serde, self.prefix, topic=topic, partition=partition,
+                                  offset=offset, key=key, value=value, reason=reason,
+                                  stage=stage)
 

@@ -33,8 +33,8 @@ from streams.avro.serde import AvroSerde
 from streams.errors import SchemaError, StreamsError
 from streams.events import AppEvent, Envelope, RunStarted, Seq
 from streams.kafka.delivery import Delivery
-from streams.kafka.log import envelope_headers, header_value
-from streams.mirror import Output
+from streams.kafka.log import envelope_headers, group_consumer, header_value
+from streams.kafka.outputs import Output
 from streams.rules import Fire, Rule, RuleSet, RuleState, Throttled, evaluate
 from streams.runs import (
     ActionFn,
@@ -263,16 +263,7 @@ class Decider:
         self.states: dict[str, RuleState] = {}
         self.replayed: dict[str, int] = {}
         self._error: BaseException | None = None
-        self.consumer = Consumer({
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "topic.metadata.refresh.interval.ms": 1000,
-            "session.timeout.ms": 10000,
-            "heartbeat.interval.ms": 1000,
-            **settings.kafka_extra,
-        })
+        self.consumer = group_consumer(settings, group)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         try:

@@ -33,7 +33,8 @@ from streams.avro.serde import AvroSerde
 from streams.feedback import FeedbackRegistry, registry
 from streams.kafka.delivery import Delivery
 from streams.kafka.log import header_value
-from streams.mirror import MirrorStep, Output
+from streams.kafka.outputs import Output
+from streams.mirror import MirrorStep
 from streams.reactor import Reactor, is_stateful, start_decider
 from streams.rules import Rule, RuleSet
 from streams.runs import ActionFn

@@ -67,6 +67,23 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     }
 
 
+def group_consumer(settings: Settings, group: str) -> Consumer:
+    """A consumer-group member that commits only when told to, starts from the beginning
+    when its group has no offsets, sees new topics within a second, and is declared dead
+    10 s after it stops heartbeating (so its partitions move on quickly)."""
+    return Consumer({
+        "bootstrap.servers": settings.bootstrap_servers,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "topic.metadata.refresh.interval.ms": 1000,
+        "session.timeout.ms": 10000,
+        "heartbeat.interval.ms": 1000,
+        **settings.kafka_extra,
+    })
+
+
 class EventLog:
     """Appends envelopes to tenants' events topics and reads them back."""
 

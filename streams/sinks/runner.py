@@ -19,8 +19,6 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
@@ -28,11 +26,11 @@ from streams.avro.codec import score_from_record
 from streams.avro.serde import AvroSerde
 from streams.errors import SchemaError, SinkError, ValidationFailed
 from streams.kafka.delivery import Delivery
-from streams.mirror import Output
+from streams.kafka.log import group_consumer
+from streams.kafka.outputs import Output, dead_letter_output
 from streams.scores import Score
 from streams.settings import Settings
 from streams.sinks.base import Rejected, ScoreSink
-from streams.tenancy import parse_topic, tenant_topics
 
 log = logging.getLogger(__name__)
 
@@ -97,17 +95,7 @@ class SinkRunner:
         self._stopping = asyncio.Event()
         self._replay_floor: dict[tuple[str, int], int] = {}
         self._error: BaseException | None = None
-        self.consumer = Consumer({
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": self.group,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "topic.metadata.refresh.interval.ms": 1000,
-            "session.timeout.ms": 10000,
-            "heartbeat.interval.ms": 1000,
-            **settings.kafka_extra,
-        })
+        self.consumer = group_consumer(settings, self.group)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         try:
@@ -221,16 +209,9 @@ class SinkRunner:
 
     def _dead_letter(self, topic: str, partition: int, offset: int, key: bytes | None,
                      value: bytes | None, reason: str) -> Output:
-        parsed = parse_topic(topic, self.settings.topic_prefix)
-        dl_topic = tenant_topics(parsed[0], self.settings.topic_prefix).deadletter if parsed \
-            else f"{self.settings.topic_prefix}.unrouted.deadletter"
-        record: dict[str, Any] = {
-            "source_topic": topic, "partition": partition, "offset": offset, "key": key,
-            "value": value, "stage": f"sink:{self.cursor or '-'}", "reason": reason[:2000],
-            "time": datetime.now(UTC),
-        }
-        return Output(dl_topic, key, self.serde.encode_dead_letter(record, dl_topic),
-                      [("reason", reason[:200].encode())])
+        return dead_letter_output(self.serde, self.settings.topic_prefix, topic=topic,
+                                  partition=partition, offset=offset, key=key, value=value,
+                                  reason=reason, stage=f"sink:{self.cursor or '-'}")
 
     def _rejected(self, item: Rejected, msg: Message) -> Output:
         return self._dead_letter(msg.topic() or "", msg.partition() or 0, msg.offset() or 0,
