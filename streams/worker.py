@@ -31,6 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.avro.serde import AvroSerde
 from streams.feedback import FeedbackRegistry, registry
+from streams.kafka.admin import TenantAdmin
 from streams.kafka.delivery import Delivery
 from streams.kafka.log import header_value
 from streams.kafka.outputs import Output
@@ -145,13 +146,15 @@ class Worker:
         self.subscribed.add(ctl)
         step, delivery = self.step, self.delivery
 
+        async def mirror_batch(messages: list[Any]) -> None:
+            outputs: list[Output] = []
+            for msg in messages:
+                outputs.extend(self._handle(step, msg))
+            await delivery.deliver(outputs)
+
         async def feedback_mirror(stream: Any) -> None:
             async for events in stream.take_events(batch_size, within=within):
-                outputs: list[Output] = []
-                for event in events:
-                    msg = event.message
-                    outputs.extend(self._handle(step, msg))
-                await delivery.deliver(outputs)
+                await _never_ack_unhandled(mirror_batch, [e.message for e in events])
 
         app.agent(self.channel, name="feedback-mirror")(feedback_mirror)
 
@@ -204,8 +207,19 @@ class Worker:
         names = await asyncio.to_thread(self.events_topics)
         new = [n for n in names if n not in self.subscribed]
         if new:
+            await asyncio.to_thread(self._ensure_rules_topics, new)
             self.add_topics(new)
         return new
+
+    def _ensure_rules_topics(self, events_topics: Sequence[str]) -> None:
+        """Stateful rules forward matches to the tenant's rules topic: make sure it exists."""
+        if self.reactor is None or not any(is_stateful(r) for r in self.rules):
+            return
+        admin = TenantAdmin(self.settings)
+        for name in events_topics:
+            parsed = parse_topic(name, self.settings.topic_prefix)
+            if parsed:
+                admin.ensure_rules_topic(parsed[0])
 
     def add_topics(self, names: Sequence[str]) -> None:
         """Add topics to the mirror's channel and ask Faust to resubscribe."""
@@ -226,6 +240,7 @@ class Worker:
         """Run the worker until SIGTERM or SIGINT (blocking)."""
         initial = self.events_topics()
         if initial:
+            self._ensure_rules_topics(initial)
             self.add_topics(initial)
         decider_stop = None
         if self.reactor is not None and any(is_stateful(r) for r in self.rules):

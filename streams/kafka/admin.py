@@ -87,6 +87,24 @@ class TenantAdmin:
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create tenant {tenant!r}: {exc}") from exc
 
+    def ensure_rules_topic(self, tenant: str) -> str:
+        """Create the tenant's one-partition rules topic if it is missing (tenants created
+        before rules existed have none); returns its name."""
+        topic = tenant_topics(tenant, self.settings.topic_prefix).rules
+        try:
+            for future in self.client.create_topics([NewTopic(
+                    topic, num_partitions=1, replication_factor=self.settings.replication_factor,
+                    config=TOPIC_CONFIGS["rules"])]).values():
+                try:
+                    future.result()
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise
+            self._wait_visible({topic: 1})
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+        return topic
+
     def _wait_visible(self, sizes: dict[str, int]) -> dict[str, int]:
         """Partition counts once every topic is in the metadata with at least its size in
         partitions, each with a leader: a created topic is not usable before that."""

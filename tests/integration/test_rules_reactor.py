@@ -263,3 +263,23 @@ async def test_llm_judge_as_a_rule_action(
         assert chat.requests[0]["temperature"] == 0
         assert chat.requests[0]["model"] == "judge-model"
     assert os.environ.get("STREAMS_LLM_BASE_URL") is None
+
+
+async def test_tenant_without_a_rules_topic_gets_one(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    from streams.tenancy import tenant_topics
+
+    tenant = tenant_factory()
+    rules_topic = tenant_topics(tenant, settings.topic_prefix).rules
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    admin.delete_topics([rules_topic])[rules_topic].result()
+    wait_until(lambda: rules_topic not in admin.list_topics(timeout=10).topics, 30,
+               "the rules topic to go")
+    worker_factory("--rules", RULES, types=TYPES)
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    for _ in range(3):
+        await ws.append(AppEvent(name="t:tick", data={"host": "c"}))
+    await wait_log(ws, lambda es: of(es, RunSucceeded, rule="t:count"), 90, "a firing")
+    assert rules_topic in admin.list_topics(timeout=10).topics
