@@ -1,4 +1,5 @@
-"""The Faust worker: the feedback mirror agent over every tenant's events topic.
+"""The Faust worker: the feedback mirror agent over every tenant's events topic, and, when
+rules are given, the rules reactor agent and the decider of stateful rules (streams.reactor).
 
 Faust's pattern subscriptions subscribe to nothing (faust-streaming issue #62), so the worker
 discovers tenants itself: a timer lists topics through the admin API and adds each new
@@ -6,9 +7,11 @@ tenant's events topic, by name, to the agent's channel. Faust coalesces resubscr
 45 s by default; the worker lowers that to `resubscribe_delay` so a new tenant is picked up
 within seconds.
 
-The agent takes events in batches, hands each to the mirror step, delivers every output, and
-only then asks for the next batch, which is when Faust acks (and later commits) the batch.
-The step never raises for bad input, so Faust never acks an event the agent did not handle.
+Each agent takes events in batches, handles them, delivers every output, and only then asks
+for the next batch, which is when Faust acks (and later commits) the batch. Bad input never
+raises; a batch handler that fails three times ends the process instead of letting Faust ack
+what it did not handle. The app's consumer group is `<prefix>-<cursor>` (default
+`fs-feedback-mirror`); workers of one group share the partitions.
 """
 
 from __future__ import annotations
