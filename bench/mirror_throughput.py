@@ -5,7 +5,7 @@ scores with the same mirror step; the floor has no Faust (confluent-kafka consum
 decode through the registry serde, score mapping, confluent-kafka producer).
 
     eval "$(deploy/stack.sh env)"
-    .venv/bin/python bench/mirror_throughput.py --events 50000
+    .venv/bin/python -m bench.mirror_throughput --events 50000
 
 Rates count feedback events per second, from the first score out to the last (start-up and
 group join excluded, and reported apart).

@@ -5,7 +5,7 @@ of `bench/rules50.py`, and times it from its first event to its last (its stats 
 events). The floor evaluates the same rules in a plain loop over the decoded envelopes.
 
     eval "$(deploy/stack.sh env)"
-    .venv/bin/python bench/rules_throughput.py --events 20000
+    .venv/bin/python -m bench.rules_throughput --events 20000
 """
 
 from __future__ import annotations

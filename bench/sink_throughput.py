@@ -4,7 +4,7 @@ Produces N scores once, then for each batch size runs a SinkRunner with a fresh 
 beginning of the topic until every score is stored, and prints the rate of each.
 
     eval "$(deploy/stack.sh env)"
-    .venv/bin/python bench/sink_throughput.py --scores 30000 --batches 15,50,100
+    .venv/bin/python -m bench.sink_throughput --scores 30000 --batches 15,50,100
 
 The stand-in is a Python HTTP server on loopback that validates and stores every score; a real
 Langfuse adds network latency and its own ingestion limits, so this measures the sink and the
