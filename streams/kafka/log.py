@@ -20,7 +20,7 @@ from confluent_kafka import (
 
 from streams.avro.codec import envelope_from_record
 from streams.avro.serde import AvroSerde
-from streams.errors import KafkaUnavailable, SchemaError
+from streams.errors import KafkaUnavailable, NotFound, SchemaError
 from streams.events import Envelope, Seq
 from streams.settings import Settings
 from streams.tenancy import tenant_topics
@@ -91,10 +91,29 @@ class EventLog:
         self.settings = settings
         self.serde = serde
         self._producer = Producer(producer_config(settings))
+        self._known: set[str] = set()
+
+    def _check_topic(self, topic: str) -> None:
+        # Topics are never created on demand: without this check a write to a tenant that
+        # does not exist would wait for the producer's message timeout.
+        if topic in self._known:
+            return
+        started = time.monotonic()
+        while True:
+            info = self._producer.list_topics(topic, timeout=10.0).topics.get(topic)
+            if info is not None and info.error is None:
+                self._known.add(topic)
+                return
+            if time.monotonic() - started > MISSING_TOPIC_GRACE:
+                raise missing_topic(topic)
+            time.sleep(0.2)
 
     async def append(self, envelope: Envelope) -> Seq:
-        """Write one envelope, keyed by its chain, and return where it landed once acked."""
+        """Write one envelope, keyed by its chain, and return where it landed once acked.
+        NotFound if the tenant does not exist."""
         topic = tenant_topics(envelope.tenant, self.settings.topic_prefix).events
+        if topic not in self._known:
+            await asyncio.to_thread(self._check_topic, topic)
         value = self.serde.encode_envelope(envelope, topic)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Seq] = loop.create_future()
@@ -130,18 +149,32 @@ def _settle(future: asyncio.Future[Seq], outcome: Any) -> None:
         future.set_result(outcome)
 
 
-def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0) -> dict[int, tuple[int, int]]:
+MISSING_TOPIC_GRACE = 2.0
+
+
+def missing_topic(topic: str) -> NotFound:
+    """The error for a tenant topic that does not exist."""
+    return NotFound(f"topic {topic} does not exist: create the tenant first "
+                    f"(streams tenant create)")
+
+
+def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
+               ) -> dict[int, tuple[int, int]]:
     """(low, high) offsets of every partition of a topic.
 
     A topic created a moment ago may not have leaders yet; retriable errors are retried
-    until `timeout`.
+    until `timeout`. A topic the broker does not know for `MISSING_TOPIC_GRACE` seconds
+    raises NotFound.
     """
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         try:
             meta = consumer.list_topics(topic, timeout=10.0)
             info = meta.topics.get(topic)
             if info is None or info.error is not None:
+                if time.monotonic() - started > MISSING_TOPIC_GRACE:
+                    raise missing_topic(topic)
                 raise KafkaUnavailable(f"topic {topic} does not exist")
             return {
                 p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10.0)

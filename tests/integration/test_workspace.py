@@ -108,3 +108,12 @@ async def test_sees_runs_written_by_another_process(
     recorded = await ada.give_feedback(TriageQuality(correct=True, severity="low"),
                                        on=RunTarget(run_id="run_1"))
     assert recorded.seq.offset >= 0
+
+
+async def test_unknown_tenant_is_not_found(client_factory: Callable[..., Any]) -> None:
+    ws = client_factory().workspace("never-created", "prod", actor=UserActor(id="ada"))
+    with pytest.raises(NotFound, match="create the tenant first"):
+        await ws.append(AppEvent(name="ops:error_spike"))
+    with pytest.raises(NotFound, match="create the tenant first"):
+        await ws.give_feedback(TriageQuality(correct=True, severity="low"),
+                               on=RunTarget(run_id="run_1"))
