@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import metrics, trace
 from pydantic import BaseModel
 
 from streams.actors import Actor, SystemActor
@@ -26,6 +27,24 @@ from streams.settings import Settings
 from streams.targets import ChainTarget, FiringTarget, RunTarget
 from streams.tenancy import check_tenant, tenant_topics
 from streams.view import Located, LogIndex, not_found
+
+_feedback_counter = metrics.get_meter("streams").create_counter(
+    "streams.feedback", description="feedback given, by tenant, type and participant")
+
+
+def _tracer() -> trace.Tracer:
+    # Looked up per call, so a tracer provider configured after import is used.
+    return trace.get_tracer("streams")
+
+
+def _current_trace() -> TraceContext | None:
+    """The active span's context as W3C trace context, when a span is recording."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    flags = f"{int(context.trace_flags):02x}"
+    return TraceContext(traceparent=f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags}",
+                        tracestate=context.trace_state.to_header() or None)
 
 
 @dataclass(frozen=True)
@@ -176,18 +195,28 @@ class Workspace:
         """
         feedback = validate_feedback(value, feedback_type, self.client.types)
         cls = type(feedback)
-        if on.kind not in cls.feedback_targets:
-            raise ValidationFailed(
-                f"{cls.feedback_name} feedback cannot be given on a {on.kind}; it targets "
-                f"{sorted(cls.feedback_targets)}"
+        attributes = {"streams.tenant": self.tenant, "streams.workspace": self.workspace,
+                      "streams.feedback_type": cls.feedback_name,
+                      "streams.target_kind": on.kind,
+                      "streams.participant": self.actor.participant}
+        with _tracer().start_as_current_span(f"streams.feedback {cls.feedback_name}",
+                                             attributes=attributes) as span:
+            if on.kind not in cls.feedback_targets:
+                raise ValidationFailed(
+                    f"{cls.feedback_name} feedback cannot be given on a {on.kind}; it "
+                    f"targets {sorted(cls.feedback_targets)}"
+                )
+            where = await self.locate(on)
+            event = FeedbackGiven(
+                feedback_type=cls.feedback_name, target=on, target_trace_id=where.trace_id,
+                value=value_record(feedback),
             )
-        where = await self.locate(on)
-        event = FeedbackGiven(
-            feedback_type=cls.feedback_name, target=on, target_trace_id=where.trace_id,
-            value=value_record(feedback),
-        )
-        return await self.append(event, correlation_id=where.correlation_id,
-                                 causation_id=where.event_id)
+            recorded = await self.append(event, correlation_id=where.correlation_id,
+                                         causation_id=where.event_id, trace=_current_trace())
+            span.set_attribute("streams.seq", str(recorded.seq))
+            span.set_attribute("streams.event_id", recorded.id)
+        _feedback_counter.add(1, attributes)
+        return recorded
 
     async def read(self) -> list[Envelope]:
         """This workspace's envelopes, in log order per partition, up to the log's end."""

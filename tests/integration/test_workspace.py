@@ -117,3 +117,29 @@ async def test_unknown_tenant_is_not_found(client_factory: Callable[..., Any]) -
     with pytest.raises(NotFound, match="create the tenant first"):
         await ws.give_feedback(TriageQuality(correct=True, severity="low"),
                                on=RunTarget(run_id="run_1"))
+
+
+async def test_feedback_is_traced_and_carries_its_trace_context(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    await _incident(ws)
+    recorded = await ws.give_feedback(TriageQuality(correct=True, severity="low"),
+                                      on=RunTarget(run_id="run_1"))
+    [span] = [s for s in exporter.get_finished_spans()
+              if s.name == "streams.feedback triage_quality"]
+    assert span.attributes is not None
+    assert span.attributes["streams.participant"] == "user:ada"
+    assert span.attributes["streams.event_id"] == recorded.id
+    assert recorded.envelope.trace is not None
+    assert recorded.envelope.trace.trace_id == f"{span.context.trace_id:032x}"
