@@ -45,9 +45,10 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from http.server import BaseHTTPRequestHandler
+from typing import Any, cast
+
+from streams.testing._loopback import LoopbackServer, LoopbackService
 
 __all__ = ["ChatReply", "ChatStandIn", "RecordedRequest", "Responder"]
 
@@ -137,16 +138,8 @@ def _words(text: object) -> int:
     return 0
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], standin: ChatStandIn) -> None:
-        super().__init__(address, _Handler)
-        self.standin = standin
-
-
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: LoopbackServer
     protocol_version = "HTTP/1.1"
 
     def do_POST(self) -> None:
@@ -159,12 +152,13 @@ class _Handler(BaseHTTPRequestHandler):
         return  # quiet: tests read the recorded requests instead
 
     def _dispatch(self) -> None:
+        standin = cast(ChatStandIn, self.server.standin)
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length > 0 else b""
-        status, headers, body, delay = self.server.standin._handle(
+        status, headers, body, delay = standin._handle(
             self.command, self.path, dict(self.headers.items()), raw
         )
-        if delay > 0 and self.server.standin._stopping.wait(delay):
+        if delay > 0 and standin.stopping.wait(delay):
             self.close_connection = True
             return  # stopping: drop the answer
         try:
@@ -178,12 +172,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client gave up (e.g. it timed out)
 
 
-class ChatStandIn:
+class ChatStandIn(LoopbackService):
     """A loopback OpenAI-compatible chat completions server for tests (not a model).
 
     See the module docstring for what it answers. Use it as a context manager or call
     ``start()``/``stop()``. Scripting and inspection are thread-safe and work while it runs.
     """
+
+    handler = _Handler
+    thread_name = "chat-standin"
 
     def __init__(
         self,
@@ -198,61 +195,11 @@ class ChatStandIn:
         ``responder`` answers when the queue is empty. With ``api_key``, requests must carry
         ``Authorization: Bearer <api_key>``.
         """
+        super().__init__(host, port, threading.Lock())
         self._responder = responder
         self._api_key = api_key
-        self._host = host
-        self._port = port
-        self._lock = threading.Lock()
         self._queue: deque[ChatReply] = deque()
         self._log: list[RecordedRequest] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def start(self) -> Self:
-        """Bind and serve on a background thread; returns ``self``."""
-        with self._lock:
-            if self._server is not None:
-                return self
-            self._stopping.clear()
-            server = _Server((self._host, self._port), self)
-            self._port = int(server.server_address[1])
-            self._server = server
-            self._thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name=f"chat-standin-{self._port}",
-                daemon=True,
-            )
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving (delayed answers are dropped); scripts and records are kept."""
-        with self._lock:
-            server, thread = self._server, self._thread
-            self._server, self._thread = None, None
-        self._stopping.set()
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        """Start the server."""
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        self.stop()
 
     @property
     def url(self) -> str:

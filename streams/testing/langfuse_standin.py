@@ -106,10 +106,11 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Final, Self, cast
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Final, cast
 from urllib.parse import parse_qs, urlsplit
+
+from streams.testing._loopback import LoopbackServer, LoopbackService
 
 __all__ = [
     "CONFIG_DATA_TYPES",
@@ -327,14 +328,6 @@ def _check_config_shape(config: Mapping[str, Any]) -> None:
         raise _Invalid("TEXT configs take neither categories nor minValue/maxValue")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], standin: LangfuseStandIn) -> None:
-        super().__init__(address, _Handler)
-        self.standin = standin
-
-
 class _Handler(BaseHTTPRequestHandler):
     """Reads one request, lets the stand-in answer it, writes the answer (one per connection)."""
 
@@ -360,7 +353,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Keep test output quiet."""
 
     def _dispatch(self) -> None:
-        standin = cast(_Server, self.server).standin
+        standin = cast(LangfuseStandIn, cast(LoopbackServer, self.server).standin)
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
@@ -382,7 +375,7 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the client gave up (e.g. timed out during set_delay)
 
 
-class LangfuseStandIn:
+class LangfuseStandIn(LoopbackService):
     """A loopback HTTP server playing Langfuse's public score API for tests (not Langfuse).
 
     See the module docstring for the endpoints and the Langfuse rules it enforces. Use it as a
@@ -390,6 +383,9 @@ class LangfuseStandIn:
     are what a ``Langfuse(...)`` client needs. After ``stop()``, ``start()`` binds the same
     port again, so ``url`` does not change.
     """
+
+    handler = _Handler
+    thread_name = "langfuse-standin"
 
     def __init__(
         self,
@@ -407,16 +403,12 @@ class LangfuseStandIn:
         ``public_key`` defaults to a key unique to this instance, because the SDK keeps one
         resource manager per public key for the whole process.
         """
+        super().__init__(host, port, threading.RLock())
         self._public_key = public_key or f"pk-lf-standin-{uuid.uuid4().hex[:12]}"
         self._secret_key = secret_key
-        self._host = host
-        self._port = port
         self._project_id = project_id
         self._version = version
         self._strict_score_names = strict_score_names
-        self._lock = threading.RLock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
         self._scores: dict[tuple[str, str, date], dict[str, Any]] = {}
         self._configs: dict[str, dict[str, Any]] = {}
         self._config_seq: dict[str, int] = {}
@@ -424,49 +416,6 @@ class LangfuseStandIn:
         self._requests = 0
         self._log: list[RecordedRequest] = []
         self._faults = _Faults()
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def start(self) -> Self:
-        """Bind and serve on a background thread; returns ``self``."""
-        with self._lock:
-            if self._server is not None:
-                return self
-            server = _Server((self._host, self._port), self)
-            self._port = server.server_address[1]
-            self._server = server
-            self._thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name=f"langfuse-standin-{self._port}",
-                daemon=True,
-            )
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket; stored data and settings are kept."""
-        with self._lock:
-            server, thread = self._server, self._thread
-            self._server, self._thread = None, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        """Start the server."""
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        self.stop()
 
     # -- connection details ----------------------------------------------------------------
 
