@@ -92,8 +92,10 @@ async def test_wrong_triage_escalates(
                            on=RunTarget(run_id=run_id))
     await ws.give_feedback(TriageQuality(correct=False, severity="critical"),
                            on=RunTarget(run_id=run_id))
-    log = await wait_log(ws, lambda es: any(e.event_type == "oncall:escalated" for e in es),
-                         90, "the escalation")
+    # The action emits oncall:escalated during its run; run_succeeded follows when it returns.
+    log = await wait_log(ws, lambda es: any(e.event_type == "oncall:escalated" for e in es)
+                         and of(es, RunSucceeded, rule="ops:wrong-triage"), 90,
+                         "the escalation run")
     escalations = of(log, RunStarted, rule="ops:wrong-triage")
     assert len(escalations) == 1  # the correct=True feedback did not escalate
     escalation_run = escalations[0]
