@@ -97,8 +97,8 @@ async def test_unknown_types_skipped_and_bad_records_dead_lettered(
             assert record["reason"]
         assert {r["value"] for _m, r in dead} == {b"not avro at all",
                                                   b"\x00\x00\x00\xff\xffgarbage"}
-        stats = wait_until(lambda: (s := _last_stats(worker)) and s["feedback"] >= 2 and s,
-                           30, "worker stats")
+        stats = wait_until(lambda: (s := _last_stats(worker)) and s["feedback"] >= 2
+                           and s["dead_letters"] >= 2 and s, 30, "worker stats")
         assert stats["skipped_unknown_type"] == 1
         assert stats["dead_letters"] == 2
         assert stats["per_tenant"][tenant]["skipped"] == 1
