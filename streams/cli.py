@@ -170,8 +170,9 @@ def _langfuse_client() -> Any:
 @sink_app.command("langfuse")
 def sink_langfuse(
     types: TypesOption = None,
-    cursor: Annotated[str | None, typer.Option(
-        help="Cursor (consumer group) name; --no-cursor keeps none.")] = "langfuse",
+    cursor: Annotated[str, typer.Option(help="Cursor (consumer group) name.")] = "langfuse",
+    no_cursor: Annotated[bool, typer.Option(
+        "--no-cursor", help="Keep no cursor: commit nothing, read from the beginning.")] = False,
     replay: Annotated[bool, typer.Option(help="Read from the beginning; the cursor stays "
                                          "until the replay passes it.")] = False,
     batch_size: Annotated[int, typer.Option(help="Scores per batch.")] = 100,
@@ -204,7 +205,8 @@ def sink_langfuse(
                 raise typer.Exit(2) from exc
             if created:
                 console.print(f"created score configs: {', '.join(created)}")
-        runner = SinkRunner(Settings.from_env(), sink, cursor=cursor or None, replay=replay,
+        runner = SinkRunner(Settings.from_env(), sink, cursor=None if no_cursor else cursor,
+                            replay=replay,
                             batch_size=batch_size)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
