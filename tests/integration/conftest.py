@@ -1,7 +1,79 @@
+"""Integration fixtures: the Langfuse stand-in and sink processes (the broker, tenants,
+clients and workers come from tests/conftest.py)."""
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 import pytest
+
+from streams.settings import Settings
+from streams.testing.langfuse_standin import LangfuseStandIn
+from tests.conftest import REPO
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/integration/" in str(item.path):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def standin_factory() -> Iterator[Callable[[], LangfuseStandIn]]:
+    made: list[LangfuseStandIn] = []
+
+    def make() -> LangfuseStandIn:
+        server = LangfuseStandIn().start()
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+class SinkProcess:
+    def __init__(self, settings: Settings, standin: LangfuseStandIn, log: Path,
+                 *args: str) -> None:
+        self.env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+                    "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
+                    "STREAMS_TOPIC_PREFIX": settings.topic_prefix,
+                    "LANGFUSE_HOST": standin.url, "LANGFUSE_PUBLIC_KEY": standin.public_key,
+                    "LANGFUSE_SECRET_KEY": standin.secret_key,
+                    "STREAMS_FEEDBACK_MODULES": "streams.examples.ops"}
+        self.args = args
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "SinkProcess":
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", "sink", "langfuse", *self.args],
+            env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def sink_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., SinkProcess]]:
+    made: list[SinkProcess] = []
+
+    def make(standin: LangfuseStandIn, *args: str) -> SinkProcess:
+        proc = SinkProcess(settings, standin, tmp_path / f"sink{len(made)}.log", *args)
+        made.append(proc)
+        return proc.start()
+
+    yield make
+    for proc in made:
+        proc.stop()
+
+

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from streams.sinks.runner import SinkRunner, cursor_group
 from streams.tenancy import tenant_topics
 from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import REPO, wait_until
+from tests.integration.conftest import SinkProcess
 
 FEEDBACK = 400
 SCORES = FEEDBACK * 3
@@ -58,20 +59,6 @@ def produce_scores(settings: Settings, tenant: str, scores: list[Score]) -> None
     assert producer.flush(30) == 0
 
 
-@pytest.fixture
-def standin_factory() -> Iterator[Callable[[], LangfuseStandIn]]:
-    made: list[LangfuseStandIn] = []
-
-    def make() -> LangfuseStandIn:
-        server = LangfuseStandIn().start()
-        made.append(server)
-        return server
-
-    yield make
-    for server in made:
-        server.stop()
-
-
 def client_for(standin: LangfuseStandIn) -> Langfuse:
     return Langfuse(public_key=standin.public_key, secret_key=standin.secret_key,
                     host=standin.url, tracing_enabled=False)
@@ -93,49 +80,6 @@ def committed(settings: Settings, cursor: str) -> dict[tuple[str, int], int]:
         return {}
     return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
             if tp.offset >= 0}
-
-
-class SinkProcess:
-    def __init__(self, settings: Settings, standin: LangfuseStandIn, log: Path,
-                 *args: str) -> None:
-        self.env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-                    "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-                    "STREAMS_TOPIC_PREFIX": settings.topic_prefix,
-                    "LANGFUSE_HOST": standin.url, "LANGFUSE_PUBLIC_KEY": standin.public_key,
-                    "LANGFUSE_SECRET_KEY": standin.secret_key,
-                    "STREAMS_FEEDBACK_MODULES": "streams.examples.ops"}
-        self.args = args
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> "SinkProcess":
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams", "sink", "langfuse", *self.args],
-            env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO)
-        return self
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-@pytest.fixture
-def sink_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., SinkProcess]]:
-    made: list[SinkProcess] = []
-
-    def make(standin: LangfuseStandIn, *args: str) -> SinkProcess:
-        proc = SinkProcess(settings, standin, tmp_path / f"sink{len(made)}.log", *args)
-        made.append(proc)
-        return proc.start()
-
-    yield make
-    for proc in made:
-        proc.stop()
 
 
 def test_sigkill_mid_stream_loses_and_duplicates_nothing(

@@ -1,0 +1,58 @@
+"""Feedback to Langfuse: a worker mirrors feedback into scores, a sink carries them into the
+Langfuse stand-in (an HTTP server applying Langfuse's rules; not Langfuse)."""
+
+from collections.abc import Callable
+from typing import Any
+
+from streams.actors import EvaluatorActor, UserActor
+from streams.events import AppEvent, RunStarted, TraceContext
+from streams.examples.ops import Resolution, TriageQuality
+from streams.targets import ChainTarget, RunTarget
+from streams.testing.langfuse_standin import LangfuseStandIn
+from tests.conftest import WorkerProcess, wait_until
+from tests.integration.conftest import SinkProcess
+
+TRACE = TraceContext(traceparent=f"00-{'4b' * 16}-{'1c' * 8}-01")
+
+
+async def test_feedback_reaches_langfuse_on_its_trace_or_session(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+    standin_factory: Callable[[], LangfuseStandIn],
+    sink_factory: Callable[..., SinkProcess],
+) -> None:
+    tenant = tenant_factory()
+    standin = standin_factory()
+    worker_factory()
+    sink_factory(standin, "--cursor", "langfuse")
+    ada = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    spike = await ada.append(AppEvent(name="ops:error_spike"), trace=TRACE)
+    await ada.append(RunStarted(run_id="run_1", rule="ops:error-spike", action="triage",
+                                firing_id="fir_1"),
+                     correlation_id=spike.id, causation_id=spike.id, trace=TRACE)
+    on_run = await ada.give_feedback(TriageQuality(correct=False, severity="critical",
+                                                   note="missed the deploy"),
+                                     on=RunTarget(run_id="run_1"))
+    judge = ada.as_actor(EvaluatorActor(name="triage-judge", version="2"))
+    on_chain = await judge.give_feedback(Resolution(resolved=True, minutes_to_mitigate=30),
+                                         on=ChainTarget(correlation_id=spike.id))
+
+    wait_until(lambda: len(standin.scores()) >= 5, 120, "five scores in the stand-in")
+    scores = {s["name"]: s for s in standin.scores()}
+    assert sorted(scores) == ["resolution.minutes_to_mitigate", "resolution.resolved",
+                              "triage_quality.correct", "triage_quality.note",
+                              "triage_quality.severity"]
+    correct = scores["triage_quality.correct"]
+    assert correct["traceId"] == "4b" * 16  # the run's trace
+    assert correct["dataType"] == "BOOLEAN" and correct["value"] == 0
+    assert correct["metadata"]["participant"] == "user:ada"
+    assert correct["metadata"]["feedback_event_id"] == on_run.id
+    assert scores["triage_quality.severity"]["stringValue"] == "critical"
+    assert scores["triage_quality.note"]["stringValue"] == "missed the deploy"
+    resolved = scores["resolution.resolved"]
+    assert resolved["traceId"] == "4b" * 16  # the chain's first event had the trace
+    assert resolved["metadata"]["participant"] == "evaluator:triage-judge@2"
+    assert resolved["metadata"]["feedback_event_id"] == on_chain.id
+    minutes = scores["resolution.minutes_to_mitigate"]
+    assert minutes["value"] == 30 and minutes["dataType"] == "NUMERIC"
+    assert {c["name"] for c in standin.score_configs()} >= set(scores)
