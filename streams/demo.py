@@ -39,6 +39,7 @@ from streams.scores import scores_of
 from streams.settings import Settings
 from streams.targets import ChainTarget, FiringTarget, RunTarget
 from streams.tenancy import tenant_topics
+from streams.testing.langfuse_standin import LangfuseStandIn
 from streams.workspace import StreamsClient, Workspace
 
 PEOPLE = ("ada", "grace", "linus")
@@ -101,11 +102,20 @@ def _ends(consumer: Consumer, topic: str) -> int:
     return sum(high for _low, high in watermarks(consumer, topic).values())
 
 
+def _langfuse_counts(standin: LangfuseStandIn, workspace: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for score in standin.scores():
+        meta = score.get("metadata") or {}
+        if meta.get("workspace") == workspace:
+            counts[meta.get("tenant", "?")] = counts.get(meta.get("tenant", "?"), 0) + 1
+    return counts
+
+
 def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
-           started: float) -> tuple[Table, bool]:
+           started: float, langfuse: dict[str, int]) -> tuple[Table, bool]:
     table = Table(title=f"feedback-streams demo ({time.monotonic() - started:.0f}s)")
     for column in ("tenant", "events", "firings", "runs", "failed", "escal.",
-                   "feedback p/j", "scores", "expected", "dead"):
+                   "feedback p/j", "scores", "expected", "langfuse", "dead"):
         table.add_column(column, justify="left" if column == "tenant" else "right")
     done = True
     for tenant, view in views.items():
@@ -118,12 +128,14 @@ def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
         expected = view.expected_scores()
         settled = view.count(RunStarted) == view.count(RunSucceeded) + \
             view.count(RunDeadLettered)
-        done = done and view.people_done and settled and expected > 0 and scores >= expected
+        in_langfuse = langfuse.get(tenant, 0)
+        done = done and view.people_done and settled and expected > 0 and \
+            scores >= expected and in_langfuse >= expected
         table.add_row(
             tenant, str(events), str(view.count(RuleFired)), str(view.count(RunSucceeded)),
             str(view.count(RunDeadLettered)), str(view.count(RunSucceeded, action="escalate")),
             f"{len(feedback) - judge}/{judge}", f"[green]{scores}[/green]", str(expected),
-            str(dead))
+            f"[green]{in_langfuse}[/green]", str(dead))
     return table, done
 
 
@@ -137,7 +149,8 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
         console.print(f"tenant [bold]{tenant}[/bold]: {', '.join(info.topics.all())}")
     console.print("columns: events in; rule firings; runs succeeded; runs dead-lettered; "
                   "escalations; feedback by people/judge; scores out; scores expected from "
-                  "the feedback; dead letters")
+                  "the feedback; scores in Langfuse (a local stand-in, not Langfuse); "
+                  "dead letters")
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
                          "group.id": new_id("demo-watch")})
     views = {t: TenantView() for t in tenants}
@@ -148,13 +161,20 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
            "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
            "STREAMS_TOPIC_PREFIX": settings.topic_prefix}
-    # The worker's log goes to a file: an undrained pipe would block it once full.
+    # Logs go to files: an undrained pipe would block a process once full.
     log_path = os.path.join(tempfile.gettempdir(), f"streams-demo-worker-{os.getpid()}.log")
-    log_file = open(log_path, "wb")  # noqa: SIM115 - closed in the finally below
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops",
-         "--rules", "streams.examples.ops_rules"],
-        env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    worker = _spawn(["worker", "--types", "streams.examples.ops",
+                     "--rules", "streams.examples.ops_rules"], env, log_path)
+    # Langfuse cannot run here; a stand-in applying its rules receives the scores.
+    standin = LangfuseStandIn().start()
+    sink_log = os.path.join(tempfile.gettempdir(), f"streams-demo-sink-{os.getpid()}.log")
+    sink = _spawn(["sink", "langfuse", "--types", "streams.examples.ops",
+                   "--cursor", f"demo-{os.getpid()}"],
+                  {**env, "LANGFUSE_HOST": standin.url,
+                   "LANGFUSE_PUBLIC_KEY": standin.public_key,
+                   "LANGFUSE_SECRET_KEY": standin.secret_key}, sink_log)
+    console.print(f"Langfuse sink started (pid {sink.pid}) into the Langfuse stand-in at "
+                  f"{standin.url}")
     console.print(f"worker started (pid {worker.pid}) with the ops rules: error spikes start "
                   f"triage runs, a judge reviews them (at most 20 an hour), wrong triages "
                   f"escalate; {chains} incidents per tenant (the judge's budget is per tenant "
@@ -181,7 +201,8 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
             producer = _Background(produce)
             settled_at: float | None = None
             while time.monotonic() - started < timeout:
-                table, done = _table(settings, consumer, views, started)
+                table, done = _table(settings, consumer, views, started,
+                                     _langfuse_counts(standin, workspace))
                 live.update(table)
                 if producer.error is not None:
                     raise producer.error
@@ -191,35 +212,52 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                 if settled_at is not None and time.monotonic() - settled_at > 2.0:
                     ok = True
                     break
-                if worker.poll() is not None:
+                if worker.poll() is not None or sink.poll() is not None:
                     break
                 time.sleep(0.5)
         console.print()
-        if worker.poll() is not None:
-            with open(log_path, errors="replace") as log:
+        crashed = [(n, p, f) for n, p, f in (("worker", worker, log_path),
+                                             ("sink", sink, sink_log)) if p.poll() is not None]
+        for name, proc, path in crashed:
+            with open(path, errors="replace") as log:
                 tail = log.read()[-3000:]
-            console.print(f"[red]worker exited early ({worker.returncode}):[/red]\n{tail}")
+            console.print(f"[red]{name} exited early ({proc.returncode}):[/red]\n{tail}")
+        if crashed:
             ok = False
         elif not ok:
             console.print(f"[red]not every score arrived within {timeout:.0f}s[/red]")
         else:
-            console.print(f"[green]every expected score arrived in "
-                          f"{time.monotonic() - started:.1f}s[/green]")
+            console.print(f"[green]every expected score arrived, on the scores topic and in "
+                          f"the Langfuse stand-in, in {time.monotonic() - started:.1f}s"
+                          f"[/green]")
     finally:
         finished.set()
         producer.thread.join(timeout=10)
         client.close()
         consumer.close()
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
-        log_file.close()
-        console.print(f"worker stopped (exit {worker.returncode}); its log: {log_path}")
+        for name, proc, path in (("sink", sink, sink_log), ("worker", worker, log_path)):
+            _stop(proc)
+            console.print(f"{name} stopped (exit {proc.returncode}); its log: {path}")
+        standin.stop()
     return ok
+
+
+def _spawn(args: list[str], env: dict[str, str], log_path: str) -> subprocess.Popen[bytes]:
+    """Start `python -m streams ARGS` with its output in `log_path`."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "streams", *args], env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class _Background:
