@@ -13,6 +13,8 @@ from streams.errors import (
     StreamsError,
     ValidationFailed,
 )
+from streams.evaluation import EvaluatorAction, chain_events, run_record
+from streams.evaluators import Evaluator, Fallback, FunctionEvaluator, HandOff, Verdict
 from streams.events import (
     AppEvent,
     Envelope,
@@ -27,6 +29,8 @@ from streams.events import (
     TraceContext,
 )
 from streams.feedback import Feedback, FeedbackRegistry, registry
+from streams.rules import F, RetryPolicy, Rule, RuleEngine, on, run
+from streams.runs import Reaction
 from streams.scores import Score, ScoreConfig, ScoreConfigs, score_configs, scores_of
 from streams.settings import Settings
 from streams.targets import ChainTarget, FiringTarget, RunTarget
@@ -37,14 +41,24 @@ __all__ = [
     "AppEvent",
     "ChainTarget",
     "Envelope",
+    "Evaluator",
+    "EvaluatorAction",
     "EvaluatorActor",
+    "F",
+    "Fallback",
     "Feedback",
     "FeedbackGiven",
     "FeedbackRegistry",
     "FiringTarget",
+    "FunctionEvaluator",
+    "HandOff",
     "KafkaUnavailable",
     "NotFound",
+    "Reaction",
     "Recorded",
+    "RetryPolicy",
+    "Rule",
+    "RuleEngine",
     "RuleFired",
     "RunDeadLettered",
     "RunFailed",
@@ -66,8 +80,13 @@ __all__ = [
     "TraceContext",
     "UserActor",
     "ValidationFailed",
+    "Verdict",
     "Workspace",
+    "chain_events",
+    "on",
     "registry",
+    "run",
+    "run_record",
     "score_configs",
     "scores_of",
 ]

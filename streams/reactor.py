@@ -126,7 +126,7 @@ class Reactor:
             event_type = header_value(msg.headers, "event_type")
             if not self._any_type and event_type is not None and event_type not in self._wanted:
                 continue
-            envelope = self._decode(msg.value, msg.topic, msg.partition, msg.offset)
+            envelope = self.decode(msg.value, msg.topic, msg.partition, msg.offset)
             if envelope is None:
                 continue
             if isinstance(envelope.event, RunStarted) and envelope.event.attempt == 1 \
@@ -137,8 +137,9 @@ class Reactor:
         if runs:
             await asyncio.gather(*(self.execute(r) for r in runs))
 
-    def _decode(self, value: bytes | None, topic: str, partition: int,
-                offset: int) -> Envelope | None:
+    def decode(self, value: bytes | None, topic: str, partition: int,
+               offset: int) -> Envelope | None:
+        """The envelope of a record, or None (counted) if it cannot be decoded."""
         try:
             record = self.serde.decode(value or b"", topic)
             return envelope_from_record(record, Seq(partition=partition, offset=offset))
@@ -309,7 +310,7 @@ class Decider:
         rule = self.reactor.rules.get((header_value(msg.headers(), HEADER_RULE) or b"").decode())
         if rule is None:
             return None, []  # a rule this worker no longer has
-        envelope = self.reactor._decode(msg.value(), msg.topic() or "", msg.partition() or 0,
+        envelope = self.reactor.decode(msg.value(), msg.topic() or "", msg.partition() or 0,
                                         msg.offset() or 0)
         if envelope is None:
             return None, []
