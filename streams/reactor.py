@@ -104,6 +104,9 @@ class Reactor:
         # Rules by the event type they watch, so an event is checked only against its own.
         self._by_type: dict[str, list[Rule]] = {}
         self._any_app_event: list[Rule] = []
+        # Each rule alone, for the engine: built once, not per event.
+        self.alone = {rule.name: RuleSet([rule]) for rule in rules}
+        self._stateful = {rule.name for rule in rules if is_stateful(rule)}
         for rule in rules:
             source = rule.when.source
             if source is AppEvent:
@@ -111,7 +114,6 @@ class Reactor:
             else:
                 name = source if isinstance(source, str) else source.event_type
                 self._by_type.setdefault(name, []).append(rule)
-        self._any_type = bool(self._any_app_event)
         self._wanted = {t.encode() for t in self._by_type} | {b"run_started"}
 
     # -- the agent's side --------------------------------------------------------------
@@ -124,7 +126,8 @@ class Reactor:
         for msg in messages:
             self.stats.events += 1
             event_type = header_value(msg.headers, "event_type")
-            if not self._any_type and event_type is not None and event_type not in self._wanted:
+            if not self._any_app_event and event_type is not None \
+                    and event_type not in self._wanted:
                 continue
             envelope = self.decode(msg.value, msg.topic, msg.partition, msg.offset)
             if envelope is None:
@@ -154,22 +157,26 @@ class Reactor:
         if self._any_app_event and isinstance(envelope.event, AppEvent):
             candidates = candidates + self._any_app_event
         for rule in candidates:
+            stateful = rule.name in self._stateful
             try:
-                if not rule.matches(envelope):
-                    continue
+                # A stateless rule's decision is its match, made by the engine itself.
+                decisions = [] if stateful else evaluate(self.alone[rule.name], envelope,
+                                                         RuleState())
+                matched = rule.matches(envelope) if stateful else bool(decisions)
             except Exception:  # a rule's own predicate failed: that rule does not match
                 log.exception("rule %s raised on %s", rule.name, envelope.event_id)
                 continue
+            if not matched:
+                continue
             self.stats.matched += 1
-            if is_stateful(rule):
+            if stateful:
                 self.stats.forwarded += 1
                 rules_topic = tenant_topics(envelope.tenant, self.settings.topic_prefix).rules
                 out.append(Output(rules_topic, rule.name.encode(), raw or b"",
                                   [(HEADER_RULE, rule.name.encode()),
                                    ("event_type", envelope.event_type.encode())]))
-            else:
-                for decision in evaluate([rule], envelope, RuleState()):
-                    out += self.decision_outputs(decision, envelope)
+            for decision in decisions:
+                out += self.decision_outputs(decision, envelope)
         return out
 
     def decision_outputs(self, decision: Fire | Throttled, cause: Envelope) -> list[Output]:
@@ -314,7 +321,7 @@ class Decider:
                                         msg.offset() or 0)
         if envelope is None:
             return None, []
-        return envelope, list(evaluate([rule], envelope, state))
+        return envelope, list(evaluate(self.reactor.alone[rule.name], envelope, state))
 
     def run(self, stop: threading.Event) -> None:
         """Decide until `stop` is set (blocking; the worker runs it in a thread)."""

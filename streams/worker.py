@@ -43,7 +43,7 @@ from streams.reactor import Reactor, is_stateful, start_decider
 from streams.rules import Rule, RuleSet
 from streams.runs import ActionFn
 from streams.settings import Settings
-from streams.tenancy import parse_topic
+from streams.tenancy import parse_topic, tenant_topics
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,8 @@ class Worker:
         self.serde = AvroSerde(self.settings.schema_registry_url, types=self.types)
         self.step = MirrorStep(self.serde, prefix=self.settings.topic_prefix, types=self.types)
         self.delivery = Delivery(self.settings)
-        self.admin = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers})
+        self.tenant_admin = TenantAdmin(self.settings)
+        self.admin = self.tenant_admin.client
         self.subscribed: set[str] = set()
         self.discovered_at: dict[str, float] = {}
         missing = sorted({r.then.name for r in self.rules} - set(self.actions))
@@ -199,11 +200,8 @@ class Worker:
 
     def events_topics(self) -> list[str]:
         """The tenants' events topics that exist now."""
-        meta = self.admin.list_topics(timeout=10.0)
-        return sorted(
-            name for name in meta.topics
-            if (parsed := parse_topic(name, self.settings.topic_prefix)) and parsed[1] == "events"
-        )
+        prefix = self.settings.topic_prefix
+        return [tenant_topics(t, prefix).events for t in self.tenant_admin.tenants()]
 
     async def discover(self) -> list[str]:
         """Subscribe to tenants' events topics that appeared since the last look."""
@@ -218,11 +216,10 @@ class Worker:
         """Stateful rules forward matches to the tenant's rules topic: make sure it exists."""
         if self.reactor is None or not any(is_stateful(r) for r in self.rules):
             return
-        admin = TenantAdmin(self.settings)
         for name in events_topics:
             parsed = parse_topic(name, self.settings.topic_prefix)
             if parsed:
-                admin.ensure_rules_topic(parsed[0])
+                self.tenant_admin.ensure_rules_topic(parsed[0])
 
     def add_topics(self, names: Sequence[str]) -> None:
         """Add topics to the mirror's channel and ask Faust to resubscribe."""

@@ -62,13 +62,7 @@ class TenantAdmin:
             for kind, name in kinds.items()
         ]
         try:
-            created = self.client.create_topics(new, request_timeout=self.timeout)
-            for future in created.values():
-                try:
-                    future.result()
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise
+            self._create(new)
             counts = self._wait_visible(dict.fromkeys(topics.all(), 1))
             grow = [NewPartitions(n, sizes[n]) for n, c in counts.items() if c < sizes[n]]
             if grow:
@@ -92,18 +86,22 @@ class TenantAdmin:
         before rules existed have none); returns its name."""
         topic = tenant_topics(tenant, self.settings.topic_prefix).rules
         try:
-            for future in self.client.create_topics([NewTopic(
-                    topic, num_partitions=1, replication_factor=self.settings.replication_factor,
-                    config=TOPIC_CONFIGS["rules"])]).values():
-                try:
-                    future.result()
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise
+            self._create([NewTopic(topic, num_partitions=1,
+                                   replication_factor=self.settings.replication_factor,
+                                   config=TOPIC_CONFIGS["rules"])])
             self._wait_visible({topic: 1})
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
         return topic
+
+    def _create(self, topics: list[NewTopic]) -> None:
+        """Create topics; one that exists already is left as it is."""
+        for future in self.client.create_topics(topics, request_timeout=self.timeout).values():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
 
     def _wait_visible(self, sizes: dict[str, int]) -> dict[str, int]:
         """Partition counts once every topic is in the metadata with at least its size in

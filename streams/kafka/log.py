@@ -96,8 +96,6 @@ class EventLog:
     def _check_topic(self, topic: str) -> None:
         # Topics are never created on demand: without this check a write to a tenant that
         # does not exist would wait for the producer's message timeout.
-        if topic in self._known:
-            return
         started = time.monotonic()
         while True:
             info = self._producer.list_topics(topic, timeout=10.0).topics.get(topic)
