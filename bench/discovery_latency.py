@@ -21,15 +21,15 @@ import uuid
 from confluent_kafka import Consumer
 from rich.console import Console
 
-from streams.actors import UserActor
-from streams.events import AppEvent, RunStarted
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.log import watermarks
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, RunStarted
+from streams.core.targets import RunTarget
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.kafka.admin import TenantAdmin
-from streams.kafka.log import watermarks
+from streams.runtime.workspace import StreamsClient
 from streams.settings import Settings
-from streams.targets import RunTarget
-from streams.tenancy import tenant_topics
-from streams.workspace import StreamsClient
 
 console = Console(stderr=True)
 

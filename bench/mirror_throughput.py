@@ -24,19 +24,19 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 
-from streams.actors import UserActor
-from streams.avro.serde import AvroSerde
-from streams.events import Envelope, FeedbackGiven
+from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.delivery import Delivery
+from streams.adapters.kafka.log import envelope_headers, header_value, producer_config, watermarks
+from streams.adapters.kafka.outputs import Output
+from streams.core.actors import UserActor
+from streams.core.events import Envelope, FeedbackGiven
+from streams.core.targets import RunTarget
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.kafka.admin import TenantAdmin
-from streams.kafka.delivery import Delivery
-from streams.kafka.log import envelope_headers, header_value, producer_config, watermarks
-from streams.kafka.outputs import Output
-from streams.mirror import MirrorStep
+from streams.runtime.mirror import MirrorStep
+from streams.runtime.workspace import value_record
 from streams.settings import Settings
-from streams.targets import RunTarget
-from streams.tenancy import tenant_topics
-from streams.workspace import value_record
 
 console = Console(stderr=True)
 SCORES_PER_EVENT = 3  # correct, severity, note

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streams.events import FeedbackGiven, RunSucceeded
-from streams.rules import F, Rule, on, run
-from streams.runs import Reaction
+from streams.core.events import FeedbackGiven, RunSucceeded
+from streams.core.rules import F, Rule, on, run
+from streams.core.runs import Reaction
 
 
 async def noop(reaction: Reaction) -> Mapping[str, Any]:

@@ -24,14 +24,14 @@ from confluent_kafka import Producer
 from rich.console import Console
 
 from bench.rules50 import RULES
-from streams.actors import UserActor
-from streams.avro.codec import envelope_from_record
-from streams.avro.serde import AvroSerde
-from streams.events import AppEvent, Envelope
-from streams.kafka.admin import TenantAdmin
-from streams.kafka.log import envelope_headers, producer_config
+from streams.adapters.avro.codec import envelope_from_record
+from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.log import envelope_headers, producer_config
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, Envelope
+from streams.core.tenancy import tenant_topics
 from streams.settings import Settings
-from streams.tenancy import tenant_topics
 
 console = Console(stderr=True)
 REPO = Path(__file__).resolve().parent.parent

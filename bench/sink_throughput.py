@@ -25,16 +25,16 @@ from confluent_kafka import Producer
 from langfuse import Langfuse
 from rich.console import Console
 
-from streams.avro.codec import score_to_record
-from streams.avro.serde import AvroSerde
+from streams.adapters.avro.codec import score_to_record
+from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.log import producer_config
+from streams.adapters.langfuse import LangfuseScoreSink
+from streams.core.scores import score_configs, scores_from_value
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.kafka.admin import TenantAdmin
-from streams.kafka.log import producer_config
-from streams.scores import score_configs, scores_from_value
+from streams.runtime.sink_runner import SinkRunner, SinkStats
 from streams.settings import Settings
-from streams.sinks.langfuse import LangfuseScoreSink
-from streams.sinks.runner import SinkRunner, SinkStats
-from streams.tenancy import tenant_topics
 from streams.testing.langfuse_standin import LangfuseStandIn
 
 console = Console(stderr=True)

@@ -1,5 +1,5 @@
 """`python -m streams` runs the command line."""
 
-from streams.cli import main
+from streams.surfaces.cli import main
 
 main()

@@ -122,7 +122,7 @@ def settings(stack: Stack) -> Settings:
 @pytest.fixture
 def tenant_factory(settings: Settings) -> Callable[..., str]:
     """Creates tenants with unique names under the test's prefix."""
-    from streams.kafka.admin import TenantAdmin
+    from streams.adapters.kafka.admin import TenantAdmin
 
     admin = TenantAdmin(settings)
 
@@ -137,7 +137,7 @@ def tenant_factory(settings: Settings) -> Callable[..., str]:
 @pytest.fixture
 def client_factory(settings: Settings) -> Iterator[Callable[..., Any]]:
     """StreamsClients on the test's settings, closed at the end."""
-    from streams.workspace import StreamsClient
+    from streams.runtime.workspace import StreamsClient
 
     made: list[StreamsClient] = []
 
@@ -236,7 +236,7 @@ def read_topic(settings: Settings, topic: str, *, at_least: int = 0, timeout: fl
     """
     from confluent_kafka import Consumer
 
-    from streams.avro.serde import AvroSerde
+    from streams.adapters.avro.serde import AvroSerde
 
     serde = AvroSerde(settings.schema_registry_url)
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,

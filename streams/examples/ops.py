@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from streams.feedback import Feedback
+from streams.core.feedback import Feedback
 
 
 class TriageQuality(Feedback, name="triage_quality", targets={"run"}):

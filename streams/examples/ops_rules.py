@@ -14,13 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from streams.evaluation import EvaluatorAction, run_record
-from streams.evaluators import FunctionEvaluator, HandOff
-from streams.events import AppEvent, FeedbackGiven, RunSucceeded
+from streams.core.evaluation import EvaluatorAction, run_record
+from streams.core.evaluators import FunctionEvaluator, HandOff
+from streams.core.events import AppEvent, FeedbackGiven, RunSucceeded
+from streams.core.rules import F, RetryPolicy, Rule, on, run
+from streams.core.runs import Reaction
+from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
-from streams.rules import F, RetryPolicy, Rule, on, run
-from streams.runs import Reaction
-from streams.targets import RunTarget
 
 
 async def triage(reaction: Reaction) -> Mapping[str, Any]:

@@ -6,14 +6,15 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from streams.evaluation import EvaluatorAction
-from streams.evaluators import FunctionEvaluator, HandOff
-from streams.events import AppEvent
+from streams.adapters.chat import RetrievalEvaluator
+from streams.core.evaluation import EvaluatorAction
+from streams.core.evaluators import FunctionEvaluator, HandOff
+from streams.core.events import AppEvent
+from streams.core.judges import ChatModel, RetrievalInput
+from streams.core.rules import F, RetryPolicy, Rule, on, run
+from streams.core.runs import Reaction
+from streams.core.targets import ChainTarget, RunTarget
 from streams.examples.ops import Resolution
-from streams.judges import ChatModel, RetrievalEvaluator, RetrievalInput
-from streams.rules import F, RetryPolicy, Rule, on, run
-from streams.runs import Reaction
-from streams.targets import ChainTarget, RunTarget
 
 FAST = RetryPolicy(max_attempts=3, backoff=timedelta(milliseconds=50))
 

@@ -7,12 +7,12 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from streams.actors import UserActor
-from streams.events import AppEvent, RunStarted
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, RunStarted
+from streams.core.targets import RunTarget
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.settings import Settings
-from streams.targets import RunTarget
-from streams.tenancy import tenant_topics
 from tests.conftest import WorkerProcess, read_topic, wait_until
 
 FEEDBACK = 3000

@@ -8,14 +8,14 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from streams.actors import UserActor
-from streams.events import AppEvent, RunStarted
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, RunStarted
+from streams.core.feedback import Feedback, registry
+from streams.core.targets import ChainTarget, RunTarget
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
-from streams.feedback import Feedback, registry
+from streams.runtime.workspace import Workspace
 from streams.settings import Settings
-from streams.targets import ChainTarget, RunTarget
-from streams.tenancy import tenant_topics
-from streams.workspace import Workspace
 from tests.conftest import WorkerProcess, read_topic, wait_until
 
 

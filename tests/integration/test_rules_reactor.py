@@ -10,8 +10,8 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
-from streams.actors import UserActor
-from streams.events import (
+from streams.core.actors import UserActor
+from streams.core.events import (
     AppEvent,
     Envelope,
     FeedbackGiven,
@@ -22,16 +22,16 @@ from streams.events import (
     RunStarted,
     RunSucceeded,
 )
+from streams.core.rules import Rule, RuleEngine, on, run
+from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
-from streams.rules import Rule, RuleEngine, on, run
+from streams.runtime.workspace import Workspace
 from streams.settings import Settings
-from streams.targets import RunTarget
 from streams.testing.chat_standin import ChatStandIn
-from streams.workspace import Workspace
 from tests.conftest import WorkerProcess, wait_until
 
 RULES = "tests.integration.rules_fixture"
-TYPES = "streams.examples.ops,streams.judges"
+TYPES = "streams.examples.ops,streams.core.judges"
 
 
 def decided(settings: Settings, tenant: str) -> int:
@@ -271,7 +271,7 @@ async def test_tenant_without_a_rules_topic_gets_one(
     settings: Settings, tenant_factory: Callable[..., str],
     client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
 ) -> None:
-    from streams.tenancy import tenant_topics
+    from streams.core.tenancy import tenant_topics
 
     tenant = tenant_factory()
     rules_topic = tenant_topics(tenant, settings.topic_prefix).rules

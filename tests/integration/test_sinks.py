@@ -17,16 +17,16 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from langfuse import Langfuse
 
-from streams.avro.codec import score_to_record
-from streams.avro.serde import AvroSerde
-from streams.errors import ValidationFailed
+from streams.adapters.avro.codec import score_to_record
+from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.langfuse import LangfuseScoreSink
+from streams.core.errors import ValidationFailed
+from streams.core.scores import Score, score_configs, scores_from_value
+from streams.core.sinks.memory import InMemoryScoreSink
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.scores import Score, score_configs, scores_from_value
+from streams.runtime.sink_runner import SinkRunner, cursor_group
 from streams.settings import Settings
-from streams.sinks.langfuse import LangfuseScoreSink
-from streams.sinks.memory import InMemoryScoreSink
-from streams.sinks.runner import SinkRunner, cursor_group
-from streams.tenancy import tenant_topics
 from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import REPO, wait_until
 from tests.integration.conftest import SinkProcess
@@ -195,7 +195,7 @@ def test_too_long_score_name_refused_before_anything_is_sent(
 ) -> None:
     module = f"long_types_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text(textwrap.dedent('''
-        from streams.feedback import Feedback
+        from streams.core.feedback import Feedback
 
         class Verbose(Feedback, name="incident_postmortem_quality", targets={"chain"}):
             root_cause_identified: bool

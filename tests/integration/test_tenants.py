@@ -3,8 +3,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from streams.errors import ValidationFailed
-from streams.kafka.admin import TOPIC_CONFIGS, TenantAdmin
+from streams.adapters.kafka.admin import TOPIC_CONFIGS, TenantAdmin
+from streams.core.errors import ValidationFailed
 from streams.settings import Settings
 from tests.conftest import unique
 

@@ -3,12 +3,12 @@ from typing import Any
 
 import pytest
 
-from streams.actors import EvaluatorActor, UserActor
-from streams.errors import NotFound, ValidationFailed
-from streams.events import AppEvent, FeedbackGiven, RuleFired, RunStarted, TraceContext
+from streams.core.actors import EvaluatorActor, UserActor
+from streams.core.errors import NotFound, ValidationFailed
+from streams.core.events import AppEvent, FeedbackGiven, RuleFired, RunStarted, TraceContext
+from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.examples.ops import Resolution, ShouldHaveFired, TriageQuality
-from streams.targets import ChainTarget, FiringTarget, RunTarget
-from streams.workspace import Workspace
+from streams.runtime.workspace import Workspace
 
 TRACE = TraceContext(traceparent=f"00-{'e' * 32}-{'f' * 16}-01")
 

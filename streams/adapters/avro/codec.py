@@ -1,0 +1,159 @@
+"""Domain objects to Avro-ready dicts and back; no Kafka here, only the record shapes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from streams.core.actors import AgentActor, AnyActor, EvaluatorActor, SystemActor, UserActor
+from streams.core.errors import SchemaError
+from streams.core.events import (
+    EVENT_TYPES,
+    AppEvent,
+    Envelope,
+    Event,
+    FeedbackGiven,
+    RunSucceeded,
+    Seq,
+    TraceContext,
+)
+from streams.core.scores import Score, ScoreSource
+from streams.core.targets import make_target
+
+_APP_EVENT = "app_event"
+
+
+def _actor_record(envelope: Envelope) -> dict[str, Any]:
+    actor = envelope.actor
+    if isinstance(actor, UserActor | AgentActor):
+        return {"kind": actor.kind, "id": actor.id, "version": None}
+    if isinstance(actor, EvaluatorActor):
+        return {"kind": "evaluator", "id": actor.name, "version": actor.version}
+    return {"kind": "system", "id": "system", "version": None}
+
+
+def actor_from_record(record: Mapping[str, Any]) -> AnyActor:
+    """An actor from its Avro dict."""
+    kind = record["kind"]
+    if kind == "user":
+        return UserActor(id=record["id"])
+    if kind == "agent":
+        return AgentActor(id=record["id"])
+    if kind == "evaluator":
+        return EvaluatorActor(name=record["id"], version=record.get("version") or "0")
+    return SystemActor()
+
+
+def record_kind(event: Event) -> str:
+    """The key of an event's schema: its event type, or `app_event` for application events."""
+    return _APP_EVENT if isinstance(event, AppEvent) else event.event_type
+
+
+def envelope_to_record(envelope: Envelope) -> dict[str, Any]:
+    """The Avro dict of an envelope and its payload."""
+    head = {
+        "event_id": envelope.event_id, "tenant": envelope.tenant,
+        "workspace": envelope.workspace, "event_type": envelope.event_type,
+        "time": envelope.time, "actor": _actor_record(envelope),
+        "correlation_id": envelope.correlation_id, "causation_id": envelope.causation_id,
+        "trace": envelope.trace.model_dump() if envelope.trace else None,
+    }
+    event = envelope.event
+    body: dict[str, Any]
+    if isinstance(event, AppEvent):
+        body = {"name": event.name, "data_json": json.dumps(event.data, default=str)}
+    elif isinstance(event, FeedbackGiven):
+        body = {
+            "feedback_type": event.feedback_type,
+            "target": {"kind": event.target.kind, "id": event.target.id},
+            "target_trace_id": event.target_trace_id,
+            "value": event.value,
+        }
+    elif isinstance(event, RunSucceeded):
+        body = event.model_dump(exclude={"output"})
+        body["output_json"] = json.dumps(event.output, default=str)
+    else:
+        body = event.model_dump()
+    return {"envelope": head, **body}
+
+
+def envelope_from_record(record: Mapping[str, Any], seq: Seq | None = None) -> Envelope:
+    """An envelope from its Avro dict (as any reader schema of it decodes)."""
+    try:
+        head = record["envelope"]
+        event_type = head["event_type"]
+        body = {k: v for k, v in record.items() if k != "envelope"}
+        event: Event
+        if event_type == "feedback_given":
+            target = body["target"]
+            event = FeedbackGiven(
+                feedback_type=body["feedback_type"],
+                target=make_target(target["kind"], target["id"]),
+                target_trace_id=body.get("target_trace_id"),
+                value=dict(body["value"]),
+            )
+        elif event_type in EVENT_TYPES:
+            cls = EVENT_TYPES[event_type]
+            if cls is RunSucceeded:
+                body["output"] = json.loads(body.pop("output_json") or "{}")
+            event = cls.model_validate(body)
+        else:
+            event = AppEvent(name=body["name"], data=json.loads(body["data_json"] or "{}"))
+        trace = head.get("trace")
+        return Envelope(
+            event_id=head["event_id"], tenant=head["tenant"], workspace=head["workspace"],
+            event_type=event_type, time=utc_time(head["time"]),
+            actor=actor_from_record(head["actor"]),
+            correlation_id=head["correlation_id"], causation_id=head.get("causation_id"),
+            trace=TraceContext(**trace) if trace else None, event=event, seq=seq,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SchemaError(f"record is not an event envelope: {exc}") from exc
+
+
+def utc_time(value: Any) -> datetime:
+    """A UTC datetime from what fastavro returns for timestamp-millis (or epoch millis)."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromtimestamp(int(value) / 1000, UTC)
+
+
+def score_to_record(score: Score) -> dict[str, Any]:
+    """The Avro dict of a score for the scores topic."""
+    numeric = isinstance(score.value, float)
+    src = score.source
+    return {
+        "id": score.id, "name": score.name, "data_type": score.data_type,
+        "numeric_value": score.value if numeric else None,
+        "string_value": None if numeric else score.value,
+        "timestamp": score.timestamp, "trace_id": score.trace_id,
+        "session_id": score.session_id, "observation_id": score.observation_id,
+        "comment": score.comment,
+        "source": {
+            "tenant": src.tenant, "workspace": src.workspace,
+            "feedback_type": src.feedback_type, "target_kind": src.target_kind,
+            "target_id": src.target_id, "participant": src.participant,
+            "feedback_event_id": src.feedback_event_id, "seq": src.seq,
+        },
+    }
+
+
+def score_from_record(record: Mapping[str, Any]) -> Score:
+    """A score from its Avro dict."""
+    src = record["source"]
+    value = record["numeric_value"]
+    return Score(
+        id=record["id"], name=record["name"], data_type=record["data_type"],
+        value=value if value is not None else record["string_value"],
+        timestamp=utc_time(record["timestamp"]), trace_id=record.get("trace_id"),
+        session_id=record.get("session_id"), observation_id=record.get("observation_id"),
+        comment=record.get("comment"),
+        source=ScoreSource(
+            tenant=src["tenant"], workspace=src["workspace"],
+            feedback_type=src["feedback_type"], target_kind=src["target_kind"],
+            target_id=src["target_id"], participant=src["participant"],
+            feedback_event_id=src["feedback_event_id"], seq=src.get("seq"),
+        ),
+    )

@@ -1,0 +1,144 @@
+"""Tenant topics through the Kafka admin API: create idempotently, list, describe."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from streams.core.errors import KafkaUnavailable
+from streams.core.tenancy import TenantTopics, parse_topic, tenant_topics
+from streams.settings import Settings
+
+# Events are the system of record: kept until deleted by policy. Scores are a derived,
+# re-buildable view; dead letters are kept for inspection.
+TOPIC_CONFIGS: dict[str, dict[str, str]] = {
+    "events": {"retention.ms": "-1", "cleanup.policy": "delete"},
+    "scores": {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"},
+    "deadletter": {"retention.ms": "-1", "cleanup.policy": "delete"},
+    # The decider rebuilds its counts and rate windows from this topic: keep it.
+    "rules": {"retention.ms": "-1", "cleanup.policy": "delete"},
+}
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    """A tenant's topics and their partition counts as the broker reports them."""
+
+    topics: TenantTopics
+    partitions: dict[str, int]
+
+
+class TenantAdmin:
+    """Creates and lists tenants' topics."""
+
+    def __init__(self, settings: Settings, timeout: float = 15.0) -> None:
+        self.settings = settings
+        self.timeout = timeout
+        self.client = AdminClient({"bootstrap.servers": settings.bootstrap_servers,
+                                   **settings.kafka_extra})
+
+    def create_tenant(self, tenant: str, partitions: int | None = None) -> TenantInfo:
+        """Create the tenant's topics, or bring existing ones up to the wanted partitions and
+        configs. Idempotent. An invalid name raises ValidationFailed before any call."""
+        topics = tenant_topics(tenant, self.settings.topic_prefix)
+        wanted = partitions or self.settings.partitions
+        kinds = dict(zip(("events", "scores", "deadletter", "rules"), topics.all(),
+                         strict=True))
+        sizes = {name: 1 if kind == "rules" else wanted for kind, name in kinds.items()}
+        new = [
+            NewTopic(name, num_partitions=sizes[name],
+                     replication_factor=self.settings.replication_factor,
+                     config=TOPIC_CONFIGS[kind])
+            for kind, name in kinds.items()
+        ]
+        try:
+            self._create(new)
+            counts = self._wait_visible(dict.fromkeys(topics.all(), 1))
+            grow = [NewPartitions(n, sizes[n]) for n, c in counts.items() if c < sizes[n]]
+            if grow:
+                for future in self.client.create_partitions(grow).values():
+                    future.result()
+            resources = []
+            for kind, name in kinds.items():
+                res = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
+                    ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                    for k, v in TOPIC_CONFIGS[kind].items()
+                ])
+                resources.append(res)
+            for future in self.client.incremental_alter_configs(resources).values():
+                future.result()
+            return TenantInfo(topics, self._wait_visible(sizes))
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"could not create tenant {tenant!r}: {exc}") from exc
+
+    def ensure_rules_topic(self, tenant: str) -> str:
+        """Create the tenant's one-partition rules topic if it is missing (tenants created
+        before rules existed have none); returns its name."""
+        topic = tenant_topics(tenant, self.settings.topic_prefix).rules
+        try:
+            self._create([NewTopic(topic, num_partitions=1,
+                                   replication_factor=self.settings.replication_factor,
+                                   config=TOPIC_CONFIGS["rules"])])
+            self._wait_visible({topic: 1})
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+        return topic
+
+    def _create(self, topics: list[NewTopic]) -> None:
+        """Create topics; one that exists already is left as it is."""
+        for future in self.client.create_topics(topics, request_timeout=self.timeout).values():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+
+    def _wait_visible(self, sizes: dict[str, int]) -> dict[str, int]:
+        """Partition counts once every topic is in the metadata with at least its size in
+        partitions, each with a leader: a created topic is not usable before that."""
+        names = tuple(sizes)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            meta = self.client.list_topics(timeout=self.timeout)
+            counts = {n: len(meta.topics[n].partitions) for n in names if n in meta.topics}
+            ready = len(counts) == len(names) and all(
+                c >= sizes[n] and all(p.leader >= 0 for p in meta.topics[n].partitions.values())
+                for n, c in counts.items())
+            if ready:
+                return counts
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(f"topics {names} not ready after {self.timeout:.0f}s")
+            time.sleep(0.1)
+
+    def tenants(self) -> list[str]:
+        """Tenants whose events topic exists, sorted."""
+        try:
+            meta = self.client.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"could not list topics: {exc}") from exc
+        found = set()
+        for name in meta.topics:
+            parsed = parse_topic(name, self.settings.topic_prefix)
+            if parsed and parsed[1] == "events":
+                found.add(parsed[0])
+        return sorted(found)
+
+    def delete_tenant(self, tenant: str) -> None:
+        """Delete a tenant's topics (tests and demos clean up with this)."""
+        topics = tenant_topics(tenant, self.settings.topic_prefix)
+        for future in self.client.delete_topics(list(topics.all())).values():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise KafkaUnavailable(f"could not delete {tenant!r}: {exc}") from exc

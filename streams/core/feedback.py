@@ -1,0 +1,155 @@
+"""Typed feedback: Pydantic models registered by name, each declaring its targets.
+
+    class TriageQuality(Feedback, name="triage_quality", targets={"run"}):
+        correct: bool
+        severity: Literal["low", "high", "critical"]
+        note: str | None = None
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from streams.core.errors import ValidationFailed
+from streams.core.targets import TARGET_KINDS
+
+# Feedback type names become Avro names and Langfuse score names, so they are kept to a
+# charset both accept.
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+def snake_case(name: str) -> str:
+    """`ShouldHaveFired` -> `should_have_fired`."""
+    step = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", step).lower()
+
+
+class FeedbackRegistry:
+    """Feedback types by registered name. One per process is usual: `registry`."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, type[Feedback]] = {}
+
+    def register(self, cls: type[Feedback]) -> None:
+        """Add a type; a second type under a registered name is refused with TypeError."""
+        name = cls.feedback_name
+        existing = self._types.get(name)
+        if existing is not None and existing is not cls:
+            raise TypeError(
+                f"feedback type name {name!r} is already registered by "
+                f"{existing.__module__}.{existing.__qualname__}; pass another name= to "
+                f"{cls.__qualname__}"
+            )
+        self._types[name] = cls
+
+    def unregister(self, name: str) -> None:
+        """Forget a type (tests define throwaway types)."""
+        self._types.pop(name, None)
+
+    def get(self, name: str) -> type[Feedback] | None:
+        """The type registered under `name`, or None."""
+        return self._types.get(name)
+
+    def require(self, name: str) -> type[Feedback]:
+        """The type registered under `name`, or ValidationFailed."""
+        cls = self._types.get(name)
+        if cls is None:
+            raise ValidationFailed(
+                f"unknown feedback type {name!r}; registered: {sorted(self._types)}"
+            )
+        return cls
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._types)
+
+    def __iter__(self) -> Iterator[type[Feedback]]:
+        return iter([self._types[n] for n in sorted(self._types)])
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+
+registry = FeedbackRegistry()
+"""The process-wide registry every Feedback subclass joins unless told otherwise."""
+
+
+class Feedback(BaseModel):
+    """Base of every feedback type.
+
+    Class keywords: `name=` (default: the snake_case of the class name), `targets=` (a
+    non-empty subset of {"run", "firing", "chain"}; required), `abstract=True` for an
+    intermediate base that is not registered, `registry=` to join another registry.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    feedback_name: ClassVar[str] = ""
+    feedback_targets: ClassVar[frozenset[str]] = frozenset()
+    feedback_abstract: ClassVar[bool] = True
+
+    def __init_subclass__(
+        cls,
+        *,
+        name: str | None = None,
+        targets: Iterable[str] | None = None,
+        abstract: bool = False,
+        registry: FeedbackRegistry | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.feedback_abstract = abstract
+        if targets is not None:
+            found = frozenset(targets)
+            unknown = found - TARGET_KINDS
+            if isinstance(targets, str) or unknown:
+                raise TypeError(
+                    f"{cls.__qualname__}: targets must be a set drawn from "
+                    f"{sorted(TARGET_KINDS)}, got {targets!r}"
+                )
+            cls.feedback_targets = found
+        if abstract:
+            return
+        if not cls.feedback_targets:
+            raise TypeError(
+                f"{cls.__qualname__} declares no targets: pass targets= a set drawn from "
+                f"{sorted(TARGET_KINDS)}, or abstract=True for an intermediate base"
+            )
+        cls.feedback_name = name if name is not None else snake_case(cls.__name__)
+        if not _NAME.match(cls.feedback_name):
+            raise TypeError(
+                f"{cls.__qualname__}: feedback type name {cls.feedback_name!r} must match "
+                f"{_NAME.pattern} (it names Avro records and scores)"
+            )
+        # Pydantic finishes building the model after __init_subclass__; registration must
+        # not depend on fields, only on the name.
+        (registry if registry is not None else _default_registry()).register(cls)
+
+
+def _default_registry() -> FeedbackRegistry:
+    return registry
+
+
+def validate_feedback(
+    value: Feedback | Mapping[str, Any], feedback_type: str | None = None,
+    types: FeedbackRegistry | None = None,
+) -> Feedback:
+    """Turn a typed value, or a mapping plus its type's name, into a validated Feedback."""
+    if isinstance(value, Feedback):
+        if value.feedback_abstract:
+            raise ValidationFailed(f"{type(value).__qualname__} is abstract: give a concrete type")
+        return value
+    if feedback_type is None:
+        raise ValidationFailed("a mapping value needs its feedback_type")
+    cls = (types or registry).require(feedback_type)
+    try:
+        return cls.model_validate(dict(value))
+    except ValueError as exc:
+        raise ValidationFailed(f"invalid {feedback_type} value: {exc}") from exc

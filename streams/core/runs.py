@@ -1,0 +1,163 @@
+"""Firings and runs as events: what a rule's firing and its action's attempts write.
+
+Pure: builds envelopes from decisions and outcomes. Every id is derived (from the rule and the
+event that caused the firing), so a firing or a run recorded again after a crash carries the
+same ids as the first time, and readers can tell a repeat from a new run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from streams.core.actors import AgentActor
+from streams.core.events import (
+    Envelope,
+    Event,
+    RuleFired,
+    RunDeadLettered,
+    RunFailed,
+    RunRetried,
+    RunStarted,
+    RunSucceeded,
+)
+from streams.core.rules import Fire
+
+
+def _digest(text: str, size: int = 32) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:size]
+
+
+def run_id_of(firing_id: str) -> str:
+    """The id of the run a firing starts."""
+    return f"run_{_digest(firing_id + ':run', 24)}"
+
+
+def rule_actor(rule: str) -> AgentActor:
+    """The actor a rule's firings and runs are recorded as."""
+    return AgentActor(id=f"rule:{rule}")
+
+
+def fire_envelopes(fire: Fire, cause: Envelope) -> list[Envelope]:
+    """The `rule_fired` and `run_started` envelopes of a firing, in the causing event's chain
+    (for a counting rule: the chain of the event that completed the count)."""
+    firing = fire.firing_id
+    actor = rule_actor(fire.rule.name)
+    fired = Envelope.new(
+        fire.to_event(), tenant=cause.tenant, workspace=cause.workspace, actor=actor,
+        correlation_id=fire.correlation_id, causation_id=fire.causation_id,
+        trace=cause.trace, event_id=f"evt_{_digest(firing)}",
+    )
+    run_id = run_id_of(firing)
+    started = fired.follow(
+        RunStarted(run_id=run_id, rule=fire.rule.name, action=fire.rule.then.name,
+                   firing_id=firing, attempt=1, scope=dict(fire.scope)),
+        event_id=f"evt_{_digest(run_id + ':started')}",
+    )
+    return [fired, started]
+
+
+def outcome_envelope(started: Envelope, event: Event, attempt: int, kind: str) -> Envelope:
+    """A lifecycle event of a run (`succeeded`, `failed`, ...) following its `run_started`."""
+    run = started.event
+    assert isinstance(run, RunStarted)
+    return started.follow(event, event_id=f"evt_{_digest(f'{run.run_id}:{kind}:{attempt}')}")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run with the envelopes that made its rule fire and the events it emitted."""
+
+    run: RunStarted
+    started: Envelope
+    matched: list[Envelope]
+    emitted: list[Envelope]
+    fired: Envelope | None = None
+
+
+class ActingWorkspace(Protocol):
+    """What an action may do in its workspace (the workspace handle implements it)."""
+
+    tenant: str
+    workspace: str
+
+    async def append(self, event: Event, *, correlation_id: str | None = None,
+                     causation_id: str | None = None, trace: Any = None) -> Any: ...
+
+    async def give_feedback(self, value: Any, *, on: Any, feedback_type: str | None = None,
+                            ) -> Any: ...
+
+    def as_actor(self, actor: Any) -> ActingWorkspace: ...
+
+    async def read(self) -> list[Envelope]: ...
+
+
+@dataclass
+class Reaction:
+    """What an action gets: its run, the events that made the rule fire, and its workspace
+    (acting as the rule's agent). `emit` appends an event in the run's chain."""
+
+    run: RunStarted
+    started: Envelope
+    events: list[Envelope]
+    workspace: ActingWorkspace
+    attempt: int = 1
+    deps: Mapping[str, Any] = field(default_factory=dict)
+
+    async def emit(self, event: Event) -> Any:
+        """Append an event caused by this run, in its chain."""
+        return await self.workspace.append(event, correlation_id=self.started.correlation_id,
+                                           causation_id=self.started.event_id,
+                                           trace=self.started.trace)
+
+
+ActionFn = Callable[[Reaction], Awaitable[Mapping[str, Any] | None]]
+"""An action: an async function of its reaction, returning its output (a JSON object)."""
+
+
+def attempt_outcomes(started: Envelope, *, attempt: int, error: str | None,
+                     output: Mapping[str, Any] | None, will_retry: bool, delay_ms: int,
+                     ) -> list[Envelope]:
+    """The envelopes recording how one attempt went."""
+    run = started.event
+    assert isinstance(run, RunStarted)
+    base = {"run_id": run.run_id, "rule": run.rule, "action": run.action}
+    if error is None:
+        return [outcome_envelope(started, RunSucceeded(**base, attempt=attempt,
+                                                       output=dict(output or {})),
+                                 attempt, "succeeded")]
+    out = [outcome_envelope(started, RunFailed(**base, attempt=attempt, error=error[:2000],
+                                               will_retry=will_retry), attempt, "failed")]
+    if will_retry:
+        out.append(outcome_envelope(started, RunRetried(**base, attempt=attempt + 1,
+                                                        delay_ms=delay_ms),
+                                    attempt, "retried"))
+    else:
+        out.append(outcome_envelope(started, RunDeadLettered(**base, attempts=attempt,
+                                                             error=error[:2000]),
+                                    attempt, "dead_lettered"))
+    return out
+
+
+def run_record_of(envelopes: Sequence[Envelope], run_id: str) -> RunRecord | None:
+    """Find a run in a chain's (or a log's) envelopes, with what matched and what it emitted."""
+    started = next((e for e in envelopes if isinstance(e.event, RunStarted)
+                    and e.event.run_id == run_id), None)
+    if started is None:
+        return None
+    run = started.event
+    assert isinstance(run, RunStarted)
+    by_id = {e.event_id: e for e in envelopes}
+    fired = next((e for e in envelopes if isinstance(e.event, RuleFired)
+                  and e.event.firing_id == run.firing_id), None)
+    matched = [by_id[i] for i in (fired.event.matched if fired and isinstance(
+        fired.event, RuleFired) else []) if i in by_id]
+    caused = {started.event_id}
+    emitted: list[Envelope] = []
+    for envelope in envelopes:
+        if envelope.causation_id in caused and envelope.event_id not in caused:
+            caused.add(envelope.event_id)
+            emitted.append(envelope)
+    return RunRecord(run=run, started=started, matched=matched, emitted=emitted, fired=fired)

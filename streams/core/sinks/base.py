@@ -1,0 +1,50 @@
+"""The sink and config-store protocols: small, async, any backend can implement them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from streams.core.scores import Score, ScoreConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A score the backend refused for good, with the backend's reason."""
+
+    score: Score
+    reason: str
+
+
+@runtime_checkable
+class ScoreSink(Protocol):
+    """Records scores somewhere.
+
+    `record` returns once the batch is durably handed on (the caller may then advance its
+    cursor), returning the scores the backend refused for good (to be dead-lettered), if any.
+    It raises SinkError when the batch may not have been handed on (transport error, outage,
+    rate limit): the caller must not advance, and sends the batch again. Recording a score
+    again with the same id must replace it, not add another.
+    """
+
+    async def record(self, scores: Sequence[Score], /) -> Sequence[Rejected]:
+        """Hand a batch of scores on; see the class docstring for the contract."""
+        ...
+
+    async def flush(self) -> None:
+        """Hand on anything buffered (called before shutdown)."""
+        ...
+
+
+@runtime_checkable
+class ScoreConfigStore(Protocol):
+    """Keeps score configs (names, types, ranges, categories) for a scores backend."""
+
+    async def list(self) -> Sequence[ScoreConfig]:
+        """Every config the store has."""
+        ...
+
+    async def create(self, config: ScoreConfig, /) -> None:
+        """Create a config (the store need not refuse a duplicate name)."""
+        ...

@@ -1,0 +1,255 @@
+"""The Faust worker: the feedback mirror agent over every tenant's events topic, and, when
+rules are given, the rules reactor agent and the decider of stateful rules (streams.reactor).
+
+Faust's pattern subscriptions subscribe to nothing (faust-streaming issue #62), so the worker
+discovers tenants itself: a timer lists topics through the admin API and adds each new
+tenant's events topic, by name, to the agent's channel. Faust coalesces resubscriptions for
+45 s by default; the worker lowers that to `resubscribe_delay` so a new tenant is picked up
+within seconds.
+
+Each agent takes events in batches, handles them, delivers every output, and only then asks
+for the next batch, which is when Faust acks (and later commits) the batch. Bad input never
+raises; a batch handler that fails three times ends the process instead of letting Faust ack
+what it did not handle. The app's consumer group is `<prefix>-<cursor>` (default
+`fs-feedback-mirror`); workers of one group share the partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import faust
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.delivery import Delivery
+from streams.adapters.kafka.log import header_value
+from streams.adapters.kafka.outputs import Output
+from streams.core.feedback import FeedbackRegistry, registry
+from streams.core.rules import Rule, RuleSet
+from streams.core.runs import ActionFn
+from streams.core.tenancy import parse_topic, tenant_topics
+from streams.runtime.mirror import MirrorStep
+from streams.runtime.reactor import Reactor, is_stateful, start_decider
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MIRROR_CURSOR = "feedback-mirror"
+
+
+def control_topic(settings: Settings) -> str:
+    """A topic every worker subscribes to, so its channel is never empty before tenants exist."""
+    return f"{settings.topic_prefix}._control"
+
+
+def _ensure_control_topic(admin: AdminClient, name: str) -> None:
+    for future in admin.create_topics([NewTopic(name, 1, 1)]).values():
+        with contextlib.suppress(KafkaException):  # exists already
+            future.result()
+
+
+async def _never_ack_unhandled(handle: Callable[[Any], Awaitable[None]], batch: Any) -> None:
+    """Run a batch handler; if it keeps failing, end the process rather than let Faust ack
+    (and later commit) events it did not handle. The restarted worker gets them again."""
+    for attempt in range(1, 4):
+        try:
+            await handle(batch)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("batch handler failed (attempt %d of 3)", attempt)
+            await asyncio.sleep(attempt)
+    log.critical("batch handler failed 3 times; exiting without acking the batch")
+    os._exit(70)
+
+
+class Worker:
+    """Builds the Faust app with the feedback mirror agent and tenant discovery."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        cursor: str = MIRROR_CURSOR,
+        types: FeedbackRegistry | None = None,
+        batch_size: int = 1000,
+        batch_within: float = 0.05,
+        resubscribe_delay: float = 0.5,
+        stats_interval: float | None = None,
+        rules: Iterable[Rule] = (),
+        actions: Mapping[str, ActionFn] | None = None,
+        deps: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.rules = RuleSet(rules)
+        self.actions = dict(actions or {})
+        self.types = types or registry
+        self.cursor = cursor
+        self.stats_interval = stats_interval
+        self.serde = AvroSerde(self.settings.schema_registry_url, types=self.types)
+        self.step = MirrorStep(self.serde, prefix=self.settings.topic_prefix, types=self.types)
+        self.delivery = Delivery(self.settings)
+        self.tenant_admin = TenantAdmin(self.settings)
+        self.admin = self.tenant_admin.client
+        self.subscribed: set[str] = set()
+        self.discovered_at: dict[str, float] = {}
+        missing = sorted({r.then.name for r in self.rules} - set(self.actions))
+        if missing:
+            log.warning("no action registered in this worker for %s: another worker must run "
+                        "them", ", ".join(missing))
+        self.reactor = Reactor(self.settings, self.serde, self.rules, self.actions, deps=deps) \
+            if self.rules or self.actions else None
+        self.app = self._build(batch_size, batch_within, resubscribe_delay)
+
+    def _build(self, batch_size: int, within: float, resubscribe_delay: float) -> faust.App:
+        settings = self.settings
+        group = f"{settings.topic_prefix}-{self.cursor}"
+        datadir = os.path.join(tempfile.gettempdir(), "feedback-streams", group)
+        os.makedirs(datadir, exist_ok=True)
+        app = faust.App(
+            group,
+            broker=f"kafka://{settings.bootstrap_servers.replace(',', ';kafka://')}",
+            value_serializer="raw",
+            key_serializer="raw",
+            topic_allow_declare=False,
+            topic_disable_leader=True,
+            web_enabled=False,
+            datadir=datadir,
+            consumer_auto_offset_reset="earliest",
+            broker_commit_interval=1.0,
+            stream_buffer_maxsize=max(4096, batch_size * 4),
+            broker_max_poll_records=max(500, batch_size),
+            producer_acks=-1,
+            # A killed worker's partitions move to the others after 10 s, not Faust's 60 s.
+            broker_session_timeout=10.0,
+            broker_heartbeat_interval=1.0,
+            # Stopping or rebalancing does not wait for buffered events: unacked events are
+            # not committed, so whoever owns the partition next processes them again.
+            stream_wait_empty=False,
+        )
+        # Faust waits 45 s before resubscribing after topics change; tenants arrive rarely,
+        # and an operator who creates one expects it served within seconds.
+        app.topics._resubscribe_sleep_lock_seconds = resubscribe_delay  # type: ignore[attr-defined]
+        ctl = control_topic(settings)
+        _ensure_control_topic(self.admin, ctl)
+        self.channel = app.topic(ctl, value_serializer="raw", key_serializer="raw")
+        self.subscribed.add(ctl)
+        step, delivery = self.step, self.delivery
+
+        async def mirror_batch(messages: list[Any]) -> None:
+            outputs: list[Output] = []
+            for msg in messages:
+                outputs.extend(self._handle(step, msg))
+            await delivery.deliver(outputs)
+
+        async def feedback_mirror(stream: Any) -> None:
+            async for events in stream.take_events(batch_size, within=within):
+                await _never_ack_unhandled(mirror_batch, [e.message for e in events])
+
+        app.agent(self.channel, name="feedback-mirror")(feedback_mirror)
+
+        reactor = self.reactor
+        if reactor is not None:
+            async def rules_reactor(stream: Any) -> None:
+                async for events in stream.take_events(200, within=within):
+                    await _never_ack_unhandled(reactor.handle, [e.message for e in events])
+
+            app.agent(self.channel, name="rules-reactor")(rules_reactor)
+
+        async def discover() -> None:
+            try:
+                await self.discover()
+            except Exception:  # a failed discovery must not crash the worker: try again
+                log.exception("tenant discovery failed")
+
+        app.timer(settings.discovery_interval)(discover)
+        if self.stats_interval:
+            async def report() -> None:
+                line: dict[str, Any] = {"stats": asdict(self.step.stats), "time": time.time()}
+                if self.reactor is not None:
+                    line["rules"] = asdict(self.reactor.stats)
+                print(json.dumps(line), file=sys.stderr, flush=True)
+            app.timer(self.stats_interval)(report)
+        return app
+
+    @staticmethod
+    def _handle(step: MirrorStep, msg: Any) -> list[Output]:
+        event_type = header_value(msg.headers, "event_type")
+        try:
+            return step.handle(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                               event_type)
+        except Exception as exc:  # a bug must not ack the event unhandled: dead-letter it
+            log.exception("mirror step failed on %s[%s]@%s", msg.topic, msg.partition,
+                          msg.offset)
+            return [step.dead_letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                                     f"internal error: {exc!r}")]
+
+    def events_topics(self) -> list[str]:
+        """The tenants' events topics that exist now."""
+        prefix = self.settings.topic_prefix
+        return [tenant_topics(t, prefix).events for t in self.tenant_admin.tenants()]
+
+    async def discover(self) -> list[str]:
+        """Subscribe to tenants' events topics that appeared since the last look."""
+        names = await asyncio.to_thread(self.events_topics)
+        new = [n for n in names if n not in self.subscribed]
+        if new:
+            await asyncio.to_thread(self._ensure_rules_topics, new)
+            self.add_topics(new)
+        return new
+
+    def _ensure_rules_topics(self, events_topics: Sequence[str]) -> None:
+        """Stateful rules forward matches to the tenant's rules topic: make sure it exists."""
+        if self.reactor is None or not any(is_stateful(r) for r in self.rules):
+            return
+        for name in events_topics:
+            parsed = parse_topic(name, self.settings.topic_prefix)
+            if parsed:
+                self.tenant_admin.ensure_rules_topic(parsed[0])
+
+    def add_topics(self, names: Sequence[str]) -> None:
+        """Add topics to the mirror's channel and ask Faust to resubscribe."""
+        now = time.monotonic()
+        for name in names:
+            self.subscribed.add(name)
+            self.discovered_at[name] = now
+        merged = tuple(sorted(self.subscribed))
+        # Agents iterate clones of their channel; every clone must see the new names.
+        for channel in list(self.app.topics):
+            if control_topic(self.settings) in getattr(channel, "topics", ()):
+                channel.topics = merged
+        self.channel.topics = merged
+        self.app.topics._flag_changes()  # type: ignore[attr-defined]
+        log.info("subscribed to new tenant topics: %s", ", ".join(names))
+
+    def run(self, loglevel: str = "warn") -> None:
+        """Run the worker until SIGTERM or SIGINT (blocking)."""
+        initial = self.events_topics()
+        if initial:
+            self._ensure_rules_topics(initial)
+            self.add_topics(initial)
+        decider_stop = None
+        if self.reactor is not None and any(is_stateful(r) for r in self.rules):
+            _thread, decider_stop = start_decider(
+                self.reactor, f"{self.settings.topic_prefix}-rule-decider")
+        worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
+        try:
+            worker.execute_from_commandline()
+        finally:
+            if decider_stop is not None:
+                decider_stop.set()
+            self.delivery.close()

@@ -1,0 +1,238 @@
+"""The workspace handle: give feedback as an actor, append events, read the log.
+
+    client = StreamsClient.from_env()
+    ada = client.workspace("acme", "prod", actor=UserActor(id="ada"))
+    recorded = await ada.give_feedback(TriageQuality(correct=False, severity="high"),
+                                       on=RunTarget(run_id=run_id))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import metrics, trace
+from pydantic import BaseModel
+
+from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
+from streams.core.actors import Actor, SystemActor
+from streams.core.errors import ValidationFailed
+from streams.core.events import Envelope, Event, FeedbackGiven, Seq, TraceContext
+from streams.core.feedback import Feedback, FeedbackRegistry, registry, validate_feedback
+from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+from streams.core.tenancy import check_tenant, tenant_topics
+from streams.core.view import Located, LogIndex, not_found
+from streams.settings import Settings
+
+_feedback_counter = metrics.get_meter("streams").create_counter(
+    "streams.feedback", description="feedback given, by tenant, type and participant")
+
+
+def _tracer() -> trace.Tracer:
+    # Looked up per call, so a tracer provider configured after import is used.
+    return trace.get_tracer("streams")
+
+
+def _current_trace() -> TraceContext | None:
+    """The active span's context as W3C trace context, when a span is recording."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    flags = f"{int(context.trace_flags):02x}"
+    return TraceContext(traceparent=f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags}",
+                        tracestate=context.trace_state.to_header() or None)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Where an appended event landed (`seq`: partition and offset) and its event id."""
+
+    seq: Seq
+    id: str
+    envelope: Envelope
+
+
+def value_record(value: BaseModel) -> dict[str, Any]:
+    """A feedback value as plain data: enums by value, nested models as dicts."""
+    return {k: _plain(v) for k, v in value.model_dump().items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _TenantLog:
+    """A tenant's log as one process sees it: the index and the reader that feeds it."""
+
+    def __init__(self, settings: Settings, serde: AvroSerde, tenant: str) -> None:
+        self.tenant = tenant
+        self.serde = serde
+        self.reader = TopicReader(settings, tenant_topics(tenant, settings.topic_prefix).events)
+        self.index = LogIndex()
+        self.envelopes: list[Envelope] = []
+        self.by_id: dict[str, Envelope] = {}
+        self.lock = asyncio.Lock()
+
+    async def catch_up(self) -> None:
+        """Read to the end of the log as it is now, folding every envelope into the index."""
+        async with self.lock:
+            new = await asyncio.to_thread(
+                lambda: list(decode_envelopes(self.serde, self.reader.read_to_end(),
+                                              on_error=lambda _m, _e: None)))
+            for envelope in new:
+                self.index.apply(envelope)
+                self.envelopes.append(envelope)
+                self.by_id[envelope.event_id] = envelope
+
+
+class StreamsClient:
+    """A process's connection to the pipeline: serde, producer and per-tenant log views."""
+
+    def __init__(self, settings: Settings | None = None, *,
+                 types: FeedbackRegistry | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self.types = types or registry
+        self.serde = AvroSerde(self.settings.schema_registry_url, types=self.types)
+        self.log = EventLog(self.settings, self.serde)
+        self._tenants: dict[str, _TenantLog] = {}
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> StreamsClient:
+        """A client configured from the environment (see Settings.from_env)."""
+        return cls(Settings.from_env(**overrides))
+
+    def workspace(self, tenant: str, workspace: str, *, actor: Actor | None = None) -> Workspace:
+        """A handle on one workspace of a tenant, acting as `actor` (default: the system)."""
+        check_tenant(tenant)
+        if not workspace:
+            raise ValidationFailed("workspace must be a non-empty string")
+        return Workspace(self, tenant, workspace, actor or SystemActor())
+
+    def tenant_log(self, tenant: str) -> _TenantLog:
+        """The tenant's log view, created on first use."""
+        log = self._tenants.get(tenant)
+        if log is None:
+            log = self._tenants[tenant] = _TenantLog(self.settings, self.serde, tenant)
+        return log
+
+    def close(self) -> None:
+        """Flush pending writes and leave the broker."""
+        self.log.close()
+        for log in self._tenants.values():
+            log.reader.close()
+
+
+class Workspace:
+    """One workspace of one tenant, seen and written as one actor."""
+
+    def __init__(self, client: StreamsClient, tenant: str, workspace: str, actor: Actor) -> None:
+        self.client = client
+        self.tenant = tenant
+        self.workspace = workspace
+        self.actor = actor
+
+    def as_actor(self, actor: Actor) -> Workspace:
+        """The same workspace, acting as someone else (an evaluator, say)."""
+        return Workspace(self.client, self.tenant, self.workspace, actor)
+
+    async def append(
+        self,
+        event: Event,
+        *,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+        trace: TraceContext | None = None,
+    ) -> Recorded:
+        """Append an event as this actor; without a correlation id it starts a new chain."""
+        envelope = Envelope.new(
+            event, tenant=self.tenant, workspace=self.workspace, actor=self.actor,
+            correlation_id=correlation_id, causation_id=causation_id, trace=trace,
+        )
+        return await self.append_envelope(envelope)
+
+    async def append_envelope(self, envelope: Envelope) -> Recorded:
+        """Append a ready envelope (rules and replays build their own)."""
+        seq = await self.client.log.append(envelope)
+        return Recorded(seq=seq, id=envelope.event_id,
+                        envelope=envelope.model_copy(update={"seq": seq}))
+
+    async def locate(self, target: RunTarget | FiringTarget | ChainTarget) -> Located:
+        """Where a target is in this workspace; NotFound if the log does not have it.
+
+        Looks in what this process has read first; on a miss it reads the log to its current
+        end, so anything acknowledged before the call is found.
+        """
+        log = self.client.tenant_log(self.tenant)
+        found = log.index.locate(target, self.workspace)
+        if found is None:
+            await log.catch_up()
+            found = log.index.locate(target, self.workspace)
+        if found is None:
+            raise not_found(target, self.tenant, self.workspace)
+        return found
+
+    async def give_feedback(
+        self,
+        value: Feedback | Mapping[str, Any],
+        *,
+        on: RunTarget | FiringTarget | ChainTarget,
+        feedback_type: str | None = None,
+    ) -> Recorded:
+        """Record feedback on a run, firing or chain, in the target's causal chain.
+
+        Raises ValidationFailed if the type cannot be given on the target's kind, or a chain
+        target is not the first event of its chain; NotFound if the target is not in the log.
+        """
+        feedback = validate_feedback(value, feedback_type, self.client.types)
+        cls = type(feedback)
+        attributes = {"streams.tenant": self.tenant, "streams.workspace": self.workspace,
+                      "streams.feedback_type": cls.feedback_name,
+                      "streams.target_kind": on.kind,
+                      "streams.participant": self.actor.participant}
+        with _tracer().start_as_current_span(f"streams.feedback {cls.feedback_name}",
+                                             attributes=attributes) as span:
+            if on.kind not in cls.feedback_targets:
+                raise ValidationFailed(
+                    f"{cls.feedback_name} feedback cannot be given on a {on.kind}; it "
+                    f"targets {sorted(cls.feedback_targets)}"
+                )
+            where = await self.locate(on)
+            event = FeedbackGiven(
+                feedback_type=cls.feedback_name, target=on, target_trace_id=where.trace_id,
+                value=value_record(feedback),
+            )
+            recorded = await self.append(event, correlation_id=where.correlation_id,
+                                         causation_id=where.event_id, trace=_current_trace())
+            span.set_attribute("streams.seq", str(recorded.seq))
+            span.set_attribute("streams.event_id", recorded.id)
+        _feedback_counter.add(1, attributes)
+        return recorded
+
+    async def read(self) -> list[Envelope]:
+        """This workspace's envelopes, in log order per partition, up to the log's end."""
+        log = self.client.tenant_log(self.tenant)
+        await log.catch_up()
+        return [e for e in log.envelopes if e.workspace == self.workspace]
+
+    async def feedback(
+        self, *, feedback_type: str | type[Feedback] | None = None,
+        participant: str | None = None,
+    ) -> list[Envelope]:
+        """feedback_given envelopes, filtered by type and by who gave them."""
+        name = feedback_type.feedback_name if isinstance(feedback_type, type) else feedback_type
+        return [
+            e for e in await self.read()
+            if isinstance(e.event, FeedbackGiven)
+            and (name is None or e.event.feedback_type == name)
+            and (participant is None or e.actor.participant == participant)
+        ]

@@ -1,0 +1,265 @@
+"""The operators' command line: `streams worker`, `streams tenant ...`, `streams schemas ...`,
+`streams demo`."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from streams.core.errors import StreamsError
+from streams.settings import Settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="feedback-streams: typed feedback on Kafka, mirrored as scores.")
+tenant_app = typer.Typer(no_args_is_help=True, help="Create and list tenants.")
+schemas_app = typer.Typer(no_args_is_help=True, help="Generate, check and register schemas.")
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(schemas_app, name="schemas")
+sink_app = typer.Typer(no_args_is_help=True, help="Run score sinks; sync score configs.")
+app.add_typer(sink_app, name="sink")
+console = Console(stderr=True)
+
+TypesOption = Annotated[
+    list[str] | None,
+    typer.Option("--types", help="Module that defines feedback types; repeatable. "
+                 "Default: $STREAMS_FEEDBACK_MODULES (comma separated)."),
+]
+
+
+def load_types(modules: list[str] | None) -> list[str]:
+    """Import the modules that define feedback types, so they register; returns their names."""
+    names = list(modules or [])
+    if not names:
+        names = [m for m in os.environ.get("STREAMS_FEEDBACK_MODULES", "").split(",") if m]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise typer.BadParameter(f"cannot import feedback module {name!r}: {exc}") from exc
+    return names
+
+
+@app.command()
+def worker(
+    types: TypesOption = None,
+    cursor: Annotated[str, typer.Option(help="Consumer group (cursor) name of the mirror.")] = (
+        "feedback-mirror"),
+    batch_size: Annotated[int, typer.Option(help="Events per batch.")] = 1000,
+    stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines; 0: none.")]
+    = 0.0,
+    loglevel: Annotated[str, typer.Option(help="crit, error, warn, info or debug.")] = "warn",
+    rules: Annotated[list[str] | None, typer.Option(
+        "--rules", help="Module with RULES (list of Rule), ACTIONS (name -> action) and "
+        "optionally DEPS; repeatable. Default: $STREAMS_RULE_MODULES.")] = None,
+) -> None:
+    """Run a worker: the feedback mirror, and the rules reactor when rules are given."""
+    from streams.runtime.worker import Worker
+
+    load_types(types)
+    found_rules, actions, deps = load_rules(rules)
+    Worker(Settings.from_env(), cursor=cursor, batch_size=batch_size,
+           stats_interval=stats_interval or None, rules=found_rules, actions=actions,
+           deps=deps).run(loglevel=loglevel)
+
+
+def load_rules(modules: list[str] | None) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """Rules, actions and deps from modules exposing RULES, ACTIONS and DEPS."""
+    names = list(modules or [])
+    if not names:
+        names = [m for m in os.environ.get("STREAMS_RULE_MODULES", "").split(",") if m]
+    rules: list[Any] = []
+    actions: dict[str, Any] = {}
+    deps: dict[str, Any] = {}
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise typer.BadParameter(f"cannot import rules module {name!r}: {exc}") from exc
+        rules += list(getattr(module, "RULES", []))
+        actions.update(getattr(module, "ACTIONS", {}))
+        deps.update(getattr(module, "DEPS", {}))
+    return rules, actions, deps
+
+
+@tenant_app.command("create")
+def tenant_create(
+    names: Annotated[list[str], typer.Argument(help="Tenant names.")],
+    partitions: Annotated[int | None, typer.Option(help="Partitions per topic.")] = None,
+) -> None:
+    """Create tenants' topics (idempotent)."""
+    from streams.adapters.kafka.admin import TenantAdmin
+
+    admin = TenantAdmin(Settings.from_env())
+    for name in names:
+        try:
+            info = admin.create_tenant(name, partitions)
+        except StreamsError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from exc
+        console.print(f"tenant [bold]{name}[/bold]: " + ", ".join(
+            f"{t} ({n} partitions)" for t, n in info.partitions.items()))
+
+
+@tenant_app.command("list")
+def tenant_list() -> None:
+    """List tenants (those whose events topic exists)."""
+    from streams.adapters.kafka.admin import TenantAdmin
+
+    for name in TenantAdmin(Settings.from_env()).tenants():
+        print(name)
+
+
+SCHEMA_DIR = Path("schemas")
+
+
+@schemas_app.command("write")
+def schemas_write(
+    types: TypesOption = None,
+    directory: Annotated[Path, typer.Option(help="Where schemas live.")] = SCHEMA_DIR,
+) -> None:
+    """Write the current schemas as new versions where they changed."""
+    from streams.adapters.avro.files import write_schemas
+
+    load_types(types)
+    for path in write_schemas(directory):
+        console.print(f"wrote {path}")
+
+
+@schemas_app.command("check")
+def schemas_check(
+    types: TypesOption = None,
+    directory: Annotated[Path, typer.Option(help="Where schemas live.")] = SCHEMA_DIR,
+) -> None:
+    """Fail if a model drifted from its committed schema, or a version breaks compatibility."""
+    from streams.adapters.avro.files import check_schemas
+
+    load_types(types)
+    problems = check_schemas(directory)
+    for problem in problems:
+        console.print(f"[red]{problem}[/red]")
+    if problems:
+        raise typer.Exit(1)
+    console.print("schemas match their models and are backward compatible")
+
+
+@schemas_app.command("register")
+def schemas_register(types: TypesOption = None) -> None:
+    """Register every schema in the schema registry, with BACKWARD compatibility."""
+    from streams.adapters.avro.serde import AvroSerde
+
+    load_types(types)
+    serde = AvroSerde(Settings.from_env().schema_registry_url)
+    print(json.dumps(serde.register_all(), indent=2))
+
+
+def _langfuse_client() -> Any:
+    from langfuse import Langfuse
+
+    missing = [v for v in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY") if not os.environ.get(v)]
+    if missing:
+        raise typer.BadParameter(f"set {', '.join(missing)} (and LANGFUSE_HOST)")
+    return Langfuse(tracing_enabled=False)
+
+
+@sink_app.command("langfuse")
+def sink_langfuse(
+    types: TypesOption = None,
+    cursor: Annotated[str, typer.Option(help="Cursor (consumer group) name.")] = "langfuse",
+    no_cursor: Annotated[bool, typer.Option(
+        "--no-cursor", help="Keep no cursor: commit nothing, read from the beginning.")] = False,
+    replay: Annotated[bool, typer.Option(help="Read from the beginning; the cursor stays "
+                                         "until the replay passes it.")] = False,
+    batch_size: Annotated[int, typer.Option(help="Scores per batch.")] = 100,
+    sync_configs: Annotated[bool, typer.Option(help="Create missing score configs first.")]
+    = True,
+    stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines; 0: none.")]
+    = 0.0,
+) -> None:
+    """Mirror every tenant's scores into Langfuse (LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY,
+    LANGFUSE_SECRET_KEY)."""
+    import asyncio
+    import signal
+
+    from streams.adapters.langfuse import LangfuseScoreConfigStore, LangfuseScoreSink
+    from streams.core.sinks.configs import sync_score_configs
+    from streams.runtime.sink_runner import SinkRunner
+
+    load_types(types)
+    client = _langfuse_client()
+    host = os.environ.get("LANGFUSE_HOST", "")
+    sink = LangfuseScoreSink(client, batch_size=batch_size,
+                             identity=f"langfuse:{host}:{os.environ['LANGFUSE_PUBLIC_KEY']}")
+
+    async def main() -> None:
+        if sync_configs:
+            try:
+                created = await sync_score_configs(LangfuseScoreConfigStore(client))
+            except StreamsError as exc:
+                console.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(2) from exc
+            if created:
+                console.print(f"created score configs: {', '.join(created)}")
+        runner = SinkRunner(Settings.from_env(), sink, cursor=None if no_cursor else cursor,
+                            replay=replay,
+                            batch_size=batch_size)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, runner.stop)
+        if stats_interval:
+            async def report() -> None:
+                while True:
+                    await asyncio.sleep(stats_interval)
+                    print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
+            reporter = asyncio.create_task(report())
+        await runner.run()
+        if stats_interval:
+            reporter.cancel()
+        print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
+
+    asyncio.run(main())
+
+
+@sink_app.command("sync-configs")
+def sink_sync_configs(types: TypesOption = None) -> None:
+    """Create in Langfuse the score configs of every registered feedback type it lacks."""
+    import asyncio
+
+    from streams.adapters.langfuse import LangfuseScoreConfigStore
+    from streams.core.sinks.configs import sync_score_configs
+
+    load_types(types)
+    try:
+        created = asyncio.run(sync_score_configs(LangfuseScoreConfigStore(_langfuse_client())))
+    except StreamsError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    print(json.dumps({"created": created}))
+
+
+@app.command()
+def demo(
+    tenants: Annotated[list[str] | None, typer.Option("--tenant", help="Demo tenants.")] = None,
+    chains: Annotated[int, typer.Option(help="Incidents per tenant.")] = 30,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for all scores.")] = 180.0,
+) -> None:
+    """Create demo tenants, run a worker and a producer, and show events in and scores out."""
+    from streams.surfaces.demo import run_demo
+
+    ok = run_demo(Settings.from_env(), tenants or ["acme", "globex"], chains=chains,
+                  timeout=timeout, console=Console())
+    raise typer.Exit(0 if ok else 1)
+
+
+def main() -> None:
+    """Entry point of the `streams` command."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""The demo: tenants, a worker running the ops rules, people giving feedback, and a live view
+of events in, firings, runs, escalations, feedback and scores out, per tenant."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.log import watermarks
+from streams.core.actors import UserActor
+from streams.core.events import (
+    AppEvent,
+    Envelope,
+    FeedbackGiven,
+    RuleFired,
+    RunDeadLettered,
+    RunStarted,
+    RunSucceeded,
+    new_id,
+)
+from streams.core.scores import scores_of
+from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+from streams.core.tenancy import tenant_topics
+from streams.examples.ops import Resolution, ShouldHaveFired, TriageQuality
+from streams.runtime.workspace import StreamsClient, Workspace
+from streams.settings import Settings
+from streams.testing.langfuse_standin import LangfuseStandIn
+
+PEOPLE = ("ada", "grace", "linus")
+
+
+@dataclass
+class TenantView:
+    """What the demo sees of one tenant's log."""
+
+    start_offsets: dict[str, int] = field(default_factory=dict)
+    envelopes: list[Envelope] = field(default_factory=list)
+    people_done: bool = False
+
+    def count(self, kind: type, **match: Any) -> int:
+        return sum(1 for e in self.envelopes if isinstance(e.event, kind)
+                   and all(getattr(e.event, k) == v for k, v in match.items()))
+
+    def expected_scores(self) -> int:
+        return sum(len(scores_of(e) or []) for e in self.envelopes
+                   if isinstance(e.event, FeedbackGiven))
+
+
+async def _people(ws: Workspace, incidents: int, rng: random.Random, view: TenantView) -> None:
+    """Raise error spikes, wait for their triage runs, and judge them as people would."""
+    for i in range(incidents):
+        service = f"svc-{i:03d}"
+        for _ in range(3):
+            await ws.append(AppEvent(name="ops:error_spike",
+                                     data={"service": service, "errors": rng.randint(3, 20)}))
+    judged: set[str] = set()
+    deadline = time.monotonic() + 120
+    while len(judged) < incidents and time.monotonic() < deadline:
+        envelopes = await ws.read()
+        view.envelopes = envelopes
+        for envelope in envelopes:
+            run = envelope.event
+            if not (isinstance(run, RunSucceeded) and run.rule == "ops:error-spike") \
+                    or run.run_id in judged:
+                continue
+            judged.add(run.run_id)
+            person = ws.as_actor(UserActor(id=rng.choice(PEOPLE)))
+            started = next(e for e in envelopes if isinstance(e.event, RunStarted)
+                           and e.event.run_id == run.run_id)
+            assert isinstance(started.event, RunStarted)
+            await person.give_feedback(
+                TriageQuality(correct=rng.random() > 0.25,
+                              severity=rng.choice(["low", "high", "critical"]),
+                              note="missed the deploy" if rng.random() < 0.2 else None),
+                on=RunTarget(run_id=run.run_id))
+            await person.give_feedback(ShouldHaveFired(fired_rightly=rng.random() > 0.1),
+                                       on=FiringTarget(firing_id=started.event.firing_id))
+            await person.give_feedback(
+                Resolution(resolved=rng.random() > 0.1, minutes_to_mitigate=rng.randint(1, 240)),
+                on=ChainTarget(correlation_id=started.correlation_id))
+        await asyncio.sleep(0.3)
+    view.people_done = True
+
+
+def _ends(consumer: Consumer, topic: str) -> int:
+    return sum(high for _low, high in watermarks(consumer, topic).values())
+
+
+def _langfuse_counts(standin: LangfuseStandIn, workspace: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for score in standin.scores():
+        meta = score.get("metadata") or {}
+        if meta.get("workspace") == workspace:
+            counts[meta.get("tenant", "?")] = counts.get(meta.get("tenant", "?"), 0) + 1
+    return counts
+
+
+def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
+           started: float, langfuse: dict[str, int]) -> tuple[Table, bool]:
+    table = Table(title=f"feedback-streams demo ({time.monotonic() - started:.0f}s)")
+    for column in ("tenant", "events", "firings", "runs", "failed", "escal.",
+                   "feedback p/j", "scores", "expected", "langfuse", "dead"):
+        table.add_column(column, justify="left" if column == "tenant" else "right")
+    done = True
+    for tenant, view in views.items():
+        topics = tenant_topics(tenant, settings.topic_prefix)
+        events = _ends(consumer, topics.events) - view.start_offsets[topics.events]
+        scores = _ends(consumer, topics.scores) - view.start_offsets[topics.scores]
+        dead = _ends(consumer, topics.deadletter) - view.start_offsets[topics.deadletter]
+        feedback = [e for e in view.envelopes if isinstance(e.event, FeedbackGiven)]
+        judge = sum(1 for e in feedback if e.actor.kind == "evaluator")
+        expected = view.expected_scores()
+        settled = view.count(RunStarted) == view.count(RunSucceeded) + \
+            view.count(RunDeadLettered)
+        in_langfuse = langfuse.get(tenant, 0)
+        done = done and view.people_done and settled and expected > 0 and \
+            scores >= expected and in_langfuse >= expected
+        table.add_row(
+            tenant, str(events), str(view.count(RuleFired)), str(view.count(RunSucceeded)),
+            str(view.count(RunDeadLettered)), str(view.count(RunSucceeded, action="escalate")),
+            f"{len(feedback) - judge}/{judge}", f"[green]{scores}[/green]", str(expected),
+            f"[green]{in_langfuse}[/green]", str(dead))
+    return table, done
+
+
+def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
+             timeout: float = 180.0, console: Console | None = None) -> bool:
+    """Run the demo end to end; True when every expected score arrived."""
+    console = console or Console()
+    admin = TenantAdmin(settings)
+    for tenant in tenants:
+        info = admin.create_tenant(tenant)
+        console.print(f"tenant [bold]{tenant}[/bold]: {', '.join(info.topics.all())}")
+    console.print("columns: events in; rule firings; runs succeeded; runs dead-lettered; "
+                  "escalations; feedback by people/judge; scores out; scores expected from "
+                  "the feedback; scores in Langfuse (a local stand-in, not Langfuse); "
+                  "dead letters")
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                         "group.id": new_id("demo-watch")})
+    views = {t: TenantView() for t in tenants}
+    for tenant, view in views.items():
+        for topic in tenant_topics(tenant, settings.topic_prefix).all():
+            view.start_offsets[topic] = _ends(consumer, topic)
+
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
+           "STREAMS_TOPIC_PREFIX": settings.topic_prefix}
+    # Logs go to files: an undrained pipe would block a process once full.
+    log_path = os.path.join(tempfile.gettempdir(), f"streams-demo-worker-{os.getpid()}.log")
+    worker = _spawn(["worker", "--types", "streams.examples.ops",
+                     "--rules", "streams.examples.ops_rules"], env, log_path)
+    # Langfuse cannot run here; a stand-in applying its rules receives the scores.
+    standin = LangfuseStandIn().start()
+    sink_log = os.path.join(tempfile.gettempdir(), f"streams-demo-sink-{os.getpid()}.log")
+    sink = _spawn(["sink", "langfuse", "--types", "streams.examples.ops",
+                   "--cursor", f"demo-{os.getpid()}"],
+                  {**env, "LANGFUSE_HOST": standin.url,
+                   "LANGFUSE_PUBLIC_KEY": standin.public_key,
+                   "LANGFUSE_SECRET_KEY": standin.secret_key}, sink_log)
+    console.print(f"Langfuse sink started (pid {sink.pid}) into the Langfuse stand-in at "
+                  f"{standin.url}")
+    console.print(f"worker started (pid {worker.pid}) with the ops rules: error spikes start "
+                  f"triage runs, a judge reviews them (at most 20 an hour), wrong triages "
+                  f"escalate; {chains} incidents per tenant (the judge's budget is per tenant "
+                  f"and hour, so demo runs within one hour share it)")
+    client = StreamsClient(settings)
+    # A workspace of its own per demo run: a tenant's earlier runs stay out of the view.
+    workspace = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    started = time.monotonic()
+    ok = False
+    finished = threading.Event()
+    try:
+        async def produce() -> None:
+            rng = random.Random(7)
+            await asyncio.gather(*(
+                _people(client.workspace(t, workspace, actor=UserActor(id="ops-bot")), chains,
+                        rng, views[t]) for t in tenants))
+            # Keep the view fresh while the judge and escalations finish.
+            while not finished.is_set():
+                for tenant in tenants:
+                    views[tenant].envelopes = await client.workspace(tenant, workspace).read()
+                await asyncio.sleep(0.5)
+
+        with Live(console=console, refresh_per_second=4) as live:
+            producer = _Background(produce)
+            settled_at: float | None = None
+            while time.monotonic() - started < timeout:
+                table, done = _table(settings, consumer, views, started,
+                                     _langfuse_counts(standin, workspace))
+                live.update(table)
+                if producer.error is not None:
+                    raise producer.error
+                # Done once every expected score arrived and stayed so for two seconds
+                # (the judge's feedback arrives after the people's).
+                settled_at = (settled_at or time.monotonic()) if done else None
+                if settled_at is not None and time.monotonic() - settled_at > 2.0:
+                    ok = True
+                    break
+                if worker.poll() is not None or sink.poll() is not None:
+                    break
+                time.sleep(0.5)
+        console.print()
+        crashed = [(n, p, f) for n, p, f in (("worker", worker, log_path),
+                                             ("sink", sink, sink_log)) if p.poll() is not None]
+        for name, proc, path in crashed:
+            with open(path, errors="replace") as log:
+                tail = log.read()[-3000:]
+            console.print(f"[red]{name} exited early ({proc.returncode}):[/red]\n{tail}")
+        if crashed:
+            ok = False
+        elif not ok:
+            console.print(f"[red]not every score arrived within {timeout:.0f}s[/red]")
+        else:
+            console.print(f"[green]every expected score arrived, on the scores topic and in "
+                          f"the Langfuse stand-in, in {time.monotonic() - started:.1f}s"
+                          f"[/green]")
+    finally:
+        finished.set()
+        producer.thread.join(timeout=10)
+        client.close()
+        consumer.close()
+        for name, proc, path in (("sink", sink, sink_log), ("worker", worker, log_path)):
+            _stop(proc)
+            console.print(f"{name} stopped (exit {proc.returncode}); its log: {path}")
+        standin.stop()
+    return ok
+
+
+def _spawn(args: list[str], env: dict[str, str], log_path: str) -> subprocess.Popen[bytes]:
+    """Start `python -m streams ARGS` with its output in `log_path`."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "streams", *args], env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class _Background:
+    """Runs the async producer in a thread so the live view keeps refreshing."""
+
+    def __init__(self, coro_fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                asyncio.run(coro_fn())
+            except BaseException as exc:
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()

@@ -1,0 +1,29 @@
+import pytest
+
+from streams.core.errors import ValidationFailed
+from streams.core.tenancy import check_tenant, parse_topic, tenant_topics
+
+
+def test_topic_names() -> None:
+    topics = tenant_topics("acme", "fs")
+    assert topics.all() == ("fs.acme.events", "fs.acme.scores", "fs.acme.deadletter",
+                            "fs.acme.rules")
+
+
+@pytest.mark.parametrize("name", ["", "Acme", "a.b", "1abc", "a" * 49, "has space", "ü"])
+def test_invalid_tenant_names_refused(name: str) -> None:
+    with pytest.raises(ValidationFailed, match="invalid tenant name"):
+        check_tenant(name)
+
+
+def test_valid_names() -> None:
+    assert check_tenant("acme-eu-1") == "acme-eu-1"
+
+
+def test_parse_topic() -> None:
+    assert parse_topic("fs.acme.events", "fs") == ("acme", "events")
+    assert parse_topic("fs.acme.scores", "fs") == ("acme", "scores")
+    assert parse_topic("fs.acme.rules", "fs") == ("acme", "rules")
+    assert parse_topic("other.acme.events", "fs") is None
+    assert parse_topic("fs._control", "fs") is None
+    assert parse_topic("fs.acme.unknown", "fs") is None
