@@ -1,10 +1,33 @@
-"""Who does things in a workspace: people, evaluators, agents and the system."""
+"""Who does things in a workspace: people, evaluators, agents and the system.
+
+Each actor has a participant name (`user:ada`, `evaluator:triage-judge@2026-09-28`,
+`agent:bot`, `system`) that its feedback is attributed to. Two actors never share one: ids
+carry no control characters, and an evaluator's name and version carry no `@`, the separator
+between them (a person's id may, as in an e-mail address, since nothing follows it).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from streams.core.errors import ValidationFailed
+
+__all__ = [
+    "Actor",
+    "AgentActor",
+    "AnyActor",
+    "EvaluatorActor",
+    "SystemActor",
+    "UserActor",
+    "actor_from_participant",
+    "participant_of",
+]
+
+# Pydantic's patterns use search semantics; these anchor both ends.
+_ID = r"^[^\x00-\x1f\x7f]+$"
+_EVALUATOR_PART = r"^[^@\x00-\x1f\x7f]+$"
 
 
 def participant_of(kind: str, id: str, version: str | None = None) -> str:
@@ -19,6 +42,17 @@ def participant_of(kind: str, id: str, version: str | None = None) -> str:
 class _Actor(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'actor'}: {e['msg']}"
+                for e in exc.errors())
+            raise ValidationFailed(
+                f"invalid {type(self).__name__}: {problems} (ids are non-empty and have no "
+                "control characters; an evaluator's name and version have no '@')") from exc
+
     @property
     def participant(self) -> str:
         """The stable name this actor's feedback is attributed to."""
@@ -29,7 +63,7 @@ class UserActor(_Actor):
     """A person, by the id your application knows them by."""
 
     kind: Literal["user"] = "user"
-    id: str = Field(min_length=1)
+    id: str = Field(min_length=1, pattern=_ID)
 
     @property
     def participant(self) -> str:
@@ -40,8 +74,8 @@ class EvaluatorActor(_Actor):
     """An evaluator; each version is its own participant, so verdicts of versions never mix."""
 
     kind: Literal["evaluator"] = "evaluator"
-    name: str = Field(min_length=1)
-    version: str = Field(default="0", min_length=1)
+    name: str = Field(min_length=1, pattern=_EVALUATOR_PART)
+    version: str = Field(default="0", min_length=1, pattern=_EVALUATOR_PART)
 
     @property
     def participant(self) -> str:
@@ -52,7 +86,7 @@ class AgentActor(_Actor):
     """An automated agent acting on its own account (a rule's action, a bot)."""
 
     kind: Literal["agent"] = "agent"
-    id: str = Field(min_length=1)
+    id: str = Field(min_length=1, pattern=_ID)
 
     @property
     def participant(self) -> str:
@@ -84,6 +118,7 @@ def actor_from_participant(participant: str) -> AnyActor:
     if kind == "agent" and rest:
         return AgentActor(id=rest)
     if kind == "evaluator" and rest:
-        name, _, version = rest.rpartition("@")
-        return EvaluatorActor(name=name or rest, version=version if name else "0")
-    raise ValueError(f"not a participant: {participant!r}")
+        name, _, version = rest.partition("@")
+        return EvaluatorActor(name=name, version=version or "0")
+    raise ValidationFailed(f"not a participant: {participant!r} (expected user:<id>, "
+                           "agent:<id>, evaluator:<name>@<version> or system)")

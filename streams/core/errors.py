@@ -7,8 +7,11 @@ class StreamsError(Exception):
     """Base of every error feedback-streams raises on purpose."""
 
 
-class ValidationFailed(StreamsError):
-    """Input broke a rule of the domain: a bad value, target, tenant name or rule."""
+class ValidationFailed(StreamsError, ValueError):
+    """Input broke a rule of the domain: a bad value, target, tenant name or rule.
+
+    Also a ValueError, so code that guards conversions with `except ValueError` keeps working.
+    """
 
 
 class NotFound(StreamsError):

@@ -8,18 +8,29 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streams.core.errors import ValidationFailed
 from streams.core.targets import TARGET_KINDS
 
+__all__ = [
+    "LONG_MAX",
+    "LONG_MIN",
+    "Feedback",
+    "FeedbackRegistry",
+    "registry",
+    "snake_case",
+    "validate_feedback",
+]
+
 # Feedback type names become Avro names and Langfuse score names, so they are kept to a
 # charset both accept.
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
 def snake_case(name: str) -> str:
@@ -123,7 +134,7 @@ class Feedback(BaseModel):
                 f"{sorted(TARGET_KINDS)}, or abstract=True for an intermediate base"
             )
         cls.feedback_name = name if name is not None else snake_case(cls.__name__)
-        if not _NAME.match(cls.feedback_name):
+        if not _NAME.fullmatch(cls.feedback_name):
             raise TypeError(
                 f"{cls.__qualname__}: feedback type name {cls.feedback_name!r} must match "
                 f"{_NAME.pattern} (it names Avro records and scores)"
@@ -137,19 +148,89 @@ def _default_registry() -> FeedbackRegistry:
     return registry
 
 
+LONG_MIN: Final = -(2**63)
+LONG_MAX: Final = 2**63 - 1
+"""Avro's `long`: the range of every integer a feedback value may carry."""
+
+
 def validate_feedback(
     value: Feedback | Mapping[str, Any], feedback_type: str | None = None,
     types: FeedbackRegistry | None = None,
 ) -> Feedback:
-    """Turn a typed value, or a mapping plus its type's name, into a validated Feedback."""
+    """Turn a typed value, or a mapping plus its type's name, into a validated Feedback.
+
+    An instance is validated again from its fields, so one built with `model_construct()`
+    (which skips validation) cannot carry a value its type forbids. Every integer must fit
+    Avro's long and every number must be finite. Raises ValidationFailed naming the field.
+    """
     if isinstance(value, Feedback):
-        if value.feedback_abstract:
-            raise ValidationFailed(f"{type(value).__qualname__} is abstract: give a concrete type")
-        return value
-    if feedback_type is None:
-        raise ValidationFailed("a mapping value needs its feedback_type")
-    cls = (types or registry).require(feedback_type)
+        cls: type[Feedback] = type(value)
+        if cls.feedback_abstract:
+            raise ValidationFailed(f"{cls.__qualname__} is abstract: give a concrete type")
+        if feedback_type is not None and feedback_type != cls.feedback_name:
+            raise ValidationFailed(
+                f"feedback_type {feedback_type!r} does not match the value's type "
+                f"{cls.feedback_name!r}: pass one or the other")
+        fields = _fields_of(value)
+    else:
+        if feedback_type is None:
+            raise ValidationFailed(
+                "a mapping value needs its feedback_type (or pass a Feedback instance)")
+        cls = (types or registry).require(feedback_type)
+        if not isinstance(value, Mapping):
+            raise ValidationFailed(
+                f"a {feedback_type} value must be a mapping of field names to values or a "
+                f"{cls.__qualname__} instance, not {type(value).__name__}")
+        fields = dict(value)
     try:
-        return cls.model_validate(dict(value))
-    except ValueError as exc:
-        raise ValidationFailed(f"invalid {feedback_type} value: {exc}") from exc
+        checked = cls.model_validate(fields)
+    except ValidationError as exc:
+        raise ValidationFailed(f"invalid {cls.feedback_name} value: {_problems(exc)}") from exc
+    except (TypeError, ValueError) as exc:  # a validator of the type's own raised oddly
+        raise ValidationFailed(f"invalid {cls.feedback_name} value: {exc}") from exc
+    _check_numbers(checked.model_dump(), cls.feedback_name)
+    return checked
+
+
+def _fields_of(value: BaseModel) -> dict[str, Any]:
+    # model_construct() may leave fields unset or hold values its type forbids, at any depth;
+    # read what each instance holds, so validation sees it (Pydantic does not validate a
+    # nested model instance again by default).
+    held = dict(value.__dict__)
+    held.update(value.__pydantic_extra__ or {})
+    return {k: _held(v) for k, v in held.items()}
+
+
+def _held(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return _fields_of(value)
+    if isinstance(value, list | tuple):
+        return [_held(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _held(v) for k, v in value.items()}
+    return value
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+                     for e in exc.errors())
+
+
+def _check_numbers(value: object, path: str) -> None:
+    """Refuse integers outside Avro's long and numbers that are not finite, by field path."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not LONG_MIN <= value <= LONG_MAX:
+            raise ValidationFailed(
+                f"{path}: {value} does not fit a 64-bit integer "
+                f"(Avro long, {LONG_MIN}..{LONG_MAX})")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationFailed(f"{path}: {value} is not a finite number")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_numbers(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_numbers(item, f"{path}[{i}]")

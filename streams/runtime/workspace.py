@@ -24,7 +24,7 @@ from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, Event, FeedbackGiven, Seq, TraceContext
 from streams.core.feedback import Feedback, FeedbackRegistry, registry, validate_feedback
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
-from streams.core.tenancy import check_tenant, tenant_topics
+from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
 from streams.core.view import Located, LogIndex, not_found
 from streams.settings import Settings
 
@@ -114,8 +114,7 @@ class StreamsClient:
     def workspace(self, tenant: str, workspace: str, *, actor: Actor | None = None) -> Workspace:
         """A handle on one workspace of a tenant, acting as `actor` (default: the system)."""
         check_tenant(tenant)
-        if not workspace:
-            raise ValidationFailed("workspace must be a non-empty string")
+        check_workspace(workspace)
         return Workspace(self, tenant, workspace, actor or SystemActor())
 
     def tenant_log(self, tenant: str) -> _TenantLog:
@@ -193,6 +192,10 @@ class Workspace:
         Raises ValidationFailed if the type cannot be given on the target's kind, or a chain
         target is not the first event of its chain; NotFound if the target is not in the log.
         """
+        if not isinstance(on, RunTarget | FiringTarget | ChainTarget):
+            raise ValidationFailed(
+                f"on= must be a RunTarget, FiringTarget or ChainTarget, not "
+                f"{type(on).__name__} (e.g. on=RunTarget(run_id=...))")
         feedback = validate_feedback(value, feedback_type, self.client.types)
         cls = type(feedback)
         attributes = {"streams.tenant": self.tenant, "streams.workspace": self.workspace,

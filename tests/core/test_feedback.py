@@ -1,6 +1,7 @@
-from typing import Literal
+from typing import Annotated, Literal
 
 import pytest
+from pydantic import Field
 
 from streams.core.errors import ValidationFailed
 from streams.core.feedback import Feedback, FeedbackRegistry, snake_case, validate_feedback
@@ -86,3 +87,50 @@ def test_validate_mapping_against_registered_type(types: FeedbackRegistry) -> No
         validate_feedback({"level": "medium"}, "sev", types)
     with pytest.raises(ValidationFailed, match="unknown feedback type"):
         validate_feedback({"level": "high"}, "nope", types)
+
+
+_CHECKS = FeedbackRegistry()
+
+
+class _Bounded(Feedback, name="bounded_for_checks", targets={"run"}, registry=_CHECKS):
+    minutes: Annotated[int, Field(ge=0, le=1440)] | None = None
+    count: int = 0
+    ratio: float = 0.0
+
+
+def test_an_instance_built_without_validation_is_refused() -> None:
+    sneaky = _Bounded.model_construct(minutes=99999)
+    with pytest.raises(ValidationFailed, match="minutes"):
+        validate_feedback(sneaky)
+
+
+def test_a_value_that_is_not_a_mapping_is_refused_with_what_to_give() -> None:
+    with pytest.raises(ValidationFailed, match="must be a mapping"):
+        validate_feedback(7, "bounded_for_checks", _CHECKS)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("big", [2**63, -(2**63) - 1, 10**30])
+def test_integers_beyond_avro_long_are_refused_naming_the_field(big: int) -> None:
+    with pytest.raises(ValidationFailed, match=r"bounded_for_checks\.count.*64-bit"):
+        validate_feedback({"count": big}, "bounded_for_checks", _CHECKS)
+
+
+def test_avro_long_limits_are_accepted() -> None:
+    for edge in (2**63 - 1, -(2**63)):
+        assert validate_feedback({"count": edge}, "bounded_for_checks", _CHECKS).count == edge  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_numbers_that_are_not_finite_are_refused(bad: float) -> None:
+    with pytest.raises(ValidationFailed, match=r"ratio.*finite"):
+        validate_feedback({"ratio": bad}, "bounded_for_checks", _CHECKS)
+
+
+def test_a_type_name_that_contradicts_the_instance_is_refused() -> None:
+    with pytest.raises(ValidationFailed, match="does not match"):
+        validate_feedback(_Bounded(), "triage_quality")
+
+
+def test_validation_errors_name_the_field() -> None:
+    with pytest.raises(ValidationFailed, match=r"minutes: Input should be less than or equal"):
+        validate_feedback({"minutes": 2000}, "bounded_for_checks", _CHECKS)

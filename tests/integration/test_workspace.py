@@ -95,6 +95,29 @@ async def test_feedback_validation(
                                feedback_type="triage_quality", on=RunTarget(run_id="run_1"))
 
 
+async def test_bad_input_is_refused_before_anything_is_sent(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+) -> None:
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    await _incident(ws)
+    before = len(await ws.read())
+    run = RunTarget(run_id="run_1")
+    refused: list[tuple[Any, dict[str, Any], str]] = [
+        (TriageQuality.model_construct(correct=True, severity="urgent"), {"on": run},
+         "severity"),
+        (7, {"on": run, "feedback_type": "triage_quality"}, "must be a mapping"),
+        (TriageQuality(correct=True, severity="low"), {"on": "run_1"}, "on= must be"),
+        ({"resolved": True, "minutes_to_mitigate": 2**64}, {
+            "on": ChainTarget(correlation_id="x"), "feedback_type": "resolution"},
+         "minutes_to_mitigate"),
+    ]
+    for value, kwargs, message in refused:
+        with pytest.raises(ValidationFailed, match=message):
+            await ws.give_feedback(value, **kwargs)
+    assert len(await ws.read()) == before
+
+
 async def test_sees_runs_written_by_another_process(
     tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
 ) -> None:
