@@ -1,14 +1,17 @@
-"""Feedback mirror throughput: one Faust worker against a raw confluent-kafka floor.
+"""Feedback mirror throughput against the tuned floor, on the same data in one run.
 
-Both read the same N feedback_given events from one tenant's events topic and write the same
-scores with the same mirror step; the floor has no Faust (confluent-kafka consumer, fastavro
-decode through the registry serde, score mapping, confluent-kafka producer).
+Three implementations read the same N feedback_given events from one tenant's events topic:
+- the tuned floor (bench/floor.py): the job done as fast as Python can here;
+- the mirror's batch data path in this process (BatchLoop + MirrorStep: decode, validate,
+  map, encode, produce, commit after delivery), the code the worker runs;
+- `streams worker` as a separate process (start-up and group join excluded, reported apart).
+Every output is checked: the floor's and the mirror's score records must be byte for byte the
+same multiset, N x 3 of them.
 
     eval "$(deploy/stack.sh env)"
     .venv/bin/python -m bench.mirror_throughput --events 50000
 
-Rates count feedback events per second, from the first score out to the last (start-up and
-group join excluded, and reported apart).
+Rates count feedback events per second, from the first batch to the last commit.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 
+from bench.floor import run_floor
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
-from streams.adapters.kafka.delivery import Delivery
-from streams.adapters.kafka.log import envelope_headers, header_value, producer_config, watermarks
-from streams.adapters.kafka.outputs import Output
+from streams.adapters.kafka.log import envelope_headers, producer_config, watermarks
 from streams.core.actors import UserActor
 from streams.core.events import Envelope, FeedbackGiven
+from streams.core.scores import score_configs
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
@@ -110,67 +113,107 @@ def run_faust(settings: Settings, tenant: str, n: int, batch: int) -> dict[str, 
             "rate": n / max(last - first, 1e-9)}
 
 
-def run_floor(settings: Settings, serde: AvroSerde, tenant: str, n: int,
-              batch: int) -> dict[str, float]:
+def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int) -> dict[str, float]:
+    """The worker's data path in this process: BatchLoop over MirrorStep."""
+    import threading
+
+    from streams.adapters.avro.fast import FastCodec
+    from streams.adapters.avro.serde import registry_client
+    from streams.runtime.batch import BatchLoop
+
+    step = MirrorStep(FastCodec(registry_client(settings.schema_registry_url)),
+                      prefix=settings.topic_prefix)
     events = tenant_topics(tenant, settings.topic_prefix).events
-    out_topic = f"{settings.topic_prefix}.floor.scores"
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    for future in admin.create_topics([NewTopic(out_topic, settings.partitions, 1)]).values():
-        future.result()
-    step = MirrorStep(serde, prefix=settings.topic_prefix)
-    delivery = Delivery(settings)
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                         "group.id": f"bench-floor-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([events])
-    seen = 0
+    loop = BatchLoop(
+        consumer_config={"bootstrap.servers": settings.bootstrap_servers,
+                         "group.id": f"bench-mirror-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False},
+        producer_config=producer_config(settings, **{"linger.ms": 20,
+                                                     "batch.num.messages": 10000}),
+        subscription=[events], step=step.handle_batch, batch_size=batch)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    started = time.monotonic()
+    thread.start()
     first = None
-    while seen < n:
-        messages = consumer.consume(batch, timeout=1.0)
-        if not messages:
-            continue
-        if first is None:
+    while loop.stats.records < n:
+        if first is None and loop.stats.records:
             first = time.monotonic()
-        outputs: list[Output] = []
-        for msg in messages:
-            if msg.error():
-                continue
-            seen += 1
-            event_type = header_value(msg.headers(), "event_type")
-            for out in step.handle(msg.topic() or "", msg.partition() or 0, msg.offset() or 0,
-                                   msg.key(), msg.value(), event_type):
-                outputs.append(Output(out_topic, out.key, out.value, out.headers))
-        delivery.send_sync(outputs)
-        consumer.commit(asynchronous=False)
+        if time.monotonic() - started > 600:
+            raise SystemExit(f"batch mirror handled {loop.stats.records}/{n} in 600 s")
+        time.sleep(0.01)
+    stop.set()
+    thread.join()
     last = time.monotonic()
-    consumer.close()
     assert first is not None
-    return {"seconds": last - first, "rate": n / (last - first)}
+    # The first batch is counted from when it was seen: take its share out of the total.
+    return {"seconds": last - first, "rate": n / (last - first),
+            "startup_s": first - started}
+
+
+def topic_values(settings: Settings, topic: str, want: int) -> list[bytes]:
+    """Every value of a topic (waits until `want` are there)."""
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                         "group.id": f"bench-read-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 120
+    while len(values) < want and time.monotonic() < deadline:
+        for msg in consumer.consume(10000, 1.0):
+            if not msg.error():
+                values.append(msg.value() or b"")
+    consumer.close()
+    return values
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--no-worker", action="store_true",
+                        help="skip the `streams worker` subprocess run")
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     serde = AvroSerde(settings.schema_registry_url)
     tenant = "bench"
     TenantAdmin(settings).create_tenant(tenant)
-    console.print(f"producing {args.events} feedback events to "
-                  f"{tenant_topics(tenant, settings.topic_prefix).events}")
-    produce_feedback(settings, serde, tenant_topics(tenant, settings.topic_prefix).events,
-                     tenant, args.events)
-    console.print("raw floor (confluent-kafka + fastavro + mirror step, no Faust)...")
-    floor = run_floor(settings, serde, tenant, args.events, args.batch)
+    topics = tenant_topics(tenant, settings.topic_prefix)
+    console.print(f"producing {args.events} feedback events to {topics.events}")
+    produce_feedback(settings, serde, topics.events, tenant, args.events)
+    floor_topic = f"{settings.topic_prefix}.floor.scores"
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(floor_topic, settings.partitions, 1)]).values():
+        future.result()
+    want = args.events * SCORES_PER_EVENT
+
+    console.print("tuned floor (bench/floor.py)...")
+    floor = run_floor(settings.bootstrap_servers, settings.schema_registry_url, topics.events,
+                      floor_topic, args.events, {"triage_quality": score_configs(TriageQuality)},
+                      args.batch)
     console.print(f"  {floor['rate']:,.0f} feedback/s ({floor['seconds']:.1f}s)")
-    console.print("faust worker (feedback mirror agent)...")
-    faust = run_faust(settings, tenant, args.events, args.batch)
-    console.print(f"  {faust['rate']:,.0f} feedback/s ({faust['seconds']:.1f}s, "
-                  f"start-up {faust['startup_s']:.1f}s)")
-    print(f"events={args.events} batch={args.batch} faust_rate={faust['rate']:.0f}/s "
-          f"floor_rate={floor['rate']:.0f}/s ratio={faust['rate'] / floor['rate']:.2f} "
-          f"scores_per_event={SCORES_PER_EVENT}")
+    console.print("batch mirror (BatchLoop + MirrorStep, in process)...")
+    mirror = run_batch_mirror(settings, tenant, args.events, args.batch)
+    console.print(f"  {mirror['rate']:,.0f} feedback/s ({mirror['seconds']:.1f}s)")
+
+    floor_values = topic_values(settings, floor_topic, want)
+    mirror_values = topic_values(settings, topics.scores, want)
+    same = sorted(floor_values) == sorted(mirror_values)
+    console.print(f"  outputs: floor {len(floor_values)}, mirror {len(mirror_values)}, "
+                  f"byte-identical multiset: {same}")
+    if len(floor_values) != want or not same:
+        raise SystemExit("the floor and the mirror did not write the same scores")
+    line = (f"events={args.events} batch={args.batch} floor_rate={floor['rate']:.0f}/s "
+            f"batch_mirror_rate={mirror['rate']:.0f}/s "
+            f"batch_mirror_ratio={mirror['rate'] / floor['rate']:.2f}")
+    if not args.no_worker:
+        console.print("streams worker (subprocess)...")
+        worker = run_faust(settings, tenant, args.events, args.batch)
+        console.print(f"  {worker['rate']:,.0f} feedback/s ({worker['seconds']:.1f}s, "
+                      f"start-up {worker['startup_s']:.1f}s)")
+        line += (f" worker_rate={worker['rate']:.0f}/s "
+                 f"worker_ratio={worker['rate'] / floor['rate']:.2f}")
+    print(line + f" scores_per_event={SCORES_PER_EVENT}")
 
 
 if __name__ == "__main__":

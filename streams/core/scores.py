@@ -167,7 +167,9 @@ def score_id(feedback_event_id: str, score_name: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _score_value(config: ScoreConfig, raw: Any) -> float | str | None:
+def score_value(config: ScoreConfig, raw: Any) -> float | str | None:
+    """A field's value as its score's value: 1.0/0.0, a float, a label or a text; None when
+    the field is unset or an empty text (nothing to score)."""
     if raw is None:
         return None
     if config.data_type == "BOOLEAN":
@@ -224,7 +226,7 @@ def scores_from_value(
     )
     out: list[Score] = []
     for config in configs.configs:
-        scored = _score_value(config, value.get(config.field))
+        scored = score_value(config, value.get(config.field))
         if scored is None:
             continue
         out.append(Score(

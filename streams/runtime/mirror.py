@@ -1,31 +1,49 @@
-"""The feedback mirror's step: one events-topic record in, score records (or a dead letter) out.
+"""The feedback mirror's step: events-topic records in, score records (or dead letters) out.
 
-The step is synchronous and I/O-free apart from the registry lookups its serde caches, so the
-Faust agent, the raw benchmark floor and tests all run the very same code. It never raises
-for bad input: an undecodable record becomes a dead letter with its reason, and feedback of
-a type this process does not register is skipped and counted.
+The step is synchronous and does no I/O but the registry lookups its codec caches (once per
+schema id), so the batch loop, the benchmark and tests all run the very same code. It decodes
+with fastavro against the writer's schema (`FastCodec`), checks the value against the
+registered feedback type (its ranges, categories and target kinds: a record written by
+another producer is trusted no more than a caller of give_feedback), maps it straight to Score
+records and encodes them. It never raises for bad data: such a record becomes a dead letter
+with its reason; feedback of a type this process does not register is skipped and counted. It
+raises `RegistryUnavailable` when a schema cannot be fetched now: that is an outage, and the
+caller retries the batch later instead of dead-lettering good data.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry import metrics
+from pydantic import ValidationError
 
-from streams.adapters.avro.codec import score_to_record, utc_time
-from streams.adapters.avro.serde import AvroSerde
-from streams.adapters.kafka.outputs import Output, dead_letter_output
+from streams.adapters.avro.codec import score_records
+from streams.adapters.avro.fast import FastCodec, WriterSchema
+from streams.adapters.avro.schemas import dead_letter_schema, score_schema
+from streams.adapters.kafka.outputs import (
+    Output,
+    dead_letter_record,
+    dead_letter_topic,
+    reason_headers,
+)
 from streams.core.actors import participant_of
 from streams.core.errors import SchemaError
 from streams.core.events import FEEDBACK_GIVEN
-from streams.core.feedback import FeedbackRegistry, registry
-from streams.core.scores import ScoreConfigs, score_configs, scores_from_value
+from streams.core.feedback import Feedback, FeedbackRegistry, registry
+from streams.core.scores import ScoreConfigs, score_configs
 from streams.core.tenancy import parse_topic, tenant_topics
+
+__all__ = ["MirrorStats", "MirrorStep"]
 
 _meter = metrics.get_meter("streams.mirror")
 _scores_out = _meter.create_counter("streams.mirror.scores", description="scores produced")
 _skipped = _meter.create_counter("streams.mirror.skipped", description="feedback of unknown type")
 _dead = _meter.create_counter("streams.mirror.dead_letters", description="records dead-lettered")
+_FEEDBACK_HEADER = FEEDBACK_GIVEN.encode()
 
 
 @dataclass
@@ -49,13 +67,13 @@ class MirrorStats:
 class MirrorStep:
     """Turns feedback_given records into Score records on the tenant's scores topic."""
 
-    def __init__(self, serde: AvroSerde, *, prefix: str = "fs",
+    def __init__(self, codec: FastCodec, *, prefix: str = "fs",
                  types: FeedbackRegistry | None = None) -> None:
-        self.serde = serde
+        self.codec = codec
         self.prefix = prefix
         self.types = types or registry
         self.stats = MirrorStats()
-        self._configs: dict[str, ScoreConfigs | None] = {}
+        self._types: dict[str, tuple[type[Feedback], ScoreConfigs] | None] = {}
         self._routes: dict[str, tuple[str, str] | None] = {}
 
     def _route(self, topic: str) -> tuple[str, str] | None:
@@ -66,60 +84,93 @@ class MirrorStep:
                 if parsed else None
         return self._routes[topic]
 
-    def _configs_for(self, feedback_type: str) -> ScoreConfigs | None:
-        if feedback_type not in self._configs:
+    def _type(self, feedback_type: str) -> tuple[type[Feedback], ScoreConfigs] | None:
+        if feedback_type not in self._types:
             cls = self.types.get(feedback_type)
-            self._configs[feedback_type] = score_configs(cls) if cls else None
-        return self._configs[feedback_type]
+            self._types[feedback_type] = (cls, score_configs(cls)) if cls else None
+        return self._types[feedback_type]
+
+    def handle_batch(self, messages: Sequence[Any]) -> list[Output]:
+        """The records to produce for a batch of confluent-kafka messages (errors skipped).
+
+        Raises RegistryUnavailable, having produced nothing, when a schema cannot be fetched.
+        """
+        out: list[Output] = []
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            event_type = None
+            for name, value in msg.headers() or ():
+                if name == "event_type":
+                    event_type = value
+                    break
+            out += self.handle(msg.topic(), msg.partition(), msg.offset(), msg.key(),
+                               msg.value(), event_type)
+        return out
 
     def handle(self, topic: str, partition: int, offset: int, key: bytes | None,
                value: bytes | None, event_type: bytes | None) -> list[Output]:
-        """The records to produce for one consumed record; never raises for bad input."""
+        """The records to produce for one consumed record; never raises for bad data."""
         self.stats.records += 1
+        if event_type is not None and event_type != _FEEDBACK_HEADER:
+            return []
         route = self._route(topic)
         tenant = route[0] if route else "?"
-        if event_type is not None and event_type != b"feedback_given":
-            return []
         try:
             if value is None:
                 raise SchemaError("record has no value")
-            record = self.serde.decode(value, topic)
-            head = record["envelope"]
+            _writer, record = self.codec.decode(value)
+            head = record.get("envelope")
+            if not isinstance(head, dict) or "event_type" not in head:
+                raise SchemaError("not an event: the record has no envelope field (streams "
+                                  "events are records whose first field is the Envelope)")
             if head["event_type"] != FEEDBACK_GIVEN:
                 return []
+            if route is None:
+                raise SchemaError(f"{topic} is not a tenant events topic")
             self.stats.feedback += 1
             self.stats.bump(tenant, "feedback")
-            configs = self._configs_for(record["feedback_type"])
-            if configs is None:
+            known = self._type(record["feedback_type"])
+            if known is None:
                 self.stats.skipped_unknown_type += 1
                 self.stats.bump(tenant, "skipped")
                 _skipped.add(1, {"tenant": tenant})
                 return []
+            cls, configs = known
             target = record["target"]
+            if target["kind"] not in cls.feedback_targets:
+                raise SchemaError(
+                    f"{cls.feedback_name} feedback cannot be given on a {target['kind']}; "
+                    f"it targets {sorted(cls.feedback_targets)}")
+            try:
+                cls.model_validate(record["value"])
+            except ValidationError as exc:
+                raise SchemaError(f"invalid {cls.feedback_name} value: " + "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                    for e in exc.errors())) from exc
             actor = head["actor"]
-            participant = participant_of(actor["kind"], actor["id"], actor.get("version"))
-            scores = scores_from_value(
+            scores = score_records(
                 configs, record["value"], feedback_event_id=head["event_id"],
-                timestamp=utc_time(head["time"]), tenant=head["tenant"],
-                workspace=head["workspace"], target_kind=target["kind"],
-                target_id=target["id"], participant=participant,
+                timestamp=head["time"], tenant=head["tenant"], workspace=head["workspace"],
+                target_kind=target["kind"], target_id=target["id"],
+                participant=participant_of(actor["kind"], actor["id"], actor.get("version")),
                 trace_id=record.get("target_trace_id"), session_id=head["correlation_id"],
                 seq=f"{partition}:{offset}",
             )
-        except (SchemaError, KeyError, TypeError, ValueError) as exc:
+            writer = self._score_writer()
+        except (SchemaError, KeyError, TypeError, ValueError, AttributeError) as exc:
             return [self.dead_letter(topic, partition, offset, key, value, f"{exc}")]
-        if route is None:
-            return [self.dead_letter(topic, partition, offset, key, value,
-                                     f"{topic} is not a tenant events topic")]
         scores_topic = route[1]
         feedback_key = head["event_id"].encode()
-        out = [Output(scores_topic, feedback_key,
-                      self.serde.encode_score(score_to_record(s), scores_topic))
-               for s in scores]
+        encode = self.codec.encode
+        out = [Output(scores_topic, feedback_key, encode(writer, s)) for s in scores]
         self.stats.scores += len(out)
         self.stats.bump(tenant, "scores", len(out))
         _scores_out.add(len(out), {"tenant": tenant})
         return out
+
+    def _score_writer(self) -> WriterSchema:
+        return self.codec.registered(score_schema())
 
     def dead_letter(self, topic: str, partition: int, offset: int, key: bytes | None,
                     value: bytes | None, reason: str, stage: str = "mirror") -> Output:
@@ -129,7 +180,9 @@ class MirrorStep:
         self.stats.dead_letters += 1
         self.stats.bump(tenant, "dead_letters")
         _dead.add(1, {"tenant": tenant})
-        return dead_letter_output(self.serde, self.prefix, topic=topic, partition=partition,
-                                  offset=offset, key=key, value=value, reason=reason,
-                                  stage=stage)
-
+        record = dead_letter_record(topic=topic, partition=partition, offset=offset, key=key,
+                                    value=value, reason=reason, stage=stage,
+                                    time=int(time.time() * 1000))
+        return Output(dead_letter_topic(self.prefix, topic), key,
+                      self.codec.encode(self.codec.registered(dead_letter_schema()), record),
+                      reason_headers(reason))

@@ -32,6 +32,7 @@ import faust
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streams.adapters.avro.fast import FastCodec
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.delivery import Delivery
@@ -101,7 +102,7 @@ class Worker:
         self.cursor = cursor
         self.stats_interval = stats_interval
         self.serde = AvroSerde(self.settings.schema_registry_url, types=self.types)
-        self.step = MirrorStep(self.serde, prefix=self.settings.topic_prefix, types=self.types)
+        self.step = MirrorStep(FastCodec(self.serde.client), prefix=self.settings.topic_prefix, types=self.types)
         self.delivery = Delivery(self.settings)
         self.tenant_admin = TenantAdmin(self.settings)
         self.admin = self.tenant_admin.client

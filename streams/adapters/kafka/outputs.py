@@ -21,17 +21,36 @@ class Output:
     headers: Headers | None = None
 
 
+def dead_letter_topic(prefix: str, topic: str) -> str:
+    """The dead-letter topic for a record of `topic`: its tenant's, or
+    `<prefix>.unrouted.deadletter` when `topic` is no tenant's."""
+    parsed = parse_topic(topic, prefix)
+    return tenant_topics(parsed[0], prefix).deadletter if parsed else \
+        f"{prefix}.unrouted.deadletter"
+
+
+def dead_letter_record(*, topic: str, partition: int, offset: int, key: bytes | None,
+                       value: bytes | None, reason: str, stage: str,
+                       time: datetime | int) -> dict[str, Any]:
+    """The DeadLetter record: the original bytes, where they were, who gave up and why."""
+    return {
+        "source_topic": topic, "partition": partition, "offset": offset, "key": key,
+        "value": value, "stage": stage, "reason": reason[:2000], "time": time,
+    }
+
+
+def reason_headers(reason: str) -> Headers:
+    """Headers of a dead letter: its reason, short, readable without decoding."""
+    return [("reason", reason[:200].encode())]
+
+
 def dead_letter_output(serde: AvroSerde, prefix: str, *, topic: str, partition: int,
                        offset: int, key: bytes | None, value: bytes | None, reason: str,
                        stage: str) -> Output:
-    """A DeadLetter record for the tenant of `topic` (the original bytes, where they were,
-    who gave up and why), or for `<prefix>.unrouted.deadletter` if `topic` is no tenant's."""
-    parsed = parse_topic(topic, prefix)
-    dl_topic = tenant_topics(parsed[0], prefix).deadletter if parsed else \
-        f"{prefix}.unrouted.deadletter"
-    record: dict[str, Any] = {
-        "source_topic": topic, "partition": partition, "offset": offset, "key": key,
-        "value": value, "stage": stage, "reason": reason[:2000], "time": datetime.now(UTC),
-    }
+    """A DeadLetter record for the tenant of `topic` (see dead_letter_topic)."""
+    dl_topic = dead_letter_topic(prefix, topic)
+    record = dead_letter_record(topic=topic, partition=partition, offset=offset, key=key,
+                                value=value, reason=reason, stage=stage,
+                                time=datetime.now(UTC))
     return Output(dl_topic, key, serde.encode_dead_letter(record, dl_topic),
-                  [("reason", reason[:200].encode())])
+                  reason_headers(reason))

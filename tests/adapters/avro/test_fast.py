@@ -1,0 +1,101 @@
+"""The fast codec's framing and the batch path's score records, without a registry."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import fastavro
+import pytest
+
+from streams.adapters.avro.codec import score_records, score_to_record
+from streams.adapters.avro.fast import FastCodec, frame, without_logical_types
+from streams.adapters.avro.schemas import score_schema
+from streams.core.errors import SchemaError
+from streams.core.scores import score_configs, scores_from_value
+from streams.examples.ops import Resolution, TriageQuality
+
+
+class _Registered:
+    def __init__(self, schema_str: str) -> None:
+        self.schema_str = schema_str
+
+
+class OneSchemaRegistry:
+    """A registry client that knows one schema under id 7 (no network in unit tests)."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
+
+    def get_schema(self, schema_id: int) -> _Registered:
+        if schema_id != 7:
+            raise KeyError(schema_id)
+        return _Registered(json.dumps(self.schema))
+
+    def register_schema(self, _subject: str, _schema: Any) -> int:
+        return 7
+
+
+def _codec() -> FastCodec:
+    return FastCodec(OneSchemaRegistry(score_schema()))  # type: ignore[arg-type]
+
+
+def test_logical_types_are_dropped_at_every_depth() -> None:
+    stripped = without_logical_types(score_schema())
+    assert "logicalType" not in json.dumps(stripped)
+    assert "logicalType" in json.dumps(score_schema())
+
+
+@pytest.mark.parametrize(("cls", "value"), [
+    (TriageQuality, {"correct": False, "severity": "critical", "note": "missed it"}),
+    (TriageQuality, {"correct": True, "severity": "low", "note": None}),
+    (TriageQuality, {"correct": True, "severity": "high", "note": ""}),
+    (Resolution, {"resolved": True, "minutes_to_mitigate": 42}),
+    (Resolution, {"resolved": False, "minutes_to_mitigate": None}),
+])
+@pytest.mark.parametrize("trace_id", [None, "a" * 32])
+def test_score_records_equal_the_records_of_score_objects(
+    cls: Any, value: dict[str, Any], trace_id: str | None,
+) -> None:
+    when = datetime(2026, 11, 30, 12, 0, 1, 234000, tzinfo=UTC)
+    common: dict[str, Any] = dict(
+        feedback_event_id="evt_1", tenant="acme", workspace="prod", target_kind="run",
+        target_id="run_1", participant="user:ada", trace_id=trace_id, session_id="chain_1",
+        seq="2:17")
+    slow = [score_to_record(s) for s in scores_from_value(score_configs(cls), value,
+                                                          timestamp=when, **common)]
+    fast = score_records(score_configs(cls), value, timestamp=when, **common)
+    assert fast == slow
+    # And the bytes: the fast path writes epoch millis where the slow one had a datetime.
+    codec = _codec()
+    writer = codec.registered(score_schema())
+    millis = int(when.timestamp() * 1000)
+    fast_ms = score_records(score_configs(cls), value, timestamp=millis, **common)
+    parsed = fastavro.parse_schema(score_schema())
+    for record, slow_record in zip(fast_ms, slow, strict=True):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, slow_record)
+        assert codec.encode(writer, record) == frame(7, out.getvalue())
+
+
+def test_decode_round_trip_and_framing_errors() -> None:
+    codec = _codec()
+    writer = codec.registered(score_schema())
+    [record] = score_records(score_configs(Resolution), {"resolved": True},
+                             feedback_event_id="e", timestamp=1_700_000_000_000,
+                             tenant="t", workspace="w", target_kind="chain", target_id="c",
+                             participant="user:a", trace_id=None, session_id="c", seq=None)
+    data = codec.encode(writer, record)
+    assert data[:5] == b"\x00\x00\x00\x00\x07"
+    _w, back = codec.decode(data)
+    assert back == record
+    with pytest.raises(SchemaError, match="bad magic"):
+        codec.decode(b"\x01" + data[1:])
+    with pytest.raises(SchemaError, match="too short"):
+        codec.decode(b"\x00\x00")
+    with pytest.raises(SchemaError, match="undecodable"):
+        codec.decode(data[:12])
+    with pytest.raises(SchemaError, match="bytes after"):
+        codec.decode(data + b"\x00\x00")
