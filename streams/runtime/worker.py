@@ -102,7 +102,8 @@ class Worker:
         self.cursor = cursor
         self.stats_interval = stats_interval
         self.serde = AvroSerde(self.settings.schema_registry_url, types=self.types)
-        self.step = MirrorStep(FastCodec(self.serde.client), prefix=self.settings.topic_prefix, types=self.types)
+        self.step = MirrorStep(FastCodec(self.serde.client), prefix=self.settings.topic_prefix,
+                               types=self.types)
         self.delivery = Delivery(self.settings)
         self.tenant_admin = TenantAdmin(self.settings)
         self.admin = self.tenant_admin.client
