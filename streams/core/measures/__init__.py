@@ -1,4 +1,46 @@
-"""The home of end-to-end measures: pure folds over a workspace's envelopes (rule outcomes,
-time to resolution, judge agreement with people, proposal rates), run offline as reports and
-experiments with the same engine the workers run. Each measure is a function of envelopes;
-readers in the runtime feed it a tenant's log. Nothing is measured here yet."""
+"""End-to-end measures: pure folds over a workspace's envelopes, run offline as reports and
+experiments with the same code the workers use. Each takes a workspace handle (read to its
+end) or envelopes already read; each `fold_*` twin takes envelopes only, for speed.
+
+See docs/measures.md for each measure's definition and formula.
+"""
+
+from streams.core.measures.agreement import (
+    CategoricalAgreement,
+    FieldAgreement,
+    NumericAgreement,
+    cohen_kappa,
+    fold_judge_agreement,
+    judge_agreement,
+    spearman,
+)
+from streams.core.measures.outcomes import RuleOutcome, fold_rule_outcomes, rule_outcomes
+from streams.core.measures.quality import QualitySeries, fold_quality, quality
+from streams.core.measures.resolution import (
+    MeasureError,
+    fold_time_to_resolution,
+    time_to_resolution,
+)
+from streams.core.measures.source import LogSource, Readable, envelopes_of
+
+__all__ = [
+    "CategoricalAgreement",
+    "FieldAgreement",
+    "LogSource",
+    "MeasureError",
+    "NumericAgreement",
+    "QualitySeries",
+    "Readable",
+    "RuleOutcome",
+    "cohen_kappa",
+    "envelopes_of",
+    "fold_judge_agreement",
+    "fold_quality",
+    "fold_rule_outcomes",
+    "fold_time_to_resolution",
+    "judge_agreement",
+    "quality",
+    "rule_outcomes",
+    "spearman",
+    "time_to_resolution",
+]

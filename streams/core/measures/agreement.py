@@ -1,0 +1,219 @@
+"""How far each evaluator version agrees with people, on the same targets.
+
+For each feedback type, each target (kind and id) and each participant, the latest verdict
+counts (a person who changed their mind counts once, as they last said). Each evaluator
+version's verdict on a target is paired with each person's verdict on it, field by field:
+
+- bool and categorical fields (Literal, Enum): Cohen's kappa
+  `kappa = (p_o - p_e) / (1 - p_e)`, where `p_o` is the share of pairs that agree and `p_e`
+  the agreement expected by chance from each side's label frequencies; with the normal
+  approximation `SE = sqrt(p_o (1 - p_o) / (n (1 - p_e)^2))` for a 95% interval
+  `kappa ± 1.96 SE`. Undefined (None) when `p_e = 1` (both sides always say the same one
+  label);
+- numeric fields: mean absolute error `MAE = mean |e - p|` with `± 1.96 s / sqrt(n)`
+  (s the sample standard deviation of |e - p|), and Spearman's rank correlation (Pearson's r
+  of the ranks, ties averaged) with a Fisher-z interval `tanh(atanh(r) ± 1.96 / sqrt(n - 3))`
+  (None below 4 pairs or without variance).
+
+Free-text fields are not compared. Field kinds come from the registered feedback type's score
+configs; for a type this process does not register they are inferred from the values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from streams.core.events import Envelope, FeedbackGiven
+from streams.core.feedback import FeedbackRegistry, registry
+from streams.core.measures.source import LogSource, envelopes_of
+from streams.core.scores import score_configs
+
+__all__ = [
+    "CategoricalAgreement",
+    "FieldAgreement",
+    "NumericAgreement",
+    "cohen_kappa",
+    "fold_judge_agreement",
+    "judge_agreement",
+    "spearman",
+]
+
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class CategoricalAgreement:
+    """Kappa of one evaluator version against people on one bool or categorical field."""
+
+    n: int
+    observed: float
+    expected: float
+    kappa: float | None
+    ci: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class NumericAgreement:
+    """MAE and rank correlation of one evaluator version against people on a number."""
+
+    n: int
+    mae: float
+    mae_ci: tuple[float, float] | None
+    spearman: float | None
+    spearman_ci: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class FieldAgreement:
+    """One evaluator version's agreement with people on one field of one feedback type."""
+
+    evaluator: str
+    feedback_type: str
+    field: str
+    kind: str
+    categorical: CategoricalAgreement | None = None
+    numeric: NumericAgreement | None = None
+
+    @property
+    def n(self) -> int:
+        """The number of (evaluator, person) pairs compared."""
+        part = self.categorical or self.numeric
+        return part.n if part else 0
+
+
+def cohen_kappa(pairs: Sequence[tuple[object, object]]) -> CategoricalAgreement:
+    """Cohen's kappa of labelled pairs (evaluator's label, person's label)."""
+    n = len(pairs)
+    if n == 0:
+        return CategoricalAgreement(0, 0.0, 0.0, None, None)
+    observed = sum(a == b for a, b in pairs) / n
+    left: dict[object, int] = {}
+    right: dict[object, int] = {}
+    for a, b in pairs:
+        left[a] = left.get(a, 0) + 1
+        right[b] = right.get(b, 0) + 1
+    expected = sum(count * right.get(label, 0) for label, count in left.items()) / (n * n)
+    if expected >= 1.0:
+        return CategoricalAgreement(n, observed, expected, None, None)
+    kappa = (observed - expected) / (1.0 - expected)
+    se = math.sqrt(observed * (1.0 - observed) / (n * (1.0 - expected) ** 2))
+    ci = (max(-1.0, kappa - Z95 * se), min(1.0, kappa + Z95 * se))
+    return CategoricalAgreement(n, observed, expected, kappa, ci)
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation, ties averaged; None without variance or under 2 pairs."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        return None
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def _numeric(pairs: Sequence[tuple[float, float]]) -> NumericAgreement:
+    n = len(pairs)
+    errors = [abs(a - b) for a, b in pairs]
+    mae = sum(errors) / n
+    mae_ci = None
+    if n > 1:
+        sd = math.sqrt(sum((e - mae) ** 2 for e in errors) / (n - 1))
+        half = Z95 * sd / math.sqrt(n)
+        mae_ci = (max(0.0, mae - half), mae + half)
+    r = spearman([a for a, _ in pairs], [b for _, b in pairs])
+    r_ci = None
+    if r is not None and n > 3:
+        z = math.atanh(max(-0.999999, min(0.999999, r)))
+        half = Z95 / math.sqrt(n - 3)
+        r_ci = (math.tanh(z - half), math.tanh(z + half))
+    return NumericAgreement(n, mae, mae_ci, r, r_ci)
+
+
+def _kinds(feedback_type: str, values: Iterable[dict[str, object]],
+           types: FeedbackRegistry) -> dict[str, str]:
+    cls = types.get(feedback_type)
+    if cls is not None:
+        kinds = {"BOOLEAN": "bool", "CATEGORICAL": "categorical", "NUMERIC": "numeric"}
+        return {c.field: kinds[c.data_type] for c in score_configs(cls)
+                if c.data_type in kinds}
+    out: dict[str, str] = {}
+    for value in values:
+        for name, item in value.items():
+            if isinstance(item, bool):
+                out.setdefault(name, "bool")
+            elif isinstance(item, int | float):
+                out.setdefault(name, "numeric")
+    return out
+
+
+def fold_judge_agreement(
+    envelopes: Iterable[Envelope], *, types: FeedbackRegistry | None = None,
+) -> list[FieldAgreement]:
+    """Agreement of every evaluator version with people, per feedback type and field."""
+    latest: dict[tuple[str, str, str], tuple[Envelope, FeedbackGiven]] = {}
+    for envelope in envelopes:
+        event = envelope.event
+        if not isinstance(event, FeedbackGiven) or envelope.actor.kind not in (
+                "user", "evaluator"):
+            continue
+        target = f"{event.target.kind}:{event.target.id}"
+        key = (event.feedback_type, target, envelope.actor.participant)
+        previous = latest.get(key)
+        if previous is None or previous[0].time <= envelope.time:
+            latest[key] = (envelope, event)
+    by_target: dict[tuple[str, str], dict[str, list[tuple[str, dict[str, object]]]]] = {}
+    for (feedback_type, target, participant), (envelope, event) in latest.items():
+        side = "people" if envelope.actor.kind == "user" else "evaluators"
+        sides = by_target.setdefault((feedback_type, target), {"people": [], "evaluators": []})
+        sides[side].append((participant, dict(event.value)))
+    pairs: dict[tuple[str, str], list[tuple[dict[str, object], dict[str, object]]]] = {}
+    values: dict[str, list[dict[str, object]]] = {}
+    for (feedback_type, _target), sides in by_target.items():
+        for evaluator, judged in sides["evaluators"]:
+            for _person, said in sides["people"]:
+                pairs.setdefault((evaluator, feedback_type), []).append((judged, said))
+                values.setdefault(feedback_type, []).extend([judged, said])
+    out: list[FieldAgreement] = []
+    for (evaluator, feedback_type), compared in sorted(pairs.items()):
+        for name, kind in sorted(_kinds(feedback_type, values[feedback_type],
+                                        types or registry).items()):
+            present = [(a[name], b[name]) for a, b in compared
+                       if a.get(name) is not None and b.get(name) is not None]
+            if not present:
+                continue
+            if kind == "numeric":
+                numbers = [(float(a), float(b)) for a, b in present
+                           if isinstance(a, int | float) and isinstance(b, int | float)]
+                out.append(FieldAgreement(evaluator, feedback_type, name, kind,
+                                          numeric=_numeric(numbers)))
+            else:
+                out.append(FieldAgreement(evaluator, feedback_type, name, kind,
+                                          categorical=cohen_kappa(present)))
+    return out
+
+
+async def judge_agreement(
+    source: LogSource, *, types: FeedbackRegistry | None = None,
+) -> list[FieldAgreement]:
+    """Per evaluator version (`evaluator:name@version`), its agreement with people."""
+    return fold_judge_agreement(await envelopes_of(source), types=types)
