@@ -1,0 +1,131 @@
+"""A warehouse for analytics: scores in an embedded DuckDB file, queried with SQL.
+
+`DuckDBScoreSink` is a ScoreSink. It upserts by Langfuse's replacement key (score id, name and
+the UTC date of its timestamp), so a replay of the scores topic adds nothing and a resend on
+the same day replaces. One file, one table `scores` (see `TABLE`), one connection owned by the
+sink; DuckDB allows one writing process per file, so analysts query a copy or stop the sink,
+or read through `query()` in the sink's process.
+
+    streams sink duckdb --path scores.duckdb --cursor warehouse
+    duckdb scores.duckdb "select name, avg(numeric_value) from scores group by name"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Sequence
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from streams.core.errors import SinkError
+from streams.core.scores import Score
+from streams.core.sinks.base import Rejected
+
+__all__ = ["COLUMNS", "TABLE", "DuckDBScoreSink"]
+
+TABLE = """
+create table if not exists scores (
+    id varchar not null,
+    name varchar not null,
+    day date not null,
+    data_type varchar not null,
+    numeric_value double,
+    string_value varchar,
+    timestamp timestamptz not null,
+    trace_id varchar,
+    session_id varchar,
+    observation_id varchar,
+    comment varchar,
+    tenant varchar not null,
+    workspace varchar not null,
+    feedback_type varchar not null,
+    target_kind varchar not null,
+    target_id varchar not null,
+    participant varchar not null,
+    feedback_event_id varchar not null,
+    seq varchar,
+    metadata json,
+    primary key (id, name, day)
+)
+"""
+
+COLUMNS = ("id", "name", "day", "data_type", "numeric_value", "string_value", "timestamp",
+           "trace_id", "session_id", "observation_id", "comment", "tenant", "workspace",
+           "feedback_type", "target_kind", "target_id", "participant", "feedback_event_id",
+           "seq", "metadata")
+
+
+def _row(score: Score) -> tuple[Any, ...]:
+    when = score.timestamp.astimezone(UTC)
+    numeric = isinstance(score.value, float)
+    src = score.source
+    return (score.id, score.name, when.date(), score.data_type,
+            score.value if numeric else None, None if numeric else score.value, when,
+            score.trace_id, score.session_id, score.observation_id, score.comment,
+            src.tenant, src.workspace, src.feedback_type, src.target_kind, src.target_id,
+            src.participant, src.feedback_event_id, src.seq,
+            json.dumps(dict(score.metadata)) if score.metadata else None)
+
+
+class DuckDBScoreSink:
+    """A ScoreSink writing to one DuckDB file (or `:memory:`); opens it on first use."""
+
+    def __init__(self, path: str | Path, *, identity: str | None = None) -> None:
+        self.path = str(path)
+        where = self.path if self.path == ":memory:" else str(Path(self.path).resolve())
+        self.identity = identity or f"duckdb:{where}"
+        self._connection: duckdb.DuckDBPyConnection | None = None
+        self._lock = threading.Lock()
+        placeholders = ", ".join("?" for _ in COLUMNS)
+        self._upsert = (f"insert or replace into scores ({', '.join(COLUMNS)}) "
+                        f"values ({placeholders})")
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        if self._connection is None:
+            try:
+                self._connection = duckdb.connect(self.path)
+                self._connection.execute(TABLE)
+            except duckdb.Error as exc:
+                raise SinkError(f"cannot open the DuckDB file {self.path}: {exc} (is another "
+                                "process writing to it?)") from exc
+        return self._connection
+
+    def _write(self, rows: list[tuple[Any, ...]]) -> None:
+        with self._lock:
+            con = self._connect()
+            try:
+                con.execute("begin transaction")
+                con.executemany(self._upsert, rows)
+                con.execute("commit")
+            except duckdb.Error as exc:
+                con.execute("rollback")
+                raise SinkError(f"DuckDB refused a batch of {len(rows)} scores: {exc}") from exc
+
+    async def record(self, scores: Sequence[Score], /) -> Sequence[Rejected]:
+        """Upsert a batch in one transaction; returns once it is committed to the file."""
+        if not scores:
+            return []
+        # Within one batch the last score of a key wins, as a later batch's would.
+        rows = list({(r[0], r[1], r[2]): r for r in map(_row, scores)}.values())
+        await asyncio.to_thread(self._write, rows)
+        return []
+
+    async def flush(self) -> None:
+        """Nothing is buffered: each batch is committed before record() returns."""
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run SQL on the sink's connection (for tests and in-process analytics)."""
+        with self._lock:
+            return self._connect().execute(sql, list(params)).fetchall()
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
