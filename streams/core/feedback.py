@@ -87,6 +87,11 @@ class FeedbackRegistry:
     def __len__(self) -> int:
         return len(self._types)
 
+    def __bool__(self) -> bool:
+        # An empty registry passed on purpose is still that registry: without this,
+        # `types or registry` would swap it for the process-wide one.
+        return True
+
 
 registry = FeedbackRegistry()
 """The process-wide registry every Feedback subclass joins unless told otherwise."""

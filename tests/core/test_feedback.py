@@ -134,3 +134,10 @@ def test_a_type_name_that_contradicts_the_instance_is_refused() -> None:
 def test_validation_errors_name_the_field() -> None:
     with pytest.raises(ValidationFailed, match=r"minutes: Input should be less than or equal"):
         validate_feedback({"minutes": 2000}, "bounded_for_checks", _CHECKS)
+
+
+def test_an_empty_registry_is_still_chosen_over_the_default() -> None:
+    empty = FeedbackRegistry()
+    assert (empty or None) is empty
+    with pytest.raises(ValidationFailed, match="unknown feedback type 'triage_quality'"):
+        validate_feedback({"correct": True}, "triage_quality", empty)
