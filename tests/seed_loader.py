@@ -14,10 +14,12 @@ from types import ModuleType
 
 from streams.core.feedback import registry
 
-__all__ = ["SEED_MODULE", "SEED_TYPE_NAMES", "load_seed"]
+__all__ = ["SEED_DEPENDENTS", "SEED_MODULE", "SEED_TYPE_NAMES", "load_seed"]
 
 SEED_MODULE = "tests.seed_000"
 SEED_TYPE_NAMES = ("triage_quality", "should_have_fired", "resolution")
+# Modules that import the seed's module: dropped with it, so none keeps an old copy.
+SEED_DEPENDENTS = ("tests.integration.seed_000_rules", "tests.integration.seed_000_judge_rules")
 
 
 def load_seed() -> Iterator[ModuleType]:
@@ -25,11 +27,13 @@ def load_seed() -> Iterator[ModuleType]:
     saved = {name: registry.get(name) for name in SEED_TYPE_NAMES}
     for name in SEED_TYPE_NAMES:
         registry.unregister(name)
-    sys.modules.pop(SEED_MODULE, None)
+    for module in (SEED_MODULE, *SEED_DEPENDENTS):
+        sys.modules.pop(module, None)
     try:
         yield importlib.import_module(SEED_MODULE)
     finally:
-        sys.modules.pop(SEED_MODULE, None)
+        for module in (SEED_MODULE, *SEED_DEPENDENTS):
+            sys.modules.pop(module, None)
         for name, cls in saved.items():
             registry.unregister(name)
             if cls is not None:
