@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     )
     from streams.core.feedback import Feedback, FeedbackRegistry, registry
     from streams.core.rules import F, RetryPolicy, Rule, RuleEngine, on, run
-    from streams.core.runs import Reaction
+    from streams.core.runs import Reaction, RunRecord
     from streams.core.scores import Score, ScoreConfig, ScoreConfigs, score_configs, scores_of
     from streams.core.targets import ChainTarget, FiringTarget, RunTarget
     from streams.runtime.workspace import Recorded, StreamsClient, Workspace
@@ -70,6 +70,7 @@ _HOMES: dict[str, str] = {
     "RuleFired": "streams.core.events",
     "RunDeadLettered": "streams.core.events",
     "RunFailed": "streams.core.events",
+    "RunRecord": "streams.core.runs",
     "RunRetried": "streams.core.events",
     "RunStarted": "streams.core.events",
     "RunSucceeded": "streams.core.events",
@@ -125,6 +126,7 @@ __all__ = [
     "RuleFired",
     "RunDeadLettered",
     "RunFailed",
+    "RunRecord",
     "RunRetried",
     "RunStarted",
     "RunSucceeded",

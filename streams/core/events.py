@@ -8,7 +8,9 @@ chain's first event), which is also their Kafka key, so a chain keeps its order.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -193,6 +195,18 @@ class Envelope(BaseModel):
     trace: TraceContext | None = None
     event: Event
     seq: Seq | None = None
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        """The event's payload as a read-only mapping, whatever its type.
+
+        An application event's `data` (`data["service"]` of an `ops:error_spike`); for the
+        typed events their fields (`data["run_id"]` of a `run_succeeded`, `data["value"]` of a
+        `feedback_given`), so code that handles many event types reads them one way.
+        """
+        event = self.event
+        payload = dict(event.data) if isinstance(event, AppEvent) else event.model_dump()
+        return MappingProxyType(payload)
 
     @classmethod
     def new(

@@ -10,9 +10,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
+
+from typing_extensions import TypeVar
 
 from streams.core.actors import AgentActor
+from streams.core.errors import ValidationFailed
 from streams.core.events import (
     Envelope,
     Event,
@@ -76,6 +79,11 @@ class RunRecord:
     emitted: list[Envelope]
     fired: Envelope | None = None
 
+    @property
+    def id(self) -> str:
+        """The run's id (what a `RunTarget` names)."""
+        return self.run.run_id
+
 
 class ActingWorkspace(Protocol):
     """What an action may do in its workspace (the workspace handle implements it)."""
@@ -94,23 +102,36 @@ class ActingWorkspace(Protocol):
     async def read(self) -> list[Envelope]: ...
 
 
+DepsT = TypeVar("DepsT", bound=Mapping[str, Any], default=Mapping[str, Any])
+"""The type of an application's deps (a worker merges its rules modules' `DEPS` mappings)."""
+
+
 @dataclass
-class Reaction:
+class Reaction(Generic[DepsT]):
     """What an action gets: its run, the events that made the rule fire, and its workspace
-    (acting as the rule's agent). `emit` appends an event in the run's chain."""
+    (acting as the rule's agent). `emit` appends an event in the run's chain.
+
+    Generic in the application's deps, so an action can say what it expects of them:
+    `async def judged_input(reaction: Reaction[AppDeps]) -> TriageInput`.
+    """
 
     run: RunStarted
     started: Envelope
     events: list[Envelope]
     workspace: ActingWorkspace
     attempt: int = 1
-    deps: Mapping[str, Any] = field(default_factory=dict)
+    deps: DepsT = field(default_factory=lambda: _no_deps())
 
     async def emit(self, event: Event) -> Any:
         """Append an event caused by this run, in its chain."""
         return await self.workspace.append(event, correlation_id=self.started.correlation_id,
                                            causation_id=self.started.event_id,
                                            trace=self.started.trace)
+
+
+def _no_deps() -> Any:
+    # A reaction built without deps gets an empty mapping, whatever DepsT is declared as.
+    return {}
 
 
 ActionFn = Callable[[Reaction], Awaitable[Mapping[str, Any] | None]]
@@ -161,3 +182,28 @@ def run_record_of(envelopes: Sequence[Envelope], run_id: str) -> RunRecord | Non
             caused.add(envelope.event_id)
             emitted.append(envelope)
     return RunRecord(run=run, started=started, matched=matched, emitted=emitted, fired=fired)
+
+
+def latest_runs(envelopes: Sequence[Envelope], *, rule: str | None = None,
+                limit: int | None = None) -> list[RunRecord]:
+    """The runs in `envelopes` (of `rule`, when given), newest first, at most `limit`.
+
+    Newest by the time of the run's `run_started`; runs started in the same millisecond keep
+    the reverse of their order in `envelopes`. A `run_started` recorded again (a decision
+    repeated after a crash carries the same ids) is one run.
+    """
+    if limit is not None and limit < 1:
+        raise ValidationFailed(f"limit must be at least 1 (or None for every run), got {limit}")
+    starts: dict[str, tuple[int, Envelope]] = {}
+    for position, envelope in enumerate(envelopes):
+        event = envelope.event
+        if isinstance(event, RunStarted) and (rule is None or event.rule == rule):
+            starts.setdefault(event.run_id, (position, envelope))
+    newest = sorted(starts.values(), key=lambda item: (item[1].time, item[0]), reverse=True)
+    records = []
+    for _position, started in newest[:limit]:
+        assert isinstance(started.event, RunStarted)
+        record = run_record_of(envelopes, started.event.run_id)
+        assert record is not None  # its run_started is in `envelopes`
+        records.append(record)
+    return records

@@ -29,7 +29,7 @@ from streams.adapters.kafka.log import group_consumer
 from streams.adapters.kafka.outputs import Output, dead_letter_output
 from streams.core.errors import SchemaError, SinkError, ValidationFailed
 from streams.core.scores import Score
-from streams.core.sinks.base import Rejected, ScoreSink
+from streams.core.sinks.base import Rejected, ScoreSink, flush_sink, rejected_of
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,8 @@ class SinkRunner:
             self._error = exc
 
     def stop(self) -> None:
-        """Ask the runner to finish its batch, flush the sink, commit and return."""
+        """Ask the runner to finish its batch, flush the sink (if it has a flush), commit and
+        return."""
         self._stopping.set()
 
     async def run(self, *, until: Callable[[SinkStats], bool] | None = None) -> SinkStats:
@@ -133,7 +134,7 @@ class SinkRunner:
                     await self._handle(messages)
                 if until is not None and until(self.stats):
                     break
-            await self.sink.flush()
+            await flush_sink(self.sink)
         finally:
             await asyncio.to_thread(self.consumer.close)
             self.delivery.close()
@@ -178,7 +179,7 @@ class SinkRunner:
         backoff = 0.2
         while True:
             try:
-                return list(await self.sink.record(scores))
+                return rejected_of(await self.sink.record(scores))
             except SinkError as exc:
                 self.stats.retries += 1
                 log.warning("sink failed, retrying in %.1fs (cursor stays): %s", backoff, exc)

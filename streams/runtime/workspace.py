@@ -1,9 +1,10 @@
 """The workspace handle: give feedback as an actor, append events, read the log.
 
     client = StreamsClient.from_env()
-    ada = client.workspace("acme", "prod", actor=UserActor(id="ada"))
+    ada = await client.open("acme", "prod", actor=UserActor(id="ada"))
+    [latest] = await ada.runs(rule="ops:error-spike", limit=1)
     recorded = await ada.give_feedback(TriageQuality(correct=False, severity="high"),
-                                       on=RunTarget(run_id=run_id))
+                                       on=RunTarget(run_id=latest.id))
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from streams.core.actors import Actor, SystemActor
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, Event, FeedbackGiven, Seq, TraceContext
 from streams.core.feedback import Feedback, FeedbackRegistry, registry, validate_feedback
+from streams.core.runs import RunRecord, latest_runs
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
 from streams.core.view import Located, LogIndex, not_found
@@ -116,6 +118,18 @@ class StreamsClient:
         check_tenant(tenant)
         check_workspace(workspace)
         return Workspace(self, tenant, workspace, actor or SystemActor())
+
+    async def open(self, tenant: str, workspace: str, *, actor: Actor | None = None,
+                   ) -> Workspace:
+        """A handle on one workspace of a tenant, acting as `actor`, once the tenant is known
+        to exist: NotFound (saying how to create it) otherwise.
+
+        `workspace()` gives the same handle without asking the broker; a missing tenant then
+        shows at the first append or read.
+        """
+        handle = self.workspace(tenant, workspace, actor=actor)
+        await self.log.require_tenant(tenant)
+        return handle
 
     def tenant_log(self, tenant: str) -> _TenantLog:
         """The tenant's log view, created on first use."""
@@ -226,6 +240,17 @@ class Workspace:
         log = self.client.tenant_log(self.tenant)
         await log.catch_up()
         return [e for e in log.envelopes if e.workspace == self.workspace]
+
+    async def runs(self, *, rule: str | None = None, limit: int | None = None,
+                   ) -> list[RunRecord]:
+        """This workspace's runs (of `rule`, when given), newest first, at most `limit`.
+
+        Each is a RunRecord: `.id` (the run id, for a RunTarget), `.run` (its `run_started`:
+        rule, action, scope), `.matched` (the envelopes that made its rule fire) and
+        `.emitted` (the events it emitted). Reads the log to its end first, so a run started
+        before the call is there.
+        """
+        return latest_runs(await self.read(), rule=rule, limit=limit)
 
     async def feedback(
         self, *, feedback_type: str | type[Feedback] | None = None,

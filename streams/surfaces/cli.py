@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from streams.core.errors import StreamsError
 from streams.settings import Settings
@@ -117,45 +118,80 @@ def tenant_list() -> None:
 
 SCHEMA_DIR = Path("schemas")
 
+SchemaTypesOption = Annotated[
+    list[str] | None,
+    typer.Option("--types", help="Module that defines your feedback types; repeatable. Only "
+                 "their feedback_given records are handled. Default: the project's own "
+                 "records and the feedback types it ships."),
+]
+SchemaDirOption = Annotated[
+    Path, typer.Option("--dir", "--directory", help="Where the schema files live.")]
+
+
+def _fail(exc: StreamsError, code: int) -> typer.Exit:
+    """Print an error's message (unwrapped, brackets kept) and give the exit to raise."""
+    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _schemas_of(types: list[str] | None) -> dict[str, Any]:
+    """The schemas `--types` names (default: the project's), or a clear error and exit 2."""
+    from streams.adapters.avro.files import current_schemas
+
+    try:
+        return current_schemas(types or None)
+    except StreamsError as exc:
+        raise _fail(exc, 2) from exc
+
 
 @schemas_app.command("write")
 def schemas_write(
-    types: TypesOption = None,
-    directory: Annotated[Path, typer.Option(help="Where schemas live.")] = SCHEMA_DIR,
+    types: SchemaTypesOption = None,
+    directory: SchemaDirOption = SCHEMA_DIR,
 ) -> None:
-    """Write the current schemas as new versions where they changed."""
+    """Write the current schemas as new versions where they changed; a version that breaks
+    backward compatibility is refused."""
     from streams.adapters.avro.files import write_schemas
 
-    load_types(types)
-    for path in write_schemas(directory):
+    schemas = _schemas_of(types)
+    try:
+        written = write_schemas(directory, schemas)
+    except StreamsError as exc:
+        raise _fail(exc, 1) from exc
+    for path in written:
         console.print(f"wrote {path}")
+    if not written:
+        console.print(f"{directory}: every schema is up to date")
 
 
 @schemas_app.command("check")
 def schemas_check(
-    types: TypesOption = None,
-    directory: Annotated[Path, typer.Option(help="Where schemas live.")] = SCHEMA_DIR,
+    types: SchemaTypesOption = None,
+    directory: SchemaDirOption = SCHEMA_DIR,
 ) -> None:
     """Fail if a model drifted from its committed schema, or a version breaks compatibility."""
     from streams.adapters.avro.files import check_schemas
 
-    load_types(types)
-    problems = check_schemas(directory)
+    problems = check_schemas(directory, _schemas_of(types))
     for problem in problems:
-        console.print(f"[red]{problem}[/red]")
+        console.print(f"[red]{escape(problem)}[/red]", soft_wrap=True)
     if problems:
         raise typer.Exit(1)
     console.print("schemas match their models and are backward compatible")
 
 
 @schemas_app.command("register")
-def schemas_register(types: TypesOption = None) -> None:
-    """Register every schema in the schema registry, with BACKWARD compatibility."""
+def schemas_register(types: SchemaTypesOption = None) -> None:
+    """Register the schemas in the schema registry, with BACKWARD compatibility."""
     from streams.adapters.avro.serde import AvroSerde
 
-    load_types(types)
+    schemas = _schemas_of(types)
     serde = AvroSerde(Settings.from_env().schema_registry_url)
-    print(json.dumps(serde.register_all(), indent=2))
+    try:
+        subjects = serde.register_schemas(schemas)
+    except StreamsError as exc:
+        raise _fail(exc, 1) from exc
+    print(json.dumps(subjects, indent=2))
 
 
 def _langfuse_client() -> Any:

@@ -122,12 +122,28 @@ class AvroSerde:
     def register_all(self, compatibility: str = "BACKWARD") -> list[str]:
         """Register every known schema under its full name, the registry checking each
         subject's compatibility level (BACKWARD by default); returns the subjects."""
+        return self.register_schemas(all_schemas(self.types), compatibility)
+
+    def register_schemas(self, schemas: Mapping[str, Schema],
+                         compatibility: str = "BACKWARD") -> list[str]:
+        """Register schemas under their full names with the given compatibility level;
+        returns the subjects.
+
+        A schema the registry refuses as incompatible with the subject's registered versions
+        (or as invalid) raises SchemaError naming the subject; a registry that cannot be
+        reached raises KafkaUnavailable.
+        """
         subjects = []
-        try:
-            for name, schema in all_schemas(self.types).items():
+        for name, schema in schemas.items():
+            try:
                 self.client.set_compatibility(subject_name=name, level=compatibility)
                 self.client.register_schema(name, RegistrySchema(json.dumps(schema), "AVRO"))
-                subjects.append(name)
-        except SchemaRegistryError as exc:
-            raise KafkaUnavailable(f"schema registry refused a schema: {exc}") from exc
+            except SchemaRegistryError as exc:
+                if exc.http_status_code in (409, 422):
+                    raise SchemaError(
+                        f"the schema registry refused {name}: {exc.error_message}; it is not "
+                        f"{compatibility} compatible with the registered versions (give a new "
+                        f"field a default, or the type a new name)") from exc
+                raise KafkaUnavailable(f"schema registry refused {name}: {exc}") from exc
+            subjects.append(name)
         return subjects

@@ -106,6 +106,18 @@ class EventLog:
                 raise missing_topic(topic)
             time.sleep(0.2)
 
+    async def require_tenant(self, tenant: str) -> None:
+        """Return once the tenant's events topic exists; NotFound (saying how to create the
+        tenant) if the broker does not know it."""
+        topic = tenant_topics(tenant, self.settings.topic_prefix).events
+        if topic in self._known:
+            return
+        try:
+            await asyncio.to_thread(self._check_topic, topic)
+        except NotFound as exc:
+            raise NotFound(f"no tenant {tenant!r}: its events topic {topic} does not exist; "
+                           f"create it with `streams tenant create {tenant}`") from exc
+
     async def append(self, envelope: Envelope) -> Seq:
         """Write one envelope, keyed by its chain, and return where it landed once acked.
         NotFound if the tenant does not exist."""
