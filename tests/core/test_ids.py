@@ -6,7 +6,8 @@ a change of any derivation (its input text, hash, prefix or length) fails here.
 
 from datetime import UTC, datetime
 
-from streams.core.events import AppEvent, Envelope
+from streams.core import ids
+from streams.core.events import AppEvent, Envelope, new_id
 from streams.core.rules import (
     F,
     Rule,
@@ -61,3 +62,28 @@ def test_firing_run_and_outcome_event_ids_keep_their_values() -> None:
     succeeded = attempt_outcomes(started, attempt=2, error=None, output={}, will_retry=False,
                                  delay_ms=0)
     assert [e.event_id for e in succeeded] == ["evt_776febebebc0ae9fc96359abe77f4972"]
+
+
+def test_one_encoding_of_the_scope_key() -> None:
+    # The rules engine's scope key and the reactor's per-scope lock both use ids.scope_key:
+    # order-free, and a value cannot forge a separator.
+    assert ids.scope_key({"b": "2", "a": "1"}) == ids.scope_key({"a": "1", "b": "2"}) == "a=1&b=2"
+    assert ids.scope_key({"a": "1&b=2"}) != ids.scope_key({"a": "1", "b": "2"})
+    assert ids.scope_key({"a": "x|y"}) == "a=x%7Cy"
+    assert ids.scope_key({}) == ""
+    assert Scope.key_of({"service": "api"}) == ids.scope_key({"service": "api"})
+
+
+def test_the_old_homes_are_the_ids_module() -> None:
+    assert (firing_id, sample_point, count_key, rate_key) == (
+        ids.firing_id, ids.sample_point, ids.count_key, ids.rate_key)
+    assert (run_id_of, score_id, new_id) == (ids.run_id_of, ids.score_id, ids.new_id)
+    assert ids.fired_event_id(FIRING) == "evt_95933ee5c165bca0b12efee7ae219e9c"
+    assert ids.started_event_id(RUN) == "evt_98d3cd1116cbf62b3b4c497515504d58"
+    assert ids.outcome_event_id(RUN, "succeeded", 2) == "evt_776febebebc0ae9fc96359abe77f4972"
+
+
+def test_new_ids_are_fresh_and_prefixed() -> None:
+    first, second = ids.new_id("evt"), ids.new_id("evt")
+    assert first != second
+    assert first.startswith("evt_") and len(first) == 4 + 32
