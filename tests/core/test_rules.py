@@ -371,7 +371,7 @@ def test_events_without_a_scope_value_do_not_match() -> None:
 
 def test_scope_keys() -> None:
     env = spike("api", workspace="prod")
-    assert on("x").scope_key(env) is None
+    assert on("t:x").scope_key(env) is None
     by_two = on("ops:error_spike").scope(F.data.service, F.workspace)
     assert by_two.scope_key(env) == "service=api&workspace=prod"
     # Declaration order does not change the key.
@@ -473,21 +473,21 @@ class NotOnTheWire(Event):
 @pytest.mark.parametrize(
     ("define", "message"),
     [
-        (lambda: Rule(name="", when=on("x"), then=run("a")), "must be non-empty and match"),
-        (lambda: Rule(name="Ops:Spike", when=on("x"), then=run("a")), "must be non-empty"),
-        (lambda: Rule(name="a|b", when=on("x"), then=run("a")), "must be non-empty"),
+        (lambda: Rule(name="", when=on("t:x"), then=run("a")), "must be non-empty and match"),
+        (lambda: Rule(name="Ops:Spike", when=on("t:x"), then=run("a")), "must be non-empty"),
+        (lambda: Rule(name="a|b", when=on("t:x"), then=run("a")), "must be non-empty"),
         (lambda: Rule(name="r", when="x", then=run("a")), "when= takes"),  # type: ignore[arg-type]
-        (lambda: Rule(name="r", when=on("x"), then="a"), "then= takes"),  # type: ignore[arg-type]
+        (lambda: Rule(name="r", when=on("t:x"), then="a"), "then= takes"),  # type: ignore[arg-type]
         (lambda: on(RunSucceeded).sample(0), "0 < fraction <= 1"),
         (lambda: on(RunSucceeded).sample(1.5), "0 < fraction <= 1"),
         (lambda: on(RunSucceeded).sample(float("nan")), "0 < fraction <= 1"),
         (lambda: on(RunSucceeded).sample(0.1).sample(0.2), "already"),
-        (lambda: on("x").count(0, within=timedelta(minutes=1)), "at least 1"),
-        (lambda: on("x").count(2, within=timedelta(0)), "positive timedelta"),
-        (lambda: on("x").at_most(0, per=timedelta(hours=1)), "at least 1"),
-        (lambda: on("x").at_most(True, per=timedelta(hours=1)), "at least 1"),
-        (lambda: on("x").at_most(5, per=timedelta(seconds=-1)), "positive timedelta"),
-        (lambda: on("x").at_most(5, per=3600), "positive"),  # type: ignore[arg-type]
+        (lambda: on("t:x").count(0, within=timedelta(minutes=1)), "at least 1"),
+        (lambda: on("t:x").count(2, within=timedelta(0)), "positive timedelta"),
+        (lambda: on("t:x").at_most(0, per=timedelta(hours=1)), "at least 1"),
+        (lambda: on("t:x").at_most(True, per=timedelta(hours=1)), "at least 1"),
+        (lambda: on("t:x").at_most(5, per=timedelta(seconds=-1)), "positive timedelta"),
+        (lambda: on("t:x").at_most(5, per=3600), "positive"),  # type: ignore[arg-type]
         (lambda: on(NotOnTheWire), "not an event the log carries"),
         (lambda: on(Event), "not an event the log carries"),
         (lambda: on(int), "takes an Event class"),  # type: ignore[arg-type]
@@ -496,18 +496,18 @@ class NotOnTheWire(Event):
         (lambda: on(RunFailed).where(F.eror.contains("x")), "has no field 'eror'"),
         (lambda: on(AppEvent).where(service="api"), "has no field 'service'"),
         (lambda: on(AppEvent).scope(F.servce), "has no field 'servce'"),
-        (lambda: on("x").where(), "at least one"),
-        (lambda: on("x").where(F.data.x == 1), "F.x.eq"),  # type: ignore[arg-type]
-        (lambda: on("x").where(F.data.x), "is a path, not a test"),  # type: ignore[arg-type]
-        (lambda: on("x").where(3), "predicates built from F"),  # type: ignore[arg-type]
+        (lambda: on("t:x").where(), "at least one"),
+        (lambda: on("t:x").where(F.data.x == 1), "F.x.eq"),  # type: ignore[arg-type]
+        (lambda: on("t:x").where(F.data.x), "is a path, not a test"),  # type: ignore[arg-type]
+        (lambda: on("t:x").where(3), "predicates built from F"),  # type: ignore[arg-type]
         (lambda: F.envelope.workspce, "envelope has no field 'workspce'"),
         (lambda: F.envelope.eq("x"), "is a root"),
         (lambda: F.data.x.isin("abc"), "not the string"),
-        (lambda: on("x").scope(), "at least one"),
-        (lambda: on("x").scope(lambda e: e.tenant), "name the function"),
-        (lambda: on("x").scope(F.data.a, F.other.a), "names must differ"),
-        (lambda: on("x").scope(F.data.a).scope(F.data.b), "already"),
-        (lambda: on("x").scope(key=3), "takes paths"),  # type: ignore[arg-type]
+        (lambda: on("t:x").scope(), "at least one"),
+        (lambda: on("t:x").scope(lambda e: e.tenant), "name the function"),
+        (lambda: on("t:x").scope(F.data.a, F.other.a), "names must differ"),
+        (lambda: on("t:x").scope(F.data.a).scope(F.data.b), "already"),
+        (lambda: on("t:x").scope(key=3), "takes paths"),  # type: ignore[arg-type]
         (lambda: all_of(), "at least one"),
         (lambda: run(""), "non-empty"),
         (lambda: run(object()), "object with a name"),  # type: ignore[arg-type]

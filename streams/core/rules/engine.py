@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from streams.core.events import Envelope, RuleFired
+from streams.core.app_events import AppEventTypes, app_event_types, known_event_types
+from streams.core.events import EVENT_TYPES, Envelope, RuleFired
 from streams.core.ids import firing_id
 from streams.core.rules.actions import Action
 from streams.core.rules.checks import InvalidRule
@@ -105,6 +106,25 @@ class RuleSet:
     def names(self) -> list[str]:
         """The rules' names, in order."""
         return list(self._rules)
+
+    def check_event_types(self, types: AppEventTypes | None = None) -> None:
+        """Refuse rules watching an event type that neither a built-in type nor a declared
+        app event type (in `types`, by default the process-wide registry) has: such a rule
+        would never fire. A worker calls this when it loads its rules.
+        """
+        known = types if types is not None else app_event_types
+        unknown = [
+            f"{rule.name!r} watches {name!r}" for rule in self
+            if (name := rule.when.event_type_name) is not None
+            and name not in EVENT_TYPES and name not in known
+        ]
+        if unknown:
+            raise InvalidRule(
+                f"rules watch event types no type has: {'; '.join(unknown)}. Declare each app "
+                f"event type, class X(AppEventType, name='ns:name') or app_event_type('ns:name'), "
+                f"in a module imported before the rules are loaded, or fix the name. "
+                f"Known event types: {known_event_types(known)}"
+            )
 
 
 @dataclass(frozen=True)

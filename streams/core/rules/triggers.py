@@ -20,6 +20,7 @@ from typing import Final
 from pydantic import BaseModel
 
 from streams.core.actors import AgentActor, EvaluatorActor, SystemActor, UserActor
+from streams.core.app_events import APP_EVENT_NAME, AppEventType, known_event_types
 from streams.core.events import EVENT_TYPES, AppEvent, Envelope, Event
 from streams.core.ids import sample_point, scope_key
 from streams.core.rules.checks import InvalidRule, check_count, check_positive, utc
@@ -242,20 +243,32 @@ class Scope:
 
 def _check_source(source: object) -> None:
     if isinstance(source, str):
+        # A name that no type can ever have is refused here; a well-formed app event name is
+        # checked against the declarations when the rules are loaded (RuleSet.check_event_types),
+        # since its declaration may be imported after the rule is defined.
+        if source in EVENT_TYPES or APP_EVENT_NAME.match(source):
+            return
         if not source.strip():
-            raise InvalidRule("on() needs a non-empty event type or app event name")
-        return
+            raise InvalidRule(f"on() needs a non-empty event type name; known event types: "
+                              f"{known_event_types()}")
+        raise InvalidRule(
+            f"on({source!r}): no event type can have that name. Name a built-in event type, "
+            f"or an app event type: namespaced, 'namespace:name' matching "
+            f"{APP_EVENT_NAME.pattern}, and declared with class X(AppEventType, "
+            f"name='ns:name') or app_event_type('ns:name'). Known event types: "
+            f"{known_event_types()}"
+        )
     known = sorted(cls.__name__ for cls in EVENT_TYPES.values())
     if isinstance(source, type) and issubclass(source, Event):
         if source is AppEvent or EVENT_TYPES.get(source.event_type) is source:
             return
         raise InvalidRule(
             f"on({source.__qualname__}): not an event the log carries; use one of "
-            f"{[*known, 'AppEvent']}, or an app event's name as a string"
+            f"{[*known, 'AppEvent']}, an AppEventType class, or an event type's name"
         )
     raise InvalidRule(
-        f"on() takes an Event class ({', '.join(known)}, AppEvent) or an event type string, "
-        f"got {source!r}"
+        f"on() takes an Event class ({', '.join(known)}, AppEvent), an AppEventType class or "
+        f"an event type's name, got {source!r}"
     )
 
 
@@ -263,7 +276,7 @@ def _check_source(source: object) -> None:
 class Trigger:
     """When a rule fires: built with `on(...)` and refined by its methods, each returning a
     new trigger. `on(AppEvent)` watches every app event; a string watches that event type
-    (an app event's name, or a built-in type such as `run_succeeded`).
+    (a declared app event type's name, or a built-in type such as `run_succeeded`).
     """
 
     source: type[Event] | str
@@ -275,6 +288,13 @@ class Trigger:
 
     def __post_init__(self) -> None:
         _check_source(self.source)
+
+    @property
+    def event_type_name(self) -> str | None:
+        """The event type watched; None for `on(AppEvent)`, which watches every app event."""
+        if isinstance(self.source, str):
+            return self.source
+        return None if self.source is AppEvent else self.source.event_type
 
     @property
     def event_class(self) -> type[Event] | None:
@@ -413,6 +433,9 @@ class Trigger:
         return None if self.scope_by is None else self.scope_by.key(envelope)
 
 
-def on(source: type[Event] | str) -> Trigger:
-    """A trigger watching an Event class or an event type / app event name."""
+def on(source: type[Event] | type[AppEventType] | str) -> Trigger:
+    """A trigger watching an Event class, an app event type (its class or its name), or a
+    built-in event type's name. `on(AppEvent)` watches every app event."""
+    if isinstance(source, type) and issubclass(source, AppEventType):
+        return Trigger(source.app_event_name)
     return Trigger(source)
