@@ -27,6 +27,10 @@ counts, rate limits, scopes), `engine` (rules, rule sets, state, decisions), `ac
 (actions and retry policies), `checks` (`InvalidRule`); derived ids and keys (`firing_id`,
 `sample_point`, `count_key`, `rate_key`) live in `streams.core.ids`. Everything public is
 importable from here.
+
+An event type a rule watches is a built-in one or a declared app event type
+(`streams.core.app_events`): `on()` refuses a name no type can have, and
+`RuleSet.check_event_types()` (called by the worker) a namespaced name nothing declared.
 """
 
 from __future__ import annotations
