@@ -23,7 +23,6 @@ from streams.core.typeinfo import Shape, field_shape
 ScoreDataType = Literal["NUMERIC", "BOOLEAN", "CATEGORICAL", "TEXT"]
 
 
-
 @dataclass(frozen=True, slots=True)
 class Category:
     """One category of a CATEGORICAL score: its label and numeric value."""
