@@ -8,9 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from streams.core.app_events import app_event_type
 from streams.core.events import FeedbackGiven, RunSucceeded
 from streams.core.rules import F, Rule, on, run
 from streams.core.runs import Reaction
+
+# The app event types the rules watch: a worker refuses rules naming undeclared types.
+BENCH_EVENT = app_event_type("bench:event")
+BENCH_OTHER = app_event_type("bench:other")
 
 
 async def noop(reaction: Reaction) -> Mapping[str, Any]:

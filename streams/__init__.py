@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from streams.core.actors import AgentActor, EvaluatorActor, SystemActor, UserActor
+    from streams.core.app_events import AppEventType, app_event_type
     from streams.core.errors import (
         KafkaUnavailable,
         NotFound,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 _HOMES: dict[str, str] = {
     "AgentActor": "streams.core.actors",
     "AppEvent": "streams.core.events",
+    "AppEventType": "streams.core.app_events",
     "ChainTarget": "streams.core.targets",
     "Envelope": "streams.core.events",
     "Evaluator": "streams.core.evaluators",
@@ -91,6 +93,7 @@ _HOMES: dict[str, str] = {
     "ValidationFailed": "streams.core.errors",
     "Verdict": "streams.core.evaluators",
     "Workspace": "streams.runtime.workspace",
+    "app_event_type": "streams.core.app_events",
     "chain_events": "streams.core.evaluation",
     "on": "streams.core.rules",
     "registry": "streams.core.feedback",
@@ -103,6 +106,7 @@ _HOMES: dict[str, str] = {
 __all__ = [
     "AgentActor",
     "AppEvent",
+    "AppEventType",
     "ChainTarget",
     "Envelope",
     "Evaluator",
@@ -147,6 +151,7 @@ __all__ = [
     "ValidationFailed",
     "Verdict",
     "Workspace",
+    "app_event_type",
     "chain_events",
     "on",
     "registry",

@@ -7,7 +7,6 @@ chain's first event), which is also their Kafka key, so a chain keeps its order.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -16,6 +15,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from streams.core.actors import Actor, SystemActor
+from streams.core.ids import new_id as new_id  # its old home; callers import it from here
 from streams.core.targets import Target
 
 FEEDBACK_GIVEN = "feedback_given"
@@ -25,11 +25,6 @@ RUN_FAILED = "run_failed"
 RUN_RETRIED = "run_retried"
 RUN_DEAD_LETTERED = "run_dead_lettered"
 RULE_FIRED = "rule_fired"
-
-
-def new_id(prefix: str) -> str:
-    """A fresh id such as `evt_3f2a...`; prefixes make ids readable in logs."""
-    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 def utcnow() -> datetime:

@@ -7,7 +7,6 @@ same ids as the first time, and readers can tell a repeat from a new run.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol
@@ -26,16 +25,9 @@ from streams.core.events import (
     RunStarted,
     RunSucceeded,
 )
+from streams.core.ids import fired_event_id, outcome_event_id, started_event_id
+from streams.core.ids import run_id_of as run_id_of  # re-exported: callers know it from here
 from streams.core.rules import Fire
-
-
-def _digest(text: str, size: int = 32) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:size]
-
-
-def run_id_of(firing_id: str) -> str:
-    """The id of the run a firing starts."""
-    return f"run_{_digest(firing_id + ':run', 24)}"
 
 
 def rule_actor(rule: str) -> AgentActor:
@@ -51,13 +43,13 @@ def fire_envelopes(fire: Fire, cause: Envelope) -> list[Envelope]:
     fired = Envelope.new(
         fire.to_event(), tenant=cause.tenant, workspace=cause.workspace, actor=actor,
         correlation_id=fire.correlation_id, causation_id=fire.causation_id,
-        trace=cause.trace, event_id=f"evt_{_digest(firing)}",
+        trace=cause.trace, event_id=fired_event_id(firing),
     )
     run_id = run_id_of(firing)
     started = fired.follow(
         RunStarted(run_id=run_id, rule=fire.rule.name, action=fire.rule.then.name,
                    firing_id=firing, attempt=1, scope=dict(fire.scope)),
-        event_id=f"evt_{_digest(run_id + ':started')}",
+        event_id=started_event_id(run_id),
     )
     return [fired, started]
 
@@ -66,7 +58,7 @@ def outcome_envelope(started: Envelope, event: Event, attempt: int, kind: str) -
     """A lifecycle event of a run (`succeeded`, `failed`, ...) following its `run_started`."""
     run = started.event
     assert isinstance(run, RunStarted)
-    return started.follow(event, event_id=f"evt_{_digest(f'{run.run_id}:{kind}:{attempt}')}")
+    return started.follow(event, event_id=outcome_event_id(run.run_id, kind, attempt))
 
 
 @dataclass(frozen=True)

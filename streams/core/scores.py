@@ -8,8 +8,6 @@ name, so mirroring the same feedback again yields the same ids.
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,12 +16,11 @@ from typing import Any, Literal
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, FeedbackGiven
 from streams.core.feedback import Feedback, FeedbackRegistry, registry
+from streams.core.ids import SCORE_ID_NAMESPACE as SCORE_ID_NAMESPACE  # re-exported: old home
+from streams.core.ids import score_id as score_id  # re-exported: old home
 from streams.core.typeinfo import Shape, field_shape
 
 ScoreDataType = Literal["NUMERIC", "BOOLEAN", "CATEGORICAL", "TEXT"]
-
-# Fixed namespace: score ids are uuid5(namespace, "<feedback event id>/<score name>") forever.
-SCORE_ID_NAMESPACE = uuid.UUID("5b1e4c52-2f43-4f6b-9a51-6c1b1e0f5a11")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,21 +147,6 @@ def score_configs(feedback_type: type[Feedback]) -> ScoreConfigs:
     result = ScoreConfigs(feedback_type.feedback_name, tuple(configs))
     _CONFIG_CACHE[feedback_type] = result
     return result
-
-
-_NAMESPACE_BYTES = SCORE_ID_NAMESPACE.bytes
-
-
-def score_id(feedback_event_id: str, score_name: str) -> str:
-    """The deterministic id of a feedback event's score of that name: the RFC 4122 version 5
-    UUID of `"<feedback event id>/<score name>"` in SCORE_ID_NAMESPACE (the same string as
-    `uuid.uuid5` gives, computed without building UUID objects on the hot path)."""
-    digest = bytearray(hashlib.sha1(
-        _NAMESPACE_BYTES + f"{feedback_event_id}/{score_name}".encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50
-    digest[8] = (digest[8] & 0x3F) | 0x80
-    h = digest.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def score_value(config: ScoreConfig, raw: Any) -> float | str | None:

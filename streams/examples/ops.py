@@ -1,5 +1,5 @@
 """The ops example of the docs: triage runs of an error-spike rule, judged by people and
-evaluators."""
+evaluators. Its feedback types, and the app event types its rules watch and its actions emit."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from streams.core.app_events import AppEventType
 from streams.core.feedback import Feedback
 
 
@@ -29,3 +30,23 @@ class Resolution(Feedback, name="resolution", targets={"chain"}):
 
     resolved: bool
     minutes_to_mitigate: Annotated[int, Field(ge=0, le=1440)] | None = None
+
+
+class ErrorSpike(AppEventType, name="ops:error_spike"):
+    """A service reported a burst of errors; three for one service within minutes is a spike."""
+
+    service: str
+    errors: int = 1
+
+
+class IncidentOpened(AppEventType, name="oncall:incident.opened"):
+    """A triage opened an incident for a service."""
+
+    service: str
+    errors: int
+
+
+class Escalated(AppEventType, name="oncall:escalated"):
+    """Someone said a triage was wrong, and a human was paged; `because` is that feedback."""
+
+    because: str | None = None

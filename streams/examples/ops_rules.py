@@ -20,7 +20,7 @@ from streams.core.events import AppEvent, FeedbackGiven, RunSucceeded
 from streams.core.rules import F, RetryPolicy, Rule, on, run
 from streams.core.runs import Reaction
 from streams.core.targets import RunTarget
-from streams.examples.ops import TriageQuality
+from streams.examples.ops import ErrorSpike, Escalated, IncidentOpened, TriageQuality
 
 
 async def triage(reaction: Reaction) -> Mapping[str, Any]:
@@ -30,16 +30,14 @@ async def triage(reaction: Reaction) -> Mapping[str, Any]:
     service = reaction.run.scope.get("service", "?")
     opened = errors >= 30
     if opened:
-        await reaction.emit(AppEvent(name="oncall:incident.opened",
-                                     data={"service": service, "errors": errors}))
+        await reaction.emit(IncidentOpened(service=service, errors=errors).to_event())
     return {"service": service, "errors": errors, "opened_incident": opened}
 
 
 async def escalate(reaction: Reaction) -> Mapping[str, Any]:
     """Page a human: someone said a triage was wrong."""
     cause = reaction.events[-1] if reaction.events else None
-    await reaction.emit(AppEvent(name="oncall:escalated",
-                                 data={"because": cause.event_id if cause else None}))
+    await reaction.emit(Escalated(because=cause.event_id if cause else None).to_event())
     return {"escalated": True}
 
 
@@ -73,7 +71,7 @@ async def judged_input(reaction: Reaction) -> TriageInput:
         service=str(record.run.scope.get("service", "?")),
         errors=int(succeeded.output.get("errors", len(record.matched))),
         opened_incident=any(isinstance(e.event, AppEvent)
-                            and e.event.name == "oncall:incident.opened"
+                            and e.event.name == IncidentOpened.app_event_name
                             for e in record.emitted),
     )
 
@@ -89,7 +87,7 @@ judge = EvaluatorAction(triage_judge, input=judged_input, target=judged_run)
 
 error_spike = Rule(
     name="ops:error-spike",
-    when=on("ops:error_spike").count(3, within=timedelta(minutes=5)).scope(F.data.service),
+    when=on(ErrorSpike).count(3, within=timedelta(minutes=5)).scope(F.data.service),
     then=run("triage", retry=RetryPolicy(max_attempts=3, backoff=timedelta(milliseconds=200))),
 )
 judge_triage = Rule(

@@ -35,6 +35,7 @@ from streams.adapters.kafka.log import envelope_headers, group_consumer, header_
 from streams.adapters.kafka.outputs import Output
 from streams.core.errors import SchemaError, StreamsError
 from streams.core.events import AppEvent, Envelope, RunStarted, Seq
+from streams.core.ids import scope_key
 from streams.core.rules import Fire, Rule, RuleSet, RuleState, Throttled, evaluate
 from streams.core.runs import (
     ActionFn,
@@ -203,7 +204,7 @@ class Reactor:
         assert isinstance(run, RunStarted)
         rule = self.rules.get(run.rule)
         retry = rule.then.retry if rule is not None else None
-        scope = "|".join(f"{k}={v}" for k, v in sorted(run.scope.items()))
+        scope = scope_key(run.scope)
         lock = self._scopes.setdefault(f"{started.tenant}|{run.rule}|{scope}", asyncio.Lock())
         async with self._runs, lock:
             self.stats.runs += 1

@@ -97,6 +97,8 @@ class Worker:
     ) -> None:
         self.settings = settings or Settings.from_env()
         self.rules = RuleSet(rules)
+        # Refuse, before anything connects, a rule that would silently never fire.
+        self.rules.check_event_types()
         self.actions = dict(actions or {})
         self.types = types or registry
         self.cursor = cursor

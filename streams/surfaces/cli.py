@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from streams.core.errors import StreamsError
+from streams.core.errors import StreamsError, ValidationFailed
 from streams.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -85,6 +85,13 @@ def load_rules(modules: list[str] | None) -> tuple[list[Any], dict[str, Any], di
         rules += list(getattr(module, "RULES", []))
         actions.update(getattr(module, "ACTIONS", {}))
         deps.update(getattr(module, "DEPS", {}))
+    from streams.core.rules import RuleSet
+
+    try:
+        # The worker checks this too; here the operator gets the reason, not a traceback.
+        RuleSet(rules).check_event_types()
+    except ValidationFailed as exc:
+        raise typer.BadParameter(f"rules in {', '.join(names)}: {exc}") from exc
     return rules, actions, deps
 
 

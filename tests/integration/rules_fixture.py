@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from streams.adapters.chat import RetrievalEvaluator
+from streams.core.app_events import app_event_type
 from streams.core.evaluation import EvaluatorAction
 from streams.core.evaluators import FunctionEvaluator, HandOff
 from streams.core.events import AppEvent
@@ -72,6 +73,11 @@ async def own_run(reaction: Reaction) -> RunTarget:
 
 
 retrieval = EvaluatorAction(RetrievalEvaluator(_model()), input=question, target=own_run)
+
+# The app event types the rules watch: a worker refuses rules naming undeclared types.
+APP_EVENT_TYPES = [app_event_type(name) for name in (
+    "t:item", "t:flaky", "t:broken", "t:tick", "t:sample", "t:judge", "t:judge-many",
+    "t:question")]
 
 RULES = [
     Rule(name="t:limited", when=on("t:item").at_most(20, per=timedelta(hours=1)),

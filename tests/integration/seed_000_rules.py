@@ -12,8 +12,12 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from streams import AppEvent, F, Reaction, RetryPolicy, Rule, on, run
+from streams import AppEvent, F, Reaction, RetryPolicy, Rule, app_event_type, on, run
 from tests.seed_000 import AppDeps, deps, wrong_triage
+
+# The application's own event types, declared so a worker accepts rules that watch them.
+for _name in ("ops:error_spike", "oncall:incident.opened", "oncall:escalated"):
+    app_event_type(_name)
 
 # Triage opens an incident when a spike's events add up to this many errors.
 INCIDENT_AT = 10

@@ -42,3 +42,16 @@ async def test_a_batch_that_keeps_failing_ends_the_process(
 
 async def _no_sleep(_seconds: float) -> None:
     return None
+
+
+def test_a_worker_refuses_rules_watching_an_undeclared_event_type() -> None:
+    from streams.core.rules import InvalidRule, Rule, on, run
+    from streams.settings import Settings
+
+    rule = Rule(name="r:typo", when=on("ns:run_succeeded"), then=run("a"))
+    # Refused before the worker builds any client: no broker is needed to see it.
+    settings = Settings(bootstrap_servers="127.0.0.1:9", schema_registry_url="http://127.0.0.1:9")
+    with pytest.raises(InvalidRule) as info:
+        worker.Worker(settings, rules=[rule], actions={})
+    assert "'r:typo' watches 'ns:run_succeeded'" in str(info.value)
+    assert "Known event types: ['feedback_given'" in str(info.value)

@@ -1,5 +1,7 @@
 """The command line's refusals, which need no broker."""
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -26,3 +28,19 @@ def test_unknown_feedback_module_is_refused() -> None:
     result = runner.invoke(app, ["schemas", "check", "--types", "no.such.module"])
     assert result.exit_code == 2
     assert "cannot import feedback module" in result.output
+
+
+def test_rules_watching_an_undeclared_event_type_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "typo_rules_module.py").write_text(
+        "from streams.core.rules import Rule, on, run\n"
+        "RULES = [Rule(name='r:typo', when=on('ns:run_succeeded'), then=run('a'))]\n"
+        "ACTIONS = {}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = runner.invoke(app, ["worker", "--rules", "typo_rules_module"])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert "'r:typo' watches 'ns:run_succeeded'" in output
+    assert "'run_succeeded'" in output

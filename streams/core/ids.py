@@ -1,0 +1,120 @@
+"""Every id and key the project derives, in one place.
+
+Ids of firings, runs, their events and scores are derived from the rule and the event that
+caused them, never random, so a decision repeated after a crash, or a replay of the log,
+writes the same ids again and readers can tell a repeat from a new run. Their values are
+part of the log's contract: changing a derivation here changes what a replay writes
+(tests/core/test_ids.py pins them). The state keys of counts and rate limits and the scope
+key are derived the same way, so every worker computes the same keys from the same events.
+
+`new_id` is the one random id: it names events that start something (an appended event,
+a reader's consumer group), where a repeat is not possible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from typing import Final
+from urllib.parse import urlencode
+
+__all__ = [
+    "SCORE_ID_NAMESPACE",
+    "count_key",
+    "fired_event_id",
+    "firing_id",
+    "new_id",
+    "outcome_event_id",
+    "rate_key",
+    "run_id_of",
+    "sample_point",
+    "scope_key",
+    "score_id",
+    "started_event_id",
+]
+
+SCORE_ID_NAMESPACE: Final = uuid.UUID("5b1e4c52-2f43-4f6b-9a51-6c1b1e0f5a11")
+"""Fixed namespace: score ids are uuid5(namespace, "<feedback event id>/<score name>") forever."""
+
+_NAMESPACE_BYTES: Final = SCORE_ID_NAMESPACE.bytes
+
+
+def new_id(prefix: str) -> str:
+    """A fresh random id such as `evt_3f2a...`; prefixes make ids readable in logs."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _digest(text: str, size: int = 32) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:size]
+
+
+def scope_key(values: Mapping[str, str]) -> str:
+    """The key of a rule's scope values: url-encoded in name order (`service=api`).
+
+    Sorted, so the same values give the same key whatever order the scope was declared in;
+    url-encoded, so no value can forge a separator (`&`, `=`, or the `|` of state keys).
+    """
+    return urlencode(sorted(values.items()))
+
+
+def count_key(rule: str, scope: str | None) -> str:
+    """The state key of a rule's count: `rule` or `rule|scope`."""
+    return rule if scope is None else f"{rule}|{scope}"
+
+
+def rate_key(rule: str, scope: str | None, window: int) -> str:
+    """The state key of a rule's rate counter: `rule|window` or `rule|window|scope`."""
+    base = f"{rule}|{window}"
+    return base if scope is None else f"{base}|{scope}"
+
+
+def sample_point(rule: str, event_id: str) -> float:
+    """Where an event falls in [0, 1) for a rule's sampling; the same inputs, the same point.
+
+    Salted with the rule's name so that two rules sampling 10% do not pick the same events.
+    """
+    digest = hashlib.sha256(f"{rule}\n{event_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def firing_id(rule: str, causation_id: str) -> str:
+    """A firing's id, derived from its rule and the event that made it fire.
+
+    Derived, not random, so an event delivered twice or replayed gives the same firing and
+    the Kafka layer can drop the repeat.
+    """
+    return "fir_" + _digest(f"{rule}\n{causation_id}")
+
+
+def run_id_of(firing: str) -> str:
+    """The id of the run a firing starts."""
+    return f"run_{_digest(firing + ':run', 24)}"
+
+
+def fired_event_id(firing: str) -> str:
+    """The event id of a firing's `rule_fired`."""
+    return f"evt_{_digest(firing)}"
+
+
+def started_event_id(run_id: str) -> str:
+    """The event id of a run's `run_started`."""
+    return f"evt_{_digest(run_id + ':started')}"
+
+
+def outcome_event_id(run_id: str, kind: str, attempt: int) -> str:
+    """The event id of a run's lifecycle event `kind` (`succeeded`, `failed`, `retried`,
+    `dead_lettered`) after attempt number `attempt`."""
+    return f"evt_{_digest(f'{run_id}:{kind}:{attempt}')}"
+
+
+def score_id(feedback_event_id: str, score_name: str) -> str:
+    """The deterministic id of a feedback event's score of that name: the RFC 4122 version 5
+    UUID of `"<feedback event id>/<score name>"` in SCORE_ID_NAMESPACE (the same string as
+    `uuid.uuid5` gives, computed without building UUID objects on the hot path)."""
+    digest = bytearray(hashlib.sha1(
+        _NAMESPACE_BYTES + f"{feedback_event_id}/{score_name}".encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -1,0 +1,257 @@
+"""The engine: rules, rule sets, their in-memory state, and the decisions they make.
+
+`evaluate` takes one envelope through every rule of a set: a rule whose trigger matches
+either fires (`Fire`), is held back by its rate limit (`Throttled`), or, while counting,
+decides nothing yet. `RuleEngine` keeps the rules and their state together for tests and
+offline replays; the Kafka layer runs the same `evaluate`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+from streams.core.app_events import AppEventTypes, app_event_types, known_event_types
+from streams.core.events import EVENT_TYPES, Envelope, RuleFired
+from streams.core.ids import firing_id
+from streams.core.rules.actions import Action
+from streams.core.rules.checks import InvalidRule
+from streams.core.rules.triggers import CountState, RateLimit, RateState, Scope, Trigger
+
+__all__ = [
+    "RULE_NAME",
+    "Decision",
+    "Fire",
+    "Rule",
+    "RuleEngine",
+    "RuleSet",
+    "RuleState",
+    "Throttled",
+    "evaluate",
+]
+
+RULE_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9:_.-]*$")
+"""What a rule name must match; `|` is excluded, so state keys can use it as a separator."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named trigger and the action it runs. Checked when defined: InvalidRule otherwise."""
+
+    name: str
+    when: Trigger
+    then: Action
+    description: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not RULE_NAME.match(self.name):
+            raise InvalidRule(
+                f"rule name {self.name!r} must be non-empty and match {RULE_NAME.pattern} "
+                f"(lower case, digits and : _ . -), e.g. 'ops:error-spike'"
+            )
+        if not isinstance(self.when, Trigger):
+            raise InvalidRule(f"rule {self.name!r}: when= takes a trigger built with on(...), "
+                              f"got {self.when!r}")
+        if not isinstance(self.then, Action):
+            raise InvalidRule(f"rule {self.name!r}: then= takes run(...), got {self.then!r}")
+        if self.description is not None and not isinstance(self.description, str):
+            raise InvalidRule(f"rule {self.name!r}: description must be a string")
+
+    def matches(self, envelope: Envelope) -> bool:
+        """Whether the envelope passes the trigger's type, filters, scope and sampling.
+
+        Counts and rate limits need state: see `evaluate`.
+        """
+        return self.when.matches(envelope, rule=self.name)
+
+    def scope_key(self, envelope: Envelope) -> str | None:
+        """The envelope's scope key for this rule (None when unscoped)."""
+        return self.when.scope_key(envelope)
+
+
+class RuleSet:
+    """Rules with distinct names, in the order given."""
+
+    def __init__(self, rules: Iterable[Rule] = ()) -> None:
+        self._rules: dict[str, Rule] = {}
+        duplicates: list[str] = []
+        for rule in rules:
+            if not isinstance(rule, Rule):
+                raise InvalidRule(f"a RuleSet holds rules, got {rule!r}")
+            if rule.name in self._rules:
+                duplicates.append(rule.name)
+            self._rules[rule.name] = rule
+        if duplicates:
+            raise InvalidRule(f"rule names must be unique; repeated: {sorted(set(duplicates))}")
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self._rules.values())
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._rules
+
+    def __getitem__(self, name: str) -> Rule:
+        return self._rules[name]
+
+    def get(self, name: str) -> Rule | None:
+        """The rule called `name`, or None."""
+        return self._rules.get(name)
+
+    def names(self) -> list[str]:
+        """The rules' names, in order."""
+        return list(self._rules)
+
+    def check_event_types(self, types: AppEventTypes | None = None) -> None:
+        """Refuse rules watching an event type that neither a built-in type nor a declared
+        app event type (in `types`, by default the process-wide registry) has: such a rule
+        would never fire. A worker calls this when it loads its rules.
+        """
+        known = types if types is not None else app_event_types
+        unknown = [
+            f"{rule.name!r} watches {name!r}" for rule in self
+            if (name := rule.when.event_type_name) is not None
+            and name not in EVENT_TYPES and name not in known
+        ]
+        if unknown:
+            raise InvalidRule(
+                f"rules watch event types no type has: {'; '.join(unknown)}. Declare each app "
+                f"event type, class X(AppEventType, name='ns:name') or app_event_type('ns:name'), "
+                f"in a module imported before the rules are loaded, or fix the name. "
+                f"Known event types: {known_event_types(known)}"
+            )
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A rule fired: run its action for `matched_event_ids`.
+
+    `causation_id` is the event that made it fire (for a count, the one that completed it)
+    and `correlation_id` that event's chain, which the firing joins.
+    """
+
+    rule: Rule
+    matched_event_ids: tuple[str, ...]
+    scope_key: str | None
+    correlation_id: str
+    causation_id: str
+    scope: dict[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def firing_id(self) -> str:
+        """The firing's derived id (see `firing_id`)."""
+        return firing_id(self.rule.name, self.causation_id)
+
+    def to_event(self) -> RuleFired:
+        """The `RuleFired` payload recording this firing."""
+        return RuleFired(
+            firing_id=self.firing_id, rule=self.rule.name, matched=list(self.matched_event_ids),
+            scope_key=self.scope_key,
+        )
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """A rule would have fired, but its rate limit's window `window` was full."""
+
+    rule: Rule
+    matched_event_ids: tuple[str, ...]
+    scope_key: str | None
+    correlation_id: str
+    causation_id: str
+    window: int
+    limit: RateLimit
+
+
+Decision = Fire | Throttled
+
+
+class RuleState:
+    """The counts and rate windows of rules, in memory, keyed by rule name."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, CountState] = {}
+        self.rates: dict[str, RateState] = {}
+
+    def counter(self, rule: Rule) -> CountState:
+        """The rule's count state (a new one if the rule's count changed)."""
+        count = rule.when.counting
+        if count is None:
+            raise ValueError(f"rule {rule.name!r} does not count")
+        state = self.counts.get(rule.name)
+        if state is None or state.count != count:
+            state = self.counts[rule.name] = CountState(count)
+        return state
+
+    def limiter(self, rule: Rule) -> RateState:
+        """The rule's rate state (a new one if the rule's limit changed)."""
+        limit = rule.when.rate_limit
+        if limit is None:
+            raise ValueError(f"rule {rule.name!r} has no rate limit")
+        state = self.rates.get(rule.name)
+        if state is None or state.limit != limit:
+            state = self.rates[rule.name] = RateState(limit)
+        return state
+
+    def expire(self, now: datetime) -> None:
+        """Forget what no event at or after `now` (event time) can be decided with."""
+        for count in self.counts.values():
+            count.expire(now)
+        for rate in self.rates.values():
+            rate.expire(now)
+
+
+def _decide(rule: Rule, envelope: Envelope, state: RuleState) -> Decision | None:
+    if not rule.matches(envelope):
+        return None
+    trigger = rule.when
+    scope = trigger.scope_values(envelope)
+    key = Scope.key_of(scope) if trigger.scope_by is not None else None
+    matched: tuple[str, ...] = (envelope.event_id,)
+    if trigger.counting is not None:
+        done = state.counter(rule).add(envelope, key)
+        if done is None:
+            return None
+        matched = tuple(done)
+    if trigger.rate_limit is not None:
+        admitted, window = state.limiter(rule).admit(envelope.time, key)
+        if not admitted:
+            return Throttled(
+                rule, matched, key, envelope.correlation_id, envelope.event_id,
+                window.window, trigger.rate_limit,
+            )
+    return Fire(rule, matched, key, envelope.correlation_id, envelope.event_id, scope)
+
+
+def evaluate(
+    rules: RuleSet | Iterable[Rule], envelope: Envelope, state: RuleState
+) -> list[Decision]:
+    """What each rule decides about one envelope, updating `state`; rules in order."""
+    ruleset = rules if isinstance(rules, RuleSet) else RuleSet(rules)
+    decisions: list[Decision] = []
+    for rule in ruleset:
+        decision = _decide(rule, envelope, state)
+        if decision is not None:
+            decisions.append(decision)
+    return decisions
+
+
+class RuleEngine:
+    """Rules and their state in memory: for tests and offline replays of a log."""
+
+    def __init__(self, rules: RuleSet | Iterable[Rule], state: RuleState | None = None) -> None:
+        self.rules = rules if isinstance(rules, RuleSet) else RuleSet(rules)
+        self.state = state if state is not None else RuleState()
+
+    def evaluate(self, envelope: Envelope) -> list[Decision]:
+        """The decisions about one envelope."""
+        return evaluate(self.rules, envelope, self.state)
+
+    def replay(self, envelopes: Iterable[Envelope]) -> list[Decision]:
+        """The decisions about envelopes taken in order."""
+        return [d for envelope in envelopes for d in self.evaluate(envelope)]
