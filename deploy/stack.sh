@@ -186,7 +186,9 @@ wait_ready() { # name pidfile logfile check...
     fi
     if [ $SECONDS -ge $deadline ]; then
       tail -n 40 "$log" >&2 || true
-      die "$name not ready after ${TIMEOUT}s (log: $log)"
+      # Not left half-started: a later start would take it for a running server.
+      stop_one "$name" "$pidfile"
+      die "$name not ready after ${TIMEOUT}s, stopped it again (log: $log)"
     fi
     sleep 0.5
   done
