@@ -7,6 +7,15 @@
 #   deploy/stack.sh stop     stop both by process id (SIGTERM, then SIGKILL after a grace period)
 #   deploy/stack.sh status   say what runs, where
 #   deploy/stack.sh env      print the export lines a client needs
+#   deploy/stack.sh stop-registry | start-registry | restart-registry
+#   deploy/stack.sh stop-kafka | start-kafka | restart-kafka
+#                            one server only, data kept (for fault tests); start-registry needs
+#                            Kafka up, since the registry keeps its schemas in a Kafka topic
+#
+# The registry keeps its schemas durably in the broker (Apicurio KafkaSQL storage: the journal
+# topic REGISTRY_TOPIC), so schema ids survive a restart of the registry or of the stack.
+# Servers start in a session of their own with only their log files open: the caller's
+# terminal, pipes and locks are not inherited.
 #
 # Settings (environment):
 #   STACK_CACHE       jar cache                      (default: <repo>/.stack/cache)
@@ -18,12 +27,15 @@
 #   REGISTRY_MANAGEMENT_PORT  registry health/metrics (default: 8091)
 #   STACK_ADMIN_PASSWORD  SCRAM password of User:admin (default: admin-secret)
 #   STACK_START_TIMEOUT   seconds to wait for readiness (default: 120)
+#   REGISTRY_TOPIC    the registry's journal topic   (default: _registry-journal)
+#   REGISTRY_SNAPSHOTS_TOPIC  its snapshots topic    (default: _registry-snapshots)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 CACHE=${STACK_CACHE:-$repo/.stack/cache}
 DATA=${STACK_DATA_DIR:-$repo/.stack/data}
+case "$DATA" in /*) ;; *) DATA=$PWD/$DATA ;; esac
 KAFKA_PORT=${KAFKA_PORT:-9092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
 KAFKA_SASL_PORT=${KAFKA_SASL_PORT:-9094}
@@ -31,6 +43,8 @@ REGISTRY_PORT=${REGISTRY_PORT:-8081}
 REGISTRY_MANAGEMENT_PORT=${REGISTRY_MANAGEMENT_PORT:-8091}
 ADMIN_PASSWORD=${STACK_ADMIN_PASSWORD:-admin-secret}
 TIMEOUT=${STACK_START_TIMEOUT:-120}
+REGISTRY_TOPIC=${REGISTRY_TOPIC:-_registry-journal}
+REGISTRY_SNAPSHOTS_TOPIC=${REGISTRY_SNAPSHOTS_TOPIC:-_registry-snapshots}
 APICURIO_VERSION=3.3.3
 
 KAFKA_LIB=$CACHE/kafka-lib
@@ -79,7 +93,37 @@ registry_java() {
   die "Apicurio Registry needs Java 21 or newer: none found in REGISTRY_JAVA_HOME, JAVA_HOME or /usr/lib/jvm"
 }
 
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# pid_alive pidfile: the pid file names a live server of this stack, that is a running process
+# whose command line has the server's mark (so a reused pid is never taken for ours).
+pid_alive() {
+  [ -f "$1" ] || return 1
+  local pid mark
+  pid=$(cat "$1" 2>/dev/null) || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  case "$1" in
+    */kafka.pid) mark="$DATA/server.properties" ;;
+    */registry.pid) mark="-Dquarkus.http.port=$REGISTRY_PORT" ;;
+    *) return 0 ;;
+  esac
+  tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$mark"
+}
+
+# spawn pidfile logfile command...: start a server detached from the caller. The child closes
+# every inherited descriptor above 2, reads /dev/null and writes only to its log, in a session
+# of its own (setsid; a background subshell of this script is no process-group leader, so
+# setsid execs in place and the pid written is the server's).
+spawn() {
+  local pidfile=$1 log=$2; shift 2
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if [[ "$fd" =~ ^[0-9]+$ ]] && [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec setsid "$@" </dev/null >>"$log" 2>&1
+  ) &
+  echo $! >"$pidfile"
+}
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -142,7 +186,9 @@ wait_ready() { # name pidfile logfile check...
     fi
     if [ $SECONDS -ge $deadline ]; then
       tail -n 40 "$log" >&2 || true
-      die "$name not ready after ${TIMEOUT}s (log: $log)"
+      # Not left half-started: a later start would take it for a running server.
+      stop_one "$name" "$pidfile"
+      die "$name not ready after ${TIMEOUT}s, stopped it again (log: $log)"
     fi
     sleep 0.5
   done
@@ -150,8 +196,12 @@ wait_ready() { # name pidfile logfile check...
 
 kafka_ready() { grep -q "Kafka Server started" "$DATA/kafka.log" 2>/dev/null && port_open "$KAFKA_PORT"; }
 
+# Ready once the KafkaSQL storage has bootstrapped (it reads the journal topic up to a marker
+# it wrote itself at start-up, so every schema registered before is loaded: the storage
+# readiness check of /health/ready) and the Confluent-compatible API answers.
 registry_ready() {
-  curl -fsS "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7/subjects" >/dev/null 2>&1
+  curl -fsS --max-time 5 "http://127.0.0.1:$REGISTRY_MANAGEMENT_PORT/health/ready" >/dev/null 2>&1 \
+    && curl -fsS --max-time 5 "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7/subjects" >/dev/null 2>&1
 }
 
 start_kafka() {
@@ -168,12 +218,15 @@ start_kafka() {
       --add-scram "SCRAM-SHA-512=[name=admin,password=$ADMIN_PASSWORD]" \
       >"$DATA/format.log" 2>&1 || { cat "$DATA/format.log" >&2; die "storage format failed"; }
   fi
+  # A fresh log per start (the last one kept as kafka.log.1): readiness looks for this start's
+  # "Kafka Server started".
+  if [ -f "$DATA/kafka.log" ]; then mv -f "$DATA/kafka.log" "$DATA/kafka.log.1"; fi
   : >"$DATA/kafka.log"
-  say "starting kafka on 127.0.0.1:$KAFKA_PORT (SASL/SCRAM on $KAFKA_SASL_PORT)"
-  nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
-    -Dlog4j2.configurationFile="$DATA/log4j2.properties" -cp "$KAFKA_LIB/*" \
-    kafka.Kafka "$DATA/server.properties" >"$DATA/kafka.out" 2>&1 &
-  echo $! >"$DATA/kafka.pid"
+  : >"$DATA/kafka.out"
+  say "starting kafka on 127.0.0.1:$KAFKA_PORT (SASL/SCRAM on $KAFKA_SASL_PORT), data in $DATA/kafka"
+  spawn "$DATA/kafka.pid" "$DATA/kafka.out" java -Xms256m -Xmx768m -XX:+UseG1GC \
+    -Djava.awt.headless=true -Dlog4j2.configurationFile="$DATA/log4j2.properties" \
+    -cp "$KAFKA_LIB/*" kafka.Kafka "$DATA/server.properties"
   wait_ready kafka "$DATA/kafka.pid" "$DATA/kafka.log" kafka_ready
   say "kafka ready"
 }
@@ -183,19 +236,29 @@ start_registry() {
   port_open "$REGISTRY_PORT" && die "port $REGISTRY_PORT is taken by another process; set REGISTRY_PORT"
   port_open "$REGISTRY_MANAGEMENT_PORT" \
     && die "port $REGISTRY_MANAGEMENT_PORT is taken by another process; set REGISTRY_MANAGEMENT_PORT"
+  # The registry keeps its schemas in the broker: without Kafka it cannot load them.
+  kafka_ready || die "kafka is not running on 127.0.0.1:$KAFKA_PORT: start it first (deploy/stack.sh start-kafka)"
   mkdir -p "$DATA"
-  say "starting schema registry on 127.0.0.1:$REGISTRY_PORT"
-  # The registry keeps its schemas in memory: a restarted stack starts with an empty registry,
-  # and the serializers register schemas again on first use.
+  if [ -f "$DATA/registry.log" ]; then mv -f "$DATA/registry.log" "$DATA/registry.log.1"; fi
+  say "starting schema registry on 127.0.0.1:$REGISTRY_PORT (schemas in topic $REGISTRY_TOPIC)"
   local java_bin; java_bin=$(registry_java)
-  nohup "$java_bin" -Xms128m -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+  # KafkaSQL storage: every change is a record on the journal topic (created by the registry,
+  # infinite retention); on start the registry replays it into an in-memory database.
+  # kafkasql log lines at INFO say when the journal is loaded ("KafkaSQL storage bootstrapped").
+  spawn "$DATA/registry.pid" "$DATA/registry.log" "$java_bin" -Xms128m -Xmx384m \
+    -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
     -Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$REGISTRY_MANAGEMENT_PORT" \
-    -Dquarkus.log.level=WARN -Dapicurio.ccompat.legacy-id-mode.enabled=true \
-    -jar "$APICURIO_DIR/quarkus-run.jar" >"$DATA/registry.log" 2>&1 &
-  echo $! >"$DATA/registry.pid"
+    -Dquarkus.log.level=WARN -Dquarkus.log.category.\"io.apicurio.registry.storage.impl.kafkasql\".level=INFO \
+    -Dapicurio.ccompat.legacy-id-mode.enabled=true \
+    -Dapicurio.storage.kind=kafkasql \
+    -Dapicurio.kafkasql.bootstrap.servers="127.0.0.1:$KAFKA_PORT" \
+    -Dapicurio.kafkasql.topic="$REGISTRY_TOPIC" \
+    -Dapicurio.kafkasql.snapshots.topic="$REGISTRY_SNAPSHOTS_TOPIC" \
+    -Dapicurio.kafkasql.topic.auto-create=true \
+    -jar "$APICURIO_DIR/quarkus-run.jar"
   wait_ready registry "$DATA/registry.pid" "$DATA/registry.log" registry_ready
-  say "registry ready"
+  say "registry ready (schemas loaded from topic $REGISTRY_TOPIC)"
 }
 
 stop_one() { # name pidfile
@@ -205,8 +268,14 @@ stop_one() { # name pidfile
   say "stopping $name (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-  if kill -0 "$pid" 2>/dev/null; then say "$name did not stop in 30s: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; fi
+  if kill -0 "$pid" 2>/dev/null; then
+    say "$name did not stop in 30s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$pid" 2>/dev/null && die "$name (pid $pid) still runs after SIGKILL"
+  fi
   rm -f "$pidfile"
+  say "$name stopped"
 }
 
 status() {
@@ -230,5 +299,11 @@ case "${1:-}" in
     echo "export KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$KAFKA_PORT"
     echo "export SCHEMA_REGISTRY_URL=http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
     ;;
-  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+  start-kafka) fetch; start_kafka ;;
+  stop-kafka) stop_one kafka "$DATA/kafka.pid" ;;
+  restart-kafka) fetch; stop_one kafka "$DATA/kafka.pid"; start_kafka ;;
+  start-registry) fetch; start_registry ;;
+  stop-registry) stop_one registry "$DATA/registry.pid" ;;
+  restart-registry) fetch; stop_one registry "$DATA/registry.pid"; start_registry ;;
+  *) sed -n '2,33p' "$0" >&2; exit 2 ;;
 esac

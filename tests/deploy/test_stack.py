@@ -1,0 +1,194 @@
+"""deploy/stack.sh: servers detached from the caller, schema ids durable across restarts.
+
+The stack here is the test's own (free loopback ports, a data dir under tmp_path), started and
+stopped by this module through the script, which stops its servers by pid; whatever is still
+alive at the end (a failed stop) is killed by the pid in its pid file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, _free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+SCRIPT = REPO / "deploy" / "stack.sh"
+# Generous: two JVMs on a shared 2-core machine. stack.sh itself gives up after 120 s a server.
+START_TIMEOUT = 400.0
+
+
+@dataclass
+class OwnStack:
+    """A stack of this module: its environment, and the script run against it."""
+
+    env: dict[str, str]
+    data: Path
+
+    @property
+    def registry_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['REGISTRY_PORT']}/apis/ccompat/v7"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.env['KAFKA_PORT']}"
+
+    def run(self, *args: str, timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(SCRIPT), *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def must(self, *args: str, timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        done = self.run(*args, timeout=timeout)
+        assert done.returncode == 0, (f"stack.sh {' '.join(args)} failed ({done.returncode}):\n"
+                                      f"{done.stderr[-4000:]}")
+        return done
+
+    def pid(self, server: str) -> int:
+        return int((self.data / f"{server}.pid").read_text().strip())
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL, by pid, any server of this stack that is still alive."""
+        for pidfile in self.data.glob("*.pid"):
+            try:
+                pid = int(pidfile.read_text().strip())
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except (OSError, ValueError):
+                continue
+            # Only our own server: its command line names this data dir or this registry port.
+            port_flag = f"-Dquarkus.http.port={self.env['REGISTRY_PORT']}\0"
+            if str(self.data) in cmdline or port_flag in cmdline:
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnStack]:
+    data = tmp_path_factory.mktemp("stack") / "data"
+    ports: set[int] = set()
+    while len(ports) < 5:
+        ports.add(_free_port())
+    kafka, controller, sasl, registry, management = sorted(ports)
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"REGISTRY_TOPIC", "REGISTRY_SNAPSHOTS_TOPIC"}}
+    env.update({
+        "STACK_DATA_DIR": str(data),
+        "KAFKA_PORT": str(kafka),
+        "KAFKA_CONTROLLER_PORT": str(controller),
+        "KAFKA_SASL_PORT": str(sasl),
+        "REGISTRY_PORT": str(registry),
+        "REGISTRY_MANAGEMENT_PORT": str(management),
+    })
+    stack = OwnStack(env, data)
+    try:
+        yield stack
+    finally:
+        try:
+            stack.run("stop", timeout=180)
+        finally:
+            stack.kill_leftovers()
+
+
+def test_start_returns_and_leaves_the_callers_pipes_and_fds(own_stack: OwnStack) -> None:
+    # A pipe on stdout/stderr (as in `deploy/stack.sh start | cat`), and one more pipe whose
+    # write end the script inherits as fd 3+: a server that kept either open would keep the
+    # reader from ever seeing EOF (and would keep a caller's lock held the same way).
+    extra_read, extra_write = os.pipe()
+    started = time.monotonic()
+    proc = subprocess.Popen([str(SCRIPT), "start"], env=own_stack.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, pass_fds=(extra_write,))
+    os.close(extra_write)
+    try:
+        out, err = proc.communicate(timeout=START_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        returned = proc.poll() is not None
+        proc.kill()
+        proc.communicate()
+        os.close(extra_read)
+        pytest.fail("stack.sh start returned but its stdout/stderr pipe stayed open: a server "
+                    "inherited it" if returned else
+                    f"stack.sh start did not return within {START_TIMEOUT:.0f}s")
+    took = time.monotonic() - started
+    try:
+        assert proc.returncode == 0, f"start failed:\n{err.decode(errors='replace')[-4000:]}"
+        os.set_blocking(extra_read, False)
+        try:
+            leftover = os.read(extra_read, 1)
+        except BlockingIOError:
+            pytest.fail("a server holds the caller's extra pipe (fd > 2) open")
+        assert leftover == b"", "nothing writes to the extra pipe, so it must be at EOF"
+    finally:
+        os.close(extra_read)
+    assert b"registry" in out and b"running" in out, out.decode(errors="replace")
+    for server in ("kafka", "registry"):
+        pid = own_stack.pid(server)
+        assert os.getsid(pid) == pid, f"{server} does not run in a session of its own"
+        fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in ("0", "1", "2")}
+        assert fds <= {"/dev/null", str(own_stack.data / f"{server}.out"),
+                       str(own_stack.data / f"{server}.log")}, f"{server} std fds: {fds}"
+    print(f"stack.sh start with the caller's pipes returned in {took:.1f}s")
+
+
+def _schema(name: str) -> str:
+    return json.dumps({"type": "record", "name": name, "namespace": "tests.deploy",
+                       "fields": [{"name": "id", "type": "string"},
+                                  {"name": "n", "type": ["null", "long"], "default": None}]})
+
+
+def test_schema_ids_survive_a_registry_restart(own_stack: OwnStack) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    own_stack.must("start")
+    name = f"R{uuid.uuid4().hex[:8]}"
+    subject = f"stack-test-{name}-value"
+    before = SchemaRegistryClient({"url": own_stack.registry_url})
+    schema_id = before.register_schema(subject, Schema(_schema(name), "AVRO"))
+    other_id = before.register_schema(f"{subject}-other",
+                                      Schema(_schema(name + "Other"), "AVRO"))
+    registry_pid = own_stack.pid("registry")
+
+    own_stack.must("restart-registry")
+    assert own_stack.pid("registry") != registry_pid, "the registry was not restarted"
+
+    # A fresh client: nothing comes from a cache, everything from the restarted registry.
+    after = SchemaRegistryClient({"url": own_stack.registry_url})
+    assert json.loads(after.get_schema(schema_id).schema_str) == json.loads(_schema(name))
+    assert json.loads(after.get_schema(other_id).schema_str) == json.loads(_schema(name + "Other"))
+    assert after.register_schema(subject, Schema(_schema(name), "AVRO")) == schema_id
+    assert after.lookup_schema(subject, Schema(_schema(name), "AVRO")).schema_id == schema_id
+    newer = after.register_schema(f"{subject}-new", Schema(_schema(name + "New"), "AVRO"))
+    assert newer not in {schema_id, other_id}, "a new schema must not reuse an old id"
+
+
+def test_kafka_restarts_with_its_data_and_the_registry_needs_it(own_stack: OwnStack) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    own_stack.must("start")
+    name = f"K{uuid.uuid4().hex[:8]}"
+    subject = f"stack-test-{name}-value"
+    schema_id = SchemaRegistryClient({"url": own_stack.registry_url}).register_schema(
+        subject, Schema(_schema(name), "AVRO"))
+
+    own_stack.must("stop-registry")
+    own_stack.must("restart-kafka")
+    own_stack.must("stop-kafka")
+    refused = own_stack.run("start-registry")
+    assert refused.returncode != 0
+    assert "kafka is not running" in refused.stderr, refused.stderr[-2000:]
+    assert not (own_stack.data / "registry.pid").exists()
+
+    own_stack.must("start-kafka")
+    own_stack.must("start-registry")
+    status = own_stack.run("status", timeout=30)
+    assert status.returncode == 0, status.stdout + status.stderr
+    after = SchemaRegistryClient({"url": own_stack.registry_url})
+    assert json.loads(after.get_schema(schema_id).schema_str) == json.loads(_schema(name))
+    assert after.register_schema(subject, Schema(_schema(name), "AVRO")) == schema_id
