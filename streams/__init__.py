@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from streams.core.actors import AgentActor, EvaluatorActor, SystemActor, UserActor
     from streams.core.errors import (
+        ConfigError,
         KafkaUnavailable,
         NotFound,
         SchemaError,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from streams.core.runs import Reaction
     from streams.core.scores import Score, ScoreConfig, ScoreConfigs, score_configs, scores_of
     from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+    from streams.runtime.root import Runtime
     from streams.runtime.workspace import Recorded, StreamsClient, Workspace
     from streams.settings import Settings
 
@@ -48,6 +50,7 @@ _HOMES: dict[str, str] = {
     "AgentActor": "streams.core.actors",
     "AppEvent": "streams.core.events",
     "ChainTarget": "streams.core.targets",
+    "ConfigError": "streams.core.errors",
     "Envelope": "streams.core.events",
     "Evaluator": "streams.core.evaluators",
     "EvaluatorAction": "streams.core.evaluation",
@@ -74,6 +77,7 @@ _HOMES: dict[str, str] = {
     "RunStarted": "streams.core.events",
     "RunSucceeded": "streams.core.events",
     "RunTarget": "streams.core.targets",
+    "Runtime": "streams.runtime.root",
     "SchemaError": "streams.core.errors",
     "Score": "streams.core.scores",
     "ScoreConfig": "streams.core.scores",
@@ -103,6 +107,7 @@ __all__ = [
     "AgentActor",
     "AppEvent",
     "ChainTarget",
+    "ConfigError",
     "Envelope",
     "Evaluator",
     "EvaluatorAction",
@@ -129,6 +134,7 @@ __all__ = [
     "RunStarted",
     "RunSucceeded",
     "RunTarget",
+    "Runtime",
     "SchemaError",
     "Score",
     "ScoreConfig",
