@@ -142,7 +142,7 @@ def client_factory(settings: Settings) -> Iterator[Callable[..., Any]]:
     made: list[StreamsClient] = []
 
     def make(**overrides: Any) -> StreamsClient:
-        client = StreamsClient(Settings(**{**settings.__dict__, **overrides}))
+        client = StreamsClient(settings.replace(**overrides))
         made.append(client)
         return client
 
@@ -197,15 +197,7 @@ def worker_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[...,
     made: list[WorkerProcess] = []
 
     def make(*args: str, types: str = "streams.examples.ops", **env: str) -> WorkerProcess:
-        worker_env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-            "STREAMS_TOPIC_PREFIX": settings.topic_prefix,
-            "STREAMS_DISCOVERY_INTERVAL": str(settings.discovery_interval),
-            "STREAMS_FEEDBACK_MODULES": types,
-            **env,
-        }
+        worker_env = settings.child_env(STREAMS_FEEDBACK_MODULES=types, **env)
         worker = WorkerProcess(list(args), worker_env, tmp_path / f"worker{len(made)}.log")
         made.append(worker)
         return worker.start()
@@ -237,11 +229,11 @@ def read_topic(settings: Settings, topic: str, *, at_least: int = 0, timeout: fl
     from confluent_kafka import Consumer
 
     from streams.adapters.avro.serde import AvroSerde
+    from streams.adapters.kafka.config import reader_config
 
-    serde = AvroSerde(settings.schema_registry_url)
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                         "group.id": unique("reader-"), "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
+    serde = AvroSerde(settings)
+    consumer = Consumer(reader_config(settings, unique("reader-"),
+                                      **{"auto.offset.reset": "earliest"}))
     consumer.subscribe([topic])
     out: list[tuple[Any, dict[str, Any]]] = []
     deadline = time.monotonic() + timeout
