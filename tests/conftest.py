@@ -35,6 +35,8 @@ class Stack:
     bootstrap_servers: str
     schema_registry_url: str
     origin: str
+    # The SASL/SCRAM listener of deploy/stack.sh (user admin), when this stack has one.
+    sasl_bootstrap_servers: str | None = None
 
 
 def _free_port() -> int:
@@ -59,7 +61,11 @@ def stack() -> Iterator[Stack]:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     registry = os.environ.get("SCHEMA_REGISTRY_URL")
     if bootstrap and registry:
-        yield Stack(bootstrap, registry, "environment")
+        # deploy/test.sh exports the stack's ports; KAFKA_SASL_BOOTSTRAP_SERVERS names another.
+        sasl = os.environ.get("KAFKA_SASL_BOOTSTRAP_SERVERS") or (
+            f"127.0.0.1:{os.environ['KAFKA_SASL_PORT']}" if os.environ.get("KAFKA_SASL_PORT")
+            else None)
+        yield Stack(bootstrap, registry, "environment", sasl)
         return
     if _docker_answers():
         yield from _containers()
@@ -100,7 +106,8 @@ def _local_stack() -> Iterator[Stack]:
         pytest.fail(f"local stack did not start:\n{started.stderr[-4000:]}")
     try:
         yield Stack(f"127.0.0.1:{env['KAFKA_PORT']}",
-                    f"http://127.0.0.1:{env['REGISTRY_PORT']}/apis/ccompat/v7", "local")
+                    f"http://127.0.0.1:{env['REGISTRY_PORT']}/apis/ccompat/v7", "local",
+                    f"127.0.0.1:{env['KAFKA_SASL_PORT']}")
     finally:
         subprocess.run([str(script), "stop"], env=env, check=False)
         shutil.rmtree(data, ignore_errors=True)
