@@ -14,7 +14,6 @@ group join excluded, and reported apart).
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -26,8 +25,9 @@ from rich.console import Console
 
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.config import consumer_config, producer_config, reader_config
 from streams.adapters.kafka.delivery import Delivery
-from streams.adapters.kafka.log import envelope_headers, header_value, producer_config, watermarks
+from streams.adapters.kafka.log import envelope_headers, header_value, watermarks
 from streams.adapters.kafka.outputs import Output
 from streams.core.actors import UserActor
 from streams.core.events import Envelope, FeedbackGiven
@@ -75,11 +75,8 @@ def total_end(consumer: Consumer, topic: str) -> int:
 
 def run_faust(settings: Settings, tenant: str, n: int, batch: int) -> dict[str, float]:
     scores_topic = tenant_topics(tenant, settings.topic_prefix).scores
-    watch = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                      "group.id": f"bench-watch-{uuid.uuid4().hex}"})
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-           "STREAMS_TOPIC_PREFIX": settings.topic_prefix}
+    watch = Consumer(reader_config(settings, f"bench-watch-{uuid.uuid4().hex}"))
+    env = settings.child_env()
     started = time.monotonic()
     worker = subprocess.Popen(
         [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops",
@@ -119,9 +116,7 @@ def run_floor(settings: Settings, serde: AvroSerde, tenant: str, n: int,
         future.result()
     step = MirrorStep(serde, prefix=settings.topic_prefix)
     delivery = Delivery(settings)
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                         "group.id": f"bench-floor-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(consumer_config(settings, f"bench-floor-{uuid.uuid4().hex}"))
     consumer.subscribe([events])
     seen = 0
     first = None
@@ -154,7 +149,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
-    serde = AvroSerde(settings.schema_registry_url)
+    serde = AvroSerde(settings)
     tenant = "bench"
     TenantAdmin(settings).create_tenant(tenant)
     console.print(f"producing {args.events} feedback events to "
