@@ -158,9 +158,9 @@ class Settings:
     flush_timeout: float = _setting(
         30.0, "STREAMS_FLUSH_TIMEOUT", "seconds to wait for the broker to acknowledge a "
         "write or a batch before retrying or failing", positive=True)
-    admin_timeout: float = _setting(15.0, "STREAMS_ADMIN_TIMEOUT",
-                                    "seconds an admin call (create, list topics) may take",
-                                    positive=True)
+    admin_timeout: float = _setting(
+        15.0, "STREAMS_ADMIN_TIMEOUT", "seconds an admin or metadata call (create or list "
+        "topics, read committed offsets) may take", positive=True)
     # -- sinks ------------------------------------------------------------------------------
     sink_batch_size: int = _setting(500, "STREAMS_SINK_BATCH_SIZE",
                                     "scores per batch of a sink runner", minimum=1)
@@ -176,6 +176,10 @@ class Settings:
                                                "Langfuse public key for `streams sink`")
     langfuse_secret_key: str | None = _setting(None, "LANGFUSE_SECRET_KEY",
                                                "Langfuse secret key", secret=True)
+    langfuse_timeout: float = _setting(30.0, "STREAMS_LANGFUSE_TIMEOUT",
+                                       "seconds one Langfuse request may take", positive=True)
+    langfuse_concurrency: int = _setting(4, "STREAMS_LANGFUSE_CONCURRENCY",
+                                         "Langfuse requests a sink sends at once", minimum=1)
     # -- code to load -----------------------------------------------------------------------
     feedback_modules: tuple[str, ...] = _setting(
         (), "STREAMS_FEEDBACK_MODULES", "comma-separated modules defining feedback types "

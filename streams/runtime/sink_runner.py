@@ -115,7 +115,8 @@ class SinkRunner:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         try:
-            committed = consumer.committed(partitions, timeout=10.0) if self.cursor else []
+            timeout = self.settings.admin_timeout
+            committed = consumer.committed(partitions, timeout=timeout) if self.cursor else []
             for tp in committed:
                 owner = tp.metadata
                 if owner and owner != self.identity:

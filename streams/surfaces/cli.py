@@ -207,7 +207,8 @@ def sink_langfuse(
     client = _langfuse_client(config)
     batch = batch_size or config.sink_batch_size
     sink = LangfuseScoreSink(
-        client, batch_size=batch,
+        client, batch_size=batch, timeout=config.langfuse_timeout,
+        concurrency=config.langfuse_concurrency,
         identity=f"langfuse:{config.langfuse_host or ''}:{config.langfuse_public_key}")
 
     async def main() -> None:

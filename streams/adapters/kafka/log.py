@@ -71,7 +71,8 @@ class EventLog:
         # does not exist would wait for the producer's message timeout.
         started = time.monotonic()
         while True:
-            info = self._producer.list_topics(topic, timeout=10.0).topics.get(topic)
+            info = self._producer.list_topics(
+                topic, timeout=self.settings.admin_timeout).topics.get(topic)
             if info is not None and info.error is None:
                 self._known.add(topic)
                 return
@@ -217,3 +218,18 @@ def decode_envelopes(serde: AvroSerde, messages: Iterator[Message],
             if on_error is None:
                 raise
             on_error(msg, exc)
+
+
+__all__ = [
+    "HEADER_EVENT_TYPE",
+    "HEADER_TRACEPARENT",
+    "MISSING_TOPIC_GRACE",
+    "EventLog",
+    "Headers",
+    "TopicReader",
+    "decode_envelopes",
+    "envelope_headers",
+    "header_value",
+    "missing_topic",
+    "watermarks",
+]
