@@ -128,3 +128,16 @@ def test_one_producer_and_one_serde_are_shared() -> None:
 
 async def _action(_reaction: Any) -> dict[str, Any]:
     return {}
+
+
+def test_a_worker_with_rules_shares_one_serde_and_one_producer() -> None:
+    runtime = Runtime(sasl_settings())
+    worker = Worker(runtime=runtime, rules=[Rule(name="r", when=on("x"), then=run("a"))],
+                    actions={"a": _action})
+    assert worker.reactor is not None
+    assert worker.step.serde is runtime.serde
+    assert worker.reactor.records.serde is runtime.serde
+    assert worker.reactor.executor.client is runtime.client
+    assert worker.reactor.executor.client.serde is runtime.serde
+    assert runtime.client.log._producer is runtime.delivery._producer
+    runtime.close()
