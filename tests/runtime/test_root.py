@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from faust.auth import SASLCredentials, SSLCredentials
 
+from streams.core.events import RunSucceeded
 from streams.core.rules import Rule, on, run
 from streams.runtime.root import Runtime
 from streams.runtime.worker import Worker
 from streams.settings import Settings
 
+# Rules on a fixed event type: a worker refuses rules on app event types nobody declared.
 # Port 9 (discard) on loopback: nothing answers, so any attempt to connect would fail fast.
 NOWHERE = "127.0.0.1:9"
 SASL = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
@@ -68,7 +70,7 @@ def test_every_client_kind_carries_the_sasl_settings() -> None:
 
 
 def test_the_faust_app_gets_sasl_credentials() -> None:
-    worker = Worker(sasl_settings(), rules=[Rule(name="r", when=on("x").at_most(
+    worker = Worker(sasl_settings(), rules=[Rule(name="r", when=on(RunSucceeded).at_most(
         1, per=timedelta(hours=1)), then=run("a"))], actions={"a": _action})
     credentials = worker.app.conf.broker_credentials
     assert isinstance(credentials, SASLCredentials)
@@ -80,7 +82,7 @@ def test_the_faust_app_gets_sasl_credentials() -> None:
 
 
 def test_the_deciders_consumers_carry_the_sasl_settings() -> None:
-    worker = Worker(sasl_settings(), rules=[Rule(name="r", when=on("x").at_most(
+    worker = Worker(sasl_settings(), rules=[Rule(name="r", when=on(RunSucceeded).at_most(
         1, per=timedelta(hours=1)), then=run("a"))], actions={"a": _action})
     assert worker.reactor is not None
     FakeConsumer.made = []
@@ -111,7 +113,7 @@ def test_tls_reaches_faust_as_an_ssl_context() -> None:
 
 def test_building_a_worker_makes_no_client() -> None:
     runtime = Runtime(sasl_settings())
-    Worker(runtime=runtime, rules=[Rule(name="r", when=on("x"), then=run("a"))],
+    Worker(runtime=runtime, rules=[Rule(name="r", when=on(RunSucceeded), then=run("a"))],
            actions={"a": _action})
     # Only the serde (no I/O: the registry is asked on first encode or decode) exists; the
     # producer, admin client and workspace handle wait for `run`.
@@ -132,7 +134,7 @@ async def _action(_reaction: Any) -> dict[str, Any]:
 
 def test_a_worker_with_rules_shares_one_serde_and_one_producer() -> None:
     runtime = Runtime(sasl_settings())
-    worker = Worker(runtime=runtime, rules=[Rule(name="r", when=on("x"), then=run("a"))],
+    worker = Worker(runtime=runtime, rules=[Rule(name="r", when=on(RunSucceeded), then=run("a"))],
                     actions={"a": _action})
     assert worker.reactor is not None
     assert worker.step.serde is runtime.serde
