@@ -34,6 +34,7 @@ from streams.runtime.root import Runtime
 
 __all__ = ["Reactor", "ReactorStats", "is_stateful"]
 
+
 class Reactor:
     """The rules reactor agent's batch handler: match, fire or forward, run actions."""
 
