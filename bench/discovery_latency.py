@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from confluent_kafka import Consumer
 from rich.console import Console
 
 from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.log import watermarks
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
@@ -53,15 +53,12 @@ async def one(settings: Settings, client: StreamsClient, watch: Consumer, name: 
 
 async def main_async(tenants: int) -> None:
     settings = Settings.from_env(topic_prefix=f"disc{uuid.uuid4().hex[:6]}")
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-           "STREAMS_TOPIC_PREFIX": settings.topic_prefix}
+    env = settings.child_env()
     worker = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything is timed
         [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = StreamsClient(settings)
-    watch = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                      "group.id": f"watch-{uuid.uuid4().hex}"})
+    watch = Consumer(reader_config(settings, f"watch-{uuid.uuid4().hex}"))
     try:
         await asyncio.sleep(8)  # let the worker start and join its group
         took = []

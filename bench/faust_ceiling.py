@@ -22,6 +22,7 @@ import faust
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streams.adapters.kafka.config import admin_config, faust_settings, producer_config
 from streams.settings import Settings
 
 
@@ -32,9 +33,9 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings.from_env()
     topic = f"ceiling.{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    admin = AdminClient(admin_config(settings))
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result()
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "linger.ms": 20})
+    producer = Producer(producer_config(settings, **{"linger.ms": 20}))
     for i in range(args.events):
         while True:
             try:
@@ -46,10 +47,10 @@ def main() -> None:
     producer.flush(60)
 
     datadir = tempfile.mkdtemp(prefix="faust-ceiling-")
-    app = faust.App(f"ceiling-{uuid.uuid4().hex[:6]}", broker=f"kafka://{settings.bootstrap_servers}",
+    app = faust.App(f"ceiling-{uuid.uuid4().hex[:6]}", **faust_settings(settings),
                     value_serializer="raw", key_serializer="raw", topic_allow_declare=False,
                     topic_disable_leader=True, web_enabled=False, datadir=datadir,
-                    consumer_auto_offset_reset="earliest", broker_commit_interval=1.0,
+                    consumer_auto_offset_reset="earliest",
                     stream_buffer_maxsize=args.batch * 4,
                     broker_max_poll_records=args.batch, stream_wait_empty=False)
     source = app.topic(topic, value_serializer="raw", key_serializer="raw")

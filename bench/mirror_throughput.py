@@ -17,7 +17,6 @@ Rates count feedback events per second, from the first batch to the last commit.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -30,7 +29,8 @@ from rich.console import Console
 from bench.floor import run_floor
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
-from streams.adapters.kafka.log import envelope_headers, producer_config, watermarks
+from streams.adapters.kafka.config import consumer_config, producer_config, reader_config
+from streams.adapters.kafka.log import envelope_headers, watermarks
 from streams.core.actors import UserActor
 from streams.core.events import Envelope, FeedbackGiven
 from streams.core.scores import score_configs
@@ -78,11 +78,8 @@ def total_end(consumer: Consumer, topic: str) -> int:
 
 def run_faust(settings: Settings, tenant: str, n: int, batch: int) -> dict[str, float]:
     scores_topic = tenant_topics(tenant, settings.topic_prefix).scores
-    watch = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                      "group.id": f"bench-watch-{uuid.uuid4().hex}"})
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-           "STREAMS_TOPIC_PREFIX": settings.topic_prefix}
+    watch = Consumer(reader_config(settings, f"bench-watch-{uuid.uuid4().hex}"))
+    env = settings.child_env()
     started = time.monotonic()
     worker = subprocess.Popen(
         [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops",
@@ -121,13 +118,11 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int) -> dic
     from streams.adapters.avro.serde import registry_client
     from streams.runtime.batch import BatchLoop
 
-    step = MirrorStep(FastCodec(registry_client(settings.schema_registry_url)),
+    step = MirrorStep(FastCodec(registry_client(settings)),
                       prefix=settings.topic_prefix)
     events = tenant_topics(tenant, settings.topic_prefix).events
     loop = BatchLoop(
-        consumer_config={"bootstrap.servers": settings.bootstrap_servers,
-                         "group.id": f"bench-mirror-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False},
+        consumer_config=consumer_config(settings, f"bench-mirror-{uuid.uuid4().hex}"),
         producer_config=producer_config(settings, **{"linger.ms": 20,
                                                      "batch.num.messages": 10000}),
         subscription=[events], step=step.handle_batch, batch_size=batch)
@@ -153,9 +148,7 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int) -> dic
 
 def topic_values(settings: Settings, topic: str, want: int) -> list[bytes]:
     """Every value of a topic (waits until `want` are there)."""
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                         "group.id": f"bench-read-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(reader_config(settings, f"bench-read-{uuid.uuid4().hex}"))
     consumer.subscribe([topic])
     values: list[bytes] = []
     deadline = time.monotonic() + 120
@@ -175,7 +168,7 @@ def main() -> None:
                         help="skip the `streams worker` subprocess run")
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
-    serde = AvroSerde(settings.schema_registry_url)
+    serde = AvroSerde(settings)
     tenant = "bench"
     TenantAdmin(settings).create_tenant(tenant)
     topics = tenant_topics(tenant, settings.topic_prefix)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,8 @@ from bench.rules50 import RULES
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
-from streams.adapters.kafka.log import envelope_headers, producer_config
+from streams.adapters.kafka.config import producer_config
+from streams.adapters.kafka.log import envelope_headers
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope
 from streams.core.tenancy import tenant_topics
@@ -74,9 +74,7 @@ def floor(serde: AvroSerde, topic: str, values: list[bytes]) -> float:
 
 def worker_rate(settings: Settings, n: int) -> tuple[float, float]:
     log_path = Path(tempfile.mkstemp(prefix="bench-rules-", suffix=".log")[1])
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-           "STREAMS_TOPIC_PREFIX": settings.topic_prefix}
+    env = settings.child_env()
     started = time.monotonic()
     with log_path.open("wb") as log:
         worker = subprocess.Popen(
@@ -112,7 +110,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
-    serde = AvroSerde(settings.schema_registry_url)
+    serde = AvroSerde(settings)
     TenantAdmin(settings).create_tenant("bench")
     topic = tenant_topics("bench", settings.topic_prefix).events
     console.print(f"producing {args.events} events; {len(RULES)} rules")

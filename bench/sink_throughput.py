@@ -28,7 +28,7 @@ from rich.console import Console
 from streams.adapters.avro.codec import score_to_record
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
-from streams.adapters.kafka.log import producer_config
+from streams.adapters.kafka.config import producer_config
 from streams.adapters.langfuse import LangfuseScoreSink
 from streams.core.scores import score_configs, scores_from_value
 from streams.core.tenancy import tenant_topics
@@ -42,7 +42,7 @@ console = Console(stderr=True)
 
 def produce(settings: Settings, tenant: str, feedback: int) -> int:
     topic = tenant_topics(tenant, settings.topic_prefix).scores
-    serde = AvroSerde(settings.schema_registry_url)
+    serde = AvroSerde(settings)
     producer = Producer(producer_config(settings, **{"linger.ms": 20}))
     configs = score_configs(TriageQuality)
     now = datetime.now(UTC)

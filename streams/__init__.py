@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from streams.core.actors import AgentActor, EvaluatorActor, SystemActor, UserActor
     from streams.core.app_events import AppEventType, app_event_type
     from streams.core.errors import (
+        ConfigError,
         KafkaUnavailable,
         NotFound,
         SchemaError,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from streams.core.runs import Reaction, RunRecord
     from streams.core.scores import Score, ScoreConfig, ScoreConfigs, score_configs, scores_of
     from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+    from streams.runtime.root import Runtime
     from streams.runtime.workspace import Recorded, StreamsClient, Workspace
     from streams.settings import Settings
 
@@ -50,6 +52,7 @@ _HOMES: dict[str, str] = {
     "AppEvent": "streams.core.events",
     "AppEventType": "streams.core.app_events",
     "ChainTarget": "streams.core.targets",
+    "ConfigError": "streams.core.errors",
     "Envelope": "streams.core.events",
     "Evaluator": "streams.core.evaluators",
     "EvaluatorAction": "streams.core.evaluation",
@@ -77,6 +80,7 @@ _HOMES: dict[str, str] = {
     "RunStarted": "streams.core.events",
     "RunSucceeded": "streams.core.events",
     "RunTarget": "streams.core.targets",
+    "Runtime": "streams.runtime.root",
     "SchemaError": "streams.core.errors",
     "Score": "streams.core.scores",
     "ScoreConfig": "streams.core.scores",
@@ -108,6 +112,7 @@ __all__ = [
     "AppEvent",
     "AppEventType",
     "ChainTarget",
+    "ConfigError",
     "Envelope",
     "Evaluator",
     "EvaluatorAction",
@@ -135,6 +140,7 @@ __all__ = [
     "RunStarted",
     "RunSucceeded",
     "RunTarget",
+    "Runtime",
     "SchemaError",
     "Score",
     "ScoreConfig",

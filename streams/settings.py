@@ -1,40 +1,449 @@
-"""Where the broker and registry are, and the pipeline's knobs; read from the environment."""
+"""Every setting the project reads, declared once: its environment variable, type, default
+and meaning.
+
+`Settings(...)` takes the values as keywords; `Settings.from_env(**overrides)` reads the
+environment, then applies `overrides`. Either way the values are checked at once, and a bad
+one raises `ConfigError` naming the variable and what it allows, so a misconfigured process
+fails when it starts, not at its first call to the broker. `settings.to_env()` gives the
+variables that reproduce the settings in a child process; `markdown_table()` is the table in
+docs/running.md (a test keeps the two equal).
+
+This module imports no Kafka client: `import streams` may load it.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import os
-from dataclasses import dataclass, field
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from streams.core.errors import ConfigError
+from streams.core.tenancy import PREFIX_PATTERN
+
+if TYPE_CHECKING:
+    from streams.core.judges import ChatModel
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "DEFAULT_REGISTRY",
+    "SASL_MECHANISMS",
+    "SECURITY_PROTOCOLS",
+    "Settings",
+    "Var",
+    "declared",
+    "markdown_table",
+]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# The mechanisms every client here speaks with a user name and password: librdkafka and
+# aiokafka (Faust) both implement these three.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class Var:
+    """The declaration of one setting: its variable, meaning, and what it allows."""
+
+    env: str
+    doc: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    positive: bool = False
+    secret: bool = False
+    path: bool = False
+
+
+def _setting(default: Any, env: str, doc: str, *, choices: tuple[str, ...] = (),
+             minimum: float | None = None, positive: bool = False, secret: bool = False,
+             path: bool = False) -> Any:
+    var = Var(env, doc, choices, minimum, positive, secret, path)
+    return field(default=default, repr=not secret, metadata={"var": var})
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Connection settings and defaults.
+    """Where the broker and registry are, how to reach them, and the pipeline's knobs.
 
-    Environment: KAFKA_BOOTSTRAP_SERVERS, SCHEMA_REGISTRY_URL, STREAMS_TOPIC_PREFIX,
-    STREAMS_PARTITIONS, STREAMS_DISCOVERY_INTERVAL (seconds between tenant discoveries).
+    Each field is declared with its environment variable (see docs/running.md, generated
+    from these declarations). Values are checked on construction; a bad one raises
+    ConfigError.
     """
 
-    bootstrap_servers: str = DEFAULT_BOOTSTRAP
-    schema_registry_url: str = DEFAULT_REGISTRY
-    topic_prefix: str = "fs"
-    partitions: int = 3
-    replication_factor: int = 1
-    discovery_interval: float = 1.0
-    kafka_extra: dict[str, str] = field(default_factory=dict)
+    # -- where, and how to get in -------------------------------------------------------------
+    bootstrap_servers: str = _setting(
+        DEFAULT_BOOTSTRAP, "KAFKA_BOOTSTRAP_SERVERS", "comma-separated Kafka brokers")
+    security_protocol: str = _setting(
+        "PLAINTEXT", "KAFKA_SECURITY_PROTOCOL", "how clients talk to the brokers",
+        choices=SECURITY_PROTOCOLS)
+    sasl_mechanism: str | None = _setting(
+        None, "KAFKA_SASL_MECHANISM", "SASL mechanism; required with a SASL_* protocol",
+        choices=SASL_MECHANISMS)
+    sasl_username: str | None = _setting(None, "KAFKA_SASL_USERNAME", "SASL user name")
+    sasl_password: str | None = _setting(None, "KAFKA_SASL_PASSWORD", "SASL password",
+                                         secret=True)
+    ssl_ca_location: str | None = _setting(
+        None, "KAFKA_SSL_CA_LOCATION", "PEM file of the CAs that sign the brokers' "
+        "certificates (default: the system's)", path=True)
+    ssl_certificate_location: str | None = _setting(
+        None, "KAFKA_SSL_CERTIFICATE_LOCATION", "PEM client certificate (mutual TLS)",
+        path=True)
+    ssl_key_location: str | None = _setting(
+        None, "KAFKA_SSL_KEY_LOCATION", "PEM private key of the client certificate",
+        path=True)
+    ssl_key_password: str | None = _setting(
+        None, "KAFKA_SSL_KEY_PASSWORD", "password of the private key", secret=True)
+    kafka_extra: dict[str, str] = field(default_factory=dict, metadata={"var": Var(
+        "KAFKA_EXTRA_CONFIG", "JSON object of further librdkafka settings for every "
+        "confluent-kafka client (not Faust's), applied last")})
+    schema_registry_url: str = _setting(
+        DEFAULT_REGISTRY, "SCHEMA_REGISTRY_URL", "any Confluent-compatible registry")
+    schema_registry_username: str | None = _setting(
+        None, "SCHEMA_REGISTRY_USERNAME", "registry basic-auth user")
+    schema_registry_password: str | None = _setting(
+        None, "SCHEMA_REGISTRY_PASSWORD", "registry basic-auth password", secret=True)
+    # -- topics -----------------------------------------------------------------------------
+    topic_prefix: str = _setting("fs", "STREAMS_TOPIC_PREFIX",
+                                 "first part of every topic name")
+    partitions: int = _setting(3, "STREAMS_PARTITIONS", "partitions of new tenant topics",
+                               minimum=1)
+    replication_factor: int = _setting(1, "STREAMS_REPLICATION_FACTOR",
+                                       "replicas of new topics", minimum=1)
+    # -- the worker ---------------------------------------------------------------------------
+    discovery_interval: float = _setting(
+        1.0, "STREAMS_DISCOVERY_INTERVAL", "seconds between a worker's looks for new tenants",
+        positive=True)
+    resubscribe_delay: float = _setting(
+        0.5, "STREAMS_RESUBSCRIBE_DELAY", "seconds Faust waits before resubscribing to "
+        "new topics (its own default: 45)", minimum=0)
+    mirror_batch_size: int = _setting(1000, "STREAMS_MIRROR_BATCH_SIZE",
+                                      "events per batch of the feedback mirror", minimum=1)
+    reactor_batch_size: int = _setting(
+        200, "STREAMS_REACTOR_BATCH_SIZE", "events per batch of the rules reactor and the "
+        "decider", minimum=1)
+    batch_within: float = _setting(
+        0.05, "STREAMS_BATCH_WITHIN", "seconds an agent waits to fill a batch", positive=True)
+    session_timeout: float = _setting(
+        10.0, "STREAMS_SESSION_TIMEOUT", "seconds without heartbeats before a consumer's "
+        "partitions move to another", positive=True)
+    heartbeat_interval: float = _setting(
+        1.0, "STREAMS_HEARTBEAT_INTERVAL", "seconds between a consumer's heartbeats",
+        positive=True)
+    commit_interval: float = _setting(
+        1.0, "STREAMS_COMMIT_INTERVAL", "seconds between a worker's commits of acked "
+        "offsets", positive=True)
+    metadata_refresh_interval: float = _setting(
+        1.0, "STREAMS_METADATA_REFRESH_INTERVAL", "seconds between group consumers' "
+        "metadata refreshes (how soon a regex subscription sees a new tenant)",
+        positive=True)
+    action_timeout: float = _setting(300.0, "STREAMS_ACTION_TIMEOUT",
+                                     "seconds one attempt of a rule's action may take",
+                                     positive=True)
+    max_concurrent_runs: int = _setting(32, "STREAMS_MAX_CONCURRENT_RUNS",
+                                        "runs a worker executes at once", minimum=1)
+    replay_timeout: float = _setting(
+        5.0, "STREAMS_REPLAY_TIMEOUT", "seconds the decider waits for the next record "
+        "while rebuilding its state, before it starts over", positive=True)
+    # -- producing and admin ------------------------------------------------------------------
+    delivery_max_backoff: float = _setting(
+        5.0, "STREAMS_DELIVERY_MAX_BACKOFF", "longest pause, in seconds, between retries of "
+        "records that were not delivered", positive=True)
+    flush_timeout: float = _setting(
+        30.0, "STREAMS_FLUSH_TIMEOUT", "seconds to wait for the broker to acknowledge a "
+        "write or a batch before retrying or failing", positive=True)
+    admin_timeout: float = _setting(
+        15.0, "STREAMS_ADMIN_TIMEOUT", "seconds an admin or metadata call (create or list "
+        "topics, read committed offsets) may take", positive=True)
+    # -- sinks ------------------------------------------------------------------------------
+    sink_batch_size: int = _setting(500, "STREAMS_SINK_BATCH_SIZE",
+                                    "scores per batch of a sink runner", minimum=1)
+    sink_batch_wait: float = _setting(0.2, "STREAMS_SINK_BATCH_WAIT",
+                                      "seconds a sink runner waits to fill a batch",
+                                      positive=True)
+    sink_max_backoff: float = _setting(
+        10.0, "STREAMS_SINK_MAX_BACKOFF", "longest pause, in seconds, between retries of a "
+        "failing sink", positive=True)
+    langfuse_host: str | None = _setting(
+        None, "LANGFUSE_HOST", "Langfuse base URL for `streams sink` (default: the SDK's)")
+    langfuse_public_key: str | None = _setting(None, "LANGFUSE_PUBLIC_KEY",
+                                               "Langfuse public key for `streams sink`")
+    langfuse_secret_key: str | None = _setting(None, "LANGFUSE_SECRET_KEY",
+                                               "Langfuse secret key", secret=True)
+    langfuse_timeout: float = _setting(30.0, "STREAMS_LANGFUSE_TIMEOUT",
+                                       "seconds one Langfuse request may take", positive=True)
+    langfuse_concurrency: int = _setting(4, "STREAMS_LANGFUSE_CONCURRENCY",
+                                         "Langfuse requests a sink sends at once", minimum=1)
+    # -- code to load -----------------------------------------------------------------------
+    feedback_modules: tuple[str, ...] = _setting(
+        (), "STREAMS_FEEDBACK_MODULES", "comma-separated modules defining feedback types "
+        "(`--types`)")
+    rule_modules: tuple[str, ...] = _setting(
+        (), "STREAMS_RULE_MODULES", "comma-separated modules with RULES, ACTIONS, DEPS "
+        "(`--rules`)")
+    # -- the LLM judges -----------------------------------------------------------------------
+    llm_base_url: str | None = _setting(
+        None, "STREAMS_LLM_BASE_URL", "OpenAI-compatible API, up to `/chat/completions`")
+    llm_model: str | None = _setting(None, "STREAMS_LLM_MODEL", "model the judges ask")
+    llm_api_key: str | None = _setting(None, "STREAMS_LLM_API_KEY",
+                                       "sent as a Bearer token", secret=True)
+    llm_timeout: float = _setting(30.0, "STREAMS_LLM_TIMEOUT",
+                                  "seconds one chat request may take", positive=True)
+    llm_max_retries: int = _setting(2, "STREAMS_LLM_MAX_RETRIES",
+                                    "retries of a failed judgement before handing off",
+                                    minimum=0)
+    llm_backoff: float = _setting(0.5, "STREAMS_LLM_BACKOFF",
+                                  "first pause, in seconds, between judge attempts",
+                                  minimum=0)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, _checked(f, getattr(self, f.name)))
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Checks that involve several settings."""
+        protocol = self.security_protocol
+        sasl = protocol.startswith("SASL_")
+        if sasl:
+            missing = [_var(n).env for n in ("sasl_mechanism", "sasl_username", "sasl_password")
+                       if not getattr(self, n)]
+            if missing:
+                raise ConfigError(f"KAFKA_SECURITY_PROTOCOL={protocol} needs "
+                                  f"{', '.join(missing)}")
+        else:
+            given = [_var(n).env for n in ("sasl_mechanism", "sasl_username", "sasl_password")
+                     if getattr(self, n)]
+            if given:
+                raise ConfigError(f"{', '.join(given)} set but KAFKA_SECURITY_PROTOCOL is "
+                                  f"{protocol}: use SASL_PLAINTEXT or SASL_SSL, or unset them")
+        if protocol not in ("SSL", "SASL_SSL"):
+            given = [_var(n).env for n in ("ssl_ca_location", "ssl_certificate_location",
+                                           "ssl_key_location", "ssl_key_password")
+                     if getattr(self, n)]
+            if given:
+                raise ConfigError(f"{', '.join(given)} set but KAFKA_SECURITY_PROTOCOL is "
+                                  f"{protocol}: use SSL or SASL_SSL, or unset them")
+        if bool(self.ssl_certificate_location) != bool(self.ssl_key_location):
+            raise ConfigError("KAFKA_SSL_CERTIFICATE_LOCATION and KAFKA_SSL_KEY_LOCATION go "
+                              "together: set both for mutual TLS, or neither")
+        if bool(self.schema_registry_username) != bool(self.schema_registry_password):
+            raise ConfigError("SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD go "
+                              "together: set both for basic auth, or neither")
+        if not PREFIX_PATTERN.match(self.topic_prefix):
+            raise ConfigError(f"STREAMS_TOPIC_PREFIX must match {PREFIX_PATTERN.pattern}, "
+                              f"got {self.topic_prefix!r}")
+        for name in ("schema_registry_url", "llm_base_url", "langfuse_host"):
+            url = getattr(self, name)
+            if url and not url.startswith(("http://", "https://")):
+                raise ConfigError(f"{_var(name).env} must be an http(s) URL, got {url!r}")
+        if self.heartbeat_interval >= self.session_timeout:
+            raise ConfigError("STREAMS_HEARTBEAT_INTERVAL must be less than "
+                              f"STREAMS_SESSION_TIMEOUT ({self.heartbeat_interval:g} >= "
+                              f"{self.session_timeout:g})")
 
     @classmethod
-    def from_env(cls, **overrides: object) -> Settings:
-        """Settings from the environment, then `overrides`."""
-        env = os.environ
-        values: dict[str, object] = {
-            "bootstrap_servers": env.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
-            "schema_registry_url": env.get("SCHEMA_REGISTRY_URL", DEFAULT_REGISTRY),
-            "topic_prefix": env.get("STREAMS_TOPIC_PREFIX", "fs"),
-            "partitions": int(env.get("STREAMS_PARTITIONS", "3")),
-            "discovery_interval": float(env.get("STREAMS_DISCOVERY_INTERVAL", "1.0")),
-        }
+    def from_env(cls, environ: Mapping[str, str] | None = None, /,
+                 **overrides: Any) -> Settings:
+        """Settings from the environment (or `environ`), then `overrides` (field names).
+
+        An unset or empty variable means the default. A bad value raises ConfigError naming
+        the variable; a variable that is overridden is not read.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in overrides:
+                continue
+            text = env.get(_var(f.name).env)
+            if text is not None and text.strip() != "":
+                values[f.name] = _parse(f, text.strip())
         values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that reproduce these settings, every one of them (an
+        empty value means the default), so a child process sees exactly these settings
+        whatever its parent's environment says."""
+        return {_var(f.name).env: _format(getattr(self, f.name)) for f in fields(self)}
+
+    def child_env(self, base: Mapping[str, str] | None = None,
+                  **extra: str) -> dict[str, str]:
+        """The environment of a child process (`python -m streams ...`) that runs with these
+        settings: `base` (default: this process's environment), then `to_env()`, then
+        `extra` variables."""
+        return {**(os.environ if base is None else base), **self.to_env(), **extra}
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (checked like any Settings)."""
+        return type(self)(**{**self.__dict__, **changes})
+
+    def chat_model(self, **overrides: Any) -> ChatModel:
+        """The LLM judges' ChatModel from the STREAMS_LLM_* settings; `overrides` win (field
+        names of ChatModel). A missing base URL or model raises ConfigError naming it."""
+        from streams.core.judges import ChatModel
+
+        values: dict[str, Any] = {"base_url": self.llm_base_url, "model": self.llm_model,
+                                  "api_key": self.llm_api_key, "timeout": self.llm_timeout,
+                                  "max_retries": self.llm_max_retries,
+                                  "backoff": self.llm_backoff}
+        values.update(overrides)
+        for key, name in (("base_url", "llm_base_url"), ("model", "llm_model")):
+            if not values[key]:
+                raise ConfigError(f"{_var(name).env} is not set: the LLM judges need it")
+        return ChatModel(**values)
+
+    def shown(self) -> dict[str, str]:
+        """Each variable and its value as text, secrets masked (for `streams settings`)."""
+        return {var.env: ("***" if var.secret and value else _format(value))
+                for var, value in ((_var(f.name), getattr(self, f.name))
+                                   for f in fields(self))}
+
+
+# -- the declaration table ------------------------------------------------------------------
+
+
+@cache
+def _types() -> dict[str, Any]:
+    return typing.get_type_hints(Settings)
+
+
+def _var(name: str) -> Var:
+    return _fields()[name].metadata["var"]  # type: ignore[no-any-return]
+
+
+@cache
+def _fields() -> dict[str, Field[Any]]:
+    return {f.name: f for f in fields(Settings)}
+
+
+def declared() -> Iterator[tuple[str, Var, str, Any]]:
+    """(field name, declaration, type name, default) of every setting, in order."""
+    for f in fields(Settings):
+        default = f.default_factory() if f.default is MISSING and \
+            f.default_factory is not MISSING else f.default
+        yield f.name, f.metadata["var"], _type_name(_types()[f.name]), default
+
+
+def _type_name(tp: Any) -> str:
+    names = {str: "text", int: "integer", float: "seconds", tuple[str, ...]: "list",
+             dict[str, str]: "JSON object", str | None: "text"}
+    return names.get(tp, str(tp))
+
+
+def _allowed(var: Var, tp: Any) -> str:
+    """What a setting allows, in words (for error messages)."""
+    if var.choices:
+        return f"one of {', '.join(var.choices)}"
+    kind = {int: "an integer", float: "a number"}.get(tp, "text")
+    if var.positive:
+        return f"{kind} > 0"
+    if var.minimum is not None:
+        return f"{kind} >= {var.minimum:g}"
+    return kind
+
+
+def _parse(f: Field[Any], text: str) -> Any:
+    """A variable's text as the field's type; ConfigError naming the variable if it is not."""
+    var, tp = f.metadata["var"], _types()[f.name]
+    try:
+        if tp is int:
+            return int(text)
+        if tp is float:
+            return float(text)
+        if tp == tuple[str, ...]:
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        if tp == dict[str, str]:
+            loaded = json.loads(text)
+            if not isinstance(loaded, dict):
+                raise ValueError("not a JSON object")
+            return {str(k): _librdkafka_text(v) for k, v in loaded.items()}
+    except ValueError as exc:
+        what = "a JSON object, e.g. {\"client.id\": \"me\"}" if tp == dict[str, str] \
+            else _allowed(var, tp)
+        raise ConfigError(f"{var.env} must be {what}, got {text!r}") from exc
+    return text
+
+
+def _librdkafka_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _checked(f: Field[Any], value: Any) -> Any:
+    """A field's value checked against its declaration (and normalised: lists to tuples,
+    ints to floats, mappings copied); ConfigError naming the variable if it breaks it."""
+    var, tp = f.metadata["var"], _types()[f.name]
+    bad = ConfigError(f"{var.env} ({f.name}) must be {_allowed(var, tp)}, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
+            raise bad
+        value = float(value)
+    elif tp == tuple[str, ...]:
+        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{var.env} ({f.name}) must be a list of module names, "
+                              f"got {value!r}")
+        value = tuple(value)
+    elif tp == dict[str, str]:
+        if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise ConfigError(f"{var.env} ({f.name}) must map setting names to text, "
+                              f"got {value!r}")
+        value = dict(value)
+    elif value is not None and not isinstance(value, str):
+        raise ConfigError(f"{var.env} ({f.name}) must be text, got {value!r}")
+    if value == "" and tp == str | None:
+        value = None
+    if value is None:
+        if tp != str | None:
+            raise ConfigError(f"{var.env} ({f.name}) must be set")
+        return value
+    if var.choices and value not in var.choices:
+        raise bad
+    if isinstance(value, int | float):
+        if var.positive and not value > 0:
+            raise bad
+        if var.minimum is not None and value < var.minimum:
+            raise bad
+    if var.path and not Path(value).is_file():
+        raise ConfigError(f"{var.env} names {value!r}, which is not a readable file")
+    return value
+
+
+def _format(value: Any) -> str:
+    """A value as its variable's text (what `_parse` reads back)."""
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True) if value else ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def markdown_table() -> str:
+    """The configuration table of docs/running.md, generated from the declarations."""
+    lines = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for _name, var, type_name, default in declared():
+        shown = _format(default)
+        cell = f"`{shown}`" if shown else "(none)"
+        doc = var.doc
+        if var.choices:
+            doc += f"; one of {', '.join(f'`{c}`' for c in var.choices)}"
+        if var.secret:
+            doc += " (secret: never printed)"
+        lines.append(f"| `{var.env}` | {type_name} | {cell} | {doc.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"

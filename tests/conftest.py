@@ -35,6 +35,8 @@ class Stack:
     bootstrap_servers: str
     schema_registry_url: str
     origin: str
+    # The SASL/SCRAM listener of deploy/stack.sh (user admin), when this stack has one.
+    sasl_bootstrap_servers: str | None = None
 
 
 def _free_port() -> int:
@@ -59,7 +61,11 @@ def stack() -> Iterator[Stack]:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     registry = os.environ.get("SCHEMA_REGISTRY_URL")
     if bootstrap and registry:
-        yield Stack(bootstrap, registry, "environment")
+        # deploy/test.sh exports the stack's ports; KAFKA_SASL_BOOTSTRAP_SERVERS names another.
+        sasl = os.environ.get("KAFKA_SASL_BOOTSTRAP_SERVERS") or (
+            f"127.0.0.1:{os.environ['KAFKA_SASL_PORT']}" if os.environ.get("KAFKA_SASL_PORT")
+            else None)
+        yield Stack(bootstrap, registry, "environment", sasl)
         return
     if _docker_answers():
         yield from _containers()
@@ -100,7 +106,8 @@ def _local_stack() -> Iterator[Stack]:
         pytest.fail(f"local stack did not start:\n{started.stderr[-4000:]}")
     try:
         yield Stack(f"127.0.0.1:{env['KAFKA_PORT']}",
-                    f"http://127.0.0.1:{env['REGISTRY_PORT']}/apis/ccompat/v7", "local")
+                    f"http://127.0.0.1:{env['REGISTRY_PORT']}/apis/ccompat/v7", "local",
+                    f"127.0.0.1:{env['KAFKA_SASL_PORT']}")
     finally:
         subprocess.run([str(script), "stop"], env=env, check=False)
         shutil.rmtree(data, ignore_errors=True)
@@ -142,7 +149,7 @@ def client_factory(settings: Settings) -> Iterator[Callable[..., Any]]:
     made: list[StreamsClient] = []
 
     def make(**overrides: Any) -> StreamsClient:
-        client = StreamsClient(Settings(**{**settings.__dict__, **overrides}))
+        client = StreamsClient(settings.replace(**overrides))
         made.append(client)
         return client
 
@@ -197,15 +204,7 @@ def worker_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[...,
     made: list[WorkerProcess] = []
 
     def make(*args: str, types: str = "streams.examples.ops", **env: str) -> WorkerProcess:
-        worker_env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-            "STREAMS_TOPIC_PREFIX": settings.topic_prefix,
-            "STREAMS_DISCOVERY_INTERVAL": str(settings.discovery_interval),
-            "STREAMS_FEEDBACK_MODULES": types,
-            **env,
-        }
+        worker_env = settings.child_env(STREAMS_FEEDBACK_MODULES=types, **env)
         worker = WorkerProcess(list(args), worker_env, tmp_path / f"worker{len(made)}.log")
         made.append(worker)
         return worker.start()
@@ -237,11 +236,11 @@ def read_topic(settings: Settings, topic: str, *, at_least: int = 0, timeout: fl
     from confluent_kafka import Consumer
 
     from streams.adapters.avro.serde import AvroSerde
+    from streams.adapters.kafka.config import reader_config
 
-    serde = AvroSerde(settings.schema_registry_url)
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                         "group.id": unique("reader-"), "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
+    serde = AvroSerde(settings)
+    consumer = Consumer(reader_config(settings, unique("reader-"),
+                                      **{"auto.offset.reset": "earliest"}))
     consumer.subscribe([topic])
     out: list[tuple[Any, dict[str, Any]]] = []
     deadline = time.monotonic() + timeout

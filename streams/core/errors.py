@@ -32,3 +32,7 @@ class ScoreConfigError(StreamsError):
 
 class SinkError(StreamsError):
     """A score sink could not hand scores on; the cursor must not advance."""
+
+
+class ConfigError(StreamsError, ValueError):
+    """A setting has a bad value; the message names the variable and what it allows."""

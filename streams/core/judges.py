@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -141,6 +139,10 @@ class ChatModel:
     servers); ``timeout`` bounds each request in seconds; ``max_retries`` is how many times an
     evaluation asks again after a retryable failure; ``backoff`` is the first pause between
     attempts in seconds (doubling each time).
+
+    From the environment: ``Settings.from_env().chat_model()`` (STREAMS_LLM_BASE_URL,
+    STREAMS_LLM_MODEL, STREAMS_LLM_API_KEY, STREAMS_LLM_TIMEOUT, STREAMS_LLM_MAX_RETRIES,
+    STREAMS_LLM_BACKOFF; see streams.settings).
     """
 
     base_url: str
@@ -162,30 +164,6 @@ class ChatModel:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries!r}")
         if not (math.isfinite(self.backoff) and self.backoff >= 0):
             raise ValueError(f"backoff must be >= 0 seconds, got {self.backoff!r}")
-
-    @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: Any
-    ) -> ChatModel:
-        """A ChatModel from STREAMS_LLM_BASE_URL, STREAMS_LLM_MODEL, STREAMS_LLM_API_KEY.
-
-        STREAMS_LLM_TIMEOUT and STREAMS_LLM_MAX_RETRIES are read when set; ``overrides`` win.
-        A missing base URL or model raises ValueError naming the variable.
-        """
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for key, variable in (("base_url", "STREAMS_LLM_BASE_URL"),
-                              ("model", "STREAMS_LLM_MODEL")):
-            if key not in overrides and not env.get(variable):
-                raise ValueError(f"{variable} is not set")
-            values[key] = env.get(variable)
-        values["api_key"] = env.get("STREAMS_LLM_API_KEY") or None
-        if env.get("STREAMS_LLM_TIMEOUT"):
-            values["timeout"] = float(env["STREAMS_LLM_TIMEOUT"])
-        if env.get("STREAMS_LLM_MAX_RETRIES"):
-            values["max_retries"] = int(env["STREAMS_LLM_MAX_RETRIES"])
-        values.update(overrides)
-        return cls(**values)
 
     @property
     def completions_url(self) -> str:

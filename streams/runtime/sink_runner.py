@@ -24,13 +24,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 
 from streams.adapters.avro.codec import score_from_record
 from streams.adapters.avro.serde import AvroSerde
-from streams.adapters.kafka.delivery import Delivery
-from streams.adapters.kafka.log import group_consumer
 from streams.adapters.kafka.outputs import Output, dead_letter_output
 from streams.core.errors import SchemaError, SinkError, ValidationFailed
 from streams.core.scores import Score
 from streams.core.sinks.base import Rejected, ScoreSink, flush_sink, rejected_of
+from streams.runtime.root import Runtime
 from streams.settings import Settings
+
+__all__ = ["CURSOR_PATTERN", "SinkRunner", "SinkStats", "cursor_group", "sink_identity"]
 
 log = logging.getLogger(__name__)
 
@@ -74,32 +75,48 @@ class SinkRunner:
         *,
         cursor: str | None,
         replay: bool = False,
-        batch_size: int = 500,
-        batch_wait: float = 0.2,
-        max_backoff: float = 10.0,
+        batch_size: int | None = None,
+        batch_wait: float | None = None,
+        max_backoff: float | None = None,
         serde: AvroSerde | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
+        # A runner alone owns its clients; one handed a runtime leaves them to its owner.
+        self._owns_runtime = runtime is None
+        self.runtime = runtime or Runtime(settings)
         self.settings = settings
         self.sink = sink
         self.cursor = cursor
         self.replay = replay
-        self.batch_size = batch_size
-        self.batch_wait = batch_wait
-        self.max_backoff = max_backoff
+        self.batch_size = settings.sink_batch_size if batch_size is None else batch_size
+        self.batch_wait = settings.sink_batch_wait if batch_wait is None else batch_wait
+        self.max_backoff = settings.sink_max_backoff if max_backoff is None else max_backoff
         self.identity = sink_identity(sink)
-        self.serde = serde or AvroSerde(settings.schema_registry_url)
-        self.delivery = Delivery(settings)
+        self._serde = serde
         self.stats = SinkStats()
         self.group = cursor_group(settings, cursor) if cursor else \
             f"{settings.topic_prefix}.sink-nocursor.{uuid.uuid4().hex}"
         self._stopping = asyncio.Event()
         self._replay_floor: dict[tuple[str, int], int] = {}
         self._error: BaseException | None = None
-        self.consumer = group_consumer(settings, self.group)
+        self._consumer: Consumer | None = None
+
+    @property
+    def serde(self) -> AvroSerde:
+        """The serde given, else the runtime's."""
+        return self._serde or self.runtime.serde
+
+    @property
+    def consumer(self) -> Consumer:
+        """The cursor's consumer-group member, made on first use (by `run`)."""
+        if self._consumer is None:
+            self._consumer = self.runtime.consumer(self.group)
+        return self._consumer
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         try:
-            committed = consumer.committed(partitions, timeout=10.0) if self.cursor else []
+            timeout = self.settings.admin_timeout
+            committed = consumer.committed(partitions, timeout=timeout) if self.cursor else []
             for tp in committed:
                 owner = tp.metadata
                 if owner and owner != self.identity:
@@ -137,7 +154,8 @@ class SinkRunner:
             await flush_sink(self.sink)
         finally:
             await asyncio.to_thread(self.consumer.close)
-            self.delivery.close()
+            if self._owns_runtime:
+                self.runtime.close()
         return self.stats
 
     async def _handle(self, messages: list[Message]) -> None:
@@ -167,7 +185,7 @@ class SinkRunner:
             self.stats.rejected += 1
             dead.append(self._rejected(item, origin[item.score.id]))
         if dead:
-            await self.delivery.deliver(dead)
+            await self.runtime.delivery.deliver(dead)
         self.stats.scores += len(scores)
         for score in scores:
             self.stats.per_tenant[score.source.tenant] = \

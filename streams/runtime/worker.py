@@ -33,18 +33,20 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.adapters.avro.fast import FastCodec
-from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
-from streams.adapters.kafka.delivery import Delivery
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
-from streams.core.feedback import FeedbackRegistry, registry
+from streams.core.feedback import FeedbackRegistry
 from streams.core.rules import Rule, RuleSet
 from streams.core.runs import ActionFn
 from streams.core.tenancy import parse_topic, tenant_topics
+from streams.runtime.decider import start_decider
 from streams.runtime.mirror import MirrorStep
-from streams.runtime.reactor import Reactor, is_stateful, start_decider
+from streams.runtime.reactor import Reactor
+from streams.runtime.root import Runtime
 from streams.settings import Settings
+
+__all__ = ["MIRROR_CURSOR", "Worker", "control_topic"]
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +58,8 @@ def control_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}._control"
 
 
-def _ensure_control_topic(admin: AdminClient, name: str) -> None:
-    for future in admin.create_topics([NewTopic(name, 1, 1)]).values():
+def _ensure_control_topic(admin: AdminClient, name: str, replication_factor: int) -> None:
+    for future in admin.create_topics([NewTopic(name, 1, replication_factor)]).values():
         with contextlib.suppress(KafkaException):  # exists already
             future.result()
 
@@ -79,7 +81,12 @@ async def _never_ack_unhandled(handle: Callable[[Any], Awaitable[None]], batch: 
 
 
 class Worker:
-    """Builds the Faust app with the feedback mirror agent and tenant discovery."""
+    """Builds the Faust app with the feedback mirror agent and tenant discovery.
+
+    Its clients come from a Runtime (one producer, one serde, one admin client for the
+    mirror, the reactor, the decider and the actions' workspace handle), made on first use:
+    building a Worker does no network I/O; `run` does.
+    """
 
     def __init__(
         self,
@@ -87,78 +94,88 @@ class Worker:
         *,
         cursor: str = MIRROR_CURSOR,
         types: FeedbackRegistry | None = None,
-        batch_size: int = 1000,
-        batch_within: float = 0.05,
-        resubscribe_delay: float = 0.5,
+        batch_size: int | None = None,
+        batch_within: float | None = None,
+        resubscribe_delay: float | None = None,
         stats_interval: float | None = None,
         rules: Iterable[Rule] = (),
         actions: Mapping[str, ActionFn] | None = None,
         deps: Mapping[str, Any] | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
-        self.settings = settings or Settings.from_env()
+        self.runtime = runtime or Runtime(settings, types=types)
+        self.settings = self.runtime.settings
         self.rules = RuleSet(rules)
         # Refuse, before anything connects, a rule that would silently never fire.
         self.rules.check_event_types()
         self.actions = dict(actions or {})
-        self.types = types or registry
+        self.types = self.runtime.types
         self.cursor = cursor
         self.stats_interval = stats_interval
-        self.serde = AvroSerde(self.settings.schema_registry_url, types=self.types)
-        self.step = MirrorStep(FastCodec(self.serde.client), prefix=self.settings.topic_prefix,
+        self.step = MirrorStep(FastCodec(self.runtime.registry), prefix=self.settings.topic_prefix,
                                types=self.types)
-        self.delivery = Delivery(self.settings)
-        self.tenant_admin = TenantAdmin(self.settings)
-        self.admin = self.tenant_admin.client
         self.subscribed: set[str] = set()
         self.discovered_at: dict[str, float] = {}
         missing = sorted({r.then.name for r in self.rules} - set(self.actions))
         if missing:
             log.warning("no action registered in this worker for %s: another worker must run "
                         "them", ", ".join(missing))
-        self.reactor = Reactor(self.settings, self.serde, self.rules, self.actions, deps=deps) \
+        self.reactor = Reactor(self.runtime, self.rules, self.actions, deps=deps) \
             if self.rules or self.actions else None
-        self.app = self._build(batch_size, batch_within, resubscribe_delay)
+        settings = self.settings
+        self.app = self._build(
+            settings.mirror_batch_size if batch_size is None else batch_size,
+            settings.batch_within if batch_within is None else batch_within,
+            settings.resubscribe_delay if resubscribe_delay is None else resubscribe_delay)
+
+    @property
+    def tenant_admin(self) -> TenantAdmin:
+        """The runtime's TenantAdmin."""
+        return self.runtime.admin
+
+    def faust_settings(self, batch_size: int) -> dict[str, Any]:
+        """The faust.App settings: the runtime's brokers, credentials and consumer timing,
+        and the worker's own choices."""
+        group = f"{self.settings.topic_prefix}-{self.cursor}"
+        datadir = os.path.join(tempfile.gettempdir(), "feedback-streams", group)
+        return {
+            **self.runtime.faust_settings(),
+            "id": group,
+            "value_serializer": "raw",
+            "key_serializer": "raw",
+            "topic_allow_declare": False,
+            "topic_disable_leader": True,
+            "web_enabled": False,
+            "datadir": datadir,
+            "consumer_auto_offset_reset": "earliest",
+            "stream_buffer_maxsize": max(4096, batch_size * 4),
+            "broker_max_poll_records": max(500, batch_size),
+            "producer_acks": -1,
+            # Stopping or rebalancing does not wait for buffered events: unacked events are
+            # not committed, so whoever owns the partition next processes them again.
+            "stream_wait_empty": False,
+        }
 
     def _build(self, batch_size: int, within: float, resubscribe_delay: float) -> faust.App:
         settings = self.settings
-        group = f"{settings.topic_prefix}-{self.cursor}"
-        datadir = os.path.join(tempfile.gettempdir(), "feedback-streams", group)
-        os.makedirs(datadir, exist_ok=True)
-        app = faust.App(
-            group,
-            broker=f"kafka://{settings.bootstrap_servers.replace(',', ';kafka://')}",
-            value_serializer="raw",
-            key_serializer="raw",
-            topic_allow_declare=False,
-            topic_disable_leader=True,
-            web_enabled=False,
-            datadir=datadir,
-            consumer_auto_offset_reset="earliest",
-            broker_commit_interval=1.0,
-            stream_buffer_maxsize=max(4096, batch_size * 4),
-            broker_max_poll_records=max(500, batch_size),
-            producer_acks=-1,
-            # A killed worker's partitions move to the others after 10 s, not Faust's 60 s.
-            broker_session_timeout=10.0,
-            broker_heartbeat_interval=1.0,
-            # Stopping or rebalancing does not wait for buffered events: unacked events are
-            # not committed, so whoever owns the partition next processes them again.
-            stream_wait_empty=False,
-        )
+        conf = self.faust_settings(batch_size)
+        os.makedirs(conf["datadir"], exist_ok=True)
+        # A killed worker's partitions move to the others after STREAMS_SESSION_TIMEOUT
+        # (10 s), not Faust's 60 s: the session and heartbeat come from the settings.
+        app = faust.App(**conf)
         # Faust waits 45 s before resubscribing after topics change; tenants arrive rarely,
         # and an operator who creates one expects it served within seconds.
         app.topics._resubscribe_sleep_lock_seconds = resubscribe_delay  # type: ignore[attr-defined]
         ctl = control_topic(settings)
-        _ensure_control_topic(self.admin, ctl)
         self.channel = app.topic(ctl, value_serializer="raw", key_serializer="raw")
         self.subscribed.add(ctl)
-        step, delivery = self.step, self.delivery
+        step, runtime = self.step, self.runtime
 
         async def mirror_batch(messages: list[Any]) -> None:
             outputs: list[Output] = []
             for msg in messages:
                 outputs.extend(self._handle(step, msg))
-            await delivery.deliver(outputs)
+            await runtime.delivery.deliver(outputs)
 
         async def feedback_mirror(stream: Any) -> None:
             async for events in stream.take_events(batch_size, within=within):
@@ -168,8 +185,10 @@ class Worker:
 
         reactor = self.reactor
         if reactor is not None:
+            reactor_batch = settings.reactor_batch_size
+
             async def rules_reactor(stream: Any) -> None:
-                async for events in stream.take_events(200, within=within):
+                async for events in stream.take_events(reactor_batch, within=within):
                     await _never_ack_unhandled(reactor.handle, [e.message for e in events])
 
             app.agent(self.channel, name="rules-reactor")(rules_reactor)
@@ -218,7 +237,7 @@ class Worker:
 
     def _ensure_rules_topics(self, events_topics: Sequence[str]) -> None:
         """Stateful rules forward matches to the tenant's rules topic: make sure it exists."""
-        if self.reactor is None or not any(is_stateful(r) for r in self.rules):
+        if self.reactor is None or not self.reactor.matcher.has_stateful:
             return
         for name in events_topics:
             parsed = parse_topic(name, self.settings.topic_prefix)
@@ -240,20 +259,28 @@ class Worker:
         self.app.topics._flag_changes()  # type: ignore[attr-defined]
         log.info("subscribed to new tenant topics: %s", ", ".join(names))
 
-    def run(self, loglevel: str = "warn") -> None:
-        """Run the worker until SIGTERM or SIGINT (blocking)."""
+    def start(self) -> None:
+        """What the worker needs from the broker before Faust starts: the control topic,
+        and the tenants (with their rules topics) that exist now."""
+        _ensure_control_topic(self.tenant_admin.client, control_topic(self.settings),
+                              self.settings.replication_factor)
         initial = self.events_topics()
         if initial:
             self._ensure_rules_topics(initial)
             self.add_topics(initial)
+
+    def run(self, loglevel: str = "warn") -> None:
+        """Run the worker until SIGTERM or SIGINT (blocking)."""
+        self.start()
         decider_stop = None
-        if self.reactor is not None and any(is_stateful(r) for r in self.rules):
-            _thread, decider_stop = start_decider(
-                self.reactor, f"{self.settings.topic_prefix}-rule-decider")
+        reactor = self.reactor
+        if reactor is not None and reactor.matcher.has_stateful:
+            group = f"{self.settings.topic_prefix}-rule-decider"
+            _thread, decider_stop = start_decider(lambda: reactor.decider(group))
         worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
         try:
             worker.execute_from_commandline()
         finally:
             if decider_stop is not None:
                 decider_stop.set()
-            self.delivery.close()
+            self.runtime.close()

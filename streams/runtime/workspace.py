@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import Producer
 from opentelemetry import metrics, trace
 from pydantic import BaseModel
 
@@ -101,11 +102,14 @@ class StreamsClient:
     """A process's connection to the pipeline: serde, producer and per-tenant log views."""
 
     def __init__(self, settings: Settings | None = None, *,
-                 types: FeedbackRegistry | None = None) -> None:
+                 types: FeedbackRegistry | None = None, serde: AvroSerde | None = None,
+                 producer: Producer | None = None) -> None:
         self.settings = settings or Settings.from_env()
         self.types = types or registry
-        self.serde = AvroSerde(self.settings.schema_registry_url, types=self.types)
-        self.log = EventLog(self.settings, self.serde)
+        # A worker's Runtime hands in its shared serde and producer; alone, the client makes
+        # its own.
+        self.serde = serde or AvroSerde(self.settings, types=self.types)
+        self.log = EventLog(self.settings, self.serde, producer=producer)
         self._tenants: dict[str, _TenantLog] = {}
 
     @classmethod

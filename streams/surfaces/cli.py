@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from streams.core.errors import StreamsError, ValidationFailed
-from streams.settings import Settings
+from streams.core.errors import ConfigError, StreamsError, ValidationFailed
+from streams.settings import Settings, markdown_table
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="feedback-streams: typed feedback on Kafka, mirrored as scores.")
@@ -33,11 +32,19 @@ TypesOption = Annotated[
 ]
 
 
+def settings() -> Settings:
+    """The settings from the environment; a bad value ends the command (exit 2) with the
+    message naming the variable."""
+    try:
+        return Settings.from_env()
+    except ConfigError as exc:
+        console.print(f"[red]configuration error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
 def load_types(modules: list[str] | None) -> list[str]:
     """Import the modules that define feedback types, so they register; returns their names."""
-    names = list(modules or [])
-    if not names:
-        names = [m for m in os.environ.get("STREAMS_FEEDBACK_MODULES", "").split(",") if m]
+    names = list(modules or settings().feedback_modules)
     for name in names:
         try:
             importlib.import_module(name)
@@ -51,7 +58,8 @@ def worker(
     types: TypesOption = None,
     cursor: Annotated[str, typer.Option(help="Consumer group (cursor) name of the mirror.")] = (
         "feedback-mirror"),
-    batch_size: Annotated[int, typer.Option(help="Events per batch.")] = 1000,
+    batch_size: Annotated[int | None, typer.Option(
+        help="Events per batch. Default: $STREAMS_MIRROR_BATCH_SIZE.")] = None,
     stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines; 0: none.")]
     = 0.0,
     loglevel: Annotated[str, typer.Option(help="crit, error, warn, info or debug.")] = "warn",
@@ -64,16 +72,14 @@ def worker(
 
     load_types(types)
     found_rules, actions, deps = load_rules(rules)
-    Worker(Settings.from_env(), cursor=cursor, batch_size=batch_size,
+    Worker(settings(), cursor=cursor, batch_size=batch_size,
            stats_interval=stats_interval or None, rules=found_rules, actions=actions,
            deps=deps).run(loglevel=loglevel)
 
 
 def load_rules(modules: list[str] | None) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """Rules, actions and deps from modules exposing RULES, ACTIONS and DEPS."""
-    names = list(modules or [])
-    if not names:
-        names = [m for m in os.environ.get("STREAMS_RULE_MODULES", "").split(",") if m]
+    names = list(modules or settings().rule_modules)
     rules: list[Any] = []
     actions: dict[str, Any] = {}
     deps: dict[str, Any] = {}
@@ -103,7 +109,7 @@ def tenant_create(
     """Create tenants' topics (idempotent)."""
     from streams.adapters.kafka.admin import TenantAdmin
 
-    admin = TenantAdmin(Settings.from_env())
+    admin = TenantAdmin(settings())
     for name in names:
         try:
             info = admin.create_tenant(name, partitions)
@@ -119,7 +125,7 @@ def tenant_list() -> None:
     """List tenants (those whose events topic exists)."""
     from streams.adapters.kafka.admin import TenantAdmin
 
-    for name in TenantAdmin(Settings.from_env()).tenants():
+    for name in TenantAdmin(settings()).tenants():
         print(name)
 
 
@@ -193,7 +199,7 @@ def schemas_register(types: SchemaTypesOption = None) -> None:
     from streams.adapters.avro.serde import AvroSerde
 
     schemas = _schemas_of(types)
-    serde = AvroSerde(Settings.from_env().schema_registry_url)
+    serde = AvroSerde(settings())
     try:
         subjects = serde.register_schemas(schemas)
     except StreamsError as exc:
@@ -201,13 +207,18 @@ def schemas_register(types: SchemaTypesOption = None) -> None:
     print(json.dumps(subjects, indent=2))
 
 
-def _langfuse_client() -> Any:
+def _langfuse_client(config: Settings) -> Any:
     from langfuse import Langfuse
 
-    missing = [v for v in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY") if not os.environ.get(v)]
+    missing = [variable for variable, value in (
+        ("LANGFUSE_PUBLIC_KEY", config.langfuse_public_key),
+        ("LANGFUSE_SECRET_KEY", config.langfuse_secret_key)) if not value]
     if missing:
         raise typer.BadParameter(f"set {', '.join(missing)} (and LANGFUSE_HOST)")
-    return Langfuse(tracing_enabled=False)
+    # base_url, not host: the SDK lets its own LANGFUSE_BASE_URL variable beat `host`.
+    return Langfuse(public_key=config.langfuse_public_key,
+                    secret_key=config.langfuse_secret_key,
+                    base_url=config.langfuse_host or None, tracing_enabled=False)
 
 
 @sink_app.command("langfuse")
@@ -218,7 +229,8 @@ def sink_langfuse(
         "--no-cursor", help="Keep no cursor: commit nothing, read from the beginning.")] = False,
     replay: Annotated[bool, typer.Option(help="Read from the beginning; the cursor stays "
                                          "until the replay passes it.")] = False,
-    batch_size: Annotated[int, typer.Option(help="Scores per batch.")] = 100,
+    batch_size: Annotated[int | None, typer.Option(
+        help="Scores per batch. Default: $STREAMS_SINK_BATCH_SIZE.")] = None,
     sync_configs: Annotated[bool, typer.Option(help="Create missing score configs first.")]
     = True,
     stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines; 0: none.")]
@@ -234,10 +246,13 @@ def sink_langfuse(
     from streams.runtime.sink_runner import SinkRunner
 
     load_types(types)
-    client = _langfuse_client()
-    host = os.environ.get("LANGFUSE_HOST", "")
-    sink = LangfuseScoreSink(client, batch_size=batch_size,
-                             identity=f"langfuse:{host}:{os.environ['LANGFUSE_PUBLIC_KEY']}")
+    config = settings()
+    client = _langfuse_client(config)
+    batch = batch_size or config.sink_batch_size
+    sink = LangfuseScoreSink(
+        client, batch_size=batch, timeout=config.langfuse_timeout,
+        concurrency=config.langfuse_concurrency,
+        identity=f"langfuse:{config.langfuse_host or ''}:{config.langfuse_public_key}")
 
     async def main() -> None:
         if sync_configs:
@@ -248,9 +263,8 @@ def sink_langfuse(
                 raise typer.Exit(2) from exc
             if created:
                 console.print(f"created score configs: {', '.join(created)}")
-        runner = SinkRunner(Settings.from_env(), sink, cursor=None if no_cursor else cursor,
-                            replay=replay,
-                            batch_size=batch_size)
+        runner = SinkRunner(config, sink, cursor=None if no_cursor else cursor,
+                            replay=replay, batch_size=batch)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, runner.stop)
@@ -278,7 +292,8 @@ def sink_sync_configs(types: TypesOption = None) -> None:
 
     load_types(types)
     try:
-        created = asyncio.run(sync_score_configs(LangfuseScoreConfigStore(_langfuse_client())))
+        created = asyncio.run(sync_score_configs(
+            LangfuseScoreConfigStore(_langfuse_client(settings()))))
     except StreamsError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
@@ -294,9 +309,23 @@ def demo(
     """Create demo tenants, run a worker and a producer, and show events in and scores out."""
     from streams.surfaces.demo import run_demo
 
-    ok = run_demo(Settings.from_env(), tenants or ["acme", "globex"], chains=chains,
+    ok = run_demo(settings(), tenants or ["acme", "globex"], chains=chains,
                   timeout=timeout, console=Console())
     raise typer.Exit(0 if ok else 1)
+
+
+@app.command("settings")
+def show_settings(
+    markdown: Annotated[bool, typer.Option(
+        "--markdown", help="Print the configuration table of docs/running.md instead.")]
+    = False,
+) -> None:
+    """Print every setting's variable and its value here (secrets masked)."""
+    if markdown:
+        print(markdown_table(), end="")
+        return
+    for variable, value in settings().shown().items():
+        print(f"{variable}={value}")
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.log import watermarks
 from streams.core.actors import UserActor
 from streams.core.events import (
@@ -38,7 +37,8 @@ from streams.core.scores import scores_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, ShouldHaveFired, TriageQuality
-from streams.runtime.workspace import StreamsClient, Workspace
+from streams.runtime.root import Runtime
+from streams.runtime.workspace import Workspace
 from streams.settings import Settings
 from streams.testing.langfuse_standin import LangfuseStandIn
 
@@ -143,7 +143,8 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
              timeout: float = 180.0, console: Console | None = None) -> bool:
     """Run the demo end to end; True when every expected score arrived."""
     console = console or Console()
-    admin = TenantAdmin(settings)
+    runtime = Runtime(settings)
+    admin = runtime.admin
     for tenant in tenants:
         info = admin.create_tenant(tenant)
         console.print(f"tenant [bold]{tenant}[/bold]: {', '.join(info.topics.all())}")
@@ -151,16 +152,14 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                   "escalations; feedback by people/judge; scores out; scores expected from "
                   "the feedback; scores in Langfuse (a local stand-in, not Langfuse); "
                   "dead letters")
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                         "group.id": new_id("demo-watch")})
+    consumer = runtime.reader(new_id("demo-watch"))
     views = {t: TenantView() for t in tenants}
     for tenant, view in views.items():
         for topic in tenant_topics(tenant, settings.topic_prefix).all():
             view.start_offsets[topic] = _ends(consumer, topic)
 
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-           "STREAMS_TOPIC_PREFIX": settings.topic_prefix}
+    # The children get exactly these settings, whatever this process's environment says.
+    env = settings.child_env()
     # Logs go to files: an undrained pipe would block a process once full.
     log_path = os.path.join(tempfile.gettempdir(), f"streams-demo-worker-{os.getpid()}.log")
     worker = _spawn(["worker", "--types", "streams.examples.ops",
@@ -170,16 +169,17 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
     sink_log = os.path.join(tempfile.gettempdir(), f"streams-demo-sink-{os.getpid()}.log")
     sink = _spawn(["sink", "langfuse", "--types", "streams.examples.ops",
                    "--cursor", f"demo-{os.getpid()}"],
-                  {**env, "LANGFUSE_HOST": standin.url,
-                   "LANGFUSE_PUBLIC_KEY": standin.public_key,
-                   "LANGFUSE_SECRET_KEY": standin.secret_key}, sink_log)
+                  settings.replace(langfuse_host=standin.url,
+                                   langfuse_public_key=standin.public_key,
+                                   langfuse_secret_key=standin.secret_key).child_env(),
+                  sink_log)
     console.print(f"Langfuse sink started (pid {sink.pid}) into the Langfuse stand-in at "
                   f"{standin.url}")
     console.print(f"worker started (pid {worker.pid}) with the ops rules: error spikes start "
                   f"triage runs, a judge reviews them (at most 20 an hour), wrong triages "
                   f"escalate; {chains} incidents per tenant (the judge's budget is per tenant "
                   f"and hour, so demo runs within one hour share it)")
-    client = StreamsClient(settings)
+    client = runtime.client
     # A workspace of its own per demo run: a tenant's earlier runs stay out of the view.
     workspace = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.monotonic()
@@ -233,8 +233,8 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
     finally:
         finished.set()
         producer.thread.join(timeout=10)
-        client.close()
         consumer.close()
+        runtime.close()
         for name, proc, path in (("sink", sink, sink_log), ("worker", worker, log_path)):
             _stop(proc)
             console.print(f"{name} stopped (exit {proc.returncode}); its log: {path}")

@@ -407,29 +407,6 @@ def test_judges_are_evaluators(chat: ChatStandIn) -> None:
     assert WorkflowReviewer(model_for(chat)).verdict_type is WorkflowReview
 
 
-def test_chat_model_from_env() -> None:
-    model = ChatModel.from_env({
-        "STREAMS_LLM_BASE_URL": "https://llm.example/v1/",
-        "STREAMS_LLM_MODEL": "gpt-4o-mini",
-        "STREAMS_LLM_API_KEY": "sk-secret",
-        "STREAMS_LLM_TIMEOUT": "12.5",
-        "STREAMS_LLM_MAX_RETRIES": "4",
-    })
-    assert model == ChatModel("https://llm.example/v1", "gpt-4o-mini", "sk-secret",
-                              timeout=12.5, max_retries=4)
-    assert model.completions_url == "https://llm.example/v1/chat/completions"
-    assert "sk-secret" not in repr(model)
-
-    bare = ChatModel.from_env({"STREAMS_LLM_BASE_URL": "http://127.0.0.1:8000/v1",
-                               "STREAMS_LLM_MODEL": "local"})
-    assert (bare.api_key, bare.timeout, bare.max_retries) == (None, 30.0, 2)
-    assert ChatModel.from_env({}, base_url="http://h/v1", model="m").model == "m"
-    with pytest.raises(ValueError, match="STREAMS_LLM_BASE_URL"):
-        ChatModel.from_env({"STREAMS_LLM_MODEL": "m"})
-    with pytest.raises(ValueError, match="STREAMS_LLM_MODEL"):
-        ChatModel.from_env({"STREAMS_LLM_BASE_URL": "http://h/v1"})
-
-
 @pytest.mark.parametrize(
     "overrides",
     [{"base_url": "llm.example"}, {"model": ""}, {"timeout": 0}, {"max_retries": -1},

@@ -1,7 +1,6 @@
 """Integration fixtures: the Langfuse stand-in and sink processes (the broker, tenants,
 clients and workers come from tests/conftest.py)."""
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -37,12 +36,10 @@ def standin_factory() -> Iterator[Callable[[], LangfuseStandIn]]:
 class SinkProcess:
     def __init__(self, settings: Settings, standin: LangfuseStandIn, log: Path,
                  *args: str) -> None:
-        self.env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-                    "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
-                    "STREAMS_TOPIC_PREFIX": settings.topic_prefix,
-                    "LANGFUSE_HOST": standin.url, "LANGFUSE_PUBLIC_KEY": standin.public_key,
-                    "LANGFUSE_SECRET_KEY": standin.secret_key,
-                    "STREAMS_FEEDBACK_MODULES": "streams.examples.ops"}
+        self.env = settings.replace(
+            langfuse_host=standin.url, langfuse_public_key=standin.public_key,
+            langfuse_secret_key=standin.secret_key,
+            feedback_modules=("streams.examples.ops",)).child_env()
         self.args = args
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None

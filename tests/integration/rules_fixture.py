@@ -8,6 +8,7 @@ from typing import Any
 
 from streams.adapters.chat import RetrievalEvaluator
 from streams.core.app_events import app_event_type
+from streams.core.errors import ConfigError
 from streams.core.evaluation import EvaluatorAction
 from streams.core.evaluators import FunctionEvaluator, HandOff
 from streams.core.events import AppEvent
@@ -16,6 +17,7 @@ from streams.core.rules import F, RetryPolicy, Rule, on, run
 from streams.core.runs import Reaction
 from streams.core.targets import ChainTarget, RunTarget
 from streams.examples.ops import Resolution
+from streams.settings import Settings
 
 FAST = RetryPolicy(max_attempts=3, backoff=timedelta(milliseconds=50))
 
@@ -58,8 +60,8 @@ judge = EvaluatorAction(
 
 def _model() -> ChatModel:
     try:
-        return ChatModel.from_env(max_retries=1, timeout=5.0)
-    except ValueError:
+        return Settings.from_env().chat_model(max_retries=1, timeout=5.0)
+    except ConfigError:
         return ChatModel(base_url="http://127.0.0.1:9/v1", model="none", max_retries=0)
 
 

@@ -44,3 +44,39 @@ def test_rules_watching_an_undeclared_event_type_are_refused(
     output = " ".join(result.output.split())
     assert "'r:typo' watches 'ns:run_succeeded'" in output
     assert "'run_succeeded'" in output
+
+
+def test_settings_markdown_prints_the_declared_table() -> None:
+    from streams.settings import markdown_table
+
+    result = runner.invoke(app, ["settings", "--markdown"])
+    assert result.exit_code == 0
+    assert result.output == markdown_table()
+
+
+def test_settings_shows_values_with_secrets_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMS_PARTITIONS", "9")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-very-secret")
+    result = runner.invoke(app, ["settings"])
+    assert result.exit_code == 0
+    assert "STREAMS_PARTITIONS=9" in result.output
+    assert "LANGFUSE_SECRET_KEY=***" in result.output
+    assert "sk-very-secret" not in result.output
+
+
+def test_a_bad_setting_stops_a_command_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    result = runner.invoke(app, ["tenant", "list"])
+    assert result.exit_code == 2
+    assert "KAFKA_SASL_MECHANISM" in result.output
+
+
+def test_the_sink_reads_langfuse_keys_through_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk")
+    monkeypatch.delenv("LANGFUSE_SECRET_KEY", raising=False)
+    result = runner.invoke(app, ["sink", "langfuse", "--no-cursor"])
+    assert result.exit_code == 2
+    assert "LANGFUSE_SECRET_KEY" in result.output
+    assert "LANGFUSE_PUBLIC_KEY" not in result.output.split("set ")[-1]

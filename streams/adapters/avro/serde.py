@@ -32,25 +32,32 @@ from streams.adapters.avro.schemas import (
     fullname,
     score_schema,
 )
+from streams.adapters.kafka.config import registry_config
 from streams.core.errors import KafkaUnavailable, SchemaError
 from streams.core.events import Envelope, FeedbackGiven
 from streams.core.feedback import FeedbackRegistry, registry
+from streams.settings import Settings
 
 WIRE_MAGIC = 0
 
 
-def registry_client(url: str) -> SchemaRegistryClient:
-    """A schema registry client for a Confluent-compatible URL."""
-    return SchemaRegistryClient({"url": url})
+def registry_client(settings: Settings | str) -> SchemaRegistryClient:
+    """A schema registry client for the settings' registry (with its basic auth), or for a
+    bare Confluent-compatible URL."""
+    if isinstance(settings, str):
+        return SchemaRegistryClient({"url": settings})
+    return SchemaRegistryClient(registry_config(settings))
 
 
 class AvroSerde:
     """Encodes and decodes the pipeline's records through one schema registry."""
 
     def __init__(
-        self, client: SchemaRegistryClient | str, *, types: FeedbackRegistry | None = None
+        self, client: SchemaRegistryClient | Settings | str, *,
+        types: FeedbackRegistry | None = None,
     ) -> None:
-        self.client = registry_client(client) if isinstance(client, str) else client
+        self.client = client if isinstance(client, SchemaRegistryClient) else \
+            registry_client(client)
         self.types = types or registry
         self._serializers: dict[str, AvroSerializer] = {}
         self._deserializer = AvroDeserializer(self.client)

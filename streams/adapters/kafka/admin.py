@@ -15,6 +15,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from streams.adapters.kafka.config import admin_config
 from streams.core.errors import KafkaUnavailable
 from streams.core.tenancy import TenantTopics, parse_topic, tenant_topics
 from streams.settings import Settings
@@ -41,11 +42,10 @@ class TenantInfo:
 class TenantAdmin:
     """Creates and lists tenants' topics."""
 
-    def __init__(self, settings: Settings, timeout: float = 15.0) -> None:
+    def __init__(self, settings: Settings, timeout: float | None = None) -> None:
         self.settings = settings
-        self.timeout = timeout
-        self.client = AdminClient({"bootstrap.servers": settings.bootstrap_servers,
-                                   **settings.kafka_extra})
+        self.timeout = settings.admin_timeout if timeout is None else timeout
+        self.client = AdminClient(admin_config(settings))
 
     def create_tenant(self, tenant: str, partitions: int | None = None) -> TenantInfo:
         """Create the tenant's topics, or bring existing ones up to the wanted partitions and

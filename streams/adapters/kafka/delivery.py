@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaException, Message, Producer
 
-from streams.adapters.kafka.log import Headers, producer_config
+from streams.adapters.kafka.config import producer_config
+from streams.adapters.kafka.log import Headers
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,45 +38,58 @@ class Record(Protocol):
 
 
 class Delivery:
-    """An idempotent producer that delivers batches completely or keeps trying."""
+    """An idempotent producer that delivers batches completely or keeps trying.
 
-    def __init__(self, settings: Settings, *, max_backoff: float = 5.0, **extra: Any) -> None:
-        self._producer = Producer(producer_config(settings, **{"linger.ms": 2, **extra}))
-        self.max_backoff = max_backoff
+    The producer may be shared (a worker's agents, its decider thread and its workspace
+    handle write through one): each batch waits for its own records' delivery reports,
+    whichever thread's poll or flush serves them.
+    """
+
+    def __init__(self, settings: Settings, *, producer: Producer | None = None,
+                 max_backoff: float | None = None, flush_timeout: float | None = None,
+                 **extra: Any) -> None:
+        self._owned = producer is None
+        self._producer = producer or Producer(producer_config(settings, **extra))
+        self.max_backoff = settings.delivery_max_backoff if max_backoff is None \
+            else max_backoff
+        self.flush_timeout = settings.flush_timeout if flush_timeout is None \
+            else flush_timeout
         self.delivered = 0
         self.retries = 0
 
-    def _produce(self, records: Sequence[Record], failed: list[Record]) -> None:
-        def report(record: Record) -> Any:
-            def on_delivery(err: Any, _msg: Message) -> None:
-                if err is not None:
-                    failed.append(record)
-            return on_delivery
-
+    def _produce(self, records: Sequence[Record], reports: _Reports) -> None:
         for record in records:
             while True:
                 try:
                     self._producer.produce(record.topic, value=record.value, key=record.key,
-                                           headers=record.headers, on_delivery=report(record))
+                                           headers=record.headers,
+                                           on_delivery=reports.callback(record))
                     break
                 except BufferError:
                     self._producer.poll(0.05)  # local queue full: let it drain
                 except KafkaException as exc:
                     log.warning("produce to %s failed: %s", record.topic, exc)
-                    failed.append(record)
+                    reports.failed_now(record)
                     break
 
-    def send_sync(self, records: Sequence[Record], flush_timeout: float = 30.0) -> None:
+    def send_sync(self, records: Sequence[Record], flush_timeout: float | None = None,
+                  ) -> None:
         """Deliver all records, blocking; retries with backoff until every one is acked."""
+        timeout = self.flush_timeout if flush_timeout is None else flush_timeout
         backoff = 0.1
         pending = list(records)
         while pending:
-            failed: list[Record] = []
-            self._produce(pending, failed)
-            remaining = self._producer.flush(flush_timeout)
-            if remaining:
-                log.warning("%d records still queued after %.0fs", remaining, flush_timeout)
-                continue  # delivery reports for those arrive on a later flush
+            reports = _Reports(len(pending))
+            self._produce(pending, reports)
+            while not reports.wait(0):
+                remaining = self._producer.flush(timeout)
+                if remaining:
+                    log.warning("%d records still queued after %.0fs", remaining, timeout)
+                else:
+                    # The queue is empty, but another thread may still be running one of
+                    # this batch's callbacks: wait for it rather than assume.
+                    reports.wait(0.1)
+            failed = reports.failed
             self.delivered += len(pending) - len(failed)
             if failed:
                 self.retries += 1
@@ -105,4 +120,41 @@ class Delivery:
 
     def close(self) -> None:
         """Flush whatever is queued."""
-        self._producer.flush(30.0)
+        self._producer.flush(self.flush_timeout)
+
+
+class _Reports:
+    """The delivery reports of one batch: which records failed, and whether all arrived."""
+
+    def __init__(self, expected: int) -> None:
+        self.failed: list[Record] = []
+        self._left = expected
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        if expected == 0:
+            self._done.set()
+
+    def callback(self, record: Record) -> Callable[[Any, Message], None]:
+        """The on_delivery callback of one record."""
+        def on_delivery(err: Any, _msg: Message) -> None:
+            self._settle(record, err is not None)
+        return on_delivery
+
+    def failed_now(self, record: Record) -> None:
+        """A record the producer refused outright (no report will come)."""
+        self._settle(record, True)
+
+    def _settle(self, record: Record, failed: bool) -> None:
+        with self._lock:
+            if failed:
+                self.failed.append(record)
+            self._left -= 1
+            if self._left == 0:
+                self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether every record of the batch has its report (waiting up to `timeout`)."""
+        return self._done.wait(timeout)
+
+
+__all__ = ["Delivery", "Record"]

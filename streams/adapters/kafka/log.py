@@ -20,6 +20,7 @@ from confluent_kafka import (
 
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.config import producer_config, reader_config
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError
 from streams.core.events import Envelope, Seq
 from streams.core.tenancy import tenant_topics
@@ -53,44 +54,16 @@ def header_value(headers: Any, name: str) -> bytes | None:
     return None
 
 
-def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
-    """An idempotent, fully acknowledged producer: nothing written is lost or doubled by
-    the producer's own retries."""
-    return {
-        "bootstrap.servers": settings.bootstrap_servers,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "compression.type": "lz4",
-        **settings.kafka_extra,
-        **extra,
-    }
-
-
-def group_consumer(settings: Settings, group: str) -> Consumer:
-    """A consumer-group member that commits only when told to, starts from the beginning
-    when its group has no offsets, sees new topics within a second, and is declared dead
-    10 s after it stops heartbeating (so its partitions move on quickly)."""
-    return Consumer({
-        "bootstrap.servers": settings.bootstrap_servers,
-        "group.id": group,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "topic.metadata.refresh.interval.ms": 1000,
-        "session.timeout.ms": 10000,
-        "heartbeat.interval.ms": 1000,
-        **settings.kafka_extra,
-    })
-
-
 class EventLog:
     """Appends envelopes to tenants' events topics and reads them back."""
 
-    def __init__(self, settings: Settings, serde: AvroSerde) -> None:
+    def __init__(self, settings: Settings, serde: AvroSerde, *,
+                 producer: Producer | None = None) -> None:
         self.settings = settings
         self.serde = serde
-        self._producer = Producer(producer_config(settings))
+        # A worker hands in its one shared producer; alone, the log makes its own.
+        self._owned = producer is None
+        self._producer = producer or Producer(producer_config(settings))
         self._known: set[str] = set()
 
     def _check_topic(self, topic: str) -> None:
@@ -98,7 +71,8 @@ class EventLog:
         # does not exist would wait for the producer's message timeout.
         started = time.monotonic()
         while True:
-            info = self._producer.list_topics(topic, timeout=10.0).topics.get(topic)
+            info = self._producer.list_topics(
+                topic, timeout=self.settings.admin_timeout).topics.get(topic)
             if info is not None and info.error is None:
                 self._known.add(topic)
                 return
@@ -140,14 +114,16 @@ class EventLog:
                                    headers=envelope_headers(envelope), on_delivery=delivered)
         except (KafkaException, BufferError) as exc:
             raise KafkaUnavailable(f"append to {topic} failed: {exc}") from exc
-        remaining = await asyncio.to_thread(self._producer.flush, 30.0)
+        timeout = self.settings.flush_timeout
+        remaining = await asyncio.to_thread(self._producer.flush, timeout)
         if remaining and not done.done():
-            raise KafkaUnavailable(f"append to {topic} not acknowledged within 30 s")
+            raise KafkaUnavailable(f"append to {topic} not acknowledged within {timeout:g} s")
         return await done
 
     def close(self) -> None:
-        """Flush what is pending."""
-        self._producer.flush(10.0)
+        """Flush what is pending (a shared producer is flushed by its owner)."""
+        if self._owned:
+            self._producer.flush(10.0)
 
 
 def _settle(future: asyncio.Future[Seq], outcome: Any) -> None:
@@ -206,13 +182,7 @@ class TopicReader:
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.topic = topic
-        self._consumer = Consumer({
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": f"streams-reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            **settings.kafka_extra,
-        })
+        self._consumer = Consumer(reader_config(settings, f"streams-reader-{uuid.uuid4().hex}"))
         self._positions: dict[int, int] = {}
 
     def read_to_end(self) -> Iterator[Message]:
@@ -260,3 +230,18 @@ def decode_envelopes(serde: AvroSerde, messages: Iterator[Message],
             if on_error is None:
                 raise
             on_error(msg, exc)
+
+
+__all__ = [
+    "HEADER_EVENT_TYPE",
+    "HEADER_TRACEPARENT",
+    "MISSING_TOPIC_GRACE",
+    "EventLog",
+    "Headers",
+    "TopicReader",
+    "decode_envelopes",
+    "envelope_headers",
+    "header_value",
+    "missing_topic",
+    "watermarks",
+]

@@ -1,0 +1,137 @@
+"""Client configurations from Settings: the one place a Kafka or registry client's settings
+are written, so every producer, consumer, admin client, Faust app and registry client gets
+the same brokers, security and extra settings.
+
+The runtime's composition root (`streams.runtime.root.Runtime`) builds its clients from
+these; adapters that are used on their own (TenantAdmin, EventLog, TopicReader) call them
+too. Building a configuration does no network I/O.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+from streams.core.errors import ConfigError
+from streams.settings import Settings
+
+__all__ = [
+    "admin_config",
+    "client_config",
+    "consumer_config",
+    "faust_settings",
+    "producer_config",
+    "reader_config",
+    "registry_config",
+    "security_config",
+    "ssl_context",
+]
+
+
+def security_config(settings: Settings) -> dict[str, Any]:
+    """librdkafka's security settings: protocol, SASL mechanism and credentials, TLS files."""
+    config: dict[str, Any] = {"security.protocol": settings.security_protocol}
+    if settings.security_protocol.startswith("SASL_"):
+        config["sasl.mechanism"] = settings.sasl_mechanism
+        config["sasl.username"] = settings.sasl_username
+        config["sasl.password"] = settings.sasl_password
+    for key, value in (("ssl.ca.location", settings.ssl_ca_location),
+                       ("ssl.certificate.location", settings.ssl_certificate_location),
+                       ("ssl.key.location", settings.ssl_key_location),
+                       ("ssl.key.password", settings.ssl_key_password)):
+        if value:
+            config[key] = value
+    return config
+
+
+def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """What every confluent-kafka client shares: brokers and security, then `extra`, then
+    the operator's KAFKA_EXTRA_CONFIG (last, so an operator can override anything)."""
+    return {"bootstrap.servers": settings.bootstrap_servers, **security_config(settings),
+            **extra, **settings.kafka_extra}
+
+
+def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """An idempotent, fully acknowledged producer: nothing written is lost or doubled by
+    the producer's own retries."""
+    return client_config(settings, **{"enable.idempotence": True, "acks": "all",
+                                      "linger.ms": 5, "compression.type": "lz4", **extra})
+
+
+def consumer_config(settings: Settings, group: str, **extra: Any) -> dict[str, Any]:
+    """A consumer-group member that commits only when told to, starts from the beginning
+    when its group has no offsets, sees new topics within `metadata_refresh_interval`, and is
+    declared dead `session_timeout` after it stops heartbeating (so its partitions move on
+    quickly)."""
+    return client_config(settings, **{
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "topic.metadata.refresh.interval.ms": int(settings.metadata_refresh_interval * 1000),
+        "session.timeout.ms": int(settings.session_timeout * 1000),
+        "heartbeat.interval.ms": int(settings.heartbeat_interval * 1000),
+        **extra,
+    })
+
+
+def reader_config(settings: Settings, group: str, **extra: Any) -> dict[str, Any]:
+    """A consumer that reads assigned partitions and commits nothing (librdkafka wants a
+    group id even then; it is never joined)."""
+    return client_config(settings, **{"group.id": group, "enable.auto.commit": False,
+                                      "enable.partition.eof": False, **extra})
+
+
+def admin_config(settings: Settings) -> dict[str, Any]:
+    """An admin client."""
+    return client_config(settings)
+
+
+def registry_config(settings: Settings) -> dict[str, Any]:
+    """The schema registry client's settings: URL, and basic auth when configured."""
+    config: dict[str, Any] = {"url": settings.schema_registry_url}
+    if settings.schema_registry_username:
+        config["basic.auth.user.info"] = \
+            f"{settings.schema_registry_username}:{settings.schema_registry_password}"
+    return config
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext:
+    """A TLS context for Faust (aiokafka) from the same CA, certificate and key files."""
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
+                                             cafile=settings.ssl_ca_location)
+        if settings.ssl_certificate_location:
+            context.load_cert_chain(settings.ssl_certificate_location,
+                                    settings.ssl_key_location,
+                                    settings.ssl_key_password)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the TLS files of KAFKA_SSL_CA_LOCATION / "
+                          f"KAFKA_SSL_CERTIFICATE_LOCATION / KAFKA_SSL_KEY_LOCATION: "
+                          f"{exc}") from exc
+    return context
+
+
+def faust_settings(settings: Settings) -> dict[str, Any]:
+    """Keyword settings of a faust.App for these brokers and this security: the broker URL
+    and `broker_credentials` (SASL, TLS or both), plus the session and heartbeat timing."""
+    from faust.auth import SASLCredentials, SSLCredentials
+
+    protocol = settings.security_protocol
+    tls = ssl_context(settings) if protocol in ("SSL", "SASL_SSL") else None
+    credentials: Any = None
+    if protocol.startswith("SASL_"):
+        # With a context Faust speaks SASL_SSL, without one SASL_PLAINTEXT.
+        credentials = SASLCredentials(username=settings.sasl_username,
+                                      password=settings.sasl_password,
+                                      mechanism=settings.sasl_mechanism, ssl_context=tls)
+    elif tls is not None:
+        credentials = SSLCredentials(tls)
+    return {
+        "broker": ";".join(f"kafka://{host.strip()}"
+                           for host in settings.bootstrap_servers.split(",")),
+        "broker_credentials": credentials,
+        "broker_session_timeout": settings.session_timeout,
+        "broker_heartbeat_interval": settings.heartbeat_interval,
+        "broker_commit_interval": settings.commit_interval,
+    }

@@ -1,0 +1,53 @@
+"""What the rules read and write, as records: decoding events for the matcher, encoding the
+envelopes firings and runs write, and forwarding stateful matches to a tenant's rules topic.
+The reactor agent and the decider share one.
+"""
+
+from __future__ import annotations
+
+from streams.adapters.avro.codec import envelope_from_record
+from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.log import envelope_headers
+from streams.adapters.kafka.outputs import Output
+from streams.core.errors import SchemaError
+from streams.core.events import Envelope, Seq
+from streams.core.tenancy import tenant_topics
+from streams.runtime.matcher import Forward, ReactorStats
+
+__all__ = ["HEADER_RULE", "RuleRecords"]
+
+HEADER_RULE = "rule"
+
+
+class RuleRecords:
+    """Decodes events for the rules, and encodes what they write as records."""
+
+    def __init__(self, serde: AvroSerde, prefix: str, stats: ReactorStats) -> None:
+        self.serde = serde
+        self.prefix = prefix
+        self.stats = stats
+
+    def decode(self, value: bytes | None, topic: str, partition: int,
+               offset: int) -> Envelope | None:
+        """The envelope of a record, or None (counted) if it cannot be decoded."""
+        try:
+            record = self.serde.decode(value or b"", topic)
+            return envelope_from_record(record, Seq(partition=partition, offset=offset))
+        except (SchemaError, KeyError, TypeError, ValueError):
+            self.stats.undecodable += 1  # the feedback mirror dead-letters these
+            return None
+
+    def envelope(self, envelope: Envelope) -> Output:
+        """An envelope as a record for its tenant's events topic, keyed by its chain."""
+        topic = tenant_topics(envelope.tenant, self.prefix).events
+        return Output(topic, envelope.correlation_id.encode(),
+                      self.serde.encode_envelope(envelope, topic), envelope_headers(envelope))
+
+    def forward(self, forward: Forward, raw: bytes | None) -> Output:
+        """A stateful rule's match as a record for the tenant's rules topic: the event's own
+        bytes, keyed and headed by the rule."""
+        envelope, name = forward.envelope, forward.rule.name
+        rules_topic = tenant_topics(envelope.tenant, self.prefix).rules
+        return Output(rules_topic, name.encode(), raw or b"",
+                      [(HEADER_RULE, name.encode()),
+                       ("event_type", envelope.event_type.encode())])

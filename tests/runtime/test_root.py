@@ -1,0 +1,145 @@
+"""The composition root: every client kind gets the settings' security, and building one
+does no network I/O (no broker runs for these tests)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faust.auth import SASLCredentials, SSLCredentials
+
+from streams.core.events import RunSucceeded
+from streams.core.rules import Rule, on, run
+from streams.runtime.root import Runtime
+from streams.runtime.worker import Worker
+from streams.settings import Settings
+
+# Rules on a fixed event type: a worker refuses rules on app event types nobody declared.
+# Port 9 (discard) on loopback: nothing answers, so any attempt to connect would fail fast.
+NOWHERE = "127.0.0.1:9"
+SASL = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_username": "ada", "sasl_password": "s3cret"}
+LIBRDKAFKA_SASL = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                   "sasl.username": "ada", "sasl.password": "s3cret"}
+
+
+def sasl_settings(**more: Any) -> Settings:
+    return Settings(bootstrap_servers=NOWHERE, schema_registry_url="http://127.0.0.1:9/ccompat",
+                    schema_registry_username="reg", schema_registry_password="reg-pw",
+                    kafka_extra={"client.id": "probe"}, **SASL, **more)
+
+
+def carries_sasl(config: dict[str, Any]) -> bool:
+    return all(config.get(k) == v for k, v in LIBRDKAFKA_SASL.items()) \
+        and config["bootstrap.servers"] == NOWHERE and config["client.id"] == "probe"
+
+
+class FakeConsumer:
+    """Stands in for confluent_kafka.Consumer: records its config, never connects."""
+
+    made: list[dict[str, Any]] = []
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        FakeConsumer.made.append(config)
+
+    def assign(self, _partitions: Any) -> None:
+        return None
+
+    def poll(self, _timeout: float) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def test_every_client_kind_carries_the_sasl_settings() -> None:
+    runtime = Runtime(sasl_settings())
+    assert carries_sasl(runtime.producer_config())
+    assert runtime.producer_config()["enable.idempotence"] is True
+    assert carries_sasl(runtime.consumer_config("g"))
+    assert runtime.consumer_config("g")["session.timeout.ms"] == 10_000
+    assert carries_sasl(runtime.reader_config("r"))
+    assert carries_sasl(runtime.admin_config())
+    assert carries_sasl(runtime.replay_reader_config("fs.acme.rules"))
+    assert runtime.registry_config()["basic.auth.user.info"] == "reg:reg-pw"
+    # The real registry client (the serde's) sends the basic auth.
+    assert runtime.serde.client is runtime.registry
+    assert runtime.registry._rest_client.auth == ("reg", "reg-pw")
+
+
+def test_the_faust_app_gets_sasl_credentials() -> None:
+    worker = Worker(sasl_settings(), rules=[Rule(name="r", when=on(RunSucceeded).at_most(
+        1, per=timedelta(hours=1)), then=run("a"))], actions={"a": _action})
+    credentials = worker.app.conf.broker_credentials
+    assert isinstance(credentials, SASLCredentials)
+    assert (credentials.username, credentials.password) == ("ada", "s3cret")
+    assert credentials.mechanism.value == "SCRAM-SHA-512"
+    assert credentials.protocol.value == "SASL_PLAINTEXT"
+    assert [str(u) for u in worker.app.conf.broker] == [f"kafka://{NOWHERE}"]
+    assert worker.app.conf.broker_session_timeout == 10.0
+
+
+def test_the_deciders_consumers_carry_the_sasl_settings() -> None:
+    worker = Worker(sasl_settings(), rules=[Rule(name="r", when=on(RunSucceeded).at_most(
+        1, per=timedelta(hours=1)), then=run("a"))], actions={"a": _action})
+    assert worker.reactor is not None
+    FakeConsumer.made = []
+    decider = worker.reactor.decider("fs-rule-decider", make_consumer=FakeConsumer)
+    with pytest.raises(Exception, match="could not replay"):
+        decider._rebuild("fs.acme.rules", 3)  # the replay reader polls nothing here
+    member, replay = FakeConsumer.made
+    assert carries_sasl(member) and member["group.id"] == "fs-rule-decider"
+    assert carries_sasl(replay) and replay["group.id"] == "fs.acme.rules.rebuild"
+
+
+def test_tls_reaches_faust_as_an_ssl_context() -> None:
+    import ssl
+
+    ca = Path(ssl.get_default_verify_paths().cafile or "")
+    if not ca.is_file():
+        pytest.skip("no system CA bundle to stand in for a CA file")
+    settings = Settings(bootstrap_servers=NOWHERE, security_protocol="SSL",
+                        ssl_ca_location=str(ca))
+    credentials = Runtime(settings).faust_settings()["broker_credentials"]
+    assert isinstance(credentials, SSLCredentials)
+    assert Runtime(settings).producer_config()["ssl.ca.location"] == str(ca)
+    sasl_ssl = Settings(bootstrap_servers=NOWHERE, ssl_ca_location=str(ca),
+                        **{**SASL, "security_protocol": "SASL_SSL"})
+    both = Runtime(sasl_ssl).faust_settings()["broker_credentials"]
+    assert isinstance(both, SASLCredentials) and both.protocol.value == "SASL_SSL"
+
+
+def test_building_a_worker_makes_no_client() -> None:
+    runtime = Runtime(sasl_settings())
+    Worker(runtime=runtime, rules=[Rule(name="r", when=on(RunSucceeded), then=run("a"))],
+           actions={"a": _action})
+    # Only the serde (no I/O: the registry is asked on first encode or decode) exists; the
+    # producer, admin client and workspace handle wait for `run`.
+    assert set(runtime._made) <= {"serde", "registry"}
+
+
+def test_one_producer_and_one_serde_are_shared() -> None:
+    runtime = Runtime(sasl_settings())
+    assert runtime.delivery._producer is runtime.producer
+    assert runtime.client.log._producer is runtime.producer
+    assert runtime.client.serde is runtime.serde
+    runtime.close()
+
+
+async def _action(_reaction: Any) -> dict[str, Any]:
+    return {}
+
+
+def test_a_worker_with_rules_shares_one_serde_and_one_producer() -> None:
+    runtime = Runtime(sasl_settings())
+    worker = Worker(runtime=runtime, rules=[Rule(name="r", when=on(RunSucceeded), then=run("a"))],
+                    actions={"a": _action})
+    assert worker.reactor is not None
+    assert worker.step.codec.client is runtime.registry
+    assert worker.reactor.records.serde is runtime.serde
+    assert worker.reactor.executor.client is runtime.client
+    assert worker.reactor.executor.client.serde is runtime.serde
+    assert runtime.client.log._producer is runtime.delivery._producer
+    runtime.close()
