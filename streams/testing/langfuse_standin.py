@@ -78,10 +78,11 @@ is newest first, ``page`` >= 1 and ``limit`` 1-100 (default 50), with
 ``{"message": "Invalid request data", "error": [{"path": [...], "message": ...}]}``.
 
 Fault injection, thread-safe and settable while the server runs: ``fail_next`` (the next n
-score POSTs, on either scores route or ingestion, answer an error status), ``set_down`` (every request answers 503), ``set_delay``
-(answers are slowed; the request is processed first, so a client that times out may still
-have had its scores stored, as with a real server) and ``reject_ids`` (matching scores are
-rejected in a 207 answer even when valid, as error entries on the ingestion route).
+score POSTs, on the scores route or ingestion, answer an error status), ``set_down`` (every
+request answers 503), ``set_delay`` (answers are slowed; the request is processed first, so
+a client that times out may still have had its scores stored, as with a real server) and
+``reject_ids`` (matching scores are rejected in a 207 answer even when valid, as error entries
+on the ingestion route).
 
 Example::
 
@@ -98,9 +99,9 @@ Caveats. The array body with 202/207 answers is what SDK 5.0.4 sends and parses;
 sources read for this (langfuse/langfuse, newest snapshot available) still route
 ``POST /api/public/scores`` to a single-score handler answering 200 ``{"id"}``, so the batch
 contract rests on the SDK's models and docstrings, not on server code; ``scores_route=
-"single"`` plays that server, and the ingestion route is how a client sends it batches. The SDK's HTTP client
-retries 408, 409, 429 and 5xx twice by default (about 1 s then 2 s, or Retry-After whole
-seconds); pass ``request_options={"max_retries": 0}`` to see a fault at once.
+"single"`` plays that server, and the ingestion route is how a client sends it batches.
+The SDK's HTTP client retries 408, 409, 429 and 5xx twice by default (about 1 s then 2 s,
+or Retry-After whole seconds); pass ``request_options={"max_retries": 0}`` to see a fault at once.
 """
 
 from __future__ import annotations
