@@ -201,13 +201,15 @@ class LangfuseScoreSink:
     `client` gives the host and keys (or pass `connection`); `batch_size` scores at most per
     request, `concurrency` requests at a time, `timeout` seconds per request, `connect_retries`
     retries of a connection that could not be made. `environment`, when set, is sent with
-    every score. `route` fixes the route instead of detecting it.
+    every score. `route` fixes the route instead of detecting it. `transport` replaces the
+    pooled HTTP transport (tests; then `connect_retries` and the pool limits are its own).
     """
 
     def __init__(self, client: Langfuse | None = None, *, batch_size: int = MAX_BATCH,
                  timeout: float = 30.0, identity: str = "langfuse", concurrency: int = 4,
                  connection: LangfuseConnection | None = None, environment: str | None = None,
-                 connect_retries: int = 2, route: Route | None = None) -> None:
+                 connect_retries: int = 2, route: Route | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         if connection is None:
             if client is None:
                 raise ValidationFailed(
@@ -223,6 +225,7 @@ class LangfuseScoreSink:
         self.environment = environment
         self.connect_retries = max(0, connect_retries)
         self._route: Route | None = route
+        self._transport = transport
         self._pool_: _Pool | None = None
 
     @property
@@ -292,7 +295,8 @@ class LangfuseScoreSink:
             auth=httpx.BasicAuth(self.connection.public_key, self.connection.secret_key),
             headers={**self.connection.headers, "Content-Type": "application/json"},
             timeout=httpx.Timeout(self.timeout),
-            transport=httpx.AsyncHTTPTransport(retries=self.connect_retries, limits=limits),
+            transport=self._transport or httpx.AsyncHTTPTransport(
+                retries=self.connect_retries, limits=limits),
         )
         self._pool_ = pool = _Pool(loop, http, asyncio.Semaphore(self.concurrency),
                                    asyncio.Lock())
