@@ -240,8 +240,7 @@ class LangfuseScoreSink:
         if not scores:
             return []
         pool = self._pool()
-        items = [_Item(s, orjson.dumps(score_body(s, environment=self.environment)))
-                 for s in scores]
+        items = [self._item(s) for s in scores]
         rejected: list[Rejected] = []
         while self._route is None and items:
             async with pool.detecting:
@@ -301,6 +300,9 @@ class LangfuseScoreSink:
         self._pool_ = pool = _Pool(loop, http, asyncio.Semaphore(self.concurrency),
                                    asyncio.Lock())
         return pool
+
+    def _item(self, score: Score) -> _Item:
+        return _Item(score, orjson.dumps(score_body(score, environment=self.environment)))
 
     def _chunks(self, items: list[_Item], route: Route
                 ) -> tuple[list[list[_Item]], list[Rejected]]:
