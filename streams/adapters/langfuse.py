@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -79,7 +78,6 @@ Route = Literal["scores", "ingestion"]
 """Which route the sink sends scores to: score batches, or score-create ingestion events."""
 
 _SDK_NAME: Final = "feedback-streams"
-_EVENT_NAMESPACE: Final = uuid.UUID("5c0d6c9e-3f1e-5a55-9a65-6c616e676675")
 # Room kept for the wrapper around the items: `[` `]` or `{"batch":[...],"metadata":{...}}`.
 _ENVELOPE_BYTES: Final = 1_024
 
@@ -142,8 +140,10 @@ def to_request(score: Score, *, environment: str | None = None,
 
 
 def event_id(score: Score) -> str:
-    """The ingestion event id of a score: a uuid5 of its id, so a resend reuses it."""
-    return str(uuid.uuid5(_EVENT_NAMESPACE, score.id))
+    """The ingestion event id of a score: its id and the event type, so a resend reuses it
+    and no two scores of a batch share one (a plain string: cheaper than a uuid5 per score,
+    and Langfuse takes any string)."""
+    return f"{score.id}:score-create"
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,13 +309,14 @@ class LangfuseScoreSink:
         """Requests of at most batch_size items and the route's byte limit; a score too large
         for any request is rejected."""
         limit = (SCORES_MAX_BYTES if route == "scores" else INGESTION_MAX_BYTES) - _ENVELOPE_BYTES
-        extra = 1 if route == "scores" else 1 + _EVENT_OVERHEAD
         chunks: list[list[_Item]] = []
         rejected: list[Rejected] = []
         chunk: list[_Item] = []
         size = 0
         for item in items:
-            need = len(item.body) + extra
+            need = len(item.body) + 1  # and a comma
+            if route == "ingestion":  # the event around it; its id quoted, escapes at worst
+                need += _EVENT_OVERHEAD + 2 * len(item.score.id.encode()) + 2
             if need > limit:
                 rejected.append(Rejected(item.score, (
                     f"the score is {len(item.body):,} bytes as JSON, more than a request to "
@@ -397,8 +398,8 @@ class LangfuseScoreSink:
 
 
 _EVENT_OVERHEAD: Final = len(
-    b'{"id":"00000000-0000-0000-0000-000000000000","timestamp":"2026-01-01T00:00:00.000000Z",'
-    b'"type":"score-create","body":}')
+    b'{"id":,"timestamp":"2026-01-01T00:00:00.000000+00:00",'
+    b'"type":"score-create","body":}') + len(":score-create")
 
 
 def _path(route: Route) -> str:
@@ -446,9 +447,11 @@ def _event_errors(answer: Any, chunk: list[_Item], where: str) -> list[Rejected]
     """The ingestion route's 207: errors name an event by id, with a status of their own;
     an error that asks for a retry (429, 5xx) retries the whole request."""
     errors = answer.get("errors") if isinstance(answer, dict) else None
+    if not errors:
+        return []
     by_event = {event_id(item.score): item.score for item in chunk}
     out: list[Rejected] = []
-    for error in errors or []:
+    for error in errors:
         if not isinstance(error, dict):
             log.warning("langfuse rejected an event it did not identify: %s", error)
             continue
