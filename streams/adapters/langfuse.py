@@ -294,6 +294,7 @@ class LangfuseScoreSink:
             auth=httpx.BasicAuth(self.connection.public_key, self.connection.secret_key),
             headers={**self.connection.headers, "Content-Type": "application/json"},
             timeout=httpx.Timeout(self.timeout),
+            follow_redirects=True,  # as the SDK's client
             transport=self._transport or httpx.AsyncHTTPTransport(
                 retries=self.connect_retries, limits=limits),
         )
@@ -381,8 +382,9 @@ class LangfuseScoreSink:
         if status == 429 or status >= 500:
             raise SinkError(f"langfuse answered {status} to {where}: {_text(response)} (the "
                             "batch will be retried)")
-        if status >= 400 or status < 200:
-            # Any other 4xx refuses the whole request for good: dead-letter every score.
+        if not 200 <= status < 300:
+            # Any other 4xx (or a redirect that could not be followed) refuses the whole
+            # request for good: dead-letter every score.
             reason = f"langfuse answered {status} to {where}: {_text(response)}"
             return [Rejected(item.score, reason) for item in chunk]
         if status != 207:

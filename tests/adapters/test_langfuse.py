@@ -354,6 +354,19 @@ async def test_a_207_that_is_not_json_raises_sink_error() -> None:
         await sink.record(sample_scores())
 
 
+@pytest.mark.parametrize("status", [301, 302, 304])
+async def test_a_redirect_that_is_not_followed_rejects_the_batch(status: int) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, request=request)
+
+    sink = LangfuseScoreSink(connection=LangfuseConnection("http://langfuse.test", "pk", "sk"),
+                             route="scores", transport=httpx.MockTransport(answer))
+    scores = sample_scores()
+    rejected = await sink.record(scores)
+    assert [r.score for r in rejected] == scores
+    assert all(str(status) in r.reason for r in rejected)
+
+
 # -- request sizes --------------------------------------------------------------------------
 
 
