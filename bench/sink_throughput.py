@@ -20,8 +20,7 @@ runner/ceiling.
 
 The stand-in is a Python HTTP server on loopback that validates and stores every score; a real
 Langfuse adds network latency and its own ingestion limits, so this measures the sink and the
-runner against a known ceiling, not Langfuse. `--profile-standin` prints where the stand-in
-spends its time during the ceiling run.
+runner against a known ceiling, not Langfuse.
 """
 
 from __future__ import annotations
@@ -86,21 +85,10 @@ def produce(settings: Settings, tenant: str, scores: list[Score]) -> None:
 
 
 STANDIN = """
-import cProfile, pstats, signal, sys, time
+import sys, time
 from streams.testing.langfuse_standin import LangfuseStandIn
 server = LangfuseStandIn(public_key=sys.argv[1], scores_route=sys.argv[2]).start()
-profile = cProfile.Profile() if sys.argv[3] == "1" else None
-def report(*_):
-    if profile is not None:
-        profile.disable()
-        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(18)
-    sys.exit(0)
-signal.signal(signal.SIGTERM, report)
 print(server.url, flush=True)
-if profile is not None:
-    import threading
-    threading.setprofile(lambda *a: None)
-    profile.enable(subcalls=True, builtins=True)
 while True:
     time.sleep(3600)
 """
@@ -115,11 +103,10 @@ class StandIn:
     key: str
 
     @classmethod
-    def start(cls, route: str, profile: bool = False) -> StandIn:
+    def start(cls, route: str) -> StandIn:
         key = f"pk-bench-{uuid.uuid4().hex[:8]}"
-        proc = subprocess.Popen(
-            [sys.executable, "-c", STANDIN, key, route, "1" if profile else "0"],
-            stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", STANDIN, key, route],
+                                stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         return cls(proc, proc.stdout.readline().strip(), key)
 
@@ -203,8 +190,6 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--routes", default="batch,single",
                         help="stand-in behaviours: batch, single, or both")
-    parser.add_argument("--profile-standin", action="store_true",
-                        help="print the stand-in's profile of the ceiling run")
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     TenantAdmin(settings).create_tenant("bench")
@@ -217,8 +202,7 @@ def main() -> None:
         route: Route = "scores" if behaviour == "batch" else "ingestion"
         rates: dict[str, float] = {}
         for what in ("sink", "ceiling", "runner"):
-            standin = StandIn.start(behaviour, profile=args.profile_standin
-                                    and what == "ceiling")
+            standin = StandIn.start(behaviour)
             try:
                 if what == "runner":
                     rate = asyncio.run(measure_runner(settings, standin, total, args.batch,
