@@ -246,15 +246,18 @@ class LangfuseScoreSink:
             async with pool.detecting:
                 if self._route is not None:
                     break
-                chunks, rejected_now = self._chunks(items, "scores")
-                rejected += rejected_now
-                items = [item for chunk in chunks[1:] for item in chunk]
-                if chunks:
-                    rejected += await self._probe(pool, chunks[0])
-        if not items:
-            return rejected
+                # Probe with the first request's worth of scores that fit the scores route;
+                # a larger one waits for the route (ingestion takes more), unless none fits.
+                fits = [item for item in items if self._need(item, "scores") is not None]
+                if not fits:
+                    return rejected + self._chunks(items, "scores")[1]
+                first = self._chunks(fits, "scores")[0][0]
+                sent = {id(item) for item in first}
+                items = [item for item in items if id(item) not in sent]
+                rejected += await self._probe(pool, first)
         route = self._route
-        assert route is not None
+        if route is None or not items:
+            return rejected
         chunks, rejected_now = self._chunks(items, route)
         rejected += rejected_now
 
@@ -305,20 +308,26 @@ class LangfuseScoreSink:
     def _item(self, score: Score) -> _Item:
         return _Item(score, orjson.dumps(score_body(score, environment=self.environment)))
 
+    @staticmethod
+    def _need(item: _Item, route: Route) -> int | None:
+        """The bytes an item adds to a request on the route, None when it cannot fit one."""
+        need = len(item.body) + 1  # and a comma
+        if route == "ingestion":  # the event around it; its id quoted, escapes at worst
+            need += _EVENT_OVERHEAD + 2 * len(item.score.id.encode()) + 2
+        return need if need <= _limit(route) else None
+
     def _chunks(self, items: list[_Item], route: Route
                 ) -> tuple[list[list[_Item]], list[Rejected]]:
         """Requests of at most batch_size items and the route's byte limit; a score too large
         for any request is rejected."""
-        limit = (SCORES_MAX_BYTES if route == "scores" else INGESTION_MAX_BYTES) - _ENVELOPE_BYTES
+        limit = _limit(route)
         chunks: list[list[_Item]] = []
         rejected: list[Rejected] = []
         chunk: list[_Item] = []
         size = 0
         for item in items:
-            need = len(item.body) + 1  # and a comma
-            if route == "ingestion":  # the event around it; its id quoted, escapes at worst
-                need += _EVENT_OVERHEAD + 2 * len(item.score.id.encode()) + 2
-            if need > limit:
+            need = self._need(item, route)
+            if need is None:
                 rejected.append(Rejected(item.score, (
                     f"the score is {len(item.body):,} bytes as JSON, more than a request to "
                     f"{_path(route)} may carry ({limit:,}); shorten its comment or metadata")))
@@ -402,6 +411,11 @@ class LangfuseScoreSink:
 _EVENT_OVERHEAD: Final = len(
     b'{"id":,"timestamp":"2026-01-01T00:00:00.000000+00:00",'
     b'"type":"score-create","body":}') + len(":score-create")
+
+
+def _limit(route: Route) -> int:
+    """The bytes of scores a request on the route may carry, its wrapper left aside."""
+    return (SCORES_MAX_BYTES if route == "scores" else INGESTION_MAX_BYTES) - _ENVELOPE_BYTES
 
 
 def _path(route: Route) -> str:

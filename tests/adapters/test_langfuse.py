@@ -397,6 +397,24 @@ async def test_requests_are_split_by_bytes_and_oversized_scores_rejected(
     assert all(int(r.headers["Content-Length"]) <= limit for r in posts)
 
 
+async def test_a_score_too_large_for_the_scores_route_waits_for_detection(
+        mode: str, standin: LangfuseStandIn, client: Langfuse) -> None:
+    scores = sample_scores(uuid.uuid4().hex)
+    large = dataclasses.replace(scores[0], comment="l" * (SCORES_MAX_BYTES + 10))
+    sink = LangfuseScoreSink(client)  # route not known yet
+    rejected = await sink.record([large, *scores[1:]])
+    stored = {s["id"] for s in standin.scores()}
+    if mode == "batch":  # 1,000,000 bytes at most on the scores route
+        assert [r.score.id for r in rejected] == [large.id]
+        assert stored == {s.id for s in scores[1:]}
+    else:  # the ingestion route carries it
+        assert rejected == []
+        assert stored == {s.id for s in scores}
+    alone = LangfuseScoreSink(client)
+    rejected = await alone.record([large])  # nothing to probe with: refused, route unknown
+    assert [r.score.id for r in rejected] == [large.id] and alone.route is None
+
+
 # -- connection -----------------------------------------------------------------------------
 
 
