@@ -367,6 +367,44 @@ async def test_a_redirect_that_is_not_followed_rejects_the_batch(status: int) ->
     assert all(str(status) in r.reason for r in rejected)
 
 
+def _answering(status: int, payload: Any, route: Any) -> LangfuseScoreSink:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json=payload, request=request)
+
+    return LangfuseScoreSink(connection=LangfuseConnection("http://langfuse.test", "pk", "sk"),
+                             route=route, transport=httpx.MockTransport(answer))
+
+
+@pytest.mark.parametrize("status", [500, 503, 429])
+async def test_an_ingestion_event_error_asking_for_a_retry_raises_sink_error(
+        status: int) -> None:
+    scores = sample_scores()
+    sink = _answering(207, {"successes": [], "errors": [
+        {"id": event_id(scores[0]), "status": 400, "message": "Invalid request data"},
+        {"id": event_id(scores[1]), "status": status, "message": "Internal Server Error"}]},
+        "ingestion")
+    with pytest.raises(SinkError, match=str(status)):
+        await sink.record(scores)
+
+
+async def test_errors_map_back_by_event_id_or_score_id_and_unknown_ones_are_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    scores = sample_scores()
+    events = _answering(207, {"successes": [], "errors": [
+        {"id": event_id(scores[2]), "status": 404, "message": "Invalid request data",
+         "error": "config not found"},
+        {"id": "nobody", "status": 400, "message": "Invalid request data"}]}, "ingestion")
+    with caplog.at_level(logging.WARNING, logger="streams.adapters.langfuse"):
+        rejected = await events.record(scores)
+    assert [(r.score, r.reason) for r in rejected] == [
+        (scores[2], "404: Invalid request data: config not found")]
+    assert "did not identify" in caplog.text
+    by_id = _answering(207, {"accepted": 7, "rejected": 1, "errors": [
+        {"id": scores[5].id, "message": "over quota"}]}, "scores")
+    assert [(r.score, r.reason) for r in await by_id.record(scores)] == [
+        (scores[5], "over quota")]
+
+
 # -- request sizes --------------------------------------------------------------------------
 
 
