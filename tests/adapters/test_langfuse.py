@@ -109,16 +109,28 @@ def _variants() -> list[Score]:
     return out
 
 
+def _variants_and_targetless() -> list[Score]:
+    """The variants, and those on a trace (every data type) without trace or session (the
+    server would refuse them; the body must still match)."""
+    out = _variants()
+    on_trace = [s for s in out if s.trace_id]
+    assert {s.data_type for s in on_trace} == {"NUMERIC", "BOOLEAN", "CATEGORICAL", "TEXT"}
+    return out + [dataclasses.replace(s, trace_id=None, session_id=None, observation_id=None)
+                  for s in on_trace]
+
+
 @pytest.mark.parametrize("extra", [{}, {"environment": "staging"}, {"config_id": "cfg-1"},
                                    {"environment": "prod", "config_id": "cfg-2"}])
 def test_the_body_is_what_the_sdk_sends(extra: dict[str, str]) -> None:
-    for score in _variants():
+    for score in _variants_and_targetless():
         ours = orjson.loads(orjson.dumps(score_body(score, **extra)))
         theirs = _sdk_wire(_sdk_request(score, **extra))
         assert ours == theirs, (score, ours, theirs)
         assert _sdk_wire(to_request(score, **extra)) == theirs
         assert None not in ours.values()
-        assert ("traceId" in ours) != ("sessionId" in ours)
+        assert not ("traceId" in ours and "sessionId" in ours)
+        assert ("traceId" in ours or "sessionId" in ours) == bool(score.trace_id
+                                                                  or score.session_id)
 
 
 def test_explicit_nulls_are_the_only_difference_from_an_sdk_request_with_none() -> None:
