@@ -12,8 +12,9 @@ Produces N scores to a scores topic once, then for each server behaviour of the 
   (Kafka consume, Avro decode, the sink, commits, one batch after the other).
 
 Each measurement gets a fresh stand-in in its own process (like a real server, it does not
-share this process's GIL). It prints each rate and the ratios sink/ceiling and
-runner/ceiling.
+share this process's GIL). The three are taken in turn `--repeat` times (3) and each figure
+is the median, so that a burst of other work on a shared machine moves it less. It prints
+each rate and the ratios sink/ceiling and runner/ceiling.
 
     eval "$(deploy/stack.sh env)"
     .venv/bin/python -m bench.sink_throughput --scores 30000
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import subprocess
 import sys
 import time
@@ -188,6 +190,8 @@ def main() -> None:
     parser.add_argument("--scores", type=int, default=30_000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="measure each this many times, in turn; report the median")
     parser.add_argument("--routes", default="batch,single",
                         help="stand-in behaviours: batch, single, or both")
     args = parser.parse_args()
@@ -200,8 +204,8 @@ def main() -> None:
                   f"concurrency {args.concurrency}")
     for behaviour in args.routes.split(","):
         route: Route = "scores" if behaviour == "batch" else "ingestion"
-        rates: dict[str, float] = {}
-        for what in ("sink", "ceiling", "runner"):
+        samples: dict[str, list[float]] = {"sink": [], "ceiling": [], "runner": []}
+        for what in [w for _ in range(args.repeat) for w in samples]:
             standin = StandIn.start(behaviour)
             try:
                 if what == "runner":
@@ -215,14 +219,16 @@ def main() -> None:
                                                        args.concurrency, route))
             finally:
                 standin.stop()
-            rates[what] = rate
+            samples[what].append(rate)
             console.print(f"  stand-in {behaviour}, {what}: {rate:,.0f} scores/s")
+        rates = {what: statistics.median(values) for what, values in samples.items()}
         print(f"[{behaviour}: POST {SCORES_ROUTE if route == 'scores' else INGESTION_ROUTE}] "
               f"sink={rates['sink']:.0f}/s ceiling={rates['ceiling']:.0f}/s "
               f"sink/ceiling={rates['sink'] / rates['ceiling']:.2f} "
               f"runner={rates['runner']:.0f}/s "
               f"runner/ceiling={rates['runner'] / rates['ceiling']:.2f} "
-              f"scores={total} batch={args.batch} concurrency={args.concurrency}")
+              f"scores={total} batch={args.batch} concurrency={args.concurrency} "
+              f"median_of={args.repeat}")
 
 
 if __name__ == "__main__":
