@@ -21,6 +21,19 @@ bound to 127.0.0.1, port 0 = chosen by the OS):
   (the SDK parses both into ``CreateScoresResponse``). A single JSON object is also taken, as
   the current public server route takes it: 200 ``{"id": ...}`` or 400 ``{"message": ...}``.
   Bodies over 1,000,000 bytes get 413; a body that is not JSON, or an empty array, gets 400.
+  With ``scores_route="single"`` the route behaves as the public server code does: it takes
+  ONE score object only, and an array gets 400 ``{"message": "Invalid request data", ...}``.
+- ``POST /api/public/ingestion``: ``{"batch": [event, ...], "metadata": {...}}``, the batched
+  route every server version has (SDK <= 4.x sent scores this way). Each event is
+  ``{"id", "timestamp", "type": "score-create", "body": <score as above>}``; the score body is
+  checked with the same rules as on the scores route. Always 207 ``{"successes": [{"id",
+  "status": 201}], "errors": [{"id", "status", "message": "Invalid request data",
+  "error"}]}``: an event that is not an object, lacks an id, timestamp or body, has another
+  type (the stand-in keeps no traces or observations, so it takes ``score-create`` only,
+  where Langfuse would accept the other types), or whose score breaks a rule is an error entry
+  (status 400, or 404 for a missing config), never a 4xx of the request. A body that is not
+  ``{"batch": [...]}`` gets 400; a body over 3,500,000 bytes (Langfuse's 3.5 MB batch limit)
+  gets 413.
 - ``POST/GET /api/public/score-configs`` (create; paginated list) and
   ``GET/PATCH /api/public/score-configs/{id}``.
 - Anything else: 404 ``{"message": ...}``; a known path with another method: 405.
@@ -65,10 +78,11 @@ is newest first, ``page`` >= 1 and ``limit`` 1-100 (default 50), with
 ``{"message": "Invalid request data", "error": [{"path": [...], "message": ...}]}``.
 
 Fault injection, thread-safe and settable while the server runs: ``fail_next`` (the next n
-score POSTs answer an error status), ``set_down`` (every request answers 503), ``set_delay``
-(answers are slowed; the request is processed first, so a client that times out may still
-have had its scores stored, as with a real server) and ``reject_ids`` (matching scores are
-rejected in a 207 answer even when valid).
+score POSTs, on the scores route or ingestion, answer an error status), ``set_down`` (every
+request answers 503), ``set_delay`` (answers are slowed; the request is processed first, so
+a client that times out may still have had its scores stored, as with a real server) and
+``reject_ids`` (matching scores are rejected in a 207 answer even when valid, as error entries
+on the ingestion route).
 
 Example::
 
@@ -84,9 +98,10 @@ public key is unique per stand-in instance.
 Caveats. The array body with 202/207 answers is what SDK 5.0.4 sends and parses; the server
 sources read for this (langfuse/langfuse, newest snapshot available) still route
 ``POST /api/public/scores`` to a single-score handler answering 200 ``{"id"}``, so the batch
-contract rests on the SDK's models and docstrings, not on server code. The SDK's HTTP client
-retries 408, 409, 429 and 5xx twice by default (about 1 s then 2 s, or Retry-After whole
-seconds); pass ``request_options={"max_retries": 0}`` to see a fault at once.
+contract rests on the SDK's models and docstrings, not on server code; ``scores_route=
+"single"`` plays that server, and the ingestion route is how a client sends it batches.
+The SDK's HTTP client retries 408, 409, 429 and 5xx twice by default (about 1 s then 2 s,
+or Retry-After whole seconds); pass ``request_options={"max_retries": 0}`` to see a fault at once.
 """
 
 from __future__ import annotations
@@ -107,7 +122,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Final, cast
+from typing import Any, Final, Literal, cast
 from urllib.parse import parse_qs, urlsplit
 
 from streams.testing._loopback import LoopbackServer, LoopbackService
@@ -118,7 +133,11 @@ __all__ = [
     "LangfuseStandIn",
     "RecordedRequest",
     "ScorePredicate",
+    "ScoresRoute",
 ]
+
+ScoresRoute = Literal["batch", "single"]
+"""What ``POST /api/public/scores`` takes: arrays of scores (SDK 5.x), or one score only."""
 
 ScorePredicate = Callable[[Mapping[str, Any]], bool]
 """Decides from a score as sent (a camelCase dict) whether ``reject_ids`` rejects it."""
@@ -129,6 +148,7 @@ CONFIG_DATA_TYPES: Final = frozenset({"NUMERIC", "BOOLEAN", "CATEGORICAL", "TEXT
 NAME_MAX_LENGTH: Final = 35
 TEXT_MAX_LENGTH: Final = 500
 MAX_BODY_BYTES: Final = 1_000_000
+MAX_INGESTION_BYTES: Final = 3_500_000
 CORRECTION_NAME: Final = "output"
 DEFAULT_ENVIRONMENT: Final = "default"
 
@@ -136,6 +156,7 @@ _API: Final = "/api/public"
 _HEALTH: Final = f"{_API}/health"
 _PROJECTS: Final = f"{_API}/projects"
 _SCORES: Final = f"{_API}/scores"
+_INGESTION: Final = f"{_API}/ingestion"
 _CONFIGS: Final = f"{_API}/score-configs"
 
 _NAME_EXTRA_CHARS: Final = frozenset("_ .()-")
@@ -397,18 +418,25 @@ class LangfuseStandIn(LoopbackService):
         project_id: str = "standin-project",
         version: str = "3.0.0-standin",
         strict_score_names: bool = True,
+        scores_route: ScoresRoute = "batch",
     ) -> None:
         """Configure the server; nothing listens until ``start()``.
 
         ``public_key`` defaults to a key unique to this instance, because the SDK keeps one
-        resource manager per public key for the whole process.
+        resource manager per public key for the whole process. ``scores_route`` chooses what
+        ``POST /api/public/scores`` takes: ``"batch"`` arrays (and single objects), as SDK 5.x
+        expects, or ``"single"`` one score object only, as the public server code does (an
+        array gets 400 "Invalid request data").
         """
+        if scores_route not in ("batch", "single"):
+            raise ValueError("scores_route must be 'batch' or 'single'")
         super().__init__(host, port, threading.RLock())
         self._public_key = public_key or f"pk-lf-standin-{uuid.uuid4().hex[:12]}"
         self._secret_key = secret_key
         self._project_id = project_id
         self._version = version
         self._strict_score_names = strict_score_names
+        self._scores_route: ScoresRoute = scores_route
         self._scores: dict[tuple[str, str, date], dict[str, Any]] = {}
         self._configs: dict[str, dict[str, Any]] = {}
         self._config_seq: dict[str, int] = {}
@@ -588,8 +616,9 @@ class LangfuseStandIn(LoopbackService):
             return _Answer(200, {"status": "OK", "version": self._version})
 
         config_id: str | None = None
-        if path in (_PROJECTS, _SCORES, _CONFIGS):
-            allowed = {_PROJECTS: ("GET",), _SCORES: ("POST",), _CONFIGS: ("GET", "POST")}[path]
+        if path in (_PROJECTS, _SCORES, _INGESTION, _CONFIGS):
+            allowed = {_PROJECTS: ("GET",), _SCORES: ("POST",), _INGESTION: ("POST",),
+                       _CONFIGS: ("GET", "POST")}[path]
         elif path.startswith(f"{_CONFIGS}/") and path.count("/") == 4:
             config_id = path.rsplit("/", 1)[1]
             allowed = ("GET", "PATCH")
@@ -598,7 +627,7 @@ class LangfuseStandIn(LoopbackService):
         if method not in allowed:
             return _Answer(405, {"message": "Method not allowed"})
 
-        if path == _SCORES and self._faults.fail_count > 0:
+        if path in (_SCORES, _INGESTION) and self._faults.fail_count > 0:
             self._faults.fail_count -= 1
             status = self._faults.fail_status
             extra = {}
@@ -616,6 +645,10 @@ class LangfuseStandIn(LoopbackService):
                 if len(raw_body) > MAX_BODY_BYTES:
                     return _Answer(413, {"message": "Request body exceeds 1,000,000 bytes"})
                 return self._post_scores(body, raw_body)
+            if path == _INGESTION:
+                if len(raw_body) > MAX_INGESTION_BYTES:
+                    return _Answer(413, {"message": "Request body exceeds 3,500,000 bytes"})
+                return self._post_ingestion(body, raw_body)
             if config_id is not None:
                 if method == "GET":
                     return _Answer(200, copy.deepcopy(self._get_config(config_id)))
@@ -671,6 +704,15 @@ class LangfuseStandIn(LoopbackService):
                 return _Answer(400, {"message": self._faults.reject_reason})
             self._store(score)
             return _Answer(200, {"id": score["id"]})
+        if isinstance(body, list) and self._scores_route == "single":
+            # The public server code validates the body as ONE score object.
+            return _Answer(
+                400,
+                {
+                    "message": "Invalid request data",
+                    "error": [{"path": [], "message": "Expected object, received array"}],
+                },
+            )
         if not isinstance(body, list) or not body:
             return _Answer(
                 400, {"message": "Invalid request data: expected a non-empty array of scores"}
@@ -693,6 +735,76 @@ class LangfuseStandIn(LoopbackService):
         if errors:
             return _Answer(207, {"accepted": accepted, "rejected": len(errors), "errors": errors})
         return _Answer(202, {"message": "Accepted"})
+
+    def _post_ingestion(self, body: Any, raw_body: bytes) -> _Answer:
+        """``{"batch": [events], "metadata": {...}}``: 207 with per-event successes and errors.
+
+        Input errors of single events never fail the request: an event that is not an object,
+        lacks an id, timestamp or body, has a type other than ``score-create``, or whose score
+        breaks a rule, is an error entry; the others are stored.
+        """
+        if raw_body and isinstance(body, str):
+            return _Answer(400, {"message": "Invalid request data: body is not JSON"})
+        if not isinstance(body, dict) or not isinstance(body.get("batch"), list):
+            return _Answer(
+                400,
+                {
+                    "message": "Invalid request data",
+                    "error": [{"path": ["batch"], "message": "Expected array"}],
+                },
+            )
+        now = datetime.now(UTC)
+        successes: list[dict[str, Any]] = []
+        errors: list[dict[str, Any]] = []
+        for event in body["batch"]:
+            event_id = event.get("id") if isinstance(event, dict) else None
+            try:
+                raw = self._check_event(event)
+                score = self._validate_score(raw, now)
+            except _Invalid as invalid:
+                errors.append(
+                    {
+                        "id": event_id,
+                        "status": invalid.status,
+                        "message": "Invalid request data",
+                        "error": invalid.message,
+                    }
+                )
+                continue
+            if self._faults.reject is not None and self._faults.reject(raw):
+                errors.append(
+                    {
+                        "id": event_id,
+                        "status": 400,
+                        "message": "Invalid request data",
+                        "error": self._faults.reject_reason,
+                    }
+                )
+                continue
+            self._store(score)
+            successes.append({"id": event_id, "status": 201})
+        return _Answer(207, {"successes": successes, "errors": errors})
+
+    @staticmethod
+    def _check_event(event: object) -> dict[str, Any]:
+        """An ingestion event's envelope; returns the score body of a score-create event."""
+        if not isinstance(event, dict):
+            raise _Invalid("event: must be a JSON object")
+        if not isinstance(event.get("id"), str) or not event["id"]:
+            raise _Invalid("id: must be a non-empty string", ("id",))
+        stamp = event.get("timestamp")
+        if stamp is None:
+            raise _Invalid("timestamp: Required", ("timestamp",))
+        _parse_timestamp(stamp, datetime.now(UTC))
+        if event.get("type") != "score-create":
+            raise _Invalid(
+                f"type: the stand-in takes only score-create events, got {event.get('type')!r}",
+                ("type",),
+            )
+        body = event.get("body")
+        if not isinstance(body, dict):
+            raise _Invalid("body: must be a JSON object", ("body",))
+        return body
 
     def _store(self, score: dict[str, Any]) -> None:
         timestamp = datetime.fromisoformat(score["timestamp"])

@@ -525,3 +525,119 @@ def test_reset_forgets_everything(standin: LangfuseStandIn, client: Langfuse) ->
     assert standin.scores() == [] and standin.score_configs() == []
     assert standin.received_total == 0 and standin.requests == 0
     assert client.api.health.health().status == "OK"  # no longer down
+
+
+# -- scores route choice and the ingestion route -------------------------------------------
+
+
+def _post(standin: LangfuseStandIn, path: str, body: Any) -> httpx.Response:
+    return httpx.post(f"{standin.url}{path}", json=body,
+                      auth=(standin.public_key, standin.secret_key))
+
+
+def _event(event_id: str | None, body: Any, *, kind: str = "score-create",
+           timestamp: str | None = "2024-05-06T07:08:09.000Z") -> dict[str, Any]:
+    event: dict[str, Any] = {"type": kind, "body": body}
+    if event_id is not None:
+        event["id"] = event_id
+    if timestamp is not None:
+        event["timestamp"] = timestamp
+    return event
+
+
+def test_single_scores_route_answers_an_array_with_400_and_takes_one_object() -> None:
+    with LangfuseStandIn(scores_route="single") as standin:
+        array = _post(standin, "/api/public/scores",
+                      [{"id": "a", "traceId": "t", "name": "q", "value": 1}])
+        assert array.status_code == 400
+        assert array.json()["message"] == "Invalid request data"
+        assert standin.scores() == []
+        one = _post(standin, "/api/public/scores",
+                    {"id": "a", "traceId": "t", "name": "q", "value": 1})
+        assert one.status_code == 200 and one.json() == {"id": "a"}
+        assert [s["id"] for s in standin.scores()] == ["a"]
+
+
+def test_scores_route_must_be_batch_or_single() -> None:
+    with pytest.raises(ValueError, match="scores_route"):
+        LangfuseStandIn(scores_route=cast(Any, "both"))
+
+
+@pytest.mark.parametrize("route", ["batch", "single"])
+def test_ingestion_stores_score_create_events_and_answers_207(route: str) -> None:
+    with LangfuseStandIn(scores_route=cast(Any, route)) as standin:
+        answer = _post(standin, "/api/public/ingestion", {
+            "batch": [
+                _event("e1", {"id": "s1", "traceId": "t", "name": "q", "value": 1,
+                              "dataType": "BOOLEAN", "timestamp": "2024-05-06T07:08:09Z"}),
+                _event("e2", {"id": "s2", "sessionId": "c", "name": "note", "value": "ok",
+                              "dataType": "TEXT", "metadata": {"tenant": "acme"}}),
+            ],
+            "metadata": {"batch_size": 2},
+        })
+        assert answer.status_code == 207
+        assert answer.json() == {"successes": [{"id": "e1", "status": 201},
+                                               {"id": "e2", "status": 201}], "errors": []}
+        stored = {s["id"]: s for s in standin.scores()}
+        assert stored["s1"]["dataType"] == "BOOLEAN" and stored["s1"]["stringValue"] == "True"
+        assert stored["s1"]["timestamp"] == "2024-05-06T07:08:09.000Z"
+        assert stored["s2"]["sessionId"] == "c" and stored["s2"]["metadata"] == {"tenant": "acme"}
+        assert standin.received_total == 2
+
+
+def test_ingestion_event_errors_are_entries_not_4xx(standin: LangfuseStandIn) -> None:
+    valid = {"id": "s-ok", "traceId": "t", "name": "q", "value": 0.5}
+    answer = _post(standin, "/api/public/ingestion", {"batch": [
+        _event("e-ok", valid),
+        _event("e-type", valid, kind="trace-create"),
+        _event(None, valid),
+        _event("e-nobody", None),
+        _event("e-notime", valid, timestamp=None),
+        _event("e-bool", {"id": "s-bool", "traceId": "t", "name": "q", "value": 3,
+                          "dataType": "BOOLEAN"}),
+        _event("e-target", {"id": "s-target", "name": "q", "value": 1}),
+        _event("e-config", {"id": "s-config", "traceId": "t", "name": "q", "value": 1,
+                            "configId": "missing"}),
+        "not an event",
+    ]})
+    assert answer.status_code == 207
+    result = answer.json()
+    assert result["successes"] == [{"id": "e-ok", "status": 201}]
+    errors = {e["id"]: e for e in result["errors"]}
+    assert len(result["errors"]) == 8
+    assert all(e["message"] == "Invalid request data" for e in result["errors"])
+    assert "score-create" in errors["e-type"]["error"]
+    assert "body" in errors["e-nobody"]["error"]
+    assert "timestamp" in errors["e-notime"]["error"]
+    assert "0 or 1" in errors["e-bool"]["error"]
+    assert "exactly one" in errors["e-target"]["error"]
+    assert errors["e-config"]["status"] == 404
+    assert errors["e-bool"]["status"] == 400
+    assert [s["id"] for s in standin.scores()] == ["s-ok"]
+
+
+def test_ingestion_rejects_by_id_and_faults_apply(standin: LangfuseStandIn) -> None:
+    body = {"batch": [_event("e1", {"id": "s1", "traceId": "t", "name": "q", "value": 1}),
+                      _event("e2", {"id": "s2", "traceId": "t", "name": "q", "value": 2})]}
+    standin.fail_next(1, status=503)
+    assert _post(standin, "/api/public/ingestion", body).status_code == 503
+    standin.reject_ids({"s2"}, "over quota")
+    answer = _post(standin, "/api/public/ingestion", body).json()
+    assert answer["successes"] == [{"id": "e1", "status": 201}]
+    assert answer["errors"] == [{"id": "e2", "status": 400, "message": "Invalid request data",
+                                 "error": "over quota"}]
+    assert [s["id"] for s in standin.scores()] == ["s1"]
+
+
+def test_ingestion_body_shape_and_size(standin: LangfuseStandIn) -> None:
+    not_a_batch = _post(standin, "/api/public/ingestion", [{"id": "x"}])
+    assert not_a_batch.status_code == 400
+    assert not_a_batch.json()["message"] == "Invalid request data"
+    huge = {"batch": [_event("e", {"id": "s", "traceId": "t", "name": "q",
+                                   "value": "x" * 3_600_000})]}
+    assert _post(standin, "/api/public/ingestion", huge).status_code == 413
+    unauthorized = httpx.post(f"{standin.url}/api/public/ingestion", json={"batch": []})
+    assert unauthorized.status_code == 401
+    assert _post(standin, "/api/public/ingestion", {"batch": []}).json() == {
+        "successes": [], "errors": []}
+    assert standin.scores() == []
