@@ -13,6 +13,7 @@ caller retries the batch later instead of dead-lettering good data.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from opentelemetry import metrics
 from pydantic import ValidationError
 
 from streams.adapters.avro.codec import score_records
-from streams.adapters.avro.fast import FastCodec, WriterSchema
+from streams.adapters.avro.fast import FastCodec, RegistryUnavailable, WriterSchema
 from streams.adapters.avro.schemas import dead_letter_schema, score_schema
 from streams.adapters.kafka.outputs import (
     Output,
@@ -38,6 +39,8 @@ from streams.core.scores import ScoreConfigs, score_configs
 from streams.core.tenancy import parse_topic, tenant_topics
 
 __all__ = ["MirrorStats", "MirrorStep"]
+
+log = logging.getLogger(__name__)
 
 _meter = metrics.get_meter("streams.mirror")
 _scores_out = _meter.create_counter("streams.mirror.scores", description="scores produced")
@@ -104,8 +107,16 @@ class MirrorStep:
                 if name == "event_type":
                     event_type = value
                     break
-            out += self.handle(msg.topic(), msg.partition(), msg.offset(), msg.key(),
-                               msg.value(), event_type)
+            try:
+                out += self.handle(msg.topic(), msg.partition(), msg.offset(), msg.key(),
+                                   msg.value(), event_type)
+            except RegistryUnavailable:
+                raise
+            except Exception as exc:  # a bug must not stop the mirror or skip the record
+                log.exception("mirror step failed on %s[%s]@%s", msg.topic(), msg.partition(),
+                              msg.offset())
+                out.append(self.dead_letter(msg.topic(), msg.partition(), msg.offset(),
+                                            msg.key(), msg.value(), f"internal error: {exc!r}"))
         return out
 
     def handle(self, topic: str, partition: int, offset: int, key: bytes | None,

@@ -1,17 +1,22 @@
-"""The Faust worker: the feedback mirror agent over every tenant's events topic, and, when
-rules are given, the rules reactor agent and the decider of stateful rules (streams.reactor).
+"""The worker: a Faust application hosting the feedback mirror's batch data path and, when
+rules are given, the rules reactor agent and the decider of stateful rules.
 
-Faust's pattern subscriptions subscribe to nothing (faust-streaming issue #62), so the worker
-discovers tenants itself: a timer lists topics through the admin API and adds each new
-tenant's events topic, by name, to the agent's channel. Faust coalesces resubscriptions for
-45 s by default; the worker lowers that to `resubscribe_delay` so a new tenant is picked up
-within seconds.
+The mirror runs on the batch data path (streams.runtime.batch.BatchLoop over MirrorStep) in a
+thread owned by a Faust service, in the consumer group `<prefix>-<cursor>` (default
+`fs-feedback-mirror`: the mirror's cursor). It subscribes to every tenant's events topic by
+pattern, so a new tenant is picked up at the next metadata refresh
+(`STREAMS_METADATA_REFRESH_INTERVAL`). Faust's per-event stream machinery cost more than the
+mirror's whole job (docs/design.md), so the mirror does not go through it; Faust stays the
+application: lifecycle, signals, timers, the reactor's agent.
 
-Each agent takes events in batches, handles them, delivers every output, and only then asks
-for the next batch, which is when Faust acks (and later commits) the batch. Bad input never
-raises; a batch handler that fails three times ends the process instead of letting Faust ack
-what it did not handle. The app's consumer group is `<prefix>-<cursor>` (default
-`fs-feedback-mirror`); workers of one group share the partitions.
+The rules reactor is a Faust agent in the consumer group `<prefix>-<cursor>-rules`. Faust's
+pattern subscriptions subscribe to nothing (faust-streaming issue #62), so the worker lists
+topics through the admin API on a timer and adds each new tenant's events topic, by name, to
+the agent's channel, lowering Faust's 45 s resubscription wait to `resubscribe_delay`. The
+agent takes events in batches, handles them, delivers every output, and only then asks for
+the next batch, which is when Faust acks (and later commits) the batch. A batch handler that
+fails three times ends the process instead of letting Faust ack what it did not handle; so
+does a mirror loop that stops on an outage longer than its limit.
 """
 
 from __future__ import annotations
@@ -21,36 +26,43 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import faust
+import mode
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.adapters.avro.fast import FastCodec
 from streams.adapters.kafka.admin import TenantAdmin
-from streams.adapters.kafka.log import header_value
-from streams.adapters.kafka.outputs import Output
 from streams.core.feedback import FeedbackRegistry
 from streams.core.rules import Rule, RuleSet
 from streams.core.runs import ActionFn
 from streams.core.tenancy import parse_topic, tenant_topics
+from streams.runtime.batch import BatchLoop
 from streams.runtime.decider import start_decider
 from streams.runtime.mirror import MirrorStep
 from streams.runtime.reactor import Reactor
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 
-__all__ = ["MIRROR_CURSOR", "Worker", "control_topic"]
+__all__ = ["MIRROR_CURSOR", "Worker", "control_topic", "events_pattern"]
 
 log = logging.getLogger(__name__)
 
 MIRROR_CURSOR = "feedback-mirror"
+
+
+def events_pattern(prefix: str) -> str:
+    """The pattern subscription of every tenant's events topic under `prefix`."""
+    return f"^{re.escape(prefix)}\\.[a-z][a-z0-9-]*\\.events$"
 
 
 def control_topic(settings: Settings) -> str:
@@ -62,6 +74,36 @@ def _ensure_control_topic(admin: AdminClient, name: str, replication_factor: int
     for future in admin.create_topics([NewTopic(name, 1, replication_factor)]).values():
         with contextlib.suppress(KafkaException):  # exists already
             future.result()
+
+
+def _thread_service(app: faust.App, name: str,
+                    target: Callable[[threading.Event], None]) -> None:
+    """Run `target(stop)` in a thread for as long as the app runs; a target that raises ends
+    the process (exit 70), so a supervisor restarts it from the committed offsets."""
+    stop = threading.Event()
+
+    class ThreadService(mode.Service):
+        thread: threading.Thread | None = None
+
+        def _main(self) -> None:
+            try:
+                target(stop)
+            except Exception:
+                log.critical("%s stopped; exiting so it restarts from its cursor", name,
+                             exc_info=True)
+                os._exit(70)
+
+        async def on_start(self) -> None:
+            self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+            self.thread.start()
+
+        async def on_stop(self) -> None:
+            stop.set()
+            if self.thread is not None:
+                await asyncio.to_thread(self.thread.join, 60.0)
+
+    ThreadService.__name__ = f"ThreadService[{name}]"
+    app.service(ThreadService)
 
 
 async def _never_ack_unhandled(handle: Callable[[Any], Awaitable[None]], batch: Any) -> None:
@@ -114,6 +156,18 @@ class Worker:
         self.stats_interval = stats_interval
         self.step = MirrorStep(FastCodec(self.runtime.registry), prefix=self.settings.topic_prefix,
                                types=self.types)
+        self.mirror_group = f"{self.settings.topic_prefix}-{cursor}"
+        self.mirror = BatchLoop(
+            consumer_config=self.runtime.consumer_config(self.mirror_group),
+            # Batches are large and latency is bounded by the commit interval: let the
+            # producer fill its batches.
+            producer_config=self.runtime.producer_config(**{"linger.ms": 20}),
+            subscription=[events_pattern(self.settings.topic_prefix)],
+            step=self.step.handle_batch,
+            batch_size=self.settings.mirror_batch_size if batch_size is None else batch_size,
+            commit_interval=self.settings.commit_interval,
+            flush_timeout=self.settings.flush_timeout,
+            name="feedback-mirror")
         self.subscribed: set[str] = set()
         self.discovered_at: dict[str, float] = {}
         missing = sorted({r.then.name for r in self.rules} - set(self.actions))
@@ -135,8 +189,9 @@ class Worker:
 
     def faust_settings(self, batch_size: int) -> dict[str, Any]:
         """The faust.App settings: the runtime's brokers, credentials and consumer timing,
-        and the worker's own choices."""
-        group = f"{self.settings.topic_prefix}-{self.cursor}"
+        and the worker's own choices. The app's group is the reactor's,
+        `<prefix>-<cursor>-rules`: the mirror's loop owns `<prefix>-<cursor>`."""
+        group = f"{self.settings.topic_prefix}-{self.cursor}-rules"
         datadir = os.path.join(tempfile.gettempdir(), "feedback-streams", group)
         return {
             **self.runtime.faust_settings(),
@@ -169,19 +224,7 @@ class Worker:
         ctl = control_topic(settings)
         self.channel = app.topic(ctl, value_serializer="raw", key_serializer="raw")
         self.subscribed.add(ctl)
-        step, runtime = self.step, self.runtime
-
-        async def mirror_batch(messages: list[Any]) -> None:
-            outputs: list[Output] = []
-            for msg in messages:
-                outputs.extend(self._handle(step, msg))
-            await runtime.delivery.deliver(outputs)
-
-        async def feedback_mirror(stream: Any) -> None:
-            async for events in stream.take_events(batch_size, within=within):
-                await _never_ack_unhandled(mirror_batch, [e.message for e in events])
-
-        app.agent(self.channel, name="feedback-mirror")(feedback_mirror)
+        _thread_service(app, "feedback-mirror", self.mirror.run)
 
         reactor = self.reactor
         if reactor is not None:
@@ -193,33 +236,29 @@ class Worker:
 
             app.agent(self.channel, name="rules-reactor")(rules_reactor)
 
-        async def discover() -> None:
-            try:
-                await self.discover()
-            except Exception:  # a failed discovery must not crash the worker: try again
-                log.exception("tenant discovery failed")
+            async def discover() -> None:
+                try:
+                    await self.discover()
+                except Exception:  # a failed discovery must not crash the worker: retry
+                    log.exception("tenant discovery failed")
 
-        app.timer(settings.discovery_interval)(discover)
+            app.timer(settings.discovery_interval)(discover)
+        else:
+            # Faust needs a topic to subscribe to; the control topic (always empty) is it.
+            async def idle(stream: Any) -> None:
+                async for _event in stream:
+                    pass
+
+            app.agent(self.channel, name="control")(idle)
         if self.stats_interval:
             async def report() -> None:
-                line: dict[str, Any] = {"stats": asdict(self.step.stats), "time": time.time()}
+                line: dict[str, Any] = {"stats": asdict(self.step.stats),
+                                        "loop": asdict(self.mirror.stats), "time": time.time()}
                 if self.reactor is not None:
                     line["rules"] = asdict(self.reactor.stats)
                 print(json.dumps(line), file=sys.stderr, flush=True)
             app.timer(self.stats_interval)(report)
         return app
-
-    @staticmethod
-    def _handle(step: MirrorStep, msg: Any) -> list[Output]:
-        event_type = header_value(msg.headers, "event_type")
-        try:
-            return step.handle(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                               event_type)
-        except Exception as exc:  # a bug must not ack the event unhandled: dead-letter it
-            log.exception("mirror step failed on %s[%s]@%s", msg.topic, msg.partition,
-                          msg.offset)
-            return [step.dead_letter(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                                     f"internal error: {exc!r}")]
 
     def events_topics(self) -> list[str]:
         """The tenants' events topics that exist now."""
@@ -264,6 +303,8 @@ class Worker:
         and the tenants (with their rules topics) that exist now."""
         _ensure_control_topic(self.tenant_admin.client, control_topic(self.settings),
                               self.settings.replication_factor)
+        if self.reactor is None:
+            return  # the mirror's loop finds tenants by pattern
         initial = self.events_topics()
         if initial:
             self._ensure_rules_topics(initial)
