@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Message
 
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
@@ -53,6 +53,7 @@ class Reactor:
         self.stats = ReactorStats()
         self.matcher = Matcher(rules, self.stats)
         self.records = RuleRecords(runtime.serde, settings.topic_prefix, self.stats)
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.executor = RunExecutor(
             rules, actions, client=lambda: runtime.client, emit=self.emit, deps=deps,
             action_timeout=settings.action_timeout,
@@ -81,6 +82,43 @@ class Reactor:
             else:
                 out += [self.records.envelope(e) for e in self.matcher.fired(item, envelope)]
         return out
+
+    def handle_batch(self, messages: Sequence[Message]) -> list[Output]:
+        """The batch data path's step (runs in the loop's thread): match a batch of
+        confluent-kafka messages and return the firings and forwards to produce; the runs of
+        actions this worker has are executed on the worker's event loop (`bind`) before it
+        returns, so the batch is committed only after they finished."""
+        outputs: list[Output] = []
+        runs: list[Envelope] = []
+        wants = self.matcher.wants
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            self.stats.events += 1
+            if not wants(header_value(msg.headers(), "event_type")):
+                continue
+            raw = msg.value()
+            envelope = self.records.decode(raw, msg.topic() or "", msg.partition() or 0,
+                                           msg.offset() or 0)
+            if envelope is None:
+                continue
+            if self.executor.runs_here(envelope):
+                runs.append(envelope)
+            outputs += self.outputs(envelope, raw)
+        if runs:
+            if self.loop is None:
+                raise RuntimeError("Reactor.bind(loop) was not called before runs arrived")
+            execute = self.executor.execute
+
+            async def run_all() -> None:
+                await asyncio.gather(*(execute(r) for r in runs))
+
+            asyncio.run_coroutine_threadsafe(run_all(), self.loop).result()
+        return outputs
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The event loop the actions run on (the worker's)."""
+        self.loop = loop
 
     async def handle(self, messages: Sequence[Any]) -> None:
         """Match a batch of events, fire or forward, run actions; returns when every output

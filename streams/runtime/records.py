@@ -6,6 +6,7 @@ The reactor agent and the decider share one.
 from __future__ import annotations
 
 from streams.adapters.avro.codec import envelope_from_record
+from streams.adapters.avro.fast import FastCodec
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.log import envelope_headers
 from streams.adapters.kafka.outputs import Output
@@ -22,16 +23,20 @@ HEADER_RULE = "rule"
 class RuleRecords:
     """Decodes events for the rules, and encodes what they write as records."""
 
-    def __init__(self, serde: AvroSerde, prefix: str, stats: ReactorStats) -> None:
+    def __init__(self, serde: AvroSerde, prefix: str, stats: ReactorStats,
+                 codec: FastCodec | None = None) -> None:
         self.serde = serde
         self.prefix = prefix
         self.stats = stats
+        # Decoding is the batch path's: fastavro against writer schemas cached per id.
+        self.codec = codec or FastCodec(serde.client)
 
     def decode(self, value: bytes | None, topic: str, partition: int,
                offset: int) -> Envelope | None:
-        """The envelope of a record, or None (counted) if it cannot be decoded."""
+        """The envelope of a record, or None (counted) if it cannot be decoded. Raises
+        RegistryUnavailable when the writer's schema cannot be fetched now (an outage)."""
         try:
-            record = self.serde.decode(value or b"", topic)
+            _writer, record = self.codec.decode(value or b"")
             return envelope_from_record(record, Seq(partition=partition, offset=offset))
         except (SchemaError, KeyError, TypeError, ValueError):
             self.stats.undecodable += 1  # the feedback mirror dead-letters these

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -76,6 +76,18 @@ def _ensure_control_topic(admin: AdminClient, name: str, replication_factor: int
             future.result()
 
 
+def run_or_exit(name: str, target: Callable[[threading.Event], None],
+                stop: threading.Event) -> None:
+    """Run a loop until `stop`; if it raises, end the process (exit 70) rather than go on
+    without it: nothing past its last commit was acknowledged, so a restarted worker redoes
+    exactly that work."""
+    try:
+        target(stop)
+    except Exception:
+        log.critical("%s stopped; exiting so it restarts from its cursor", name, exc_info=True)
+        os._exit(70)
+
+
 def _thread_service(app: faust.App, name: str,
                     target: Callable[[threading.Event], None]) -> None:
     """Run `target(stop)` in a thread for as long as the app runs; a target that raises ends
@@ -86,12 +98,7 @@ def _thread_service(app: faust.App, name: str,
         thread: threading.Thread | None = None
 
         def _main(self) -> None:
-            try:
-                target(stop)
-            except Exception:
-                log.critical("%s stopped; exiting so it restarts from its cursor", name,
-                             exc_info=True)
-                os._exit(70)
+            run_or_exit(name, target, stop)
 
         async def on_start(self) -> None:
             self.thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -104,22 +111,6 @@ def _thread_service(app: faust.App, name: str,
 
     ThreadService.__name__ = f"ThreadService[{name}]"
     app.service(ThreadService)
-
-
-async def _never_ack_unhandled(handle: Callable[[Any], Awaitable[None]], batch: Any) -> None:
-    """Run a batch handler; if it keeps failing, end the process rather than let Faust ack
-    (and later commit) events it did not handle. The restarted worker gets them again."""
-    for attempt in range(1, 4):
-        try:
-            await handle(batch)
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("batch handler failed (attempt %d of 3)", attempt)
-            await asyncio.sleep(attempt)
-    log.critical("batch handler failed 3 times; exiting without acking the batch")
-    os._exit(70)
 
 
 class Worker:
@@ -176,6 +167,14 @@ class Worker:
                         "them", ", ".join(missing))
         self.reactor = Reactor(self.runtime, self.rules, self.actions, deps=deps) \
             if self.rules or self.actions else None
+        self.reactor_loop = BatchLoop(
+            consumer_config=self.runtime.consumer_config(f"{self.mirror_group}-rules"),
+            producer_config=self.runtime.producer_config(),
+            subscription=[events_pattern(self.settings.topic_prefix)],
+            step=self.reactor.handle_batch, batch_size=self.settings.reactor_batch_size,
+            commit_interval=self.settings.commit_interval,
+            flush_timeout=self.settings.flush_timeout,
+            name="rules-reactor") if self.reactor is not None else None
         settings = self.settings
         self.app = self._build(
             settings.mirror_batch_size if batch_size is None else batch_size,
@@ -189,9 +188,10 @@ class Worker:
 
     def faust_settings(self, batch_size: int) -> dict[str, Any]:
         """The faust.App settings: the runtime's brokers, credentials and consumer timing,
-        and the worker's own choices. The app's group is the reactor's,
-        `<prefix>-<cursor>-rules`: the mirror's loop owns `<prefix>-<cursor>`."""
-        group = f"{self.settings.topic_prefix}-{self.cursor}-rules"
+        and the worker's own choices. The app's own group, `<prefix>-<cursor>-app`, only
+        holds the control topic: the mirror's loop owns `<prefix>-<cursor>` and the
+        reactor's loop `<prefix>-<cursor>-rules`."""
+        group = f"{self.settings.topic_prefix}-{self.cursor}-app"
         datadir = os.path.join(tempfile.gettempdir(), "feedback-streams", group)
         return {
             **self.runtime.faust_settings(),
@@ -226,15 +226,22 @@ class Worker:
         self.subscribed.add(ctl)
         _thread_service(app, "feedback-mirror", self.mirror.run)
 
-        reactor = self.reactor
-        if reactor is not None:
-            reactor_batch = settings.reactor_batch_size
+        # Faust needs a topic to subscribe to; the control topic (always empty) is it.
+        async def idle(stream: Any) -> None:
+            async for _event in stream:
+                pass
 
-            async def rules_reactor(stream: Any) -> None:
-                async for events in stream.take_events(reactor_batch, within=within):
-                    await _never_ack_unhandled(reactor.handle, [e.message for e in events])
+        app.agent(self.channel, name="control")(idle)
 
-            app.agent(self.channel, name="rules-reactor")(rules_reactor)
+        reactor, reactor_loop = self.reactor, self.reactor_loop
+        if reactor is not None and reactor_loop is not None:
+            async def bind_reactor() -> None:
+                # Actions run on the app's event loop; the loop's thread waits for them.
+                reactor.bind(asyncio.get_running_loop())
+
+            app.task(bind_reactor)
+
+            _thread_service(app, "rules-reactor", reactor_loop.run)
 
             async def discover() -> None:
                 try:
@@ -243,13 +250,7 @@ class Worker:
                     log.exception("tenant discovery failed")
 
             app.timer(settings.discovery_interval)(discover)
-        else:
-            # Faust needs a topic to subscribe to; the control topic (always empty) is it.
-            async def idle(stream: Any) -> None:
-                async for _event in stream:
-                    pass
 
-            app.agent(self.channel, name="control")(idle)
         if self.stats_interval:
             async def report() -> None:
                 line: dict[str, Any] = {"stats": asdict(self.step.stats),
@@ -266,12 +267,18 @@ class Worker:
         return [tenant_topics(t, prefix).events for t in self.tenant_admin.tenants()]
 
     async def discover(self) -> list[str]:
-        """Subscribe to tenants' events topics that appeared since the last look."""
+        """Note tenants' events topics that appeared since the last look and give each its
+        rules topic (stateful rules forward matches there); the loops themselves find new
+        tenants by pattern."""
         names = await asyncio.to_thread(self.events_topics)
         new = [n for n in names if n not in self.subscribed]
         if new:
             await asyncio.to_thread(self._ensure_rules_topics, new)
-            self.add_topics(new)
+            now = time.monotonic()
+            for name in new:
+                self.subscribed.add(name)
+                self.discovered_at[name] = now
+            log.info("new tenant topics: %s", ", ".join(new))
         return new
 
     def _ensure_rules_topics(self, events_topics: Sequence[str]) -> None:
@@ -283,32 +290,16 @@ class Worker:
             if parsed:
                 self.tenant_admin.ensure_rules_topic(parsed[0])
 
-    def add_topics(self, names: Sequence[str]) -> None:
-        """Add topics to the mirror's channel and ask Faust to resubscribe."""
-        now = time.monotonic()
-        for name in names:
-            self.subscribed.add(name)
-            self.discovered_at[name] = now
-        merged = tuple(sorted(self.subscribed))
-        # Agents iterate clones of their channel; every clone must see the new names.
-        for channel in list(self.app.topics):
-            if control_topic(self.settings) in getattr(channel, "topics", ()):
-                channel.topics = merged
-        self.channel.topics = merged
-        self.app.topics._flag_changes()  # type: ignore[attr-defined]
-        log.info("subscribed to new tenant topics: %s", ", ".join(names))
-
     def start(self) -> None:
         """What the worker needs from the broker before Faust starts: the control topic,
         and the tenants (with their rules topics) that exist now."""
         _ensure_control_topic(self.tenant_admin.client, control_topic(self.settings),
                               self.settings.replication_factor)
         if self.reactor is None:
-            return  # the mirror's loop finds tenants by pattern
+            return  # the loops find tenants by pattern
         initial = self.events_topics()
-        if initial:
-            self._ensure_rules_topics(initial)
-            self.add_topics(initial)
+        self._ensure_rules_topics(initial)
+        self.subscribed.update(initial)
 
     def run(self, loglevel: str = "warn") -> None:
         """Run the worker until SIGTERM or SIGINT (blocking)."""

@@ -1,30 +1,16 @@
-"""The worker's guard against acking what it did not handle (no broker needed)."""
+"""The worker's guard against going on without a loop, and its refusals (no broker needed)."""
 
-from typing import Any
+import threading
 
 import pytest
 
 from streams.runtime import worker
 
 
-async def test_a_failing_batch_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[Any] = []
-    monkeypatch.setattr(worker.asyncio, "sleep", _no_sleep)
-
-    async def flaky(batch: Any) -> None:
-        calls.append(batch)
-        if len(calls) < 3:
-            raise RuntimeError("transient")
-
-    await worker._never_ack_unhandled(flaky, ["event"])
-    assert calls == [["event"]] * 3
-
-
-async def test_a_batch_that_keeps_failing_ends_the_process(
+def test_a_loop_that_stops_on_an_error_ends_the_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     exits: list[int] = []
-    monkeypatch.setattr(worker.asyncio, "sleep", _no_sleep)
 
     def fake_exit(code: int) -> None:
         exits.append(code)
@@ -32,16 +18,21 @@ async def test_a_batch_that_keeps_failing_ends_the_process(
 
     monkeypatch.setattr(worker.os, "_exit", fake_exit)
 
-    async def broken(batch: Any) -> None:
-        raise RuntimeError("bug")
+    def broken(stop: threading.Event) -> None:
+        raise RuntimeError("outage too long")
 
     with pytest.raises(SystemExit):
-        await worker._never_ack_unhandled(broken, ["event"])
+        worker.run_or_exit("test-loop", broken, threading.Event())
     assert exits == [70]
 
 
-async def _no_sleep(_seconds: float) -> None:
-    return None
+def test_a_loop_that_returns_does_not_end_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker.os, "_exit", lambda code: pytest.fail(f"exited {code}"))
+    seen: list[bool] = []
+    stop = threading.Event()
+    stop.set()
+    worker.run_or_exit("test-loop", lambda s: seen.append(s.is_set()), stop)
+    assert seen == [True]
 
 
 def test_a_worker_refuses_rules_watching_an_undeclared_event_type() -> None:
