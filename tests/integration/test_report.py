@@ -1,0 +1,97 @@
+"""`streams report` on the real broker: it reads one workspace's log from the tenant's events
+topic and writes the measures as report.json and report.html; bad input is a clear error and
+exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent
+from streams.settings import Settings
+from streams.surfaces.report import CHARTS, build_report
+from tests.conftest import REPO
+from tests.surfaces.report_log import sample_log
+
+
+def streams_report(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams", "report", *args],
+        env=settings.child_env(STREAMS_FEEDBACK_MODULES="streams.examples.ops"),
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+
+
+async def test_report_reads_the_workspace_and_writes_json_and_html(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    client = client_factory()
+    ws = client.workspace(tenant, "prod")
+    log = sample_log(tenant, "prod")
+    for envelope in log:
+        await ws.append_envelope(envelope)
+    other = client.workspace(tenant, "staging", actor=UserActor(id="ada"))
+    for _ in range(5):
+        await other.append(AppEvent(name="ops:error_spike"))
+
+    out = tmp_path / "report"
+    done = streams_report(settings, "--tenant", tenant, "--workspace", "prod", "--out",
+                          str(out))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"json": str(out / "report.json"),
+                                       "html": str(out / "report.html")}
+    assert f"reading {tenant}'s log" in done.stderr  # the progress bar's line
+    written = json.loads((out / "report.json").read_text())
+    expected = build_report(log, tenant=tenant, workspace="prod")
+    for report in (written, expected):
+        report.pop("generated_at")
+    assert written == expected
+    page = (out / "report.html").read_text()
+    for chart in CHARTS:
+        assert f'data-chart="{chart}"' in page
+
+    window = streams_report(settings, "--tenant", tenant, "--workspace", "prod", "--out",
+                            str(tmp_path / "window"), "--since", "2026-11-28", "--until",
+                            "2026-11-29", "--resolves", "run_dead_lettered")
+    assert window.returncode == 0, window.stderr
+    narrow = json.loads((tmp_path / "window" / "report.json").read_text())
+    assert narrow["time_to_resolution"]["chains"] == 1
+    assert narrow["events"] < written["events"]
+
+
+async def test_bad_input_is_a_clear_error_and_exit_2(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    empty = tenant_factory()
+    await client_factory().workspace(tenant, "prod").append(AppEvent(name="ops:error_spike"))
+    out = str(tmp_path / "out")
+
+    cases = [
+        (["--tenant", "nosuchtenant", "--workspace", "prod"],
+         ["no tenant 'nosuchtenant'", "streams tenant list"]),
+        (["--tenant", tenant, "--workspace", "nosuch"],
+         [f"tenant '{tenant}' has no workspace 'nosuch'", "prod"]),
+        (["--tenant", empty, "--workspace", "prod"], ["is empty", "nothing to report"]),
+        (["--tenant", tenant, "--workspace", "prod", "--since", "2026-12-01",
+          "--until", "2026-11-01"], ["is not before --until"]),
+        (["--tenant", tenant, "--workspace", "prod", "--since", "yesterday"],
+         ["not an ISO 8601 date"]),
+        (["--tenant", tenant, "--workspace", "prod", "--until", "2000-01-01"],
+         ["no events in the window", "widen --since/--until"]),
+    ]
+    for args, messages in cases:
+        done = streams_report(settings, *args, "--out", out)
+        said = " ".join(done.stderr.split())
+        assert done.returncode == 2, (args, done.stderr)
+        for message in messages:
+            assert message in said, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "report.html").exists()
