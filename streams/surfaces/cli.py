@@ -423,12 +423,16 @@ def demo(
     tenants: Annotated[list[str] | None, typer.Option("--tenant", help="Demo tenants.")] = None,
     chains: Annotated[int, typer.Option(help="Incidents per tenant.")] = 30,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for all scores.")] = 180.0,
+    report_dir: Annotated[Path | None, typer.Option(
+        help="Folder for each tenant's dataset and report. Default: streams-<demo "
+        "workspace> in the temporary directory.")] = None,
 ) -> None:
-    """Create demo tenants, run a worker and a producer, and show events in and scores out."""
+    """Create demo tenants, run a worker and a producer, and show events in and scores out;
+    then each tenant's dataset of people's verdicts, the judge's agreement, and its report."""
     from streams.surfaces.demo import run_demo
 
     ok = run_demo(settings(), tenants or ["acme", "globex"], chains=chains,
-                  timeout=timeout, console=Console())
+                  timeout=timeout, console=Console(), report_dir=report_dir)
     raise typer.Exit(0 if ok else 1)
 
 
