@@ -95,3 +95,43 @@ async def test_bad_input_is_a_clear_error_and_exit_2(
             assert message in said, (args, done.stderr)
         assert "Traceback" not in done.stderr
     assert not (tmp_path / "out" / "report.html").exists()
+
+
+async def test_the_demo_section_saves_a_dataset_reports_agreement_and_writes_the_report(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any], tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from rich.console import Console
+
+    from streams.core.datasets import Dataset
+    from streams.examples.ops import TriageQuality
+    from streams.examples.ops_rules import TriageInput
+    from streams.runtime.root import Runtime
+    from streams.surfaces.demo import evaluate_and_report
+
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod")
+    log = sample_log(tenant, "prod")
+    for envelope in log:
+        await ws.append_envelope(envelope)
+    envelopes = await ws.read()
+    console = Console(record=True, width=200)
+    runtime = Runtime(settings)
+    try:
+        await asyncio.to_thread(evaluate_and_report, runtime, tenant, "prod", envelopes,
+                                tmp_path / tenant, console)
+    finally:
+        runtime.close()
+    said = console.export_text()
+    dataset = Dataset.load(tmp_path / tenant / "triage-dataset.jsonl",
+                           feedback_type=TriageQuality, input_type=TriageInput)
+    people = [e for e in log if e.actor.kind == "user"]
+    assert len(dataset) == len(people) == 9
+    assert {x.metadata["given_by"] for x in dataset.examples} == {"user:ada"}
+    assert "evaluator:triage-judge@2 on triage_quality.correct: kappa" in said
+    assert "evaluator:triage-judge@1 on triage_quality.severity: kappa" in said
+    report = json.loads((tmp_path / tenant / "report.json").read_text())
+    assert report["events"] == len(log)
+    assert (tmp_path / tenant / "report.html").exists()
