@@ -4,6 +4,7 @@ logs no error."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -53,7 +54,9 @@ def test_every_chart_renders_with_marks_and_the_console_stays_clean(tmp_path: Pa
                     " return r.width + r.height; })")
                 assert all(extent > 0 for extent in extents), chart
                 assert svg.locator("text.empty").count() == 0, chart
-            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            # STREAMS_REPORT_SCREENSHOT=docs/report.png refreshes the picture in the docs.
+            shot = os.environ.get("STREAMS_REPORT_SCREENSHOT") or str(tmp_path / "report.png")
+            page.screenshot(path=shot, full_page=True)
         finally:
             browser.close()
     assert problems == []
