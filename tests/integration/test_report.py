@@ -135,3 +135,38 @@ async def test_the_demo_section_saves_a_dataset_reports_agreement_and_writes_the
     report = json.loads((tmp_path / tenant / "report.json").read_text())
     assert report["events"] == len(log)
     assert (tmp_path / tenant / "report.html").exists()
+
+
+async def test_the_reader_counts_progress_against_the_end_offsets(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any],
+) -> None:
+    import asyncio
+
+    from streams.runtime.log_read import read_workspace_log
+    from streams.runtime.root import Runtime
+
+    tenant = tenant_factory()
+    client = client_factory()
+    log = sample_log(tenant, "prod")
+    prod = client.workspace(tenant, "prod")
+    for envelope in log:
+        await prod.append_envelope(envelope)
+    staging = client.workspace(tenant, "staging")
+    for _ in range(7):
+        await staging.append(AppEvent(name="ops:error_spike"))
+
+    calls: list[tuple[int, int]] = []
+    runtime = Runtime(settings)
+    try:
+        read = await asyncio.to_thread(
+            read_workspace_log, runtime, tenant, "prod",
+            progress=lambda done, total: calls.append((done, total)))
+    finally:
+        runtime.close()
+    total = len(log) + 7
+    assert calls[0] == (0, total) and calls[-1] == (total, total)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert read.records == total and read.undecodable == 0
+    assert read.workspaces == {"prod", "staging"}
+    assert sorted(e.event_id for e in read.envelopes) == sorted(e.event_id for e in log)
