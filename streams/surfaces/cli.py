@@ -398,10 +398,11 @@ def report(
         with Progress("[progress.description]{task.description}", BarColumn(),
                       MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                       transient=False) as bar:
-            task = bar.add_task(f"reading {tenant}'s log", total=None)
+            # Shown once the end offsets are known, so an unknown tenant prints no bar.
+            task = bar.add_task(f"reading {tenant}'s log", total=None, visible=False)
 
             def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
+                bar.update(task, completed=done, total=total, visible=True)
 
             files = make_report(runtime, tenant, workspace, out=out, since=start, until=end,
                                 resolves=resolves, quality_of=quality_of, progress=progress)
