@@ -8,6 +8,15 @@ repo=$(cd "$here/.." && pwd)
 cd "$repo"
 "$here/bootstrap.sh"
 
+# The report's browser test drives the system's Chromium (Playwright cannot download its own).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "[test] installing chromium for the report's browser test" >&2
+  as_root=""
+  if [ "$(id -u)" != 0 ]; then as_root="sudo"; fi
+  $as_root apt-get update -qq
+  $as_root apt-get install -y -qq chromium
+fi
+
 echo "[test] ruff" >&2
 .venv/bin/ruff check streams tests bench
 echo "[test] mypy" >&2

@@ -1,5 +1,5 @@
 """The operators' command line: `streams worker`, `streams tenant ...`, `streams schemas ...`,
-`streams demo`."""
+`streams sink langfuse | duckdb`, `streams report`, `streams demo`."""
 
 from __future__ import annotations
 
@@ -221,6 +221,44 @@ def _langfuse_client(config: Settings) -> Any:
                     base_url=config.langfuse_host or None, tracing_enabled=False)
 
 
+CursorOption = Annotated[str, typer.Option(help="Cursor (consumer group) name.")]
+NoCursorOption = Annotated[bool, typer.Option(
+    "--no-cursor", help="Keep no cursor: commit nothing, read from the beginning.")]
+ReplayOption = Annotated[bool, typer.Option(help="Read from the beginning; the cursor stays "
+                                            "until the replay passes it.")]
+BatchOption = Annotated[int | None, typer.Option(
+    help="Scores per batch. Default: $STREAMS_SINK_BATCH_SIZE.")]
+StatsOption = Annotated[float, typer.Option(help="Seconds between stats lines; 0: none.")]
+
+
+async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: bool,
+                    batch_size: int, stats_interval: float) -> None:
+    """Run a sink under the sink runner until SIGTERM or SIGINT; print its stats as JSON
+    lines (every `stats_interval` seconds when given, and once at the end)."""
+    import asyncio
+    import signal
+
+    from streams.runtime.sink_runner import SinkRunner
+
+    runner = SinkRunner(config, sink, cursor=cursor, replay=replay, batch_size=batch_size)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, runner.stop)
+
+    async def report() -> None:
+        while True:
+            await asyncio.sleep(stats_interval)
+            print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
+
+    reporter = asyncio.create_task(report()) if stats_interval else None
+    try:
+        await runner.run()
+    finally:
+        if reporter is not None:
+            reporter.cancel()
+    print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
+
+
 @sink_app.command("langfuse")
 def sink_langfuse(
     types: TypesOption = None,
@@ -239,11 +277,9 @@ def sink_langfuse(
     """Mirror every tenant's scores into Langfuse (LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY,
     LANGFUSE_SECRET_KEY)."""
     import asyncio
-    import signal
 
     from streams.adapters.langfuse import LangfuseScoreConfigStore, LangfuseScoreSink
     from streams.core.sinks.configs import sync_score_configs
-    from streams.runtime.sink_runner import SinkRunner
 
     load_types(types)
     config = settings()
@@ -263,22 +299,8 @@ def sink_langfuse(
                 raise typer.Exit(2) from exc
             if created:
                 console.print(f"created score configs: {', '.join(created)}")
-        runner = SinkRunner(config, sink, cursor=None if no_cursor else cursor,
-                            replay=replay, batch_size=batch)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, runner.stop)
-        if stats_interval:
-            async def report() -> None:
-                while True:
-                    await asyncio.sleep(stats_interval)
-                    print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
-            reporter = asyncio.create_task(report())
-        await runner.run()
-        if stats_interval:
-            reporter.cancel()
-        print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
-
+        await _run_sink(config, sink, cursor=None if no_cursor else cursor, replay=replay,
+                        batch_size=batch, stats_interval=stats_interval)
     asyncio.run(main())
 
 
@@ -300,17 +322,118 @@ def sink_sync_configs(types: TypesOption = None) -> None:
     print(json.dumps({"created": created}))
 
 
+@sink_app.command("duckdb")
+def sink_duckdb(
+    path: Annotated[Path, typer.Option("--path", help="The DuckDB file (created when "
+                                       "missing).")],
+    types: TypesOption = None,
+    cursor: CursorOption = "warehouse",
+    no_cursor: NoCursorOption = False,
+    replay: ReplayOption = False,
+    batch_size: BatchOption = None,
+    stats_interval: StatsOption = 0.0,
+) -> None:
+    """Mirror every tenant's scores into a DuckDB file (table `scores`), for SQL."""
+    import asyncio
+
+    from streams.adapters.duckdb import DuckDBScoreSink
+
+    load_types(types)
+    config = settings()
+    sink = DuckDBScoreSink(path)
+    try:
+        # Open the file now: a file another process writes to is an error here, not retries.
+        sink.query("select count(*) from scores")
+    except StreamsError as exc:
+        raise _fail(exc, 2) from exc
+    console.print(f"DuckDB sink: {sink.identity}, cursor "
+                  f"{'(none)' if no_cursor else cursor}{' (replay)' if replay else ''}")
+    try:
+        asyncio.run(_run_sink(config, sink, cursor=None if no_cursor else cursor,
+                              replay=replay, batch_size=batch_size or config.sink_batch_size,
+                              stats_interval=stats_interval))
+    except StreamsError as exc:
+        raise _fail(exc, 2) from exc
+    finally:
+        sink.close()
+
+
+@app.command()
+def report(
+    tenant: Annotated[str, typer.Option(help="The tenant whose log is read.")],
+    workspace: Annotated[str, typer.Option(help="The workspace reported on.")],
+    out: Annotated[Path, typer.Option(help="Folder for report.json and report.html.")],
+    since: Annotated[str | None, typer.Option(
+        help="Only events at or after this ISO 8601 date/time (UTC unless it has an "
+        "offset).")] = None,
+    until: Annotated[str | None, typer.Option(
+        help="Only events before this ISO 8601 date/time.")] = None,
+    resolves: Annotated[str, typer.Option(
+        help="Event type that resolves a chain, for the time-to-resolution distribution "
+        "(e.g. oncall:incident.resolved).")] = "run_succeeded",
+    quality_of: Annotated[str, typer.Option(
+        "--quality", help="FEEDBACK_TYPE.FIELD whose mean is the quality per agent.")]
+    = "workflow_review.quality_score",
+    types: TypesOption = None,
+) -> None:
+    """Measure a workspace from its tenant's log: rule outcomes, time to resolution, judge
+    agreement, quality; writes OUT/report.json and OUT/report.html (self-contained)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from streams.runtime.root import Runtime
+    from streams.surfaces.report.model import check_window, parse_quality, parse_time
+    from streams.surfaces.report.run import make_report
+
+    load_types(types)
+    config = settings()
+    try:
+        start = parse_time(since, "--since") if since else None
+        end = parse_time(until, "--until") if until else None
+        check_window(start, end)
+        parse_quality(quality_of)
+    except StreamsError as exc:
+        raise _fail(exc, 2) from exc
+    runtime = Runtime(config)
+    try:
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                      transient=False) as bar:
+            # Shown once the end offsets are known, so an unknown tenant prints no bar.
+            task = bar.add_task(f"reading {tenant}'s log", total=None, visible=False)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total, visible=True)
+
+            files = make_report(runtime, tenant, workspace, out=out, since=start, until=end,
+                                resolves=resolves, quality_of=quality_of, progress=progress)
+    except StreamsError as exc:
+        raise _fail(exc, 2) from exc
+    finally:
+        runtime.close()
+    summary = files.report
+    console.print(f"{summary['events']} events of {tenant}/{workspace}: "
+                  f"{len(summary['rule_outcomes'])} rules, "
+                  f"{summary['time_to_resolution']['chains']} chains resolved, "
+                  f"{len(summary['judge_agreement'])} judge agreement rows, "
+                  f"{len(summary['quality']['agents'])} agents with quality")
+    print(json.dumps({"json": str(files.json_path), "html": str(files.html_path)}))
+
+
 @app.command()
 def demo(
     tenants: Annotated[list[str] | None, typer.Option("--tenant", help="Demo tenants.")] = None,
     chains: Annotated[int, typer.Option(help="Incidents per tenant.")] = 30,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for all scores.")] = 180.0,
+    report_dir: Annotated[Path | None, typer.Option(
+        help="Folder for each tenant's dataset and report. Default: streams-<demo "
+        "workspace> in the temporary directory.")] = None,
 ) -> None:
-    """Create demo tenants, run a worker and a producer, and show events in and scores out."""
+    """Create demo tenants, run a worker and a producer, and show events in and scores out;
+    then each tenant's dataset of people's verdicts, the judge's agreement, and its report."""
     from streams.surfaces.demo import run_demo
 
     ok = run_demo(settings(), tenants or ["acme", "globex"], chains=chains,
-                  timeout=timeout, console=Console())
+                  timeout=timeout, console=Console(), report_dir=report_dir)
     raise typer.Exit(0 if ok else 1)
 
 

@@ -1,5 +1,7 @@
 """The demo: tenants, a worker running the ops rules, people giving feedback, and a live view
-of events in, firings, runs, escalations, feedback and scores out, per tenant."""
+of events in, firings, runs, escalations, feedback and scores out, per tenant; then, per
+tenant, a dataset of the people's triage verdicts, the judge's agreement with them, and the
+workspace's report (report.json, report.html) in a folder it names."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer
@@ -23,6 +26,8 @@ from rich.table import Table
 
 from streams.adapters.kafka.log import watermarks
 from streams.core.actors import UserActor
+from streams.core.datasets import Dataset, FeedbackContext, LogFeedbackSource, collect
+from streams.core.errors import StreamsError
 from streams.core.events import (
     AppEvent,
     Envelope,
@@ -33,13 +38,16 @@ from streams.core.events import (
     RunSucceeded,
     new_id,
 )
+from streams.core.measures import FieldAgreement, judge_agreement
 from streams.core.scores import scores_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import tenant_topics
-from streams.examples.ops import Resolution, ShouldHaveFired, TriageQuality
+from streams.examples.ops import IncidentOpened, Resolution, ShouldHaveFired, TriageQuality
+from streams.examples.ops_rules import TriageInput
 from streams.runtime.root import Runtime
 from streams.runtime.workspace import Workspace
 from streams.settings import Settings
+from streams.surfaces.report.run import make_report
 from streams.testing.langfuse_standin import LangfuseStandIn
 
 PEOPLE = ("ada", "grace", "linus")
@@ -139,9 +147,65 @@ def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
     return table, done
 
 
+def _triage_input(context: FeedbackContext[TriageQuality]) -> TriageInput:
+    """What the judge looked at, rebuilt from the judged run: its service, the errors of the
+    spikes that started it, and whether it opened an incident."""
+    record = context.run
+    assert record is not None  # feedback on a run always has one
+    return TriageInput(
+        service=str(record.run.scope.get("service", "?")),
+        errors=sum(int(e.event.data.get("errors", 1)) for e in record.matched
+                   if isinstance(e.event, AppEvent)),
+        opened_incident=any(isinstance(e.event, AppEvent)
+                            and e.event.name == IncidentOpened.app_event_name
+                            for e in record.emitted))
+
+
+def _agreement_line(row: FieldAgreement) -> str:
+    part = row.categorical
+    if part is None or part.kappa is None or part.ci is None:
+        return (f"  {row.evaluator} on {row.feedback_type}.{row.field}: kappa undefined "
+                f"(n={row.n})")
+    return (f"  {row.evaluator} on {row.feedback_type}.{row.field}: kappa {part.kappa:.2f} "
+            f"[{part.ci[0]:.2f}, {part.ci[1]:.2f}], agreeing {100 * part.observed:.0f}% "
+            f"of n={part.n} pairs")
+
+
+def evaluate_and_report(runtime: Runtime, tenant: str, workspace: str,
+                        envelopes: list[Envelope], folder: Path, console: Console) -> None:
+    """The demo's last section for one tenant: a dataset of the people's triage verdicts
+    (saved as JSON lines), the judge's agreement with them, and the workspace's report (the
+    code of `streams report`), all in `folder`."""
+    source = LogFeedbackSource(envelopes, feedback_type=TriageQuality, input_type=TriageInput,
+                               input=_triage_input, targets={"run"})
+
+    async def evaluate() -> tuple[Dataset[TriageInput, TriageQuality], list[FieldAgreement]]:
+        dataset = await collect(f"{tenant}-{workspace}-triage", source)
+        rows = await judge_agreement(envelopes)
+        return dataset, [r for r in rows if r.feedback_type == "triage_quality"]
+
+    dataset, agreement = asyncio.run(evaluate())
+    folder.mkdir(parents=True, exist_ok=True)
+    dataset.save(folder / "triage-dataset.jsonl")
+    examples = len(dataset)
+    files = make_report(runtime, tenant, workspace, out=folder)
+    console.print(f"[bold]{tenant}[/bold]: dataset of {examples} people's triage verdicts "
+                  f"({folder / 'triage-dataset.jsonl'}); the judge against them (the demo's "
+                  f"people answer at random, so kappa near 0 is what to expect):")
+    for row in agreement:
+        console.print(_agreement_line(row))
+    if not agreement:
+        console.print("  no run judged by both the judge and a person (the judge's budget, "
+                      "20 an hour per tenant, may be spent by earlier demo runs this hour)")
+    console.print(f"  report: {files.html_path} and {files.json_path.name}")
+
+
 def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
-             timeout: float = 180.0, console: Console | None = None) -> bool:
-    """Run the demo end to end; True when every expected score arrived."""
+             timeout: float = 180.0, console: Console | None = None,
+             report_dir: Path | None = None) -> bool:
+    """Run the demo end to end; True when every expected score arrived and each tenant's
+    dataset, agreement and report were made (into `report_dir`, default a folder under the
+    temporary directory named after the demo's workspace)."""
     console = console or Console()
     runtime = Runtime(settings)
     admin = runtime.admin
@@ -230,6 +294,18 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
             console.print(f"[green]every expected score arrived, on the scores topic and in "
                           f"the Langfuse stand-in, in {time.monotonic() - started:.1f}s"
                           f"[/green]")
+            finished.set()
+            producer.thread.join(timeout=10)
+            folder = report_dir or Path(tempfile.gettempdir()) / f"streams-{workspace}"
+            console.print(f"\n[bold]Evaluation[/bold]: datasets, judge agreement and reports "
+                          f"in {folder}")
+            try:
+                for tenant in tenants:
+                    evaluate_and_report(runtime, tenant, workspace, views[tenant].envelopes,
+                                        folder / tenant, console)
+            except StreamsError as exc:
+                console.print(f"[red]the evaluation section failed: {exc}[/red]")
+                ok = False
     finally:
         finished.set()
         producer.thread.join(timeout=10)

@@ -80,3 +80,26 @@ def test_the_sink_reads_langfuse_keys_through_settings(monkeypatch: pytest.Monke
     assert result.exit_code == 2
     assert "LANGFUSE_SECRET_KEY" in result.output
     assert "LANGFUSE_PUBLIC_KEY" not in result.output.split("set ")[-1]
+
+
+def test_duckdb_sink_refuses_a_file_it_cannot_open(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "scores.duckdb"
+    result = runner.invoke(app, ["sink", "duckdb", "--path", str(missing), "--no-cursor"])
+    assert result.exit_code == 2
+    assert "cannot open the DuckDB file" in " ".join(result.output.split())
+
+
+def test_report_refuses_a_window_that_ends_before_it_starts(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["report", "--tenant", "acme", "--workspace", "prod",
+                                 "--out", str(tmp_path), "--since", "2026-12-01",
+                                 "--until", "2026-11-01"])
+    assert result.exit_code == 2
+    assert "is not before --until" in " ".join(result.output.split())
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_report_refuses_a_quality_that_names_no_field(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["report", "--tenant", "acme", "--workspace", "prod",
+                                 "--out", str(tmp_path), "--quality", "quality_score"])
+    assert result.exit_code == 2
+    assert "FEEDBACK_TYPE.FIELD" in result.output

@@ -1,0 +1,337 @@
+"""The report as ONE self-contained HTML page: inline CSS, charts as inline SVG drawn here.
+
+Pure: it takes the dict of `build_report` and returns text; no network, no script, no CDN.
+Each chart is an `<svg class="chart" data-chart="NAME">` whose data marks (bars, points,
+lines) carry the class `mark` and a `<title>` with their numbers; a chart without data says
+so in the SVG instead. Charts: `rule-outcomes`, `time-to-resolution`, `judge-agreement`,
+`quality`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+__all__ = ["CHARTS", "duration", "render_html"]
+
+CHARTS = ("rule-outcomes", "time-to-resolution", "judge-agreement", "quality")
+
+WIDTH = 720
+LEFT = 200
+RIGHT = 24
+PALETTE = ("#2563eb", "#d97706", "#059669", "#dc2626", "#7c3aed", "#0891b2", "#be185d",
+           "#4d7c0f")
+OUTCOME_COLORS = {"succeeded": "#059669", "dead_lettered": "#dc2626",
+                  "in_progress": "#9ca3af"}
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 780px; color: #111827; padding: 0 1rem; }
+h1 { font-size: 1.5rem; margin-bottom: 0.25rem; }
+h2 { font-size: 1.15rem; margin-top: 2rem; border-bottom: 1px solid #e5e7eb; }
+p.meta { color: #4b5563; margin-top: 0; }
+table { border-collapse: collapse; font-size: 0.85rem; margin-top: 0.5rem; }
+th, td { padding: 0.2rem 0.6rem; text-align: right; border-bottom: 1px solid #f3f4f6; }
+th:first-child, td:first-child { text-align: left; }
+svg.chart { display: block; margin-top: 0.5rem; }
+svg text { font-size: 11px; fill: #374151; }
+svg .axis { stroke: #9ca3af; stroke-width: 1; }
+svg .grid { stroke: #e5e7eb; stroke-width: 1; }
+svg text.empty { font-size: 13px; fill: #6b7280; }
+"""
+
+
+def duration(seconds: float) -> str:
+    """A short human duration: 45s, 12.5m, 3.2h, 2.1d."""
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.3g}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.3g}h"
+    return f"{seconds / 86400:.3g}d"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _svg(name: str, height: int, body: list[str], label: str) -> str:
+    return (f'<svg class="chart" data-chart="{name}" xmlns="http://www.w3.org/2000/svg" '
+            f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
+            f'aria-label="{escape(label)}">' + "".join(body) + "</svg>")
+
+
+def _empty(name: str, why: str) -> str:
+    return _svg(name, 60, [f'<text class="empty" x="10" y="34">{escape(why)}</text>'], why)
+
+
+def _title(text: str) -> str:
+    return f"<title>{escape(text)}</title>"
+
+
+def _ticks(top: float, count: int = 5) -> list[float]:
+    """Round tick values from 0 to at least `top`."""
+    if top <= 0:
+        return [0.0, 1.0]
+    raw = top / count
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(f * power for f in (1, 2, 5, 10) if f * power >= raw)
+    return [i * step for i in range(math.ceil(top / step - 1e-9) + 1)]
+
+
+def _rule_outcomes(rows: Sequence[dict[str, Any]]) -> str:
+    name = "rule-outcomes"
+    if not rows:
+        return _empty(name, "no runs in this window")
+    row_h, top, plot = 26, 28, WIDTH - LEFT - RIGHT
+    most = max(r["runs"] for r in rows) or 1
+    height = top + row_h * len(rows) + 30
+    body: list[str] = []
+    x = LEFT
+    for i, (key, color) in enumerate(OUTCOME_COLORS.items()):
+        lx = LEFT + i * 130
+        body.append(f'<rect x="{lx}" y="6" width="10" height="10" fill="{color}"/>'
+                    f'<text x="{lx + 14}" y="15">{key.replace("_", " ")}</text>')
+    for i, row in enumerate(rows):
+        y = top + i * row_h
+        body.append(f'<text x="{LEFT - 8}" y="{y + 15}" text-anchor="end">'
+                    f'{escape(row["rule"])}</text>')
+        x = LEFT
+        for key, color in OUTCOME_COLORS.items():
+            count = row[key]
+            if not count:
+                continue
+            w = plot * count / most
+            tip = _title(f"{row['rule']}: {count} {key.replace('_', ' ')}")
+            body.append(f'<rect class="mark" x="{x:.1f}" y="{y + 3}" width="{w:.1f}" '
+                        f'height="{row_h - 8}" fill="{color}">{tip}</rect>')
+            x += w
+        body.append(f'<text x="{x + 4:.1f}" y="{y + 15}">{row["runs"]}</text>')
+    axis_y = top + row_h * len(rows)
+    body.append(f'<line class="axis" x1="{LEFT}" y1="{top}" x2="{LEFT}" y2="{axis_y}"/>')
+    body.append(f'<text x="{LEFT}" y="{axis_y + 18}">runs (0 to {most})</text>')
+    return _svg(name, height, body, "runs per rule by outcome")
+
+
+def _time_to_resolution(section: dict[str, Any]) -> str:
+    name = "time-to-resolution"
+    bins = section["histogram"]
+    if not bins:
+        return _empty(name, f"no chain reached a {section['resolves']} event in this window")
+    top, bottom, plot_h = 16, 44, 200
+    left = 50
+    plot_w = WIDTH - left - RIGHT
+    height = top + plot_h + bottom
+    most = max(b["count"] for b in bins)
+    ticks = _ticks(most)
+    scale = plot_h / ticks[-1]
+    body: list[str] = []
+    for tick in ticks:
+        y = top + plot_h - tick * scale
+        body.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" '
+                    f'y2="{y:.1f}"/><text x="{left - 6}" y="{y + 4:.1f}" '
+                    f'text-anchor="end">{tick:g}</text>')
+    w = plot_w / len(bins)
+    for i, b in enumerate(bins):
+        x = left + i * w
+        h = b["count"] * scale
+        label = f"{duration(b['from'])} to {duration(b['to'])}: {b['count']} chains"
+        if b["count"]:
+            body.append(f'<rect class="mark" x="{x + 1:.1f}" y="{top + plot_h - h:.1f}" '
+                        f'width="{max(1.0, w - 2):.1f}" height="{h:.1f}" fill="{PALETTE[0]}">'
+                        f'{_title(label)}</rect>')
+        if len(bins) <= 12 or i % 2 == 0:
+            body.append(f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="middle">'
+                        f'{duration(b["from"])}</text>')
+    body.append(f'<text x="{left + plot_w:.1f}" y="{top + plot_h + 14}" text-anchor="end">'
+                f'{duration(bins[-1]["to"])}</text>')
+    body.append(f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{WIDTH - RIGHT}" '
+                f'y2="{top + plot_h}"/>')
+    body.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 6}" text-anchor="middle">'
+                f'time from the chain\'s first event to its first '
+                f'{escape(section["resolves"])} (chains per bin)</text>')
+    return _svg(name, height, body, "distribution of times to resolution")
+
+
+def _agreement_value(row: dict[str, Any]) -> tuple[float | None, list[float] | None, str]:
+    if row["kind"] == "numeric":
+        return row["spearman"], row["spearman_ci"], "Spearman rho"
+    return row["kappa"], row["kappa_ci"], "Cohen's kappa"
+
+
+def _judge_agreement(rows: Sequence[dict[str, Any]]) -> str:
+    name = "judge-agreement"
+    if not rows:
+        return _empty(name, "no target judged by both an evaluator and a person")
+    row_h, top = 26, 24
+    plot = WIDTH - LEFT - RIGHT
+    height = top + row_h * len(rows) + 34
+    evaluators = sorted({r["evaluator"] for r in rows})
+    colors = {e: PALETTE[i % len(PALETTE)] for i, e in enumerate(evaluators)}
+
+    def x_of(value: float) -> float:
+        return LEFT + plot * (value + 1.0) / 2.0
+
+    body: list[str] = []
+    for tick in (-1.0, -0.5, 0.0, 0.5, 1.0):
+        x = x_of(tick)
+        body.append(f'<line class="{"axis" if tick == 0 else "grid"}" x1="{x:.1f}" '
+                    f'y1="{top}" x2="{x:.1f}" y2="{top + row_h * len(rows)}"/>'
+                    f'<text x="{x:.1f}" y="{top + row_h * len(rows) + 14}" '
+                    f'text-anchor="middle">{tick:g}</text>')
+    for i, row in enumerate(rows):
+        y = top + i * row_h + row_h / 2
+        value, ci, measure = _agreement_value(row)
+        color = colors[row["evaluator"]]
+        label = f"{row['evaluator']} · {row['feedback_type']}.{row['field']}"
+        body.append(f'<text x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">'
+                    f'{escape(row["feedback_type"])}.{escape(row["field"])}</text>')
+        if value is None:
+            body.append(f'<text x="{x_of(0) + 6:.1f}" y="{y + 4:.1f}">{measure} undefined '
+                        f'(n={row["n"]})</text>')
+            continue
+        tip = _title(f"{label}: {measure} = {value:.3f}"
+                     + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f", n = {row['n']}")
+        if ci:
+            body.append(f'<line class="mark" x1="{x_of(ci[0]):.1f}" y1="{y:.1f}" '
+                        f'x2="{x_of(ci[1]):.1f}" y2="{y:.1f}" stroke="{color}" '
+                        f'stroke-width="2">{tip}</line>')
+        body.append(f'<circle class="mark" cx="{x_of(value):.1f}" cy="{y:.1f}" r="5" '
+                    f'fill="{color}">{tip}</circle>')
+    legend_y = height - 6
+    for i, evaluator in enumerate(evaluators):
+        lx = LEFT + i * 240
+        body.append(f'<circle cx="{lx + 5}" cy="{legend_y - 4}" r="5" '
+                    f'fill="{colors[evaluator]}"/><text x="{lx + 14}" y="{legend_y}">'
+                    f'{escape(evaluator)}</text>')
+    return _svg(name, height, body, "agreement of each evaluator version with people")
+
+
+def _quality(section: dict[str, Any]) -> str:
+    name = "quality"
+    agents = section["agents"]
+    what = f"{section['feedback_type']}.{section['field']}"
+    if not agents:
+        return _empty(name, f"no {what} feedback in this window")
+    days = sorted({d["day"] for a in agents for d in a["by_day"]})
+    means = [float(d["mean"]) for a in agents for d in a["by_day"]]
+    low, high = min(means), max(means)
+    if high == low:
+        low, high = low - 1.0, high + 1.0
+    pad = (high - low) * 0.1
+    low, high = low - pad, high + pad
+    top, plot_h, left = 16, 200, 60
+    plot_w = WIDTH - left - RIGHT
+    height = top + plot_h + 40 + 18 * math.ceil(len(agents) / 3)
+
+    inset = 36  # room for the first and last day's labels
+
+    def x_of(day: str) -> float:
+        if len(days) == 1:
+            return left + plot_w / 2
+        return left + inset + (plot_w - 2 * inset) * days.index(day) / (len(days) - 1)
+
+    def y_of(value: float) -> float:
+        return top + plot_h * (high - value) / (high - low)
+
+    body: list[str] = []
+    for k in range(5):
+        value = low + (high - low) * k / 4
+        y = y_of(value)
+        body.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" '
+                    f'y2="{y:.1f}"/><text x="{left - 6}" y="{y + 4:.1f}" '
+                    f'text-anchor="end">{value:.3g}</text>')
+    step = max(1, math.ceil(len(days) / 8))
+    for i, day in enumerate(days):
+        if i % step == 0 or i == len(days) - 1:
+            body.append(f'<text x="{x_of(day):.1f}" y="{top + plot_h + 14}" '
+                        f'text-anchor="middle">{escape(day)}</text>')
+    for i, agent in enumerate(agents):
+        color = PALETTE[i % len(PALETTE)]
+        points = [(x_of(d["day"]), y_of(d["mean"]), d) for d in agent["by_day"]]
+        if len(points) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _d in points)
+            tip = _title(f"{agent['rule']}: mean {agent['mean']:.3g} over {agent['n']}")
+            body.append(f'<polyline class="mark" points="{path}" fill="none" '
+                        f'stroke="{color}" stroke-width="2">{tip}</polyline>')
+        for x, y, d in points:
+            tip = _title(f"{agent['rule']} on {d['day']}: {d['mean']:.3g} (n={d['n']})")
+            body.append(f'<circle class="mark" cx="{x:.1f}" cy="{y:.1f}" r="4" '
+                        f'fill="{color}">{tip}</circle>')
+        lx = left + (i % 3) * 220
+        ly = top + plot_h + 34 + 18 * (i // 3)
+        body.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>'
+                    f'<text x="{lx + 14}" y="{ly}">{escape(agent["rule"])} '
+                    f'(mean {agent["mean"]:.3g}, n={agent["n"]})</text>')
+    body.append(f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{WIDTH - RIGHT}" '
+                f'y2="{top + plot_h}"/>')
+    return _svg(name, height, body, f"mean {what} per agent and day")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    # Headers are this module's own constants (HTML entities allowed); cells are escaped.
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """The page of a report made by `build_report`."""
+    window = (f"{report['since'] or 'the beginning'} to {report['until'] or 'the end'}")
+    ttr = report["time_to_resolution"]
+    stats = ttr["seconds"]
+    summary = (f"{ttr['chains']} chains resolved; median {duration(stats['p50'])}, "
+               f"90th percentile {duration(stats['p90'])}, longest {duration(stats['max'])}"
+               if stats else f"no chain reached a {ttr['resolves']} event")
+    outcomes = _table(
+        ("rule", "runs", "succeeded", "dead-lettered", "in progress", "dead-letter rate",
+         "retry rate", "intervention rate"),
+        [(r["rule"], str(r["runs"]), str(r["succeeded"]), str(r["dead_lettered"]),
+          str(r["in_progress"]), _pct(r["dead_letter_rate"]), _pct(r["retry_rate"]),
+          _pct(r["intervention_rate"])) for r in report["rule_outcomes"]])
+    agreement = _table(
+        ("evaluator", "field", "n", "&kappa; [95% CI]", "MAE", "&rho; [95% CI]"),
+        [(r["evaluator"], f"{r['feedback_type']}.{r['field']}", str(r["n"]),
+          _num(r["kappa"]) + (f" [{_num(r['kappa_ci'][0])}, {_num(r['kappa_ci'][1])}]"
+                              if r["kappa_ci"] else ""),
+          _num(r["mae"]),
+          _num(r["spearman"]) + (f" [{_num(r['spearman_ci'][0])}, "
+                                 f"{_num(r['spearman_ci'][1])}]" if r["spearman_ci"] else ""))
+         for r in report["judge_agreement"]])
+    quality = report["quality"]
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>feedback-streams report: {escape(report['tenant'])}/"
+        f"{escape(report['workspace'])}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{escape(report['tenant'])} / {escape(report['workspace'])}</h1>",
+        f'<p class="meta">{report["events"]} events, {escape(window)}; generated '
+        f'{escape(report["generated_at"])}. Definitions: docs/measures.md.</p>',
+        "<h2>Rule outcomes</h2>",
+        _rule_outcomes(report["rule_outcomes"]),
+        outcomes,
+        "<h2>Time to resolution</h2>",
+        f"<p>{escape(summary)}.</p>",
+        _time_to_resolution(ttr),
+        "<h2>Judge agreement per evaluator version</h2>",
+        "<p>Cohen's &kappa; for yes/no and categorical fields, Spearman's &rho; for numbers; "
+        "lines are 95% intervals. 1 is full agreement, 0 what chance gives.</p>",
+        _judge_agreement(report["judge_agreement"]),
+        agreement,
+        "<h2>Quality per agent over time</h2>",
+        f"<p>Mean {escape(quality['feedback_type'])}.{escape(quality['field'])} per rule "
+        "whose run was judged, per UTC day.</p>",
+        _quality(quality),
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"

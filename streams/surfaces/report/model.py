@@ -1,0 +1,192 @@
+"""The report as data: the measures of a workspace's envelopes, as a JSON-ready dict.
+
+Pure: it imports the core only (no Kafka), so it runs on envelopes from anywhere.
+
+    report = build_report(envelopes, tenant="acme", workspace="prod",
+                          resolves="run_succeeded")
+    json.dumps(report)
+
+Sections: `rule_outcomes` (per rule), `time_to_resolution` (the distribution of the chains'
+times to their first `resolves` event: quantiles and a histogram), `judge_agreement` (per
+evaluator version, feedback type and field) and `quality` (one numeric field's mean per rule
+and UTC day). Definitions: docs/measures.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from streams.core.errors import ValidationFailed
+from streams.core.events import Envelope
+from streams.core.feedback import FeedbackRegistry
+from streams.core.measures import (
+    fold_judge_agreement,
+    fold_quality,
+    fold_rule_outcomes,
+    fold_time_to_resolution,
+)
+
+__all__ = [
+    "DEFAULT_QUALITY",
+    "DEFAULT_RESOLVES",
+    "REPORT_FORMAT",
+    "ReportError",
+    "build_report",
+    "check_window",
+    "histogram",
+    "in_window",
+    "parse_quality",
+    "parse_time",
+    "quantile",
+]
+
+REPORT_FORMAT = "feedback-streams.report/1"
+DEFAULT_RESOLVES = "run_succeeded"
+DEFAULT_QUALITY = "workflow_review.quality_score"
+
+
+class ReportError(ValidationFailed):
+    """A report cannot be made from this input; the message says what to change."""
+
+
+def parse_time(text: str, option: str) -> datetime:
+    """An ISO 8601 date or time (`2026-11-30`, `2026-11-30T09:00`, with or without an
+    offset; without one it is UTC); ReportError naming the option otherwise."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ReportError(f"{option} {text!r} is not an ISO 8601 date or time (e.g. "
+                          "2026-11-30 or 2026-11-30T09:00:00+00:00)") from exc
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def check_window(since: datetime | None, until: datetime | None) -> None:
+    """ReportError when `since` is not before `until`."""
+    if since is not None and until is not None and since >= until:
+        raise ReportError(f"--since {since.isoformat()} is not before --until "
+                          f"{until.isoformat()}: give a window that starts before it ends")
+
+
+def in_window(envelopes: Iterable[Envelope], since: datetime | None,
+              until: datetime | None) -> list[Envelope]:
+    """The envelopes whose time is in `[since, until)` (an open side when None)."""
+    return [e for e in envelopes
+            if (since is None or e.time >= since) and (until is None or e.time < until)]
+
+
+def parse_quality(text: str) -> tuple[str, str]:
+    """`feedback_type.field` as a pair; ReportError otherwise."""
+    kind, dot, name = text.rpartition(".")
+    if not dot or not kind or not name:
+        raise ReportError(f"--quality {text!r} must be FEEDBACK_TYPE.FIELD, e.g. "
+                          f"{DEFAULT_QUALITY}")
+    return kind, name
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values, linear between the closest ranks."""
+    if not values:
+        raise ValueError("quantile of nothing")
+    position = (len(values) - 1) * q
+    low = math.floor(position)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+def _nice(step: float) -> float:
+    """The smallest of 1, 2, 5 times a power of ten not below `step`."""
+    if step <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(step))
+    for factor in (1.0, 2.0, 5.0, 10.0):
+        if factor * power >= step:
+            return factor * power
+    return 10.0 * power
+
+
+def histogram(values: Sequence[float], bins: int = 12) -> list[dict[str, float]]:
+    """Equal-width bins of round width (1, 2 or 5 times a power of ten) from 0 covering
+    every value, about max(5, sqrt(n)) of them and at most `bins`: [{from, to, count}]."""
+    if not values:
+        return []
+    top = max(values)
+    count = max(1, min(bins, max(5, math.ceil(math.sqrt(len(values))))))
+    width = _nice(top / count) if top > 0 else 1.0
+    edges = max(1, math.floor(top / width) + 1)
+    counts = [0] * edges
+    for value in values:
+        counts[min(edges - 1, int(value // width))] += 1
+    return [{"from": i * width, "to": (i + 1) * width, "count": c}
+            for i, c in enumerate(counts)]
+
+
+def _pair(value: tuple[float, float] | None) -> list[float] | None:
+    return [value[0], value[1]] if value is not None else None
+
+
+def build_report(
+    envelopes: Iterable[Envelope], *, tenant: str, workspace: str,
+    since: datetime | None = None, until: datetime | None = None,
+    resolves: str = DEFAULT_RESOLVES, quality_of: str = DEFAULT_QUALITY,
+    types: FeedbackRegistry | None = None, generated_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The measures of the envelopes in `[since, until)` as a JSON-ready dict."""
+    check_window(since, until)
+    quality_type, quality_field = parse_quality(quality_of)
+    chosen = in_window(envelopes, since, until)
+    outcomes = fold_rule_outcomes(chosen)
+    times = sorted(t.total_seconds() for t in fold_time_to_resolution(
+        chosen, lambda envelope: envelope.event_type == resolves).values())
+    agreement = fold_judge_agreement(chosen, types=types)
+    series = fold_quality(chosen, feedback_type=quality_type, field_name=quality_field)
+    return {
+        "format": REPORT_FORMAT,
+        "tenant": tenant,
+        "workspace": workspace,
+        "since": since.isoformat() if since else None,
+        "until": until.isoformat() if until else None,
+        "generated_at": (generated_at or datetime.now(UTC)).isoformat(timespec="seconds"),
+        "events": len(chosen),
+        "first_event": min(e.time for e in chosen).isoformat() if chosen else None,
+        "last_event": max(e.time for e in chosen).isoformat() if chosen else None,
+        "rule_outcomes": [{
+            "rule": o.rule, "runs": o.runs, "succeeded": o.succeeded,
+            "dead_lettered": o.dead_lettered, "in_progress": o.in_progress,
+            "finished": o.finished, "failed_attempts": o.failed_attempts,
+            "dead_letter_rate": o.dead_letter_rate, "retry_rate": o.retry_rate,
+            "intervention_rate": o.intervention_rate,
+        } for o in outcomes.values()],
+        "time_to_resolution": {
+            "resolves": resolves,
+            "chains": len(times),
+            "seconds": {
+                "p50": quantile(times, 0.5), "p90": quantile(times, 0.9),
+                "mean": sum(times) / len(times), "max": times[-1],
+            } if times else None,
+            "histogram": histogram(times),
+        },
+        "judge_agreement": [{
+            "evaluator": a.evaluator, "feedback_type": a.feedback_type, "field": a.field,
+            "kind": a.kind, "n": a.n,
+            "kappa": a.categorical.kappa if a.categorical else None,
+            "kappa_ci": _pair(a.categorical.ci) if a.categorical else None,
+            "observed": a.categorical.observed if a.categorical else None,
+            "expected": a.categorical.expected if a.categorical else None,
+            "mae": a.numeric.mae if a.numeric else None,
+            "mae_ci": _pair(a.numeric.mae_ci) if a.numeric else None,
+            "spearman": a.numeric.spearman if a.numeric else None,
+            "spearman_ci": _pair(a.numeric.spearman_ci) if a.numeric else None,
+        } for a in agreement],
+        "quality": {
+            "feedback_type": quality_type,
+            "field": quality_field,
+            "agents": [{
+                "rule": s.rule, "n": s.n, "mean": s.mean,
+                "by_day": [{"day": d.isoformat(), "n": n, "mean": m}
+                           for d, (n, m) in sorted(s.by_day.items())],
+            } for s in series.values()],
+        },
+    }

@@ -1,0 +1,85 @@
+"""Making a report from the broker: read the workspace's log, build, write both files.
+
+    files = make_report(runtime, "acme", "prod", out=Path("report"), progress=...)
+    files.json_path, files.html_path
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from streams.runtime.log_read import Progress, read_workspace_log
+from streams.runtime.root import Runtime
+from streams.surfaces.report.html import render_html
+from streams.surfaces.report.model import (
+    DEFAULT_QUALITY,
+    DEFAULT_RESOLVES,
+    ReportError,
+    build_report,
+    check_window,
+    in_window,
+    parse_quality,
+)
+
+__all__ = ["ReportFiles", "make_report", "write_report"]
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Where a report was written, and the report itself."""
+
+    json_path: Path
+    html_path: Path
+    report: dict[str, Any]
+
+
+def write_report(report: dict[str, Any], out: Path) -> ReportFiles:
+    """Write `report.json` and `report.html` into `out` (created when missing)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        json_path = out / "report.json"
+        html_path = out / "report.html"
+        json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        html_path.write_text(render_html(report), encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot write the report into {out}: {exc}; choose another "
+                          "--out") from exc
+    return ReportFiles(json_path, html_path, report)
+
+
+def make_report(
+    runtime: Runtime, tenant: str, workspace: str, *, out: Path,
+    since: datetime | None = None, until: datetime | None = None,
+    resolves: str = DEFAULT_RESOLVES, quality_of: str = DEFAULT_QUALITY,
+    progress: Progress | None = None,
+) -> ReportFiles:
+    """Read the workspace's log from the tenant's events topic and write its report.
+
+    Errors before any reading: a window whose start is not before its end, a bad
+    `quality_of`. After: NotFound for an unknown tenant; ReportError for an empty log, a
+    workspace the log does not name, or a window holding none of its events.
+    """
+    check_window(since, until)
+    parse_quality(quality_of)
+    read = read_workspace_log(runtime, tenant, workspace, progress=progress)
+    if read.records == 0:
+        raise ReportError(f"the log of tenant {tenant!r} ({read.topic}) is empty: nothing to "
+                          "report yet")
+    if not read.envelopes:
+        known = ", ".join(sorted(read.workspaces)) or "none that could be decoded"
+        raise ReportError(f"tenant {tenant!r} has no workspace {workspace!r}; its log names: "
+                          f"{known}")
+    chosen = in_window(read.envelopes, since, until)
+    if not chosen:
+        first = min(e.time for e in read.envelopes).isoformat()
+        last = max(e.time for e in read.envelopes).isoformat()
+        raise ReportError(f"workspace {workspace!r} has no events in the window; its events "
+                          f"run from {first} to {last}: widen --since/--until")
+    report = build_report(chosen, tenant=tenant, workspace=workspace, since=since,
+                          until=until, resolves=resolves, quality_of=quality_of,
+                          types=runtime.types)
+    return write_report(report, out)

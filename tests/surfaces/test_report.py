@@ -1,0 +1,114 @@
+"""The report's pure part: measures as a JSON-ready dict, and the page with one inline SVG
+chart per measure (no network, no script)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from streams.core.events import AppEvent
+from streams.surfaces.report import CHARTS, ReportError, build_report, render_html
+from streams.surfaces.report.model import (
+    check_window,
+    histogram,
+    parse_quality,
+    parse_time,
+    quantile,
+)
+from tests.surfaces.report_log import CHAINS, sample_log
+
+
+def test_the_report_holds_every_measure_of_the_log() -> None:
+    report = build_report(sample_log(), tenant="acme", workspace="prod")
+    assert report["format"] == "feedback-streams.report/1"
+    json.dumps(report)  # JSON-ready as it is
+    outcomes = {r["rule"]: r for r in report["rule_outcomes"]}
+    assert sorted(outcomes) == ["ops:error-spike", "ops:judge-triage"]
+    assert sum(r["runs"] for r in outcomes.values()) == CHAINS
+    assert outcomes["ops:judge-triage"]["in_progress"] == 1
+    assert sum(r["dead_lettered"] for r in outcomes.values()) == 2
+    ttr = report["time_to_resolution"]
+    # Every chain but the open one and the two dead-lettered ones reached run_succeeded.
+    assert ttr["chains"] == CHAINS - 3
+    assert sum(b["count"] for b in ttr["histogram"]) == ttr["chains"]
+    assert ttr["seconds"]["max"] == 30 * (10 + 1)  # chain 10: 330 s
+    versions = {(r["evaluator"], r["field"]): r for r in report["judge_agreement"]}
+    assert set(versions) == {(f"evaluator:triage-judge@{v}", f) for v in (1, 2)
+                             for f in ("correct", "severity")}
+    assert versions[("evaluator:triage-judge@2", "correct")]["kappa"] > \
+        versions[("evaluator:triage-judge@1", "correct")]["kappa"]
+    assert all(r["n"] == CHAINS - 3 for r in versions.values())
+    agents = {a["rule"]: a for a in report["quality"]["agents"]}
+    assert sorted(agents) == ["ops:error-spike", "ops:judge-triage"]
+    assert [d["day"] for d in agents["ops:error-spike"]["by_day"]] == [
+        "2026-11-27", "2026-11-28", "2026-11-29"]
+
+
+def test_the_window_and_the_resolving_event_are_applied() -> None:
+    since = datetime(2026, 11, 28, tzinfo=UTC)
+    until = datetime(2026, 11, 29, tzinfo=UTC)
+    report = build_report(sample_log(), tenant="acme", workspace="prod", since=since,
+                          until=until, resolves="run_dead_lettered")
+    assert report["since"] == since.isoformat() and report["until"] == until.isoformat()
+    days = {d["day"] for a in report["quality"]["agents"] for d in a["by_day"]}
+    assert days == {"2026-11-28"}
+    assert report["time_to_resolution"]["resolves"] == "run_dead_lettered"
+    assert report["time_to_resolution"]["chains"] == 1  # chain 4, begun on the 28th
+
+
+def test_bad_input_is_refused_with_what_to_change() -> None:
+    with pytest.raises(ReportError, match="is not before --until"):
+        check_window(datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC))
+    with pytest.raises(ReportError, match="ISO 8601"):
+        parse_time("yesterday", "--since")
+    assert parse_time("2026-11-30", "--since") == datetime(2026, 11, 30, tzinfo=UTC)
+    with pytest.raises(ReportError, match=r"FEEDBACK_TYPE\.FIELD"):
+        parse_quality("quality_score")
+
+
+def test_histogram_and_quantiles() -> None:
+    assert histogram([]) == []
+    bins = histogram([0.0, 1.0, 9.0, 10.0])
+    assert bins[0]["from"] == 0 and bins[-1]["to"] > 10
+    assert sum(b["count"] for b in bins) == 4
+    assert len({b["to"] - b["from"] for b in bins}) == 1
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+
+
+def test_the_page_has_one_svg_chart_per_measure_with_marks_and_no_outside_reference(
+) -> None:
+    page = render_html(build_report(sample_log(), tenant="acme", workspace="prod"))
+    for chart in CHARTS:
+        svg = re.search(rf'<svg class="chart" data-chart="{chart}".*?</svg>', page, re.S)
+        assert svg is not None, chart
+        assert 'class="mark"' in svg.group(0), chart
+    assert "<script" not in page
+    assert not re.search(r'(src|href)=["\']?(https?:)?//', page)
+
+
+def test_a_chart_without_data_says_so() -> None:
+    empty = [e for e in sample_log() if isinstance(e.event, AppEvent)]
+    assert empty
+    page = render_html(build_report(empty, tenant="acme", workspace="prod"))
+    assert page.count('class="empty"') == len(CHARTS)
+    assert 'class="mark"' not in page
+
+
+def test_text_from_the_log_is_escaped() -> None:
+    report = build_report(sample_log(), tenant="acme", workspace="<b>prod</b>")
+    page = render_html(report)
+    assert "<b>prod</b>" not in page and "&lt;b&gt;prod&lt;/b&gt;" in page
+
+
+def test_the_pure_report_modules_load_no_kafka() -> None:
+    code = ("import sys, streams.surfaces.report.model, streams.surfaces.report.html; "
+            "print([m for m in ('confluent_kafka', 'faust', 'aiokafka', 'httpx') "
+            "if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
