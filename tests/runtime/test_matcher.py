@@ -11,7 +11,7 @@ import pytest
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted
 from streams.core.rules import F, Fire, Rule, RuleSet, RuleState, Throttled, on, run
-from streams.runtime import matcher as matcher_module
+from streams.core import matching as matcher_module  # the pure matcher the runtime re-exports
 from streams.runtime.matcher import Forward, Matcher, is_stateful
 
 PLAIN = Rule(name="t:plain", when=on("t:a").where(F.data.n.gt(1)), then=run("act"))
