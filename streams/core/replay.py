@@ -67,6 +67,7 @@ from streams.core.view import Located, LogIndex, not_found
 
 __all__ = [
     "DEFAULT_STEP_LIMIT",
+    "EventPayload",
     "MemoryLog",
     "MemoryWorkspace",
     "Recorded",
@@ -79,9 +80,11 @@ __all__ = [
 DEFAULT_STEP_LIMIT = 1000
 """How many events a replay matches at most before it is refused as not settling."""
 
-EventPayload = AppEventType | Event
+EventPayload = AppEventType | Event | Envelope
 """What `events(example)` may return: app event type values (`ErrorSpike(...)`), their
-AppEvents, or built-in typed events."""
+AppEvents, built-in typed events (each starts its own chain, from the system actor), or
+ready envelopes (a story with its own chains, causes and actors; moved into the replay's
+tenant and workspace)."""
 
 
 class ReplayError(StreamsError):
@@ -310,12 +313,13 @@ class Replayer:
             return payload
         raise ReplayError(f"{self.where}, {label}: event {position} is a "
                           f"{type(payload).__name__}, not an app event type value, an "
-                          "AppEvent or a built-in event")
+                          "AppEvent, a built-in event or an Envelope")
 
     async def replay(self, payloads: Iterable[object], *, label: str = "events") -> Replay:
-        """Publish the payloads (each starting its own chain, as an application's appends
-        do), let the workspace settle, and return what happened. ReplayError when an event is
-        refused, a run is dead-lettered, or it does not settle within the step limit."""
+        """Publish the payloads (each event starting its own chain, as an application's
+        appends do; envelopes as they are), let the workspace settle, and return what
+        happened. ReplayError when an event is refused, a run is dead-lettered, or it does not
+        settle within the step limit."""
         where = f"{self.where}, {label}"
         log = MemoryLog(self.tenant, self.accepted, where=where)
         publisher = MemoryWorkspace(log, self.workspace, SystemActor(), types=self.types)
@@ -350,9 +354,13 @@ class Replayer:
                                action_timeout=self.action_timeout, stats=stats, sleep=skip)
         published: list[Envelope] = []
         for position, payload in enumerate(payloads):
-            event = self._event(payload, position, label)
-            envelope = Envelope.new(event, tenant=self.tenant, workspace=self.workspace,
-                                    actor=publisher.actor)
+            if isinstance(payload, Envelope):  # a story with its own chains and actors
+                envelope = payload.model_copy(update={"tenant": self.tenant,
+                                                      "workspace": self.workspace, "seq": None})
+            else:
+                envelope = Envelope.new(self._event(payload, position, label),
+                                        tenant=self.tenant, workspace=self.workspace,
+                                        actor=publisher.actor)
             published.append(log.append(envelope).envelope)
         steps = 0
         while log.pending:
