@@ -346,3 +346,14 @@ print(json.dumps({"outputs": [r.output for r in result.results],
     answer = json.loads(out.stdout.strip().splitlines()[-1])
     assert answer == {"outputs": [1, 0, 1], "kafka": []}
 
+
+
+async def test_an_action_past_its_timeout_is_a_failed_attempt() -> None:
+    import asyncio
+
+    async def slow(reaction: Reaction) -> None:
+        await asyncio.sleep(30)
+
+    with pytest.raises(ReplayError, match=r"dead-lettered after 3 attempt\(s\): TimeoutError"):
+        await _replay(error_spike, slow, [ServiceError(service="api", severity=1)] * 3,
+                      action_timeout=0.01)
