@@ -1,41 +1,26 @@
-"""Running rules' actions: one run at a time per scope, each attempt under a timeout, with
-the rule's retry policy, every attempt's outcome recorded, and a dead letter when the
-attempts are spent.
-
-An exception from an action is a failed attempt (`run_failed`, then `run_retried` or
-`run_dead_lettered`), never a lost event. Every id is derived from the run, so a run repeated
-after a crash writes the same ids again. The executor writes through an `emit` function (the
-reactor's: encode, deliver, wait for the broker), so it knows nothing of Kafka.
+"""The worker's run executor: the pure one of `streams.core.execution` (retries, timeouts,
+per-scope serialisation, dead letters; shared with the in-memory replay), building each
+attempt's `Reaction` from the tenant's log as this process reads it from the broker.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from streams.core.events import Envelope, RunStarted
-from streams.core.ids import scope_key
+from streams.core.execution import Emit, scope_lock_key
+from streams.core.execution import RunExecutor as CoreRunExecutor
+from streams.core.matching import ReactorStats
 from streams.core.rules import RuleSet
-from streams.core.runs import ActionFn, Reaction, attempt_outcomes, rule_actor
-from streams.runtime.matcher import ReactorStats
+from streams.core.runs import ActionFn, Reaction, rule_actor
 from streams.runtime.workspace import StreamsClient
 
 __all__ = ["Emit", "RunExecutor", "scope_lock_key"]
 
-Emit = Callable[[Sequence[Envelope]], Awaitable[None]]
-"""Writes envelopes and returns once the broker has them."""
 
-
-def scope_lock_key(started: Envelope) -> str:
-    """The key runs are serialised by: one run at a time per tenant, rule and scope."""
-    run = started.event
-    assert isinstance(run, RunStarted)
-    return f"{started.tenant}|{run.rule}|{scope_key(run.scope)}"
-
-
-class RunExecutor:
-    """Runs the actions this process has, to success or to their dead letter."""
+class RunExecutor(CoreRunExecutor):
+    """Runs the actions this process has, acting through the workspace handle."""
 
     def __init__(
         self,
@@ -49,67 +34,18 @@ class RunExecutor:
         max_concurrent_runs: int = 32,
         stats: ReactorStats | None = None,
     ) -> None:
-        self.rules = rules
-        self.actions = dict(actions)
+        super().__init__(rules, actions, reaction=self._from_log, emit=emit, deps=deps,
+                         action_timeout=action_timeout,
+                         max_concurrent_runs=max_concurrent_runs, stats=stats)
         self._client = client
-        self.emit = emit
-        self.deps = dict(deps or {})
-        self.action_timeout = action_timeout
-        self.stats = stats or ReactorStats()
-        self._runs = asyncio.Semaphore(max_concurrent_runs)
-        self._scopes: dict[str, asyncio.Lock] = {}
 
     @property
     def client(self) -> StreamsClient:
         """The workspace handle actions act through (made on first use)."""
         return self._client()
 
-    def runs_here(self, envelope: Envelope) -> bool:
-        """Whether an event starts a run this process executes: a first attempt of an
-        action it has (retries are attempts of the same run, driven by `execute`)."""
-        event = envelope.event
-        return isinstance(event, RunStarted) and event.attempt == 1 \
-            and event.action in self.actions
-
-    async def execute(self, started: Envelope) -> None:
-        """Run one run's action to success or to its dead letter, recording every attempt."""
-        run = started.event
-        assert isinstance(run, RunStarted)
-        rule = self.rules.get(run.rule)
-        retry = rule.then.retry if rule is not None else None
-        lock = self._scopes.setdefault(scope_lock_key(started), asyncio.Lock())
-        async with self._runs, lock:
-            self.stats.runs += 1
-            attempt = 1
-            while True:
-                error: str | None = None
-                output: Mapping[str, Any] | None = None
-                try:
-                    reaction = await self.reaction(started, attempt)
-                    output = await asyncio.wait_for(self.actions[run.action](reaction),
-                                                    self.action_timeout)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # an action's failure is an attempt's outcome
-                    error = f"{type(exc).__name__}: {exc}"
-                will_retry = error is not None and retry is not None and \
-                    retry.retries_after(attempt)
-                delay = retry.delay(attempt).total_seconds() if will_retry and retry else 0.0
-                outcomes = attempt_outcomes(started, attempt=attempt, error=error,
-                                            output=output, will_retry=will_retry,
-                                            delay_ms=int(delay * 1000))
-                await self.emit(outcomes)
-                if error is None:
-                    self.stats.succeeded += 1
-                    return
-                self.stats.failed_attempts += 1
-                if not will_retry:
-                    self.stats.dead_lettered += 1
-                    return
-                await asyncio.sleep(delay)
-                attempt += 1
-
-    async def reaction(self, started: Envelope, attempt: int) -> Reaction:
+    async def _from_log(self, started: Envelope, attempt: int,
+                        deps: Mapping[str, Any]) -> Reaction:
         """The reaction an action gets: its run, the matched events, its workspace."""
         run = started.event
         assert isinstance(run, RunStarted)
@@ -125,4 +61,4 @@ class RunExecutor:
         workspace = self.client.workspace(started.tenant, started.workspace,
                                           actor=rule_actor(run.rule))
         return Reaction(run=run, started=started, events=matched, workspace=workspace,
-                        attempt=attempt, deps=self.deps)
+                        attempt=attempt, deps=deps)

@@ -2,12 +2,12 @@
 
 A real Langfuse server needs Postgres, ClickHouse, Redis and S3, so tests talk to this small
 loopback server instead. It plays the part of the public API that the langfuse Python SDK 5.x
-uses for scores and score configs, and it applies the server's rules listed below. It was
-checked against the langfuse 5.0.4 wheel (what the SDK sends, which response models it parses)
-and the langfuse server sources (validation rules, storage key). Anything it does not list, it
-does not do: no traces, no observations, no ingestion of OpenTelemetry spans, no reading scores back
-through the API, no asynchronous worker (rules the real server applies later in its worker are
-applied here at once, in the answer).
+uses for scores, score configs and datasets, and it applies the server's rules listed below.
+It was checked against the langfuse 5.0.4 wheel (what the SDK sends, which response models it
+parses) and the langfuse server sources (validation rules, storage key). Anything it does not
+list, it does not do: no traces, no observations, no ingestion of OpenTelemetry spans, no
+reading scores back through the API, no asynchronous worker (rules the real server applies
+later in its worker are applied here at once, in the answer).
 
 Endpoints (standard library only: ``http.server.ThreadingHTTPServer`` on a background thread,
 bound to 127.0.0.1, port 0 = chosen by the OS):
@@ -36,6 +36,11 @@ bound to 127.0.0.1, port 0 = chosen by the OS):
   gets 413.
 - ``POST/GET /api/public/score-configs`` (create; paginated list) and
   ``GET/PATCH /api/public/score-configs/{id}``.
+- Datasets, as SDK 5.0.4 calls them (``api.datasets``, ``api.dataset_items``):
+  ``POST/GET /api/public/v2/datasets`` (create; paginated list), ``GET
+  /api/public/v2/datasets/{name}``, ``POST/GET /api/public/dataset-items`` (create; paginated
+  list, ``datasetName`` filter) and ``GET /api/public/dataset-items/{id}``. Scores on a
+  dataset run are scores with a ``datasetRunId`` on the scores route (above).
 - Anything else: 404 ``{"message": ...}``; a known path with another method: 405.
 
 Every endpoint but health checks HTTP Basic auth ``public_key:secret_key`` and answers 401 on a
@@ -67,6 +72,17 @@ the same key replaces the stored one, anything else adds a score (so a resend on
 duplicates). ``received_total`` counts every accepted score, resends included. Stored scores
 are dicts with the server's fields: ``value`` is numeric (0 for TEXT, the category's value for
 CATEGORICAL with a config), ``stringValue`` holds labels and texts.
+
+Dataset rules: a dataset's ``name`` is a non-empty string; creating a dataset whose name
+exists updates it (``description``, ``metadata`` and the schemas when given) and keeps its id,
+as Langfuse's upsert does; the schemas are stored, not applied to items. A dataset item needs
+``datasetName`` naming an existing dataset (404 ``Dataset not found`` otherwise); its ``id``
+(optional, default a new uuid) is at most 255 characters and upserts the item, but an id
+already used in another dataset is refused (400: ids are unique per project and cannot be
+reused across datasets); ``status`` is ACTIVE (default) or ARCHIVED; ``sourceObservationId``
+needs ``sourceTraceId``; ``input``, ``expectedOutput`` and ``metadata`` are any JSON. Lists are
+oldest first, ``page`` >= 1, ``limit`` 1-100 (default 50). A missing dataset or item on GET is
+404 ``{"message": ...}``.
 
 Score config rules: name as above (names are NOT unique: creating twice makes two configs);
 dataType NUMERIC, BOOLEAN, CATEGORICAL or TEXT; CATEGORICAL needs ``categories``
@@ -123,7 +139,7 @@ from datetime import UTC, date, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Final, Literal, cast
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from streams.testing._loopback import LoopbackServer, LoopbackService
 
@@ -158,6 +174,10 @@ _PROJECTS: Final = f"{_API}/projects"
 _SCORES: Final = f"{_API}/scores"
 _INGESTION: Final = f"{_API}/ingestion"
 _CONFIGS: Final = f"{_API}/score-configs"
+_DATASETS: Final = f"{_API}/v2/datasets"
+_ITEMS: Final = f"{_API}/dataset-items"
+ITEM_ID_MAX_LENGTH: Final = 255
+DATASET_STATUSES: Final = frozenset({"ACTIVE", "ARCHIVED"})
 
 _NAME_EXTRA_CHARS: Final = frozenset("_ .()-")
 _ENV_PREFIX: Final = re.compile(r"^(?:langfuse[-_]?)+")
@@ -440,6 +460,8 @@ class LangfuseStandIn(LoopbackService):
         self._scores: dict[tuple[str, str, date], dict[str, Any]] = {}
         self._configs: dict[str, dict[str, Any]] = {}
         self._config_seq: dict[str, int] = {}
+        self._datasets: dict[str, dict[str, Any]] = {}
+        self._items: dict[str, dict[str, Any]] = {}
         self._received_total = 0
         self._requests = 0
         self._log: list[RecordedRequest] = []
@@ -476,6 +498,18 @@ class LangfuseStandIn(LoopbackService):
         with self._lock:
             return copy.deepcopy(list(self._scores.values()))
 
+    def datasets(self) -> list[dict[str, Any]]:
+        """The datasets, oldest first (copies)."""
+        with self._lock:
+            return copy.deepcopy(list(self._datasets.values()))
+
+    def dataset_items(self, dataset_name: str | None = None) -> list[dict[str, Any]]:
+        """The dataset items (of one dataset, when named), oldest first (copies)."""
+        with self._lock:
+            return copy.deepcopy([item for item in self._items.values()
+                                  if dataset_name is None
+                                  or item["datasetName"] == dataset_name])
+
     def score_configs(self) -> list[dict[str, Any]]:
         """Stored score configs (copies), in creation order."""
         with self._lock:
@@ -504,6 +538,8 @@ class LangfuseStandIn(LoopbackService):
             self._scores.clear()
             self._configs.clear()
             self._config_seq.clear()
+            self._datasets.clear()
+            self._items.clear()
             self._received_total = 0
             self._requests = 0
             self._log.clear()
@@ -616,12 +652,21 @@ class LangfuseStandIn(LoopbackService):
             return _Answer(200, {"status": "OK", "version": self._version})
 
         config_id: str | None = None
-        if path in (_PROJECTS, _SCORES, _INGESTION, _CONFIGS):
+        dataset_name: str | None = None
+        item_id: str | None = None
+        if path in (_PROJECTS, _SCORES, _INGESTION, _CONFIGS, _DATASETS, _ITEMS):
             allowed = {_PROJECTS: ("GET",), _SCORES: ("POST",), _INGESTION: ("POST",),
-                       _CONFIGS: ("GET", "POST")}[path]
+                       _CONFIGS: ("GET", "POST"), _DATASETS: ("GET", "POST"),
+                       _ITEMS: ("GET", "POST")}[path]
         elif path.startswith(f"{_CONFIGS}/") and path.count("/") == 4:
             config_id = path.rsplit("/", 1)[1]
             allowed = ("GET", "PATCH")
+        elif path.startswith(f"{_DATASETS}/") and path.count("/") == 5:
+            dataset_name = unquote(path.rsplit("/", 1)[1])
+            allowed = ("GET",)
+        elif path.startswith(f"{_ITEMS}/") and path.count("/") == 4:
+            item_id = unquote(path.rsplit("/", 1)[1])
+            allowed = ("GET",)
         else:
             return _Answer(404, {"message": f"Not found: {path} (Langfuse stand-in)"})
         if method not in allowed:
@@ -649,6 +694,21 @@ class LangfuseStandIn(LoopbackService):
                 if len(raw_body) > MAX_INGESTION_BYTES:
                     return _Answer(413, {"message": "Request body exceeds 3,500,000 bytes"})
                 return self._post_ingestion(body, raw_body)
+            if path == _DATASETS:
+                if method == "GET":
+                    return _Answer(200, self._page(list(self._datasets.values()), query))
+                return _Answer(200, self._create_dataset(body))
+            if dataset_name is not None:
+                return _Answer(200, copy.deepcopy(self._get_dataset(dataset_name)))
+            if path == _ITEMS:
+                if method == "GET":
+                    return _Answer(200, self._list_items(query))
+                return _Answer(200, self._create_item(body))
+            if item_id is not None:
+                item = self._items.get(item_id)
+                if item is None:
+                    return _Answer(404, {"message": f"Dataset item {item_id} not found"})
+                return _Answer(200, copy.deepcopy(item))
             if config_id is not None:
                 if method == "GET":
                     return _Answer(200, copy.deepcopy(self._get_config(config_id)))
@@ -947,6 +1007,94 @@ class LangfuseStandIn(LoopbackService):
                 ("value",),
             )
         return config
+
+    # -- datasets --------------------------------------------------------------------------
+
+    def _create_dataset(self, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise _Invalid("body: must be a JSON object")
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise _Invalid("name: must be a non-empty string", ("name",))
+        description = _optional_string(body, "description")
+        for key in ("inputSchema", "expectedOutputSchema"):
+            if body.get(key) is not None and not isinstance(body[key], dict):
+                raise _Invalid(f"{key}: must be a JSON schema object", (key,))
+        now = _iso(datetime.now(UTC))
+        dataset = self._datasets.get(name)
+        if dataset is None:
+            dataset = self._datasets[name] = {
+                "id": str(uuid.uuid4()), "name": name, "description": None, "metadata": None,
+                "inputSchema": None, "expectedOutputSchema": None,
+                "projectId": self._project_id, "createdAt": now, "updatedAt": now}
+        for key in ("metadata", "inputSchema", "expectedOutputSchema"):
+            if body.get(key) is not None:
+                dataset[key] = copy.deepcopy(body[key])
+        if description is not None:
+            dataset["description"] = description
+        dataset["updatedAt"] = now
+        return copy.deepcopy(dataset)
+
+    def _get_dataset(self, name: str) -> dict[str, Any]:
+        dataset = self._datasets.get(name)
+        if dataset is None:
+            raise _Invalid(f"Dataset {name} not found", status=404)
+        return dataset
+
+    def _create_item(self, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise _Invalid("body: must be a JSON object")
+        name = body.get("datasetName")
+        if not isinstance(name, str) or not name:
+            raise _Invalid("datasetName: must be a non-empty string", ("datasetName",))
+        dataset = self._datasets.get(name)
+        if dataset is None:
+            raise _Invalid("Dataset not found", status=404)
+        item_id = _optional_string(body, "id") or str(uuid.uuid4())
+        if len(item_id) > ITEM_ID_MAX_LENGTH:
+            raise _Invalid(f"id: must be at most {ITEM_ID_MAX_LENGTH} characters", ("id",))
+        status = body.get("status") or "ACTIVE"
+        if status not in DATASET_STATUSES:
+            raise _Invalid("status: must be ACTIVE or ARCHIVED", ("status",))
+        trace_id = _optional_string(body, "sourceTraceId")
+        observation_id = _optional_string(body, "sourceObservationId")
+        if observation_id and not trace_id:
+            raise _Invalid("sourceObservationId: needs sourceTraceId",
+                           ("sourceObservationId",))
+        existing = self._items.get(item_id)
+        if existing is not None and existing["datasetId"] != dataset["id"]:
+            raise _Invalid(f"id: dataset item {item_id} already exists in another dataset; "
+                           "item ids are unique per project", ("id",))
+        now = _iso(datetime.now(UTC))
+        item = {
+            "id": item_id, "status": status, "input": copy.deepcopy(body.get("input")),
+            "expectedOutput": copy.deepcopy(body.get("expectedOutput")),
+            "metadata": copy.deepcopy(body.get("metadata")), "sourceTraceId": trace_id,
+            "sourceObservationId": observation_id, "datasetId": dataset["id"],
+            "datasetName": name, "createdAt": existing["createdAt"] if existing else now,
+            "updatedAt": now, "version": now, "mediaReferences": []}
+        self._items.pop(item_id, None)  # an upsert moves it to the end, as a new version
+        self._items[item_id] = item
+        return copy.deepcopy(item)
+
+    def _list_items(self, query: Mapping[str, list[str]]) -> dict[str, Any]:
+        names = query.get("datasetName")
+        name = names[-1] if names else None
+        if name and name not in self._datasets:
+            raise _Invalid(f"Dataset {name} not found", status=404)
+        items = [item for item in self._items.values()
+                 if not name or item["datasetName"] == name]
+        return self._page(items, query)
+
+    def _page(self, rows: list[dict[str, Any]], query: Mapping[str, list[str]],
+              ) -> dict[str, Any]:
+        page = self._query_int(query, "page", default=1, low=1, high=None)
+        limit = self._query_int(query, "limit", default=50, low=1, high=100)
+        return {
+            "data": copy.deepcopy(rows[(page - 1) * limit : page * limit]),
+            "meta": {"page": page, "limit": limit, "totalItems": len(rows),
+                     "totalPages": math.ceil(len(rows) / limit)},
+        }
 
     # -- score configs ---------------------------------------------------------------------
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from streams.core import matching as matcher_module  # the pure matcher the runtime re-exports
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted
 from streams.core.rules import F, Fire, Rule, RuleSet, RuleState, Throttled, on, run
-from streams.runtime import matcher as matcher_module
 from streams.runtime.matcher import Forward, Matcher, is_stateful
 
 PLAIN = Rule(name="t:plain", when=on("t:a").where(F.data.n.gt(1)), then=run("act"))
