@@ -118,8 +118,8 @@ def main() -> None:
     floor_rate = floor(serde, topic, values)
     console.print(f"  plain loop over decoded envelopes: {floor_rate:,.0f} events/s")
     rate, startup = worker_rate(settings, args.events)
-    console.print(f"  faust worker: {rate:,.0f} events/s (start-up {startup:.1f}s)")
-    print(f"events={args.events} rules={len(RULES)} faust_rate={rate:.0f}/s "
+    console.print(f"  worker: {rate:,.0f} events/s (start-up {startup:.1f}s)")
+    print(f"events={args.events} rules={len(RULES)} worker_rate={rate:.0f}/s "
           f"floor_rate={floor_rate:.0f}/s ratio={rate / floor_rate:.3f}")
 
 
