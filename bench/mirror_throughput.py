@@ -76,34 +76,43 @@ def total_end(consumer: Consumer, topic: str) -> int:
     return sum(high for _low, high in watermarks(consumer, topic).values())
 
 
-def run_faust(settings: Settings, tenant: str, n: int, batch: int) -> dict[str, float]:
+def run_faust(settings: Settings, tenant: str, n: int, batch: int, *, workers: int = 1,
+              already: int = 0) -> dict[str, float]:
+    """`workers` worker processes in one new consumer group mirror the tenant's N feedback;
+    timed from the first new score to the last (`already` scores were on the topic)."""
     scores_topic = tenant_topics(tenant, settings.topic_prefix).scores
     watch = Consumer(reader_config(settings, f"bench-watch-{uuid.uuid4().hex}"))
     env = settings.child_env()
+    cursor = f"bench-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    worker = subprocess.Popen(
+    procs = [subprocess.Popen(
         [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops",
-         "--batch-size", str(batch), "--cursor", f"bench-{uuid.uuid4().hex[:8]}"],
+         "--batch-size", str(batch), "--cursor", cursor],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    want = n * SCORES_PER_EVENT
+        for _ in range(workers)]
+    want = already + n * SCORES_PER_EVENT
     first = last = None
     try:
         while True:
             done = total_end(watch, scores_topic)
             now = time.monotonic()
-            if done and first is None:
+            if done > already and first is None:
                 first = now
             if done >= want:
                 last = now
                 break
             if now - started > 900:
-                raise SystemExit(f"faust worker made {done}/{want} scores in 900 s")
-            if worker.poll() is not None:
-                raise SystemExit(f"faust worker exited with {worker.returncode}")
+                raise SystemExit(f"workers made {done - already}/{want - already} scores "
+                                 "in 900 s")
+            for proc in procs:
+                if proc.poll() is not None:
+                    raise SystemExit(f"a worker exited with {proc.returncode}")
             time.sleep(0.05)
     finally:
-        worker.terminate()
-        worker.wait(30)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(30)
         watch.close()
     assert first is not None and last is not None
     return {"startup_s": first - started, "seconds": last - first,
