@@ -240,7 +240,7 @@ class BatchLoop:
         last_commit = time.monotonic()
         try:
             while not stop.is_set():
-                messages = consumer.consume(self.batch_size, self.poll_timeout)
+                messages = self._next_batch(consumer)
                 if self._failed:
                     self._rewind(consumer)
                     continue
@@ -259,6 +259,18 @@ class BatchLoop:
             producer.flush(self.flush_timeout)
             consumer.close()
             self._consumer = self._producer = None
+
+    def _next_batch(self, consumer: Consumer) -> list[Message]:
+        """What is in the local queue now, up to batch_size; when it is empty, wait up to
+        poll_timeout for the first record and take what came with it. consume(n, timeout)
+        alone would hold a light stream's records for the whole timeout."""
+        messages = consumer.consume(self.batch_size, 0)
+        if messages:
+            return messages
+        first = consumer.poll(self.poll_timeout)
+        if first is None:
+            return []
+        return [first, *consumer.consume(self.batch_size - 1, 0)]
 
     def _process(self, consumer: Consumer, producer: Producer,
                  messages: list[Message]) -> bool:

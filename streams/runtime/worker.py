@@ -150,12 +150,13 @@ class Worker:
         self.mirror_group = f"{self.settings.topic_prefix}-{cursor}"
         self.mirror = BatchLoop(
             consumer_config=self.runtime.consumer_config(self.mirror_group),
-            # Batches are large and latency is bounded by the commit interval: let the
-            # producer fill its batches.
-            producer_config=self.runtime.producer_config(**{"linger.ms": 20}),
+            producer_config=self.runtime.producer_config(),
             subscription=[events_pattern(self.settings.topic_prefix)],
             step=self.step.handle_batch,
             batch_size=self.settings.mirror_batch_size if batch_size is None else batch_size,
+            # A batch is what arrived within this window (or batch_size records): the window
+            # bounds the latency a batch adds when traffic is light.
+            poll_timeout=self.settings.batch_within if batch_within is None else batch_within,
             commit_interval=self.settings.commit_interval,
             flush_timeout=self.settings.flush_timeout,
             name="feedback-mirror")
@@ -172,6 +173,7 @@ class Worker:
             producer_config=self.runtime.producer_config(),
             subscription=[events_pattern(self.settings.topic_prefix)],
             step=self.reactor.handle_batch, batch_size=self.settings.reactor_batch_size,
+            poll_timeout=self.settings.batch_within if batch_within is None else batch_within,
             commit_interval=self.settings.commit_interval,
             flush_timeout=self.settings.flush_timeout,
             name="rules-reactor") if self.reactor is not None else None

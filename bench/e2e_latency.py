@@ -1,0 +1,146 @@
+"""End-to-end latency: from a give_feedback call to its first score on the scores topic, at a
+steady offered rate.
+
+Starts one `streams worker`, waits until it scores a warm-up feedback, then calls
+give_feedback at `--rate` calls per second for `--seconds` (each call started on its tick,
+concurrently, from one process), and reads the scores topic in a thread, noting when each
+feedback's first score arrives. Prints the achieved rate and latency percentiles.
+
+    eval "$(deploy/stack.sh env)"
+    .venv/bin/python -m bench.e2e_latency --rate 2000 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+from confluent_kafka import Consumer
+from rich.console import Console
+
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.config import consumer_config
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, RunStarted
+from streams.core.targets import RunTarget
+from streams.core.tenancy import tenant_topics
+from streams.examples.ops import TriageQuality
+from streams.runtime.workspace import StreamsClient
+from streams.settings import Settings
+
+console = Console(stderr=True)
+
+
+class Arrivals:
+    """First arrival time (monotonic) of each feedback's scores, by feedback event id."""
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self.seen: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.consumer = Consumer(consumer_config(settings, f"bench-e2e-{uuid.uuid4().hex}",
+                                                 **{"fetch.wait.max.ms": 5}))
+        self.consumer.subscribe([topic])
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for msg in self.consumer.consume(1000, 0.05):
+                if msg.error() is None and msg.key():
+                    self.seen.setdefault((msg.key() or b"").decode(), time.monotonic())
+        self.consumer.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def offer(ws: object, run_id: str, rate: float, seconds: float,
+                started: dict[str, float], calls: list[float]) -> float:
+    """Call give_feedback on each tick; returns the achieved rate of completed calls."""
+    tasks: list[asyncio.Task[None]] = []
+    total = int(rate * seconds)
+    t0 = time.monotonic()
+
+    async def one(i: int) -> None:
+        begun = time.monotonic()
+        recorded = await ws.give_feedback(  # type: ignore[attr-defined]
+            TriageQuality(correct=i % 2 == 0, severity="high", note=f"n{i}"),
+            on=RunTarget(run_id=run_id))
+        started[recorded.id] = begun
+        calls.append(time.monotonic() - begun)
+
+    for i in range(total):
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+    return total / (time.monotonic() - t0)
+
+
+async def scenario(settings: Settings, tenant: str, rate: float, seconds: float,
+                   arrivals: Arrivals) -> tuple[float, dict[str, float]]:
+    client = StreamsClient(settings)
+    system = client.workspace(tenant, "bench")
+    spike = await system.append(AppEvent(name="ops:error_spike", data={"service": "api"}))
+    await system.append(RunStarted(run_id="run_bench", rule="ops:error-spike", action="triage",
+                                   firing_id="fir_bench"), correlation_id=spike.id)
+    ws = client.workspace(tenant, "bench", actor=UserActor(id="bench"))
+    warm = await ws.give_feedback(TriageQuality(correct=True, severity="low"),
+                                  on=RunTarget(run_id="run_bench"))
+    deadline = time.monotonic() + 120
+    while warm.id not in arrivals.seen:
+        if time.monotonic() > deadline:
+            raise SystemExit("the worker did not score the warm-up feedback in 120 s")
+        await asyncio.sleep(0.05)
+    started: dict[str, float] = {}
+    calls: list[float] = []
+    achieved = await offer(ws, "run_bench", rate, seconds, started, calls)
+    client.close()
+    console.print(f"  give_feedback itself: p50 {statistics.median(calls) * 1000:.1f} ms, "
+                  f"p99 {percentile(calls, 0.99) * 1000:.1f} ms")
+    return achieved, started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=2000.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
+    tenant = "bench"
+    TenantAdmin(settings).create_tenant(tenant)
+    arrivals = Arrivals(settings, tenant_topics(tenant, settings.topic_prefix).scores)
+    arrivals.thread.start()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops"],
+        env=settings.child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        achieved, started = asyncio.run(
+            scenario(settings, tenant, args.rate, args.seconds, arrivals))
+        deadline = time.monotonic() + 60
+        while any(i not in arrivals.seen for i in started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        arrivals.stop.set()
+        arrivals.thread.join(10)
+    latencies = [(arrivals.seen[i] - t) * 1000 for i, t in started.items() if i in arrivals.seen]
+    missing = len(started) - len(latencies)
+    console.print(f"  offered {args.rate:.0f}/s, achieved {achieved:,.0f}/s; "
+                  f"{len(latencies)} scored, {missing} not within 60 s")
+    print(f"offered={args.rate:.0f}/s achieved={achieved:.0f}/s n={len(latencies)} "
+          f"missing={missing} p50_ms={statistics.median(latencies):.1f} "
+          f"p99_ms={percentile(latencies, 0.99):.1f} max_ms={max(latencies):.1f}")
+
+
+if __name__ == "__main__":
+    main()
