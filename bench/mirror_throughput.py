@@ -33,12 +33,12 @@ from streams.adapters.kafka.config import consumer_config, producer_config, read
 from streams.adapters.kafka.log import envelope_headers, watermarks
 from streams.core.actors import UserActor
 from streams.core.events import Envelope, FeedbackGiven
+from streams.core.feedback import value_record
 from streams.core.scores import score_configs
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.mirror import MirrorStep
-from streams.runtime.workspace import value_record
 from streams.settings import Settings
 
 console = Console(stderr=True)

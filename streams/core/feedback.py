@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -26,6 +27,7 @@ __all__ = [
     "registry",
     "snake_case",
     "validate_feedback",
+    "value_record",
 ]
 
 # Feedback type names become Avro names and Langfuse score names, so they are kept to a
@@ -195,6 +197,22 @@ def validate_feedback(
         raise ValidationFailed(f"invalid {cls.feedback_name} value: {exc}") from exc
     _check_numbers(checked.model_dump(), cls.feedback_name)
     return checked
+
+
+def value_record(value: BaseModel) -> dict[str, Any]:
+    """A feedback value as plain data: enums by value, nested models as dicts (what an event
+    carries and Avro writes)."""
+    return {k: _plain(v) for k, v in value.model_dump().items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _fields_of(value: BaseModel) -> dict[str, Any]:

@@ -32,14 +32,11 @@ run dead-lettered (its last error), a replay that does not settle within `step_l
 
 from __future__ import annotations
 
-import enum
 import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from pydantic import BaseModel
 
 from streams.core.actors import Actor, SystemActor
 from streams.core.app_events import AppEventType
@@ -57,7 +54,13 @@ from streams.core.events import (
     TraceContext,
 )
 from streams.core.execution import RunExecutor
-from streams.core.feedback import Feedback, FeedbackRegistry, registry, validate_feedback
+from streams.core.feedback import (
+    Feedback,
+    FeedbackRegistry,
+    registry,
+    validate_feedback,
+    value_record,
+)
 from streams.core.matching import Forward, Matcher, ReactorStats
 from streams.core.rules import Rule, RuleSet, RuleState
 from streams.core.runs import ActionFn, Reaction, RunRecord, latest_runs, rule_actor
@@ -100,21 +103,6 @@ class Recorded:
     seq: Seq
     id: str
     envelope: Envelope
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _value_record(value: BaseModel) -> dict[str, Any]:
-    """A feedback value as plain data, as the workspace handle records it."""
-    return {k: _plain(v) for k, v in value.model_dump().items()}
 
 
 class MemoryLog:
@@ -218,7 +206,7 @@ class MemoryWorkspace:
                 f"targets {sorted(cls.feedback_targets)}")
         where = self.locate(on)
         event = FeedbackGiven(feedback_type=cls.feedback_name, target=on,
-                              target_trace_id=where.trace_id, value=_value_record(feedback))
+                              target_trace_id=where.trace_id, value=value_record(feedback))
         return await self.append(event, correlation_id=where.correlation_id,
                                  causation_id=where.event_id)
 

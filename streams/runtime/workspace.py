@@ -10,21 +10,25 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Producer
 from opentelemetry import metrics, trace
-from pydantic import BaseModel
 
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
 from streams.core.actors import Actor, SystemActor
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, Event, FeedbackGiven, Seq, TraceContext
-from streams.core.feedback import Feedback, FeedbackRegistry, registry, validate_feedback
+from streams.core.feedback import (
+    Feedback,
+    FeedbackRegistry,
+    registry,
+    validate_feedback,
+    value_record,
+)
 from streams.core.runs import RunRecord, latest_runs
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
@@ -57,21 +61,6 @@ class Recorded:
     seq: Seq
     id: str
     envelope: Envelope
-
-
-def value_record(value: BaseModel) -> dict[str, Any]:
-    """A feedback value as plain data: enums by value, nested models as dicts."""
-    return {k: _plain(v) for k, v in value.model_dump().items()}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_plain(v) for v in value]
-    return value
 
 
 class _TenantLog:
