@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import TopicPartition
 
 from streams.adapters.avro.codec import envelope_from_record
+from streams.adapters.avro.fast import FastCodec
 from streams.adapters.kafka.log import header_value, watermarks
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError
 from streams.core.events import Envelope, Seq
@@ -83,43 +84,47 @@ def read_workspace_log(runtime: Runtime, tenant: str, workspace: str, *,
         wanted = workspace.encode()
         last = time.monotonic()
         since_report = 0
+        codec = FastCodec(runtime.registry)
         while todo:
-            msg = consumer.poll(0.5)
-            if msg is None:
+            # Batches and fastavro against cached writer schemas: a report reads whole logs.
+            messages = consumer.consume(1000, 0.5)
+            if not messages:
                 if time.monotonic() - last > wait:
                     raise KafkaUnavailable(
                         f"reading {topic} stalled: nothing arrived for {wait:g} s with "
                         f"{total - done} records still to read (is the broker up?)")
                 continue
-            if msg.error():
-                raise KafkaUnavailable(f"reading {topic} failed: {msg.error()}")
             last = time.monotonic()
-            partition, offset = msg.partition(), msg.offset()
-            assert partition is not None and offset is not None
-            step = offset + 1 - position.get(partition, offset)
-            position[partition] = offset + 1
-            done += step
-            since_report += step
-            if partition in todo and offset + 1 >= todo[partition]:
-                del todo[partition]
-            out.records += 1
-            if progress is not None and since_report >= _PROGRESS_EVERY:
-                progress(done, total)
-                since_report = 0
-            named = header_value(msg.headers(), "workspace")
-            if named is not None:
-                out.workspaces.add(named.decode(errors="replace"))
-                if named != wanted:
+            for msg in messages:
+                if msg.error():
+                    raise KafkaUnavailable(f"reading {topic} failed: {msg.error()}")
+                partition, offset = msg.partition(), msg.offset()
+                assert partition is not None and offset is not None
+                step = offset + 1 - position.get(partition, offset)
+                position[partition] = offset + 1
+                done += step
+                since_report += step
+                if partition in todo and offset + 1 >= todo[partition]:
+                    del todo[partition]
+                out.records += 1
+                if progress is not None and since_report >= _PROGRESS_EVERY:
+                    progress(done, total)
+                    since_report = 0
+                named = header_value(msg.headers(), "workspace")
+                if named is not None:
+                    out.workspaces.add(named.decode(errors="replace"))
+                    if named != wanted:
+                        continue
+                try:
+                    _writer, record = codec.decode(msg.value() or b"")
+                    envelope = envelope_from_record(record, Seq(partition=partition,
+                                                                offset=offset))
+                except SchemaError:
+                    out.undecodable += 1
                     continue
-            try:
-                record = runtime.serde.decode(msg.value() or b"", topic)
-                envelope = envelope_from_record(record, Seq(partition=partition, offset=offset))
-            except SchemaError:
-                out.undecodable += 1
-                continue
-            out.workspaces.add(envelope.workspace)
-            if envelope.workspace == workspace:
-                out.envelopes.append(envelope)
+                out.workspaces.add(envelope.workspace)
+                if envelope.workspace == workspace:
+                    out.envelopes.append(envelope)
         if progress is not None:
             progress(total, total)
     finally:

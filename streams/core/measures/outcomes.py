@@ -18,6 +18,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from streams.core.events import (
+    FEEDBACK_GIVEN,
+    RUN_DEAD_LETTERED,
+    RUN_FAILED,
+    RUN_RETRIED,
+    RUN_STARTED,
+    RUN_SUCCEEDED,
     Envelope,
     FeedbackGiven,
     RunDeadLettered,
@@ -71,6 +77,10 @@ class RuleOutcome:
         return self.intervened / self.runs if self.runs else 0.0
 
 
+_LIFECYCLE = frozenset({RUN_STARTED, RUN_RETRIED, RUN_FAILED, RUN_SUCCEEDED,
+                        RUN_DEAD_LETTERED, FEEDBACK_GIVEN})
+
+
 @dataclass
 class _Run:
     rule: str
@@ -86,6 +96,9 @@ def fold_rule_outcomes(envelopes: Iterable[Envelope]) -> dict[str, RuleOutcome]:
     failed_seen: set[tuple[str, int]] = set()
     people_on: set[tuple[str, str]] = set()  # (kind, id) of targets people judged
     for envelope in envelopes:
+        kind = envelope.event_type
+        if kind not in _LIFECYCLE:
+            continue  # most of a log: one string lookup, no isinstance chain
         event = envelope.event
         if isinstance(event, RunStarted):
             run = runs.get(event.run_id)
