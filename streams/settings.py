@@ -171,6 +171,9 @@ class Settings:
     sink_batch_wait: float = _setting(0.2, "STREAMS_SINK_BATCH_WAIT",
                                       "seconds a sink runner waits to fill a batch",
                                       positive=True)
+    sink_in_flight: int = _setting(
+        2, "STREAMS_SINK_IN_FLIGHT", "batches a sink runner hands to its sink at once (`record` "
+        "calls under way; 1 for a sink that takes one call at a time)", minimum=1)
     sink_max_backoff: float = _setting(
         10.0, "STREAMS_SINK_MAX_BACKOFF", "longest pause, in seconds, between retries of a "
         "failing sink", positive=True)

@@ -98,8 +98,18 @@ _TRANSIENT = frozenset({KafkaError._WAIT_COORD, KafkaError._TRANSPORT, KafkaErro
                         KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                         KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
                         KafkaError._WAIT_CACHE, KafkaError._RESOLVE})
+# Accepted batches that may wait for their commit (beyond those in flight) before the runner
+# stops taking new ones: a crash or a long commit outage repeats at most these.
+_UNCOMMITTED = 4
+# Records decoded at a time on the event loop between looks at the sink's HTTP answers.
+_SLICE = 50
 # How often a lasting outage or a repeated consume error is logged again.
 _LOG_EVERY = 30.0
+
+
+def _schema_id(value: bytes) -> int:
+    """The registry id in a Confluent frame (bytes 1-4, big-endian)."""
+    return int.from_bytes(value[1:5], "big")
 
 
 def sink_identity(sink: ScoreSink) -> str:
@@ -250,6 +260,7 @@ class SinkRunner:
         batch_wait: float | None = None,
         max_backoff: float | None = None,
         outage_limit: float | None = None,
+        in_flight: int | None = None,
         codec: FastCodec | None = None,
         runtime: Runtime | None = None,
     ) -> None:
@@ -264,6 +275,7 @@ class SinkRunner:
         self.batch_wait = settings.sink_batch_wait if batch_wait is None else batch_wait
         self.max_backoff = settings.sink_max_backoff if max_backoff is None else max_backoff
         self.outage_limit = settings.outage_limit if outage_limit is None else outage_limit
+        self.in_flight = max(1, settings.sink_in_flight if in_flight is None else in_flight)
         self.identity = sink_identity(sink)
         self._codec = codec
         self.stats = SinkStats()
@@ -278,6 +290,10 @@ class SinkRunner:
         self._registry = _Outage("schema registry", self.outage_limit, self.stats)
         self._threads: set[asyncio.Future[Any]] = set()
         self._consume_errors: dict[int, tuple[float, int]] = {}
+        self._commit_wanted = asyncio.Event()
+        self._known_ids: set[int] = set()
+        self._unknown_ids: dict[int, str] = {}
+        self._draining = False
 
     @property
     def codec(self) -> FastCodec:
@@ -346,32 +362,43 @@ class SinkRunner:
         self.consumer.subscribe([pattern], on_assign=self._on_assign)
         ready: asyncio.Queue[_Batch] = asyncio.Queue(maxsize=1)
         fetching = asyncio.create_task(self._fetch_loop(ready))
-        committing: asyncio.Task[None] | None = None
+        committing = asyncio.create_task(self._commit_loop())
+        sending: set[asyncio.Task[bool]] = set()
         try:
             while not self._stopping.is_set():
                 if self._error is not None:
                     raise self._error
-                batch = await self._next(ready, fetching)
-                if batch is None:
-                    continue
-                if not await self._send(batch):
-                    break  # stopped during an outage: this batch stays uncommitted
-                if committing is not None:
-                    await committing  # commits happen one at a time, in order
-                committing = asyncio.create_task(self._commit_ready())
+                for task in [t for t in sending if t.done()]:
+                    sending.discard(task)
+                    if not task.result():
+                        self._stopping.set()  # stopped during an outage: left uncommitted
                 if until is not None and until(self.stats):
                     break
-            if committing is not None:
-                await committing
-                committing = None
+                for stage in (fetching, committing):
+                    if stage.done():
+                        stage.result()  # its error: OutageTooLong, a fatal Kafka error
+                if len(sending) >= self.in_flight or \
+                        self._ledger.pending > self.in_flight + _UNCOMMITTED:
+                    # The sink has its hands full, or commits lag (a broker outage): wait.
+                    await asyncio.wait({*sending, committing, fetching}, timeout=1.0,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                batch = await self._next(ready, fetching, sending, committing)
+                if batch is not None:
+                    sending.add(asyncio.create_task(self._send(batch)))
+            if sending:  # finish what the sink has in hand
+                await asyncio.gather(*sending)
+            self._commit_wanted.set()
+            self._draining = True
+            await committing
             await flush_sink(self.sink)
         finally:
             self._stopping.set()
-            fetching.cancel()
-            if committing is not None:
-                committing.cancel()
-            await asyncio.gather(fetching, *(() if committing is None else (committing,)),
-                                 return_exceptions=True)
+            self._commit_wanted.set()
+            tasks: list[asyncio.Task[Any]] = [fetching, committing, *sending]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             # A consume or commit still running in its thread finishes before the close.
             await asyncio.gather(*self._threads, return_exceptions=True)
             await asyncio.to_thread(self.consumer.close)
@@ -397,12 +424,14 @@ class SinkRunner:
             return False
         return True
 
-    async def _next(self, ready: asyncio.Queue[_Batch],
-                    fetching: asyncio.Task[None]) -> _Batch | None:
-        """The next decoded batch, or None (stopping, or a second passed: check errors)."""
+    async def _next(self, ready: asyncio.Queue[_Batch], fetching: asyncio.Task[None],
+                    sending: set[asyncio.Task[bool]],
+                    committing: asyncio.Task[None]) -> _Batch | None:
+        """The next decoded batch, or None (stopping, a send or the committer finished, or a
+        second passed: look again)."""
         get = asyncio.ensure_future(ready.get())
         stop = asyncio.ensure_future(self._stopping.wait())
-        done, _ = await asyncio.wait({get, stop, fetching}, timeout=1.0,
+        done, _ = await asyncio.wait({get, stop, fetching, committing, *sending}, timeout=1.0,
                                      return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
         if get in done:
@@ -458,10 +487,25 @@ class SinkRunner:
 
     async def _decoded(self, messages: list[Message]) -> _Batch | None:
         """The batch decoded; while the registry is away, wait and decode it again (None if
-        the runner stops meanwhile)."""
+        the runner stops meanwhile).
+
+        Decoding is Python work, so it runs on the event loop in slices of `_SLICE` records,
+        letting the sink's HTTP answers in between: in a thread it would only contend for the
+        GIL and hold those answers back by up to a switch interval each.
+        """
         while True:
+            batch = _Batch(records=len(messages))
             try:
-                batch = await self._in_thread(self._decode, messages)
+                # A schema id not seen yet is fetched from the registry in a thread (blocking
+                # HTTP, slow or failing in an outage), never on the event loop.
+                new = {_schema_id(v) for m in messages
+                       if (v := m.value()) is not None and len(v) >= 5} - self._known_ids
+                for schema_id in new:
+                    await self._in_thread(self._writer_or_none, schema_id)
+                    self._known_ids.add(schema_id)
+                for start in range(0, len(messages), _SLICE):
+                    self._decode(batch, messages[start:start + _SLICE])
+                    await asyncio.sleep(0)
             except RegistryUnavailable as exc:
                 pause = self._registry.waiting(str(exc))
                 if await self._pause(pause):
@@ -470,11 +514,20 @@ class SinkRunner:
             self._registry.over()
             return batch
 
-    def _decode(self, messages: list[Message]) -> _Batch:
-        """Scores of the messages (fastavro, writer schemas cached per id); undecodable ones
-        as dead letters. Raises RegistryUnavailable when a schema cannot be fetched now."""
-        batch = _Batch(records=len(messages))
+    def _writer_or_none(self, schema_id: int) -> None:
+        """Fetch (and cache) a writer schema; an id the registry does not know is
+        remembered, and the decode dead-letters its records without asking again."""
+        try:
+            self.codec.writer(schema_id)
+        except SchemaError as exc:
+            self._unknown_ids[schema_id] = str(exc)
+
+    def _decode(self, batch: _Batch, messages: list[Message]) -> None:
+        """Add the scores of the messages to the batch (fastavro, writer schemas cached per
+        id), undecodable ones as dead letters. Raises RegistryUnavailable when a schema cannot
+        be fetched now."""
         decode = self.codec.decode
+        unknown = self._unknown_ids
         scores, origin, ends = batch.scores, batch.origin, batch.ends
         for msg in messages:
             topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
@@ -483,6 +536,8 @@ class SinkRunner:
             try:
                 if value is None:
                     raise SchemaError("the record has no value")
+                if unknown and len(value) >= 5 and _schema_id(value) in unknown:
+                    raise SchemaError(unknown[_schema_id(value)])
                 writer, record = decode(value)
                 if writer.name != _SCORE:
                     raise SchemaError(f"a {writer.name} record, not a {_SCORE}")
@@ -495,7 +550,6 @@ class SinkRunner:
                 continue
             scores.append(score)
             origin[score.id] = msg
-        return batch
 
     async def _send(self, batch: _Batch) -> bool:
         """Stage 2: hand the batch to the sink, deliver its dead letters, accept it in the
@@ -525,6 +579,7 @@ class SinkRunner:
             per_tenant[tenant] = per_tenant.get(tenant, 0) + 1
         stats.batches += 1
         self._ledger.accept(batch.seq)
+        self._commit_wanted.set()
         return True
 
     async def _with_registry(self, make: Callable[[], _T]) -> _T | None:
@@ -551,9 +606,20 @@ class SinkRunner:
                     return None
                 backoff = min(backoff * 2, self.max_backoff)
 
-    async def _commit_ready(self) -> None:
-        """Stage 3: commit what the ledger releases, retrying while the broker is away."""
-        ends = self._ledger.ready()
+    async def _commit_loop(self) -> None:
+        """Stage 3: whenever batches were accepted, commit what the ledger releases; one
+        commit at a time, so they happen in order, and the commits of batches accepted
+        while one was under way go together. Ends once the runner is stopping and has
+        committed what it could."""
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted.clear()
+            await self._commit(self._ledger.ready())
+            if (self._draining or self._stopping.is_set()) and not self._commit_wanted.is_set():
+                return
+
+    async def _commit(self, ends: Mapping[Partition, int]) -> None:
+        """Commit the offsets after handed-on batches, retrying while the broker is away."""
         if not self.cursor:
             return
         offsets = [
