@@ -107,6 +107,34 @@ _SLICE = 50
 _LOG_EVERY = 30.0
 
 
+class _Repeats(logging.Filter):
+    """Lets a kind of log line through (its text with the numbers left out) at most every
+    30 s, saying how many like it were held back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            last, held = self._seen.get(kind, (-_LOG_EVERY, 0))
+            if now - last < _LOG_EVERY:
+                self._seen[kind] = (last, held + 1)
+                return False
+            self._seen[kind] = (now, 0)
+        if held:
+            record.msg = f"{record.getMessage()} ({held} more like it in the last 30 s)"
+            record.args = ()
+        return True
+
+
+kafka_log = logging.getLogger(f"{__name__}.kafka")
+kafka_log.addFilter(_Repeats())
+
+
 def _schema_id(value: bytes) -> int:
     """The registry id in a Confluent frame (bytes 1-4, big-endian)."""
     return int.from_bytes(value[1:5], "big")
@@ -304,9 +332,11 @@ class SinkRunner:
 
     @property
     def consumer(self) -> Consumer:
-        """The cursor's consumer-group member, made on first use (by `run`)."""
+        """The cursor's consumer-group member, made on first use (by `run`). Its librdkafka
+        log goes to the `streams.runtime.sink_runner.kafka` logger, each kind of line at most
+        every 30 s (a broker that is away is otherwise reported every few milliseconds)."""
         if self._consumer is None:
-            self._consumer = self.runtime.consumer(self.group)
+            self._consumer = self.runtime.consumer(self.group, logger=kafka_log)
         return self._consumer
 
     @property

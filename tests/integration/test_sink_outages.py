@@ -185,7 +185,11 @@ def test_a_registry_stopped_and_started_again_is_waited_out(
     evolved["fields"] = [*evolved["fields"],
                          {"name": f"extra_{uuid.uuid4().hex[:6]}",
                           "type": ["null", "string"], "default": None}]
-    later_values = _encoded(codec, evolved, later)
+    # A codec of its own: FastCodec remembers one registration per record name.
+    fresh = FastCodec(SchemaRegistryClient({"url": settings.schema_registry_url}))
+    later_values = _encoded(fresh, evolved, later)
+    assert later_values[0][1][1:5] != _encoded(codec, score_schema(), first[:1])[0][1][1:5], \
+        "the evolved schema got the same registry id: nothing would be looked up"
     own_stack.must("stop-registry")
     try:
         _produce(settings, tenant, later_values)
