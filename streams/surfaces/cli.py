@@ -243,7 +243,7 @@ def sink_langfuse(
 
     from streams.adapters.langfuse import LangfuseScoreConfigStore, LangfuseScoreSink
     from streams.core.sinks.configs import sync_score_configs
-    from streams.runtime.sink_runner import SinkRunner
+    from streams.runtime.sink_runner import OutageTooLong, SinkRunner
 
     load_types(types)
     config = settings()
@@ -274,7 +274,12 @@ def sink_langfuse(
                     await asyncio.sleep(stats_interval)
                     print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
             reporter = asyncio.create_task(report())
-        await runner.run()
+        try:
+            await runner.run()
+        except OutageTooLong as exc:
+            print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
+            console.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(75) from exc  # EX_TEMPFAIL: start it again once it is back
         if stats_interval:
             reporter.cancel()
         print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
