@@ -56,6 +56,7 @@ from confluent_kafka import (
 from streams.adapters.avro.codec import score_from_record
 from streams.adapters.avro.fast import FastCodec, RegistryUnavailable
 from streams.adapters.avro.schemas import dead_letter_schema, fullname, score_schema
+from streams.adapters.kafka.delivery import Delivery
 from streams.adapters.kafka.outputs import (
     Output,
     dead_letter_record,
@@ -320,6 +321,7 @@ class SinkRunner:
         self._consume_errors: dict[int, tuple[float, int]] = {}
         self._commit_wanted = asyncio.Event()
         self._known_ids: set[int] = set()
+        self._delivery: Delivery | None = None
         self._unknown_ids: dict[int, str] = {}
         self._draining = False
 
@@ -338,6 +340,15 @@ class SinkRunner:
         if self._consumer is None:
             self._consumer = self.runtime.consumer(self.group, logger=kafka_log)
         return self._consumer
+
+    @property
+    def delivery(self) -> Delivery:
+        """Where dead letters go: an idempotent producer of the runner's own, made on first
+        use, that retries until every record is acknowledged, its librdkafka log throttled
+        like the consumer's."""
+        if self._delivery is None:
+            self._delivery = Delivery(self.settings, logger=kafka_log)
+        return self._delivery
 
     @property
     def ledger(self) -> OffsetLedger:
@@ -432,6 +443,8 @@ class SinkRunner:
             # A consume or commit still running in its thread finishes before the close.
             await asyncio.gather(*self._threads, return_exceptions=True)
             await asyncio.to_thread(self.consumer.close)
+            if self._delivery is not None:
+                await asyncio.to_thread(self._delivery.close)
             if self._owns_runtime:
                 self.runtime.close()
         return self.stats
@@ -597,7 +610,7 @@ class SinkRunner:
                 return False
             dead = dead + made
         if dead:
-            await self.runtime.delivery.deliver(dead)
+            await self.delivery.deliver(dead)
         stats = self.stats
         stats.records += batch.records
         stats.undecodable += batch.undecodable
