@@ -163,7 +163,7 @@ class Settings:
         "topics, read committed offsets) may take", positive=True)
     outage_limit: float = _setting(
         600.0, "STREAMS_OUTAGE_LIMIT", "seconds a sink runner waits out an unreachable broker "
-        "or schema registry (retrying commits, dead letters and schema lookups) before it "
+        "or schema registry (retrying its commits and schema lookups) before it "
         "gives up and exits", positive=True)
     # -- sinks ------------------------------------------------------------------------------
     sink_batch_size: int = _setting(500, "STREAMS_SINK_BATCH_SIZE",

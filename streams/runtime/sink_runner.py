@@ -12,15 +12,19 @@ replay passes it, so a restart during a replay carries on from the cursor.
 
 The data path is a pipeline of three stages that overlap:
 
-1. **fetch** (a thread): consume a batch and decode it with `FastCodec` (fastavro against the
-   writer's schema, cached per registry id) straight to `Score` objects; undecodable records
-   become dead letters. The batch is opened in the `OffsetLedger`, in consumption order.
-2. **send** (the event loop): `sink.record(batch)`, retried with backoff on `SinkError`; dead
-   letters for the refused scores and the undecodable records are delivered; the batch is
-   accepted in the ledger. While the sink sends batch N, the fetch stage prepares batch N+1.
-3. **commit** (a thread, one at a time, in order): the offsets the ledger releases, which are
-   those of the accepted batches before the first batch that is not accepted, so a commit
-   never passes a batch the sink has not accepted. It overlaps the sending of the next batch.
+1. **fetch**: consume a batch (in a thread) and decode it with `FastCodec` (fastavro against
+   the writer's schema, cached per registry id; a new id is fetched in a thread) straight to
+   `Score` objects, on the event loop in slices so the sink's HTTP answers are not held back;
+   undecodable records become dead letters. The batch is opened in the `OffsetLedger`, in
+   consumption order.
+2. **send**: `sink.record(batch)`, retried with backoff on `SinkError`; dead letters for the
+   refused scores and the undecodable records are delivered; the batch is accepted in the
+   ledger. Up to `in_flight` batches are at the sink at once (`STREAMS_SINK_IN_FLIGHT`), and
+   while the sink sends them the fetch stage prepares the next.
+3. **commit** (one committer, synchronous commits in a thread): the offsets the ledger
+   releases, which are those of the accepted batches before the first batch that is not
+   accepted, so a commit never passes a batch the sink has not accepted, and batches accepted
+   while a commit is under way go together in the next. It overlaps the sending.
 
 Outages are waits, not failures. A schema registry that cannot be reached or answers 5xx
 (`RegistryUnavailable`) makes the fetch stage wait and decode the same batch again (good

@@ -215,3 +215,35 @@ def test_a_registry_stopped_and_started_again_is_waited_out(
     assert sink_process.proc.returncode == 0
     stats = _final_stats(sink_process.log)
     assert stats["undecodable"] == 0 and stats["outage_waits"] > 0
+
+
+def test_an_outage_longer_than_the_limit_ends_the_sink_with_75_and_commits_nothing(
+    own_stack: OwnStack, own_settings: Settings, standin: LangfuseStandIn, tmp_path: Path,
+) -> None:
+    settings = own_settings.replace(outage_limit=3.0)
+    tenant = unique("tenant-")
+    TenantAdmin(settings).create_tenant(tenant)
+    scores = make_scores(tenant, 20)
+    evolved = score_schema()
+    evolved["fields"] = [*evolved["fields"],
+                         {"name": f"extra_{uuid.uuid4().hex[:6]}",
+                          "type": ["null", "string"], "default": None}]
+    values = _encoded(FastCodec(SchemaRegistryClient({"url": settings.schema_registry_url})),
+                      evolved, scores)
+    sink = SinkProcess(settings, standin, tmp_path / "sink.log", "--cursor", "lf",
+                       "--no-sync-configs")
+    own_stack.must("stop-registry")
+    try:
+        _produce(settings, tenant, values)
+        sink.start()
+        assert sink.proc is not None
+        code = sink.proc.wait(300)
+    finally:
+        sink.stop()
+        own_stack.must("start-registry")
+    log = sink.log.read_text(errors="replace")
+    assert code == 75, log[-3000:]
+    assert "STREAMS_OUTAGE_LIMIT" in log and "schema registry unavailable" in log
+    assert committed(settings, "lf") == {}
+    assert standin.scores() == [] and standin.requests == 0
+    assert _final_stats(sink.log)["scores"] == 0
