@@ -9,7 +9,9 @@ Produces N scores to a scores topic once, then for each server behaviour of the 
   own pooled httpx client with the same concurrency and batch size, one call's requests at a
   time: what the stand-in takes when the client does no work at all;
 - runner: a SinkRunner with a fresh cursor feeds the sink from the beginning of the topic
-  (Kafka consume, Avro decode, the sink, commits, one batch after the other).
+  (Kafka consume, fastavro decode to Scores, the sink, commits; the decode of the next batch
+  and the commits overlap the sink's requests, up to STREAMS_SINK_IN_FLIGHT batches at the
+  sink), timed from the first batch handed on to the last.
 
 Each measurement gets a fresh stand-in in its own process (like a real server, it does not
 share this process's GIL). The three are taken in turn `--repeat` times (3) and each figure

@@ -161,12 +161,19 @@ class Settings:
     admin_timeout: float = _setting(
         15.0, "STREAMS_ADMIN_TIMEOUT", "seconds an admin or metadata call (create or list "
         "topics, read committed offsets) may take", positive=True)
+    outage_limit: float = _setting(
+        600.0, "STREAMS_OUTAGE_LIMIT", "seconds a sink runner or a worker's loops wait out an "
+        "unreachable broker or schema registry (retrying commits and schema lookups) "
+        "before the process gives up and exits", positive=True)
     # -- sinks ------------------------------------------------------------------------------
     sink_batch_size: int = _setting(500, "STREAMS_SINK_BATCH_SIZE",
                                     "scores per batch of a sink runner", minimum=1)
     sink_batch_wait: float = _setting(0.2, "STREAMS_SINK_BATCH_WAIT",
                                       "seconds a sink runner waits to fill a batch",
                                       positive=True)
+    sink_in_flight: int = _setting(
+        2, "STREAMS_SINK_IN_FLIGHT", "batches a sink runner hands to its sink at once (`record` "
+        "calls under way; 1 for a sink that takes one call at a time)", minimum=1)
     sink_max_backoff: float = _setting(
         10.0, "STREAMS_SINK_MAX_BACKOFF", "longest pause, in seconds, between retries of a "
         "failing sink", positive=True)

@@ -9,6 +9,31 @@ offset-commit metadata), and another sink that tries to use it is refused.
 `cursor=None` keeps no cursor: nothing is committed and every start reads from the beginning.
 `replay=True` reads from the beginning but leaves the committed cursor where it is until the
 replay passes it, so a restart during a replay carries on from the cursor.
+
+The data path is a pipeline of three stages that overlap:
+
+1. **fetch**: consume a batch (in a thread) and decode it with `FastCodec` (fastavro against
+   the writer's schema, cached per registry id; a new id is fetched in a thread) straight to
+   `Score` objects, on the event loop in slices so the sink's HTTP answers are not held back;
+   undecodable records become dead letters. The batch is opened in the `OffsetLedger`, in
+   consumption order.
+2. **send**: `sink.record(batch)`, retried with backoff on `SinkError`; dead letters for the
+   refused scores and the undecodable records are delivered; the batch is accepted in the
+   ledger. Up to `in_flight` batches are at the sink at once (`STREAMS_SINK_IN_FLIGHT`), and
+   while the sink sends them the fetch stage prepares the next.
+3. **commit** (one committer, synchronous commits in a thread): the offsets the ledger
+   releases, which are those of the accepted batches before the first batch that is not
+   accepted, so a commit never passes a batch the sink has not accepted, and batches accepted
+   while a commit is under way go together in the next. It overlaps the sending.
+
+Outages are waits, not failures. A schema registry that cannot be reached or answers 5xx
+(`RegistryUnavailable`) makes the fetch stage wait and decode the same batch again (good
+scores are never dead-lettered for it); a commit that fails because the broker or the group
+coordinator is away is retried with backoff; dead letters are delivered until they land. Each
+outage logs once when it starts, at most every 30 s while it lasts, and once when it is over;
+only an outage longer than `outage_limit` (`STREAMS_OUTAGE_LIMIT`, 600 s) ends the runner with
+`OutageTooLong`. A failing sink (`SinkError`: Langfuse answering 5xx, 429, timing out) is
+retried for as long as it lasts.
 """
 
 from __future__ import annotations
@@ -16,26 +41,108 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from streams.adapters.avro.codec import score_from_record
-from streams.adapters.avro.serde import AvroSerde
-from streams.adapters.kafka.outputs import Output, dead_letter_output
+from streams.adapters.avro.fast import FastCodec, RegistryUnavailable
+from streams.adapters.avro.schemas import dead_letter_schema, fullname, score_schema
+from streams.adapters.kafka.delivery import Delivery
+from streams.adapters.kafka.outputs import (
+    Output,
+    dead_letter_record,
+    dead_letter_topic,
+    reason_headers,
+)
 from streams.core.errors import SchemaError, SinkError, ValidationFailed
 from streams.core.scores import Score
 from streams.core.sinks.base import Rejected, ScoreSink, flush_sink, rejected_of
+from streams.runtime.batch import OutageTooLong
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 
-__all__ = ["CURSOR_PATTERN", "SinkRunner", "SinkStats", "cursor_group", "sink_identity"]
+__all__ = [
+    "CURSOR_PATTERN",
+    "OffsetLedger",
+    "OutageTooLong",
+    "SinkRunner",
+    "SinkStats",
+    "cursor_group",
+    "sink_identity",
+]
 
 log = logging.getLogger(__name__)
 
 CURSOR_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+Partition = tuple[str, int]
+_T = TypeVar("_T")
+
+_SCORE = fullname(score_schema())
+# A commit refused because the partitions moved to another member (or this member must
+# rejoin): the next owner starts from the last commit, which is safe, so it is not retried.
+_MOVED = frozenset({KafkaError._NO_OFFSET, KafkaError.REBALANCE_IN_PROGRESS,
+                    KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+                    KafkaError._STATE})
+# A commit that failed because the broker or the coordinator is away for now: retried.
+_TRANSIENT = frozenset({KafkaError._WAIT_COORD, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                        KafkaError._ALL_BROKERS_DOWN, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                        KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                        KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+                        KafkaError._WAIT_CACHE, KafkaError._RESOLVE})
+# Accepted batches that may wait for their commit (beyond those in flight) before the runner
+# stops taking new ones: a crash or a long commit outage repeats at most these.
+_UNCOMMITTED = 4
+# Records decoded at a time on the event loop between looks at the sink's HTTP answers.
+_SLICE = 50
+# How often a lasting outage or a repeated consume error is logged again.
+_LOG_EVERY = 30.0
+
+
+class _Repeats(logging.Filter):
+    """Lets a kind of log line through (its text with the numbers left out) at most every
+    30 s, saying how many like it were held back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            last, held = self._seen.get(kind, (-_LOG_EVERY, 0))
+            if now - last < _LOG_EVERY:
+                self._seen[kind] = (last, held + 1)
+                return False
+            self._seen[kind] = (now, 0)
+        if held:
+            record.msg = f"{record.getMessage()} ({held} more like it in the last 30 s)"
+            record.args = ()
+        return True
+
+
+kafka_log = logging.getLogger(f"{__name__}.kafka")
+kafka_log.addFilter(_Repeats())
+
+
+def _schema_id(value: bytes) -> int:
+    """The registry id in a Confluent frame (bytes 1-4, big-endian)."""
+    return int.from_bytes(value[1:5], "big")
 
 
 def sink_identity(sink: ScoreSink) -> str:
@@ -62,7 +169,114 @@ class SinkStats:
     commits: int = 0
     retries: int = 0
     batches: int = 0
+    outage_waits: int = 0
     per_tenant: dict[str, int] = field(default_factory=dict)
+
+
+class OffsetLedger:
+    """The order rule of the pipelined runner: which offsets may be committed.
+
+    Batches are opened in the order they were consumed, and accepted (handed on by the sink,
+    their dead letters delivered) in any order. `ready()` releases the offsets of the accepted
+    batches that come before the first batch not accepted yet, and only those: a batch is
+    never committed before an earlier one, and a commit never passes a batch the sink has not
+    accepted. Not thread-safe: the runner uses it from its event loop only.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[int, dict[Partition, int]] = {}  # by sequence number, in order
+        self._accepted: set[int] = set()
+        self._next = 0
+
+    def open(self, ends: Mapping[Partition, int]) -> int:
+        """Register a consumed batch (the offset after its last record, per partition);
+        returns its sequence number."""
+        seq = self._next
+        self._next += 1
+        self._open[seq] = dict(ends)
+        return seq
+
+    def accept(self, seq: int) -> None:
+        """The batch `seq` has been handed on; raises ValueError for a batch not open."""
+        if seq not in self._open:
+            raise ValueError(f"batch {seq} is not open (already released, or never opened)")
+        self._accepted.add(seq)
+
+    def ready(self) -> dict[Partition, int]:
+        """The offsets to commit now (per partition, the highest of the released batches);
+        the released batches leave the ledger."""
+        out: dict[Partition, int] = {}
+        while self._open:
+            seq = next(iter(self._open))
+            if seq not in self._accepted:
+                break
+            for tp, end in self._open.pop(seq).items():
+                out[tp] = max(out.get(tp, end), end)
+            self._accepted.discard(seq)
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Batches opened and not released yet."""
+        return len(self._open)
+
+
+class _Outage:
+    """One kind of outage (broker, registry): when it began, bounded logging, the limit."""
+
+    def __init__(self, what: str, limit: float, stats: SinkStats) -> None:
+        self.what = what
+        self.limit = limit
+        self.stats = stats
+        self._since: float | None = None
+        self._logged = 0.0
+        self._tries = 0
+        self._lock = threading.Lock()
+
+    def waiting(self, problem: str) -> float:
+        """Note one failed try; returns the pause before the next. Raises OutageTooLong once
+        the outage has lasted longer than the limit."""
+        now = time.monotonic()
+        with self._lock:
+            self.stats.outage_waits += 1
+            if self._since is None:
+                self._since = self._logged = now
+                self._tries = 0
+                log.warning("%s unavailable: %s; waiting and retrying (the cursor stays; "
+                            "limit %.0f s, STREAMS_OUTAGE_LIMIT)", self.what, problem,
+                            self.limit)
+            elif now - self._since > self.limit:
+                raise OutageTooLong(
+                    f"{self.what} unavailable for over {self.limit:.0f} s: {problem}; "
+                    "nothing was committed past what the sink handed on. Bring it back and "
+                    "start the sink again, or raise STREAMS_OUTAGE_LIMIT")
+            elif now - self._logged >= _LOG_EVERY:
+                self._logged = now
+                log.warning("%s still unavailable after %.0f s (%d tries): %s", self.what,
+                            now - self._since, self._tries, problem)
+            self._tries += 1
+            return float(min(5.0, 0.2 * 2 ** min(self._tries - 1, 5)))
+
+    def over(self) -> None:
+        """The thing answered again: log the recovery once."""
+        with self._lock:
+            if self._since is not None:
+                log.warning("%s available again after %.1f s", self.what,
+                            time.monotonic() - self._since)
+                self._since = None
+
+
+@dataclass
+class _Batch:
+    """A consumed batch, decoded: the scores for the sink, and what to dead-letter."""
+
+    records: int = 0
+    scores: list[Score] = field(default_factory=list)
+    origin: dict[str, Message] = field(default_factory=dict)
+    dead: list[Output] = field(default_factory=list)
+    undecodable: int = 0
+    ends: dict[Partition, int] = field(default_factory=dict)
+    seq: int = -1
 
 
 class SinkRunner:
@@ -78,7 +292,9 @@ class SinkRunner:
         batch_size: int | None = None,
         batch_wait: float | None = None,
         max_backoff: float | None = None,
-        serde: AvroSerde | None = None,
+        outage_limit: float | None = None,
+        in_flight: int | None = None,
+        codec: FastCodec | None = None,
         runtime: Runtime | None = None,
     ) -> None:
         # A runner alone owns its clients; one handed a runtime leaves them to its owner.
@@ -91,107 +307,339 @@ class SinkRunner:
         self.batch_size = settings.sink_batch_size if batch_size is None else batch_size
         self.batch_wait = settings.sink_batch_wait if batch_wait is None else batch_wait
         self.max_backoff = settings.sink_max_backoff if max_backoff is None else max_backoff
+        self.outage_limit = settings.outage_limit if outage_limit is None else outage_limit
+        self.in_flight = max(1, settings.sink_in_flight if in_flight is None else in_flight)
         self.identity = sink_identity(sink)
-        self._serde = serde
+        self._codec = codec
         self.stats = SinkStats()
         self.group = cursor_group(settings, cursor) if cursor else \
             f"{settings.topic_prefix}.sink-nocursor.{uuid.uuid4().hex}"
         self._stopping = asyncio.Event()
-        self._replay_floor: dict[tuple[str, int], int] = {}
+        self._replay_floor: dict[Partition, int] = {}
         self._error: BaseException | None = None
         self._consumer: Consumer | None = None
+        self._ledger = OffsetLedger()
+        self._broker = _Outage("kafka broker", self.outage_limit, self.stats)
+        self._registry = _Outage("schema registry", self.outage_limit, self.stats)
+        self._threads: set[asyncio.Future[Any]] = set()
+        self._consume_errors: dict[int, tuple[float, int]] = {}
+        self._commit_wanted = asyncio.Event()
+        self._known_ids: set[int] = set()
+        self._delivery: Delivery | None = None
+        self._unknown_ids: dict[int, str] = {}
+        self._draining = False
 
     @property
-    def serde(self) -> AvroSerde:
-        """The serde given, else the runtime's."""
-        return self._serde or self.runtime.serde
+    def codec(self) -> FastCodec:
+        """The codec given, else one on the runtime's registry client (made on first use)."""
+        if self._codec is None:
+            self._codec = FastCodec(self.runtime.registry)
+        return self._codec
 
     @property
     def consumer(self) -> Consumer:
-        """The cursor's consumer-group member, made on first use (by `run`)."""
+        """The cursor's consumer-group member, made on first use (by `run`). Its librdkafka
+        log goes to the `streams.runtime.sink_runner.kafka` logger, each kind of line at most
+        every 30 s (a broker that is away is otherwise reported every few milliseconds)."""
         if self._consumer is None:
-            self._consumer = self.runtime.consumer(self.group)
+            self._consumer = self.runtime.consumer(self.group, logger=kafka_log)
         return self._consumer
 
+    @property
+    def delivery(self) -> Delivery:
+        """Where dead letters go: an idempotent producer of the runner's own, made on first
+        use, that retries until every record is acknowledged, its librdkafka log throttled
+        like the consumer's."""
+        if self._delivery is None:
+            self._delivery = Delivery(self.settings, logger=kafka_log)
+        return self._delivery
+
+    @property
+    def ledger(self) -> OffsetLedger:
+        """The batches consumed and not yet committed, in order."""
+        return self._ledger
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Runs in the fetch thread, inside consume().
+        committed: list[TopicPartition] = []
+        while self.cursor:
+            try:
+                committed = consumer.committed(partitions, timeout=self.settings.admin_timeout)
+                self._broker.over()
+                break
+            except KafkaException as exc:
+                try:
+                    pause = self._broker.waiting(f"reading the cursor failed: {exc}")
+                except OutageTooLong as too_long:
+                    self._error = too_long
+                    return
+                if self._stopping.is_set():
+                    return
+                time.sleep(pause)
+        for tp in committed:
+            owner = tp.metadata
+            if owner and owner != self.identity:
+                self._error = ValidationFailed(
+                    f"cursor {self.cursor!r} belongs to sink {owner!r}, not "
+                    f"{self.identity!r}: give each sink its own cursor name")
+            if self.replay and tp.offset >= 0:
+                self._replay_floor[(tp.topic, tp.partition)] = tp.offset
+        if self.replay:
+            for tp in partitions:
+                tp.offset = OFFSET_BEGINNING
         try:
-            timeout = self.settings.admin_timeout
-            committed = consumer.committed(partitions, timeout=timeout) if self.cursor else []
-            for tp in committed:
-                owner = tp.metadata
-                if owner and owner != self.identity:
-                    self._error = ValidationFailed(
-                        f"cursor {self.cursor!r} belongs to sink {owner!r}, not "
-                        f"{self.identity!r}: give each sink its own cursor name")
-                if self.replay and tp.offset >= 0:
-                    self._replay_floor[(tp.topic, tp.partition)] = tp.offset
-            if self.replay:
-                for tp in partitions:
-                    tp.offset = OFFSET_BEGINNING
             consumer.assign(partitions)
         except KafkaException as exc:
             self._error = exc
 
     def stop(self) -> None:
-        """Ask the runner to finish its batch, flush the sink (if it has a flush), commit and
-        return."""
+        """Ask the runner to finish the batch it is sending, flush the sink (if it has a
+        flush), commit what was handed on, and return."""
         self._stopping.set()
 
     async def run(self, *, until: Callable[[SinkStats], bool] | None = None) -> SinkStats:
-        """Consume until stopped (or until `until(stats)` holds); returns the stats."""
+        """Consume until stopped (or until `until(stats)` holds); returns the stats.
+
+        Raises OutageTooLong when the broker or registry stayed away longer than the outage
+        limit, ValidationFailed when the cursor belongs to another sink.
+        """
         pattern = f"^{re.escape(self.settings.topic_prefix)}\\.[a-z][a-z0-9-]*\\.scores$"
         self.consumer.subscribe([pattern], on_assign=self._on_assign)
+        ready: asyncio.Queue[_Batch] = asyncio.Queue(maxsize=1)
+        fetching = asyncio.create_task(self._fetch_loop(ready))
+        committing = asyncio.create_task(self._commit_loop())
+        sending: set[asyncio.Task[bool]] = set()
         try:
             while not self._stopping.is_set():
                 if self._error is not None:
                     raise self._error
-                messages = await asyncio.to_thread(self.consumer.consume, self.batch_size,
-                                                   self.batch_wait)
-                if messages:
-                    await self._handle(messages)
+                for task in [t for t in sending if t.done()]:
+                    sending.discard(task)
+                    if not task.result():
+                        self._stopping.set()  # stopped during an outage: left uncommitted
                 if until is not None and until(self.stats):
                     break
+                for stage in (fetching, committing):
+                    if stage.done():
+                        stage.result()  # its error: OutageTooLong, a fatal Kafka error
+                if len(sending) >= self.in_flight or \
+                        self._ledger.pending > self.in_flight + _UNCOMMITTED:
+                    # The sink has its hands full, or commits lag (a broker outage): wait.
+                    await asyncio.wait({*sending, committing, fetching}, timeout=1.0,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                batch = await self._next(ready, fetching, sending, committing)
+                if batch is not None:
+                    sending.add(asyncio.create_task(self._send(batch)))
+            if sending:  # finish what the sink has in hand
+                await asyncio.gather(*sending)
+            self._commit_wanted.set()
+            self._draining = True
+            await committing
             await flush_sink(self.sink)
         finally:
+            self._stopping.set()
+            self._commit_wanted.set()
+            tasks: list[asyncio.Task[Any]] = [fetching, committing, *sending]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # A consume or commit still running in its thread finishes before the close.
+            await asyncio.gather(*self._threads, return_exceptions=True)
             await asyncio.to_thread(self.consumer.close)
+            if self._delivery is not None:
+                await asyncio.to_thread(self._delivery.close)
             if self._owns_runtime:
                 self.runtime.close()
         return self.stats
 
-    async def _handle(self, messages: list[Message]) -> None:
-        scores: list[Score] = []
-        origin: dict[str, Message] = {}
-        dead: list[Output] = []
-        for msg in messages:
-            if msg.error():
-                log.warning("consume error: %s", msg.error())
+    # -- the stages ----------------------------------------------------------------------
+
+    async def _in_thread(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """Run `fn` in a thread; a cancelled caller leaves it running, and `run` waits for it
+        before it closes the consumer."""
+        future = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+        self._threads.add(future)
+        future.add_done_callback(self._threads.discard)
+        return await asyncio.shield(future)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Wait `seconds`, or less if the runner is stopped; True when it is stopping."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _next(self, ready: asyncio.Queue[_Batch], fetching: asyncio.Task[None],
+                    sending: set[asyncio.Task[bool]],
+                    committing: asyncio.Task[None]) -> _Batch | None:
+        """The next decoded batch, or None (stopping, a send or the committer finished, or a
+        second passed: look again)."""
+        get = asyncio.ensure_future(ready.get())
+        stop = asyncio.ensure_future(self._stopping.wait())
+        done, _ = await asyncio.wait({get, stop, fetching, committing, *sending}, timeout=1.0,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if get in done:
+            return get.result()
+        get.cancel()  # an item it had not taken stays in the queue
+        if fetching in done:
+            fetching.result()  # the fetch stage's error (OutageTooLong, a fatal Kafka error)
+        return None
+
+    async def _fetch_loop(self, ready: asyncio.Queue[_Batch]) -> None:
+        """Stage 1: consume and decode batches, one ahead of the sink."""
+        while not self._stopping.is_set():
+            messages = await self._in_thread(self._consume)
+            if not messages:
                 continue
-            self.stats.records += 1
+            batch = await self._decoded(messages)
+            if batch is None:
+                return
+            batch.seq = self._ledger.open(batch.ends)
+            await ready.put(batch)
+
+    def _consume(self) -> list[Message]:
+        try:
+            messages = self.consumer.consume(self.batch_size, self.batch_wait)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.fatal():
+                raise
+            self._note_consume_error(error if isinstance(error, KafkaError) else None, exc)
+            time.sleep(0.2)
+            return []
+        good: list[Message] = []
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                self._note_consume_error(error, error)
+                continue
+            good.append(msg)
+        return good
+
+    def _note_consume_error(self, error: KafkaError | None, shown: object) -> None:
+        """Log a consume error, the same one at most every 30 s (librdkafka reports a broker
+        that is away on every poll): they are waits, the consumer reconnects by itself."""
+        code = error.code() if error is not None else -1
+        now = time.monotonic()
+        last, suppressed = self._consume_errors.get(code, (0.0, 0))
+        if now - last >= _LOG_EVERY:
+            log.warning("consume error: %s%s", shown,
+                        f" ({suppressed} more like it since)" if suppressed else "")
+            self._consume_errors[code] = (now, 0)
+        else:
+            self._consume_errors[code] = (last, suppressed + 1)
+
+    async def _decoded(self, messages: list[Message]) -> _Batch | None:
+        """The batch decoded; while the registry is away, wait and decode it again (None if
+        the runner stops meanwhile).
+
+        Decoding is Python work, so it runs on the event loop in slices of `_SLICE` records,
+        letting the sink's HTTP answers in between: in a thread it would only contend for the
+        GIL and hold those answers back by up to a switch interval each.
+        """
+        while True:
+            batch = _Batch(records=len(messages))
             try:
-                score = score_from_record(self.serde.decode(msg.value() or b"",
-                                                            msg.topic() or ""))
+                # A schema id not seen yet is fetched from the registry in a thread (blocking
+                # HTTP, slow or failing in an outage), never on the event loop.
+                new = {_schema_id(v) for m in messages
+                       if (v := m.value()) is not None and len(v) >= 5} - self._known_ids
+                for schema_id in new:
+                    await self._in_thread(self._writer_or_none, schema_id)
+                    self._known_ids.add(schema_id)
+                for start in range(0, len(messages), _SLICE):
+                    self._decode(batch, messages[start:start + _SLICE])
+                    await asyncio.sleep(0)
+            except RegistryUnavailable as exc:
+                pause = self._registry.waiting(str(exc))
+                if await self._pause(pause):
+                    return None
+                continue
+            self._registry.over()
+            return batch
+
+    def _writer_or_none(self, schema_id: int) -> None:
+        """Fetch (and cache) a writer schema; an id the registry does not know is
+        remembered, and the decode dead-letters its records without asking again."""
+        try:
+            self.codec.writer(schema_id)
+        except SchemaError as exc:
+            self._unknown_ids[schema_id] = str(exc)
+
+    def _decode(self, batch: _Batch, messages: list[Message]) -> None:
+        """Add the scores of the messages to the batch (fastavro, writer schemas cached per
+        id), undecodable ones as dead letters. Raises RegistryUnavailable when a schema cannot
+        be fetched now."""
+        decode = self.codec.decode
+        unknown = self._unknown_ids
+        scores, origin, ends = batch.scores, batch.origin, batch.ends
+        for msg in messages:
+            topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+            ends[(topic, partition)] = offset + 1
+            value = msg.value()
+            try:
+                if value is None:
+                    raise SchemaError("the record has no value")
+                if unknown and len(value) >= 5 and _schema_id(value) in unknown:
+                    raise SchemaError(unknown[_schema_id(value)])
+                writer, record = decode(value)
+                if writer.name != _SCORE:
+                    raise SchemaError(f"a {writer.name} record, not a {_SCORE}")
+                score = score_from_record(record)
+            except RegistryUnavailable:
+                raise
             except (SchemaError, KeyError, TypeError, ValueError) as exc:
-                self.stats.undecodable += 1
-                dead.append(self._dead_letter(msg.topic() or "", msg.partition() or 0,
-                                              msg.offset() or 0, msg.key(), msg.value(),
-                                              f"undecodable score: {exc}"))
+                batch.undecodable += 1
+                batch.dead.append(self._dead_letter(msg, f"undecodable score: {exc}"))
                 continue
             scores.append(score)
             origin[score.id] = msg
-        rejected = await self._record(scores) if scores else []
-        if self._stopping.is_set() and scores and rejected is None:
-            return  # stopped during an outage: commit nothing of this batch
-        for item in rejected or []:
-            self.stats.rejected += 1
-            dead.append(self._rejected(item, origin[item.score.id]))
+
+    async def _send(self, batch: _Batch) -> bool:
+        """Stage 2: hand the batch to the sink, deliver its dead letters, accept it in the
+        ledger. False when the runner was stopped before the sink took it."""
+        rejected = await self._record(batch.scores) if batch.scores else []
+        if rejected is None:
+            return False
+        dead = batch.dead
+        if rejected:
+            made = await self._with_registry(lambda: [
+                self._dead_letter(batch.origin[item.score.id],
+                                  f"rejected by {self.identity}: {item.reason}")
+                for item in rejected])
+            if made is None:
+                return False
+            dead = dead + made
         if dead:
-            await self.runtime.delivery.deliver(dead)
-        self.stats.scores += len(scores)
-        for score in scores:
-            self.stats.per_tenant[score.source.tenant] = \
-                self.stats.per_tenant.get(score.source.tenant, 0) + 1
-        self.stats.batches += 1
-        await asyncio.to_thread(self._commit, messages)
+            await self.delivery.deliver(dead)
+        stats = self.stats
+        stats.records += batch.records
+        stats.undecodable += batch.undecodable
+        stats.rejected += len(rejected)
+        stats.scores += len(batch.scores)
+        per_tenant = stats.per_tenant
+        for score in batch.scores:
+            tenant = score.source.tenant
+            per_tenant[tenant] = per_tenant.get(tenant, 0) + 1
+        stats.batches += 1
+        self._ledger.accept(batch.seq)
+        self._commit_wanted.set()
+        return True
+
+    async def _with_registry(self, make: Callable[[], _T]) -> _T | None:
+        """`make()`, waited out while the registry is away (None if the runner stops)."""
+        while True:
+            try:
+                made = make()
+            except RegistryUnavailable as exc:
+                if await self._pause(self._registry.waiting(str(exc))):
+                    return None
+                continue
+            self._registry.over()
+            return made
 
     async def _record(self, scores: list[Score]) -> list[Rejected] | None:
         backoff = 0.2
@@ -201,38 +649,65 @@ class SinkRunner:
             except SinkError as exc:
                 self.stats.retries += 1
                 log.warning("sink failed, retrying in %.1fs (cursor stays): %s", backoff, exc)
-                try:
-                    await asyncio.wait_for(self._stopping.wait(), timeout=backoff)
+                if await self._pause(backoff):
                     return None
-                except TimeoutError:
-                    pass
                 backoff = min(backoff * 2, self.max_backoff)
 
-    def _commit(self, messages: list[Message]) -> None:
+    async def _commit_loop(self) -> None:
+        """Stage 3: whenever batches were accepted, commit what the ledger releases; one
+        commit at a time, so they happen in order, and the commits of batches accepted
+        while one was under way go together. Ends once the runner is stopping and has
+        committed what it could."""
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted.clear()
+            await self._commit(self._ledger.ready())
+            if (self._draining or self._stopping.is_set()) and not self._commit_wanted.is_set():
+                return
+
+    async def _commit(self, ends: Mapping[Partition, int]) -> None:
+        """Commit the offsets after handed-on batches, retrying while the broker is away."""
         if not self.cursor:
             return
-        ends: dict[tuple[str, int], int] = {}
-        for msg in messages:
-            if msg.error():
-                continue
-            key = (msg.topic() or "", msg.partition() or 0)
-            ends[key] = max(ends.get(key, 0), (msg.offset() or 0) + 1)
         offsets = [
             TopicPartition(topic, partition, offset, metadata=self.identity)
             for (topic, partition), offset in ends.items()
             if offset > self._replay_floor.get((topic, partition), -1)
         ]
-        if offsets:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
+        if not offsets:
+            return
+        while True:
+            try:
+                await self._in_thread(self.consumer.commit, offsets=offsets,
+                                      asynchronous=False)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                code = error.code() if isinstance(error, KafkaError) else None
+                if code in _MOVED:
+                    log.info("commit skipped (%s): the partitions moved; their next owner "
+                             "starts from the last commit", error)
+                    return
+                transient = code in _TRANSIENT or (isinstance(error, KafkaError)
+                                                   and error.retriable())
+                if not transient:
+                    raise
+                if await self._pause(self._broker.waiting(f"commit failed: {error}")):
+                    return  # stopping: left uncommitted, sent again after a restart
+                continue
+            self._broker.over()
             self.stats.commits += 1
+            return
 
-    def _dead_letter(self, topic: str, partition: int, offset: int, key: bytes | None,
-                     value: bytes | None, reason: str) -> Output:
-        return dead_letter_output(self.serde, self.settings.topic_prefix, topic=topic,
-                                  partition=partition, offset=offset, key=key, value=value,
-                                  reason=reason, stage=f"sink:{self.cursor or '-'}")
+    # -- dead letters --------------------------------------------------------------------
 
-    def _rejected(self, item: Rejected, msg: Message) -> Output:
-        return self._dead_letter(msg.topic() or "", msg.partition() or 0, msg.offset() or 0,
-                                 msg.key(), msg.value(),
-                                 f"rejected by {self.identity}: {item.reason}")
+    def _dead_letter(self, msg: Message, reason: str) -> Output:
+        """A DeadLetter of a consumed record, for its tenant (RegistryUnavailable when the
+        dead-letter schema cannot be registered now)."""
+        topic = msg.topic() or ""
+        writer = self.codec.registered(dead_letter_schema())
+        record = dead_letter_record(topic=topic, partition=msg.partition() or 0,
+                                    offset=msg.offset() or 0, key=msg.key(), value=msg.value(),
+                                    reason=reason, stage=f"sink:{self.cursor or '-'}",
+                                    time=int(time.time() * 1000))
+        return Output(dead_letter_topic(self.settings.topic_prefix, topic), msg.key(),
+                      self.codec.encode(writer, record), reason_headers(reason))

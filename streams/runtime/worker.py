@@ -159,6 +159,7 @@ class Worker:
             poll_timeout=self.settings.batch_within if batch_within is None else batch_within,
             commit_interval=self.settings.commit_interval,
             flush_timeout=self.settings.flush_timeout,
+            outage_limit=self.settings.outage_limit,
             name="feedback-mirror")
         self.subscribed: set[str] = set()
         self.discovered_at: dict[str, float] = {}
@@ -176,6 +177,7 @@ class Worker:
             poll_timeout=self.settings.batch_within if batch_within is None else batch_within,
             commit_interval=self.settings.commit_interval,
             flush_timeout=self.settings.flush_timeout,
+            outage_limit=self.settings.outage_limit,
             name="rules-reactor") if self.reactor is not None else None
         settings = self.settings
         self.app = self._build(

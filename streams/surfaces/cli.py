@@ -238,7 +238,7 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
     import asyncio
     import signal
 
-    from streams.runtime.sink_runner import SinkRunner
+    from streams.runtime.sink_runner import OutageTooLong, SinkRunner
 
     runner = SinkRunner(config, sink, cursor=cursor, replay=replay, batch_size=batch_size)
     loop = asyncio.get_running_loop()
@@ -253,6 +253,10 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
     reporter = asyncio.create_task(report()) if stats_interval else None
     try:
         await runner.run()
+    except OutageTooLong as exc:
+        print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(75) from exc  # EX_TEMPFAIL: start it again once it is back
     finally:
         if reporter is not None:
             reporter.cancel()

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -214,3 +215,113 @@ def test_too_long_score_name_refused_before_anything_is_sent(
     assert "root_cause_identified" in message and "shorter name=" in message
     assert standin.score_configs() == []
     assert standin.requests == 0
+
+
+def test_langfuse_500_then_429_then_timeouts_lose_nothing_and_never_pass_the_cursor(
+    settings: Settings, tenant_factory: Callable[..., str],
+    standin_factory: Callable[[], LangfuseStandIn], tmp_path: Path,
+) -> None:
+    import threading
+
+    from tests.conftest import read_topic
+
+    tenant = tenant_factory()
+    topic = tenant_topics(tenant, settings.topic_prefix).scores
+    waves = [make_scores(f"{tenant}{n}", 60) for n in range(3)]  # 180 scores each
+    standin = standin_factory()
+    sink = SinkProcess(settings.replace(langfuse_timeout=1.0, sink_max_backoff=1.0), standin,
+                       tmp_path / "sink.log", "--cursor", "lf", "--no-sync-configs",
+                       "--batch-size", "50")
+    # Which score is at which offset, to check the cursor against what Langfuse holds.
+    at: dict[tuple[str, int], dict[int, str]] = {}
+    violations: list[str] = []
+    checking = threading.Event()
+    sampled = [0]
+
+    def learn(expected: int) -> None:
+        at.clear()
+        for msg, record in read_topic(settings, topic, at_least=expected, settle=0.5):
+            at.setdefault((msg.topic(), msg.partition()), {})[msg.offset()] = record["id"]
+
+    def check_cursor() -> None:
+        # Committed first, then the store: the store only grows, so a score missing from it
+        # below the committed offset was committed before Langfuse took it.
+        while not checking.is_set():
+            cursor = committed(settings, "lf")
+            stored = {s["id"] for s in standin.scores()}
+            for tp, offset in cursor.items():
+                missing = [i for o, i in at.get(tp, {}).items() if o < offset and i not in stored]
+                if missing:
+                    violations.append(f"{tp} committed {offset}, {len(missing)} not in Langfuse")
+            sampled[0] += 1
+            time.sleep(0.1)
+
+    def answered(status: int) -> int:
+        return sum(1 for r in standin.request_log() if r.status == status)
+
+    checker = threading.Thread(target=check_cursor, daemon=True)
+    try:
+        standin.fail_next(4, 500)
+        produce_scores(settings, tenant, waves[0])
+        learn(180)
+        checker.start()
+        sink.start()
+        wait_until(lambda: answered(500) >= 4, 120, "four 500 answers")
+        wait_until(lambda: len(standin.scores()) >= 180, 120, "the first wave")
+        wait_until(lambda: sum(committed(settings, "lf").values()) >= 180, 60, "its commit")
+        standin.fail_next(4, 429)
+        produce_scores(settings, tenant, waves[1])
+        learn(360)
+        wait_until(lambda: answered(429) >= 4, 120, "four 429 answers")
+        wait_until(lambda: len(standin.scores()) >= 360, 120, "the second wave")
+        wait_until(lambda: sum(committed(settings, "lf").values()) >= 360, 60, "its commit")
+        standin.set_delay(2.5)  # answers after the sink's 1 s timeout
+        before = standin.requests
+        produce_scores(settings, tenant, waves[2])
+        learn(540)
+        wait_until(lambda: standin.requests >= before + 4, 120, "four timed-out requests")
+        assert sum(committed(settings, "lf").values()) == 360  # the cursor waits
+        standin.set_delay(0)
+        wait_until(lambda: sum(committed(settings, "lf").values()) >= 540, 120, "the cursor")
+        stored = keys(standin)
+        assert len(stored) == len(set(stored)) == 540  # 0 lost, 0 duplicates
+        assert {s.id for wave in waves for s in wave} == {key[0] for key in stored}
+        assert sink.proc is not None and sink.proc.poll() is None
+        sink.stop()
+        assert sink.proc.returncode == 0
+    finally:
+        checking.set()
+        if checker.is_alive():
+            checker.join(30)
+        sink.stop()
+    assert sampled[0] > 0 and violations == []
+    print(f"{standin.received_total} scores sent for 540; cursor checked {sampled[0]} times")
+
+
+async def test_rejected_and_undecodable_records_are_dead_lettered_with_their_reason(
+    settings: Settings, tenant_factory: Callable[..., str],
+    standin_factory: Callable[[], LangfuseStandIn],
+) -> None:
+    from tests.conftest import read_topic
+
+    tenant = tenant_factory()
+    topics = tenant_topics(tenant, settings.topic_prefix)
+    scores = make_scores(tenant, 20)
+    produce_scores(settings, tenant, scores)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer.produce(topics.scores, b"not avro at all", key=b"bad-1")
+    producer.produce(topics.scores, b"\x00\x7f\xff\xff\xf0{}", key=b"bad-2")  # unknown id
+    assert producer.flush(30) == 0
+    standin = standin_factory()
+    standin.reject_ids({scores[0].id, scores[4].id}, "no thanks")
+    runner = SinkRunner(settings, LangfuseScoreSink(client_for(standin)), cursor="lf")
+    stats = await asyncio.wait_for(runner.run(until=lambda s: s.records >= 62), 120)
+    assert (stats.scores, stats.rejected, stats.undecodable) == (60, 2, 2)
+    assert sum(committed(settings, "lf").values()) == 62  # handed on or dead-lettered
+    letters = [record for _msg, record in read_topic(settings, topics.deadletter, at_least=4)]
+    assert len(letters) == 4
+    reasons = [str(letter["reason"]) for letter in letters]
+    assert sum(r.startswith("rejected by langfuse") and "no thanks" in r for r in reasons) == 2
+    assert sum(r.startswith("undecodable score") for r in reasons) == 2
+    assert {letter["stage"] for letter in letters} == {"sink:lf"}
+    assert len(standin.scores()) == 58

@@ -1,0 +1,122 @@
+"""The sink runner's ordering rule and outage bookkeeping (no broker needed)."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+
+from streams.runtime import sink_runner
+from streams.runtime.sink_runner import OffsetLedger, OutageTooLong, SinkStats
+
+
+def test_a_later_batch_accepted_first_is_not_committed_before_the_earlier_one() -> None:
+    ledger = OffsetLedger()
+    first = ledger.open({("s", 0): 10, ("s", 1): 5})
+    second = ledger.open({("s", 0): 20})
+    ledger.accept(second)
+    assert ledger.ready() == {}  # batch 1 is not accepted: nothing may be committed
+    assert ledger.pending == 2
+    ledger.accept(first)
+    assert ledger.ready() == {("s", 0): 20, ("s", 1): 5}
+    assert ledger.pending == 0
+    assert ledger.ready() == {}
+
+
+def test_only_the_accepted_prefix_is_released() -> None:
+    ledger = OffsetLedger()
+    a = ledger.open({("s", 0): 3})
+    b = ledger.open({("s", 1): 7})
+    c = ledger.open({("s", 0): 9})
+    ledger.accept(a)
+    ledger.accept(c)
+    assert ledger.ready() == {("s", 0): 3}  # c waits for b
+    ledger.accept(b)
+    assert ledger.ready() == {("s", 1): 7, ("s", 0): 9}
+
+
+def test_accepting_a_batch_twice_or_one_never_opened_is_refused() -> None:
+    ledger = OffsetLedger()
+    seq = ledger.open({("s", 0): 1})
+    ledger.accept(seq)
+    assert ledger.ready() == {("s", 0): 1}
+    with pytest.raises(ValueError, match="not open"):
+        ledger.accept(seq)
+    with pytest.raises(ValueError, match="not open"):
+        ledger.accept(99)
+
+
+def test_a_batch_left_unaccepted_holds_back_every_later_commit() -> None:
+    # A batch caught in an outage when the runner stops is never accepted.
+    ledger = OffsetLedger()
+    stuck = ledger.open({("s", 0): 4})
+    for end in (8, 12, 16):
+        ledger.accept(ledger.open({("s", 0): end}))
+    assert ledger.ready() == {}
+    assert stuck == 0 and ledger.pending == 4
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_any_acceptance_order_commits_in_consumption_order(seed: int) -> None:
+    # Batches of two partitions, accepted in a random order, with a commit attempt after
+    # each acceptance: every commit is the accepted prefix, and offsets never go back.
+    rng = random.Random(seed)
+    ledger = OffsetLedger()
+    position = {("s", 0): 0, ("s", 1): 0}
+    batches: list[tuple[int, dict[tuple[str, int], int]]] = []
+    for _ in range(30):
+        ends = {}
+        for tp in position:
+            if rng.random() < 0.7:
+                position[tp] += rng.randint(1, 50)
+                ends[tp] = position[tp]
+        batches.append((ledger.open(ends), ends))
+    order = list(range(len(batches)))
+    rng.shuffle(order)
+    accepted: set[int] = set()
+    committed: dict[tuple[str, int], int] = {}
+    for seq in order:
+        ledger.accept(seq)
+        accepted.add(seq)
+        released = ledger.ready()
+        prefix = 0
+        while prefix in accepted:
+            prefix += 1
+        # What may be committed: the highest end of each partition within the prefix.
+        allowed: dict[tuple[str, int], int] = {}
+        for _seq, ends in batches[:prefix]:
+            for tp, end in ends.items():
+                allowed[tp] = max(allowed.get(tp, 0), end)
+        for tp, offset in released.items():
+            assert offset <= allowed[tp], "a commit passed a batch not accepted yet"
+            assert offset > committed.get(tp, -1), "a commit went back"
+            committed[tp] = offset
+        assert {tp: committed[tp] for tp in allowed} == allowed
+    assert committed == position and ledger.pending == 0
+
+
+def test_an_outage_waits_until_the_limit_and_logs_boundedly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(sink_runner.time, "monotonic", lambda: now[0])
+    stats = SinkStats()
+    outage = sink_runner._Outage("kafka broker", 60.0, stats)
+    caplog.set_level(logging.WARNING, logger="streams.runtime.sink_runner")
+    pauses = []
+    for _ in range(59):  # one try a second for 59 s: a wait, not a failure
+        pauses.append(outage.waiting("commit failed: Local: Waiting for coordinator"))
+        now[0] += 1.0
+    assert stats.outage_waits == 59
+    assert pauses[0] == pytest.approx(0.2) and max(pauses) == 5.0
+    assert pauses == sorted(pauses)
+    # The first try, then one line per 30 s: not one line per retry.
+    assert len(caplog.records) == 2
+    outage.over()
+    assert "available again" in caplog.records[-1].getMessage()
+    # A new outage starts its own clock; past the limit it raises, saying what to do.
+    outage.waiting("commit failed")
+    now[0] += 61.0
+    with pytest.raises(OutageTooLong, match="STREAMS_OUTAGE_LIMIT"):
+        outage.waiting("commit failed")
