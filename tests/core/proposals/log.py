@@ -65,7 +65,7 @@ class Log:
         return started
 
     def propose(self, proposal_id: str, artifact_id: str, change: Change | None = None, *,
-                by: Envelope | AnyActor, run_id: str | None | bool = True,
+                by: Envelope | AnyActor, run_id: str | bool | None = True,
                 action: str = "revise", kind: str = "rule",
                 at: datetime | None = None) -> Envelope:
         """A proposal. `by` a run_started: the run's action proposes it, as the rule's actor,
