@@ -147,7 +147,7 @@ def test_a_resolution_the_ledger_has_not_folded_is_not_scored() -> None:
 def test_only_a_proposal_resolved_event_is_decided() -> None:
     log = Log()
     run = log.run(RULE)
-    with pytest.raises(ValidationFailed, match="proposal_resolved.*run_started"):
+    with pytest.raises(ValidationFailed, match=r"proposal_resolved.*run_started"):
         _decide(log, run)
 
 
