@@ -4,6 +4,7 @@ artifact, proposal and resolution events, each a millisecond after the last."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from streams.core.actors import AgentActor, AnyActor, SystemActor, UserActor
 from streams.core.events import (
@@ -23,6 +24,7 @@ from streams.core.events import (
 from streams.core.rules import Rule, RuleEngine, on, run
 from streams.core.runs import fire_envelopes, rule_actor
 
+ResolutionName = Literal["accepted", "rejected"]
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 ADA = UserActor(id="ada")
 BOB = UserActor(id="bob")
@@ -66,7 +68,7 @@ class Log:
 
     def propose(self, proposal_id: str, artifact_id: str, change: Change | None = None, *,
                 by: Envelope | AnyActor, run_id: str | bool | None = True,
-                action: str = "revise", kind: str = "rule",
+                action: Literal["revise", "archive"] = "revise", kind: str = "rule",
                 at: datetime | None = None) -> Envelope:
         """A proposal. `by` a run_started: the run's action proposes it, as the rule's actor,
         in its chain, claiming its run id (`run_id=True`); `by` an actor: a client does."""
@@ -74,15 +76,15 @@ class Log:
             assert isinstance(by.event, RunStarted)
             claim = by.event.run_id if run_id is True else run_id
             event = ProposalMade(proposal_id=proposal_id, artifact_id=artifact_id, kind=kind,
-                                 action=action, change=change,  # type: ignore[arg-type]
+                                 action=action, change=change,
                                  run_id=claim if isinstance(claim, str) else None)
             return self.append(event, rule_actor(by.event.rule), after=by, at=at)
         event = ProposalMade(proposal_id=proposal_id, artifact_id=artifact_id, kind=kind,
-                             action=action, change=change,  # type: ignore[arg-type]
+                             action=action, change=change,
                              run_id=run_id if isinstance(run_id, str) else None)
         return self.append(event, by, at=at)
 
-    def resolve(self, proposal: Envelope | str, resolution: str = "accepted",
+    def resolve(self, proposal: Envelope | str, resolution: ResolutionName = "accepted",
                 changes: Change | None = None, *, actor: AnyActor = ADA,
                 at: datetime | None = None) -> Envelope:
         """A resolution by `actor`, in the proposal's chain when given its envelope."""
@@ -91,7 +93,7 @@ class Log:
             pid, after = proposal.event.proposal_id, proposal
         else:
             pid, after = proposal, None
-        event = ProposalResolved(proposal_id=pid, resolution=resolution,  # type: ignore[arg-type]
+        event = ProposalResolved(proposal_id=pid, resolution=resolution,
                                  changes=changes)
         return self.append(event, actor, after=after, at=at)
 

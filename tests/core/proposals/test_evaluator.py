@@ -23,7 +23,7 @@ from streams.core.proposals import (
     fold_ledger,
 )
 from streams.core.targets import RunTarget
-from tests.core.proposals.log import ADA, BOB, Log, agent
+from tests.core.proposals.log import ADA, BOB, Log, ResolutionName, agent
 
 RULE = "chat:draft-rule"
 
@@ -80,7 +80,7 @@ def test_a_runs_resolved_proposal_scores_that_run() -> None:
     ("rejected", None, "rejected"),
 ])
 def test_the_feedback_says_whether_the_person_changed_the_proposal(
-        resolution: str, changes: Change | None, outcome: str) -> None:
+        resolution: ResolutionName, changes: Change | None, outcome: str) -> None:
     log = Log()
     log.create("a1", {"when": "x"})
     run = log.run(RULE)

@@ -18,7 +18,7 @@ from streams.core.proposals import (
 )
 from streams.core.scores import scores_of
 from streams.core.targets import RunTarget
-from tests.core.proposals.log import Log
+from tests.core.proposals.log import Log, ResolutionName
 
 FIELDS = st.sampled_from(["when", "then", "name", "note", "scope"])
 TEXT = st.text(max_size=12)
@@ -30,7 +30,7 @@ RULE = "chat:draft-rule"
 
 
 def _resolve(content: dict[str, str] | None, change: Change, changes: Change | None,
-             resolution: str = "accepted") -> tuple[Log, str]:
+             resolution: ResolutionName = "accepted") -> tuple[Log, str]:
     log = Log()
     if content is not None:
         log.create("a1", content)
@@ -83,7 +83,7 @@ def test_a_rejection_is_rejected_and_makes_no_version(content: dict[str, str] | 
 
 
 @pytest.mark.parametrize("resolution", ["accepted", "rejected"])
-def test_an_archive_is_accepted_or_rejected(resolution: str) -> None:
+def test_an_archive_is_accepted_or_rejected(resolution: ResolutionName) -> None:
     log = Log()
     log.create("a1", {"when": "x"})
     run = log.run(RULE)
