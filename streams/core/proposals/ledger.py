@@ -170,7 +170,6 @@ class Ledger:
     problems: list[str] = field(default_factory=list)
     _seen: set[str] = field(default_factory=set)
     _by_id: dict[str, Envelope] = field(default_factory=dict)
-    _runs: dict[str, Envelope] = field(default_factory=dict)
     _waiting: dict[str, list[Envelope]] = field(default_factory=dict)
 
     def add(self, envelope: Envelope) -> None:
@@ -180,9 +179,7 @@ class Ledger:
         self._seen.add(envelope.event_id)
         self._by_id[envelope.event_id] = envelope
         event = envelope.event
-        if isinstance(event, RunStarted):
-            self._runs.setdefault(event.run_id, envelope)
-        elif isinstance(event, ArtifactCreated):
+        if isinstance(event, ArtifactCreated):
             self._created(envelope, event)
         elif isinstance(event, ArtifactRevised):
             self._revised(envelope, event)
@@ -252,7 +249,7 @@ class Ledger:
             if found is None or found.correlation_id != envelope.correlation_id:
                 return None
             if isinstance(found.event, RunStarted):
-                return found if self._runs.get(found.event.run_id) is found else None
+                return found
             cause = found.causation_id
         return None
 

@@ -136,7 +136,12 @@ async def proposal_rates(source: LogSource, *, since: datetime | None = None,
 
 @dataclass(frozen=True)
 class DraftConversion:
-    """One rule draft (an artifact of kind `rule` someone proposed): how far it went."""
+    """One rule draft (an artifact of kind `rule` someone proposed): how far it went.
+
+    `installed_at`: its first install (None if never installed); `archived_at`: its first
+    archive at or after that install (None if none: an archive before it does not count);
+    `survived` and `pending` as in `RuleConversion`.
+    """
 
     artifact_id: str
     accepted: bool

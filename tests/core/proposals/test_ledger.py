@@ -4,7 +4,7 @@ would make, repeats, and how (and only how) a proposal is linked to a run."""
 from datetime import timedelta
 
 from streams.core.actors import AgentActor
-from streams.core.events import Change, ProposalMade, RunStarted
+from streams.core.events import Change, Envelope, ProposalMade, RunStarted
 from streams.core.ids import firing_id, run_id_of, started_event_id
 from streams.core.proposals import apply_change, fold_ledger
 from tests.core.proposals.log import ADA, BOB, Log, agent
@@ -182,9 +182,14 @@ def test_a_client_claiming_a_run_is_not_traced_to_it() -> None:
     # in the run's chain, by another rule's agent
     log.append(ProposalMade(proposal_id="other-rule", artifact_id="a1", kind="rule",
                             change=Change(), run_id=run_id), agent("chat:other"), after=run)
+    # caused by the run_started, by the rule's agent, but in another chain
+    log.envelopes.append(Envelope.new(
+        ProposalMade(proposal_id="other-chain", artifact_id="a1", kind="rule", change=Change(),
+                     run_id=run_id), tenant="acme", workspace="prod", actor=agent(RULE),
+        correlation_id="evt_elsewhere", causation_id=run.event_id))
     ledger = fold_ledger(log.envelopes)
     for pid in ("by-user", "by-agent", run_id, started_event_id(run_id), "in-chain",
-                "other-rule"):
+                "other-rule", "other-chain"):
         assert ledger.proposal(pid) is not None
         assert ledger.run_of(pid) is None, pid
 
