@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from streams.core.actors import AgentActor, AnyActor, SystemActor, UserActor
+from streams.core.app_events import app_event_type
 from streams.core.events import (
     AppEvent,
     ArtifactArchived,
@@ -29,6 +30,8 @@ T0 = datetime(2026, 11, 1, tzinfo=UTC)
 ADA = UserActor(id="ada")
 BOB = UserActor(id="bob")
 SYSTEM = SystemActor()
+CHAT_MESSAGE = app_event_type("chat:message")
+"""What starts the runs of the builder's rules."""
 
 
 class Log:
