@@ -88,3 +88,15 @@ async def test_a_retried_attempt_scores_nothing_more() -> None:
     assert 2 in attempts
     assert len(_scores(replay.log)) == 1
     assert sum(1 for o in _outputs(replay) if o["scored"]) == 0
+
+
+def test_a_worker_loads_it_as_a_rules_module() -> None:
+    # The command line's loader and the worker's checks, no broker needed (not a run on one).
+    from streams.runtime.worker import Worker
+    from streams.settings import Settings
+    from streams.surfaces.cli import load_rules
+
+    rules, actions, deps = load_rules(["streams.core.proposals.rule"])
+    assert [r.name for r in rules] == ["streams:proposal-outcome"] and deps == {}
+    settings = Settings(bootstrap_servers="127.0.0.1:9", schema_registry_url="http://127.0.0.1:9")
+    Worker(settings, rules=rules, actions=actions)
