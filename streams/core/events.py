@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from streams.core.actors import Actor, SystemActor
 from streams.core.ids import new_id as new_id  # its old home; callers import it from here
@@ -25,6 +25,13 @@ RUN_FAILED = "run_failed"
 RUN_RETRIED = "run_retried"
 RUN_DEAD_LETTERED = "run_dead_lettered"
 RULE_FIRED = "rule_fired"
+ARTIFACT_CREATED = "artifact_created"
+ARTIFACT_REVISED = "artifact_revised"
+ARTIFACT_ARCHIVED = "artifact_archived"
+PROPOSAL_MADE = "proposal_made"
+PROPOSAL_RESOLVED = "proposal_resolved"
+RULE_INSTALLED = "rule_installed"
+RULE_ARCHIVED = "rule_archived"
 
 
 def utcnow() -> datetime:
@@ -164,10 +171,102 @@ class AppEvent(Event):
         return self.name
 
 
+class Change(BaseModel):
+    """A change to an artifact's text fields: `set` gives fields their new text, `unset`
+    removes fields. Applied in that order; a field in both is removed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    set: dict[str, str] = Field(default_factory=dict)
+    unset: list[str] = Field(default_factory=list)
+
+
+class ArtifactCreated(Event):
+    """An artifact's first version (`content`: its text fields), authored by the actor."""
+
+    event_type: ClassVar[str] = ARTIFACT_CREATED
+    artifact_id: str = Field(min_length=1)
+    kind: str = Field(min_length=1)
+    content: dict[str, str] = Field(default_factory=dict)
+
+
+class ArtifactRevised(Event):
+    """A new version of an artifact, written directly (not through a proposal)."""
+
+    event_type: ClassVar[str] = ARTIFACT_REVISED
+    artifact_id: str = Field(min_length=1)
+    change: Change
+
+
+class ArtifactArchived(Event):
+    """An artifact archived directly (not through a proposal); its text does not change."""
+
+    event_type: ClassVar[str] = ARTIFACT_ARCHIVED
+    artifact_id: str = Field(min_length=1)
+
+
+class ProposalMade(Event):
+    """A proposal (by the envelope's actor) to revise or archive an artifact.
+
+    `action` is `revise` (with `change`: applied to the artifact's text when accepted; a
+    proposal for an artifact that does not exist yet creates it, of `kind`, from empty text)
+    or `archive` (no change). `run_id` is what the proposer says about the run whose action
+    proposed it; readers trust it only when the run's own events confirm it.
+    """
+
+    event_type: ClassVar[str] = PROPOSAL_MADE
+    proposal_id: str = Field(min_length=1)
+    artifact_id: str = Field(min_length=1)
+    kind: str = Field(min_length=1)
+    action: Literal["revise", "archive"] = "revise"
+    change: Change | None = None
+    run_id: str | None = None
+
+    @model_validator(mode="after")
+    def _change_fits_action(self) -> ProposalMade:
+        if self.action == "revise" and self.change is None:
+            raise ValueError("a revise proposal needs a change")
+        if self.action == "archive" and self.change is not None:
+            raise ValueError("an archive proposal takes no change")
+        return self
+
+
+class ProposalResolved(Event):
+    """A proposal accepted (with the resolver's optional `changes` on top of it) or
+    rejected, by the envelope's actor. An archive proposal takes no changes."""
+
+    event_type: ClassVar[str] = PROPOSAL_RESOLVED
+    proposal_id: str = Field(min_length=1)
+    resolution: Literal["accepted", "rejected"]
+    changes: Change | None = None
+
+    @model_validator(mode="after")
+    def _changes_only_when_accepted(self) -> ProposalResolved:
+        if self.resolution == "rejected" and self.changes is not None:
+            raise ValueError("a rejection takes no changes")
+        return self
+
+
+class RuleInstalled(Event):
+    """A rule put live (from the artifact of its draft, when it has one)."""
+
+    event_type: ClassVar[str] = RULE_INSTALLED
+    rule: str = Field(min_length=1)
+    artifact_id: str | None = None
+
+
+class RuleArchived(Event):
+    """A live rule taken down."""
+
+    event_type: ClassVar[str] = RULE_ARCHIVED
+    rule: str = Field(min_length=1)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.event_type: cls
     for cls in (RunStarted, RunSucceeded, RunFailed, RunRetried, RunDeadLettered, RuleFired,
-                FeedbackGiven)
+                FeedbackGiven, ArtifactCreated, ArtifactRevised, ArtifactArchived,
+                ProposalMade, ProposalResolved, RuleInstalled, RuleArchived)
 }
 
 

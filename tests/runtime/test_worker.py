@@ -45,4 +45,4 @@ def test_a_worker_refuses_rules_watching_an_undeclared_event_type() -> None:
     with pytest.raises(InvalidRule) as info:
         worker.Worker(settings, rules=[rule], actions={})
     assert "'r:typo' watches 'ns:run_succeeded'" in str(info.value)
-    assert "Known event types: ['feedback_given'" in str(info.value)
+    assert "Known event types: ['artifact_archived', 'artifact_created'" in str(info.value)

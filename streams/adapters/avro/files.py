@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 # The feedback types this project ships; their schemas are committed and checked.
-PROJECT_FEEDBACK_MODULES = ("streams.examples.ops", "streams.core.judges")
+PROJECT_FEEDBACK_MODULES = ("streams.examples.ops", "streams.core.judges",
+                            "streams.core.proposals.outcome")
 
 
 def _defined_in(cls: type[Feedback], module: str) -> bool:

@@ -17,7 +17,14 @@ from pydantic import BaseModel
 
 from streams.core.errors import SchemaError
 from streams.core.events import (
+    ARTIFACT_ARCHIVED,
+    ARTIFACT_CREATED,
+    ARTIFACT_REVISED,
+    PROPOSAL_MADE,
+    PROPOSAL_RESOLVED,
+    RULE_ARCHIVED,
     RULE_FIRED,
+    RULE_INSTALLED,
     RUN_DEAD_LETTERED,
     RUN_FAILED,
     RUN_RETRIED,
@@ -95,6 +102,55 @@ _TARGET = {
 }
 
 
+def _change() -> Schema:
+    return {
+        "type": "record", "name": "Change", "namespace": f"{NAMESPACE}.events",
+        "doc": "A change to an artifact's text fields: set, then unset.",
+        "fields": [
+            _field("set", {"type": "map", "values": "string"}, "Fields and their new text.",
+                   default={}),
+            _field("unset", {"type": "array", "items": "string"}, "Fields removed.",
+                   default=[]),
+        ],
+    }
+
+
+def _artifact_records() -> dict[str, Schema]:
+    """The records of artifacts, proposals and rule installs (streams.core.proposals)."""
+    artifact = _field("artifact_id", "string")
+    return {
+        ARTIFACT_CREATED: _event_record("ArtifactCreated", "An artifact's first version.", [
+            artifact, _field("kind", "string"),
+            _field("content", {"type": "map", "values": "string"}, "Its text fields."),
+        ]),
+        ARTIFACT_REVISED: _event_record("ArtifactRevised", "A new version of an artifact.", [
+            artifact, _field("change", _change()),
+        ]),
+        ARTIFACT_ARCHIVED: _event_record("ArtifactArchived", "An artifact archived.",
+                                         [artifact]),
+        PROPOSAL_MADE: _event_record("ProposalMade", "A proposal to revise or archive.", [
+            _field("proposal_id", "string", "Chosen by the proposer."), artifact,
+            _field("kind", "string"),
+            _field("action", {"type": "enum", "name": "ProposalAction",
+                              "symbols": ["revise", "archive"]}),
+            _optional_field("change", _change(), "The proposed change (revise only)."),
+            _optional_field("run_id", "string", "The run the proposer says proposed it."),
+        ]),
+        PROPOSAL_RESOLVED: _event_record("ProposalResolved", "A proposal resolved.", [
+            _field("proposal_id", "string"),
+            _field("resolution", {"type": "enum", "name": "Resolution",
+                                  "symbols": ["accepted", "rejected"]}),
+            _optional_field("changes", _change(), "The resolver's changes on acceptance."),
+        ]),
+        RULE_INSTALLED: _event_record("RuleInstalled", "A rule put live.", [
+            _field("rule", "string"), _optional_field("artifact_id", "string"),
+        ]),
+        RULE_ARCHIVED: _event_record("RuleArchived", "A live rule taken down.", [
+            _field("rule", "string"),
+        ]),
+    }
+
+
 def _with_envelope(schema: Schema) -> Schema:
     """Inline the envelope's definition at its first use, so each record stands alone."""
     fields = list(schema["fields"])
@@ -134,6 +190,7 @@ def event_schemas() -> dict[str, Schema]:
             _field("name", "string", "The application's event type, e.g. ops:error_spike."),
             _field("data_json", "string", "The event's body as a JSON object."),
         ]),
+        **_artifact_records(),
     }
     return {k: _with_envelope(v) for k, v in records.items()}
 

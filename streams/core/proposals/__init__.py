@@ -1,3 +1,71 @@
-"""The home of proposals: artifacts and their versions, proposals and their resolutions,
-folded by a pure ledger, and the proposal-outcome evaluator's decision (accepted, edited,
-rejected). Nothing is defined here yet."""
+"""Proposals: artifacts and their versions, proposals and their resolutions, folded by a
+pure ledger; the outcome of a resolution (accepted, edited, rejected) as `ProposalOutcome`
+feedback on the run that proposed; the proposal-outcome evaluator's decision; and the
+measures over them (proposal rates, rule conversion, history and rewrites).
+
+The events themselves are built-in event types in `streams.core.events`
+(`artifact_created`, `artifact_revised`, `artifact_archived`, `proposal_made`,
+`proposal_resolved`, `rule_installed`, `rule_archived`). See docs/proposals.md.
+"""
+
+from streams.core.proposals.evaluator import EVALUATOR, Decision, decide, scored_proposals
+from streams.core.proposals.ledger import (
+    ArtifactState,
+    Ledger,
+    Outcome,
+    ProposalState,
+    Resolution,
+    Version,
+    apply_change,
+    fold_ledger,
+)
+from streams.core.proposals.measures import (
+    DraftConversion,
+    HistoryVersion,
+    ProposalRates,
+    Rewrites,
+    RuleConversion,
+    author_class,
+    edit_distance,
+    fold_history,
+    fold_proposal_rates,
+    fold_rule_conversion,
+    history,
+    proposal_rates,
+    rewrites,
+    rule_conversion,
+    text_of,
+)
+from streams.core.proposals.outcome import PROPOSAL_OUTCOME, ProposalOutcome
+
+__all__ = [
+    "EVALUATOR",
+    "PROPOSAL_OUTCOME",
+    "ArtifactState",
+    "Decision",
+    "DraftConversion",
+    "HistoryVersion",
+    "Ledger",
+    "Outcome",
+    "ProposalOutcome",
+    "ProposalRates",
+    "ProposalState",
+    "Resolution",
+    "Rewrites",
+    "RuleConversion",
+    "Version",
+    "apply_change",
+    "author_class",
+    "decide",
+    "edit_distance",
+    "fold_history",
+    "fold_ledger",
+    "fold_proposal_rates",
+    "fold_rule_conversion",
+    "history",
+    "proposal_rates",
+    "rewrites",
+    "rule_conversion",
+    "scored_proposals",
+    "text_of",
+]
