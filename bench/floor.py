@@ -109,7 +109,7 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
                       "feedback_type": record["feedback_type"],
                       "target_kind": target["kind"], "target_id": target["id"],
                       "participant": participant, "feedback_event_id": event_id,
-                      "seq": f"{msg.partition()}:{msg.offset()}"}
+                      "seq": f"{msg.partition()}:{msg.offset()}", "rule": None, "action": None}
             key = event_id.encode()
             for field, name, data_type in fields[record["feedback_type"]]:
                 raw_value = value.get(field)

@@ -50,14 +50,20 @@ create table if not exists scores (
     feedback_event_id varchar not null,
     seq varchar,
     metadata json,
+    rule varchar,
+    action varchar,
     primary key (id, name, day)
 )
 """
 
+# Columns added after the first release: a file made before them gains them on open.
+ADDED_COLUMNS = ("alter table scores add column if not exists rule varchar",
+                 "alter table scores add column if not exists action varchar")
+
 COLUMNS = ("id", "name", "day", "data_type", "numeric_value", "string_value", "timestamp",
            "trace_id", "session_id", "observation_id", "comment", "tenant", "workspace",
            "feedback_type", "target_kind", "target_id", "participant", "feedback_event_id",
-           "seq", "metadata")
+           "seq", "metadata", "rule", "action")
 
 
 def _row(score: Score) -> tuple[Any, ...]:
@@ -69,7 +75,7 @@ def _row(score: Score) -> tuple[Any, ...]:
             score.trace_id, score.session_id, score.observation_id, score.comment,
             src.tenant, src.workspace, src.feedback_type, src.target_kind, src.target_id,
             src.participant, src.feedback_event_id, src.seq,
-            json.dumps(dict(score.metadata)) if score.metadata else None)
+            json.dumps(dict(score.metadata)) if score.metadata else None, src.rule, src.action)
 
 
 class DuckDBScoreSink:
@@ -90,6 +96,8 @@ class DuckDBScoreSink:
             try:
                 self._connection = duckdb.connect(self.path)
                 self._connection.execute(TABLE)
+                for statement in ADDED_COLUMNS:
+                    self._connection.execute(statement)
             except duckdb.Error as exc:
                 raise SinkError(f"cannot open the DuckDB file {self.path}: {exc} (is another "
                                 "process writing to it?)") from exc

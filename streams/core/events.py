@@ -158,6 +158,8 @@ class FeedbackGiven(Event):
     target: Target
     target_trace_id: str | None = None
     value: dict[str, Any]
+    target_rule: str | None = None
+    target_action: str | None = None
 
 
 class AppEvent(Event):

@@ -75,6 +75,8 @@ class ScoreSource:
     participant: str
     feedback_event_id: str
     seq: str | None = None
+    rule: str | None = None
+    action: str | None = None
 
     def as_metadata(self) -> dict[str, str]:
         """The source as a flat mapping of strings."""
@@ -84,8 +86,10 @@ class ScoreSource:
             "target_id": self.target_id, "participant": self.participant,
             "feedback_event_id": self.feedback_event_id,
         }
-        if self.seq is not None:
-            out["seq"] = self.seq
+        for key in ("seq", "rule", "action"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
         return out
 
 
@@ -182,6 +186,7 @@ def scores_of(
         participant=envelope.actor.participant,
         trace_id=event.target_trace_id, session_id=envelope.correlation_id,
         seq=str(envelope.seq) if envelope.seq is not None else None,
+        rule=event.target_rule, action=event.target_action,
     )
 
 
@@ -199,12 +204,14 @@ def scores_from_value(
     trace_id: str | None,
     session_id: str,
     seq: str | None = None,
+    rule: str | None = None,
+    action: str | None = None,
 ) -> list[Score]:
     """Map a feedback value (a mapping of its fields) to scores; the hot path of the mirror."""
     source = ScoreSource(
         tenant=tenant, workspace=workspace, feedback_type=configs.feedback_type,
         target_kind=target_kind, target_id=target_id, participant=participant,
-        feedback_event_id=feedback_event_id, seq=seq,
+        feedback_event_id=feedback_event_id, seq=seq, rule=rule, action=action,
     )
     out: list[Score] = []
     for config in configs.configs:

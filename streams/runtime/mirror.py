@@ -166,7 +166,8 @@ class MirrorStep:
                 target_kind=target["kind"], target_id=target["id"],
                 participant=participant_of(actor["kind"], actor["id"], actor.get("version")),
                 trace_id=record.get("target_trace_id"), session_id=head["correlation_id"],
-                seq=f"{partition}:{offset}",
+                seq=f"{partition}:{offset}", rule=record.get("target_rule"),
+                action=record.get("target_action"),
             )
             writer = self._score_writer()
         except (SchemaError, KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -126,3 +126,26 @@ def test_score_id_is_uuid5_of_event_and_name() -> None:
     for event_id, name in [("evt_1", "a.b"), ("evt_ü", "x.y"), ("", "")]:
         assert score_id(event_id, name) == str(uuid.uuid5(SCORE_ID_NAMESPACE,
                                                           f"{event_id}/{name}"))
+
+
+def test_scores_carry_the_rule_and_action_of_the_run_they_judge() -> None:
+    from streams.core.actors import UserActor
+    from streams.core.events import Envelope, FeedbackGiven
+    from streams.core.scores import scores_of
+    from streams.core.targets import RunTarget
+    from streams.examples.ops import TriageQuality
+
+    event = FeedbackGiven(feedback_type="triage_quality", target=RunTarget(run_id="run_1"),
+                          value={"correct": True, "severity": "low", "note": None},
+                          target_rule="ops:error-spike", target_action="triage")
+    envelope = Envelope.new(event, tenant="acme", workspace="prod", actor=UserActor(id="ada"))
+    assert TriageQuality.feedback_name == "triage_quality"
+    scores = scores_of(envelope)
+    assert scores and {(s.source.rule, s.source.action) for s in scores} == {
+        ("ops:error-spike", "triage")}
+    metadata = scores[0].source.as_metadata()
+    assert (metadata["rule"], metadata["action"]) == ("ops:error-spike", "triage")
+    bare = scores_of(Envelope.new(event.model_copy(update={"target_rule": None,
+                                                           "target_action": None}),
+                                  tenant="acme", workspace="prod", actor=UserActor(id="ada")))
+    assert bare and "rule" not in bare[0].source.as_metadata()

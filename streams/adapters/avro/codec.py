@@ -70,6 +70,8 @@ def envelope_to_record(envelope: Envelope) -> dict[str, Any]:
             "target": {"kind": event.target.kind, "id": event.target.id},
             "target_trace_id": event.target_trace_id,
             "value": event.value,
+            "target_rule": event.target_rule,
+            "target_action": event.target_action,
         }
     elif isinstance(event, RunSucceeded):
         body = event.model_dump(exclude={"output"})
@@ -93,6 +95,8 @@ def envelope_from_record(record: Mapping[str, Any], seq: Seq | None = None) -> E
                 target=make_target(target["kind"], target["id"]),
                 target_trace_id=body.get("target_trace_id"),
                 value=dict(body["value"]),
+                target_rule=body.get("target_rule"),
+                target_action=body.get("target_action"),
             )
         elif event_type in EVENT_TYPES:
             cls = EVENT_TYPES[event_type]
@@ -136,6 +140,7 @@ def score_to_record(score: Score) -> dict[str, Any]:
             "feedback_type": src.feedback_type, "target_kind": src.target_kind,
             "target_id": src.target_id, "participant": src.participant,
             "feedback_event_id": src.feedback_event_id, "seq": src.seq,
+            "rule": src.rule, "action": src.action,
         },
     }
 
@@ -154,6 +159,8 @@ def score_records(
     trace_id: str | None,
     session_id: str,
     seq: str | None,
+    rule: str | None = None,
+    action: str | None = None,
 ) -> list[dict[str, Any]]:
     """The Avro dicts of a feedback value's scores, built directly (the batch mirror's hot
     path): the same records as `score_to_record` over `scores_from_value`, without a Score
@@ -161,7 +168,7 @@ def score_records(
     source = {
         "tenant": tenant, "workspace": workspace, "feedback_type": configs.feedback_type,
         "target_kind": target_kind, "target_id": target_id, "participant": participant,
-        "feedback_event_id": feedback_event_id, "seq": seq,
+        "feedback_event_id": feedback_event_id, "seq": seq, "rule": rule, "action": action,
     }
     session = None if trace_id else session_id
     out: list[dict[str, Any]] = []
@@ -196,5 +203,6 @@ def score_from_record(record: Mapping[str, Any]) -> Score:
             feedback_type=src["feedback_type"], target_kind=src["target_kind"],
             target_id=src["target_id"], participant=src["participant"],
             feedback_event_id=src["feedback_event_id"], seq=src.get("seq"),
+            rule=src.get("rule"), action=src.get("action"),
         ),
     )

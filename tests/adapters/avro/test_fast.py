@@ -63,7 +63,7 @@ def test_score_records_equal_the_records_of_score_objects(
     common: dict[str, Any] = dict(
         feedback_event_id="evt_1", tenant="acme", workspace="prod", target_kind="run",
         target_id="run_1", participant="user:ada", trace_id=trace_id, session_id="chain_1",
-        seq="2:17")
+        seq="2:17", rule="ops:error-spike", action="triage")
     slow = [score_to_record(s) for s in scores_from_value(score_configs(cls), value,
                                                           timestamp=when, **common)]
     fast = score_records(score_configs(cls), value, timestamp=when, **common)

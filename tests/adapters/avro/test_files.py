@@ -62,7 +62,8 @@ def test_drift_is_found_and_write_adds_a_version(tmp_path: Path,
         {"name": "postmortem", "type": ["null", "string"], "default": None})
     monkeypatch.setattr(schemafiles, "current_schemas", lambda: {**current, name: changed})
     problems = check_schemas(copy)
-    assert problems == [f"{name}: the model differs from {copy / name / 'v1.avsc'}; run "
+    newest = max((copy / name).glob("v*.avsc"), key=lambda f: int(f.stem[1:]))
+    assert problems == [f"{name}: the model differs from {newest}; run "
                         f"`streams schemas write` and commit the new version"]
-    assert write_schemas(copy) == [copy / name / "v2.avsc"]
+    assert write_schemas(copy) == [copy / name / f"v{int(newest.stem[1:]) + 1}.avsc"]
     assert check_schemas(copy) == []
