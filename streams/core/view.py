@@ -22,6 +22,7 @@ class Located:
     event_id: str
     trace_id: str | None
     rule: str | None = None
+    action: str | None = None
 
 
 @dataclass
@@ -46,7 +47,7 @@ class LogIndex:
         if isinstance(event, RunStarted) and event.run_id not in self.runs:
             self.runs[event.run_id] = Located(
                 envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id,
-                rule=event.rule)
+                rule=event.rule, action=event.action)
         elif isinstance(event, RuleFired):
             self.firings[event.firing_id] = Located(
                 envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id,

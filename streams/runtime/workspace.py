@@ -219,6 +219,7 @@ class Workspace:
             where = await self.locate(on)
             event = FeedbackGiven(
                 feedback_type=cls.feedback_name, target=on, target_trace_id=where.trace_id,
+                target_rule=where.rule, target_action=where.action,
                 value=value_record(feedback),
             )
             recorded = await self.append(event, correlation_id=where.correlation_id,

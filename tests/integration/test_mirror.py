@@ -59,11 +59,14 @@ async def test_feedback_becomes_scores(
         "tenant": tenant, "workspace": "prod", "feedback_type": "triage_quality",
         "target_kind": "run", "target_id": "run_1", "participant": "user:ada",
         "feedback_event_id": on_run.id, "seq": str(on_run.seq),
+        # The rule and action of the run the feedback judges, for per-rule analytics.
+        "rule": "ops:error-spike", "action": "triage",
     }
     assert by_name["triage_quality.severity"][1]["string_value"] == "critical"
     minutes = by_name["resolution.minutes_to_mitigate"][1]
     assert minutes["numeric_value"] == 30.0
     assert minutes["source"]["feedback_event_id"] == on_chain.id
+    assert minutes["source"]["rule"] is None  # a chain is no rule's
 
 
 async def test_unknown_types_skipped_and_bad_records_dead_lettered(
