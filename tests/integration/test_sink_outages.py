@@ -9,6 +9,7 @@ the pid in its pid file); the stand-in and the sink process are stopped even whe
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -181,7 +182,8 @@ def test_a_registry_stopped_and_started_again_is_waited_out(
     # The later scores are written with a newer version of the Score schema (one more
     # optional field): a schema id the running sink has not seen, so it must ask the
     # registry for it, while the registry is away.
-    evolved = score_schema()
+    # A copy: score_schema() is cached, and every later test must see the real one.
+    evolved = copy.deepcopy(score_schema())
     evolved["fields"] = [*evolved["fields"],
                          {"name": f"extra_{uuid.uuid4().hex[:6]}",
                           "type": ["null", "string"], "default": None}]
@@ -224,7 +226,8 @@ def test_an_outage_longer_than_the_limit_ends_the_sink_with_75_and_commits_nothi
     tenant = unique("tenant-")
     TenantAdmin(settings).create_tenant(tenant)
     scores = make_scores(tenant, 20)
-    evolved = score_schema()
+    # A copy: score_schema() is cached, and every later test must see the real one.
+    evolved = copy.deepcopy(score_schema())
     evolved["fields"] = [*evolved["fields"],
                          {"name": f"extra_{uuid.uuid4().hex[:6]}",
                           "type": ["null", "string"], "default": None}]
