@@ -1,0 +1,343 @@
+"""A tenant's index topic: the shared, compacted view of what exists in its events topic.
+
+`<prefix>.<tenant>.index` holds one record per key (see `streams.core.view`): `run:<id>`,
+`firing:<id>`, `chain:<id>` and `event:<id>`, each the location (workspace, chain, event,
+trace, events partition and offset) of the event that made it, plus one `cursor:<p>` per
+events partition: every event of partition `p` below the cursor has its entries in the index.
+Every entry is produced to the partition `index_partition(key)` names, so a look-up reads one
+index partition, from where this process last stopped, never the events topic.
+
+Who writes it:
+
+- the workspace handle, for each event it appends, right after the broker acknowledged the
+  event (the entries need its offset); they go through the same producer, without a wait;
+- a *catch-up*, run by any reader whose look-up missed: it reads the events topic from the
+  cursors to the current end (only what nobody has indexed yet: events written by workers,
+  or by a handle that died between its append and its index write), produces their entries,
+  then the advanced cursors.
+
+So a miss costs the events written since the last catch-up, not the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+
+from streams.adapters.kafka.config import reader_config
+from streams.adapters.kafka.log import watermarks
+from streams.core.errors import KafkaUnavailable, ValidationFailed
+from streams.core.events import Envelope
+from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+from streams.core.view import (
+    CURSOR_PARTITION,
+    IndexEntry,
+    Located,
+    cursor_key,
+    event_key,
+    index_entries,
+    index_partition,
+    index_topic,
+    located_or_refused,
+    merge_entry,
+    target_key,
+)
+from streams.settings import Settings
+
+__all__ = ["TenantIndex"]
+
+log = logging.getLogger(__name__)
+
+Decode = Callable[[Message], Envelope | None]
+
+
+class TenantIndex:
+    """One process's reader and writer of a tenant's index topic.
+
+    Thread-safe; every method blocks (the workspace handle calls them in a worker thread).
+    It keeps the entries of the index partitions it has read (one per key looked up, an
+    eighth of the index with the default eight partitions) and the entries of its own
+    appends, so its own writes are read back at once.
+    """
+
+    def __init__(self, settings: Settings, tenant: str, producer: Producer,
+                 events_topic: str, decode: Decode,
+                 ensure_topic: Callable[[], object] | None = None) -> None:
+        self.settings = settings
+        self.topic = index_topic(tenant, settings.topic_prefix)
+        self.events_topic = events_topic
+        self._producer = producer
+        self._decode = decode
+        self._ensure_topic = ensure_topic
+        self._consumer: Consumer | None = None
+        self._partitions = 0
+        self._positions: dict[int, int] = {}
+        self._entries: dict[int, dict[str, IndexEntry]] = {}
+        self._cursors: dict[int, int] = {}
+        self._own: dict[str, IndexEntry] = {}
+        self._lock = threading.RLock()
+        self._own_lock = threading.Lock()
+        self._catch_up_lock = threading.Lock()
+        self.index_records_read = 0
+        self.event_records_read = 0
+        self.catch_ups = 0
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the index topic has been found (and its partitions counted)."""
+        return self._consumer is not None
+
+    def open(self) -> None:
+        """Find the index topic (creating it for a tenant that has none) before first use."""
+        with self._lock:
+            self._open()
+
+    def _open(self) -> Consumer:
+        if self._consumer is not None:
+            return self._consumer
+        consumer = Consumer(reader_config(self.settings, f"streams-index-{uuid.uuid4().hex}"))
+        try:
+            info = consumer.list_topics(self.topic, timeout=self.settings.admin_timeout
+                                        ).topics.get(self.topic)
+            if (info is None or info.error is not None) and self._ensure_topic is not None:
+                self._ensure_topic()  # a tenant created before the index existed
+            found = watermarks(consumer, self.topic, timeout=self.settings.admin_timeout)
+        except KafkaException as exc:
+            consumer.close()
+            raise KafkaUnavailable(f"cannot read {self.topic}: {exc}; check that the brokers "
+                                   "are up") from exc
+        except Exception:
+            consumer.close()
+            raise
+        self._partitions = len(found)
+        self._consumer = consumer
+        return consumer
+
+    def _read_partition(self, partition: int) -> dict[str, IndexEntry]:
+        """Read one index partition from where this process stopped to its current end."""
+        consumer = self._open()
+        entries = self._entries.setdefault(partition, {})
+        start = self._positions.get(partition, 0)
+        tp = TopicPartition(self.topic, partition)
+        try:
+            _low, high = consumer.get_watermark_offsets(tp, timeout=self.settings.admin_timeout)
+            if start >= high:
+                return entries
+            consumer.assign([TopicPartition(self.topic, partition, start)])
+            position = start
+            while position < high:
+                batch = consumer.consume(1000, 1.0)
+                if not batch:
+                    [now] = consumer.position([tp])
+                    if now.offset >= high:
+                        break
+                    continue
+                for msg in batch:
+                    if msg.error():
+                        raise KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
+                    position = (msg.offset() or 0) + 1
+                    self.index_records_read += 1
+                    self._fold(partition, entries, msg)
+            self._positions[partition] = max(position, high)
+            consumer.unassign()
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"reading {self.topic} failed: {exc}; check that the "
+                                   "brokers are up") from exc
+        return entries
+
+    def _fold(self, partition: int, entries: dict[str, IndexEntry], msg: Message) -> None:
+        key = (msg.key() or b"").decode()
+        value = msg.value()
+        if key.startswith("cursor:"):
+            if value:
+                self._cursors[int(key.split(":", 1)[1])] = int(value)
+            return
+        if not value:  # a tombstone
+            entries.pop(key, None)
+            return
+        try:
+            entry = IndexEntry.decode(value)
+        except ValidationFailed:
+            log.warning("skipping a malformed record in %s: key %r", self.topic, key)
+            return
+        entries[key] = merge_entry(key, entries.get(key), entry)
+
+    def lookup(self, key: str) -> IndexEntry | None:
+        """The entry under `key`: this process's own writes, then the key's index partition
+        read to its current end."""
+        with self._own_lock:
+            own = self._own.get(key)
+        with self._lock:
+            self._open()
+            found = self._read_partition(index_partition(key, self._partitions)).get(key)
+        if own is None:
+            return found
+        return own if found is None else merge_entry(key, found, own)
+
+    def locate(self, target: RunTarget | FiringTarget | ChainTarget,
+               workspace: str) -> Located | None:
+        """Where a target is in `workspace`, or None; ValidationFailed for a chain target
+        that names an event other than its chain's first.
+
+        Looks the key up in the index; on a miss, catches the index up with the events
+        topic's unindexed tail and looks again, so anything acknowledged before the call is
+        found.
+        """
+        key = target_key(target)
+        for attempt in (0, 1):
+            found = self.lookup(key)
+            as_event = None
+            if found is None and isinstance(target, ChainTarget):
+                as_event = self.lookup(event_key(target.correlation_id))
+            if found is not None or as_event is not None or attempt:
+                return located_or_refused(target, found, as_event, workspace)
+            self.catch_up()
+        return None
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _produce(self, key: str, value: bytes) -> None:
+        partition = index_partition(key, self._partitions)
+        while True:
+            try:
+                self._producer.produce(self.topic, value=value, key=key.encode(),
+                                       partition=partition, on_delivery=_log_failure)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                raise KafkaUnavailable(f"writing {self.topic} failed: {exc}") from exc
+
+    def appended(self, envelope: Envelope, partition: int, offset: int) -> None:
+        """Record an acknowledged append: remember its entries (read-your-writes) and produce
+        them to the index, without waiting for their delivery."""
+        entries = index_entries(envelope, partition, offset)
+        with self._own_lock:
+            for key, entry in entries:
+                self._own[key] = merge_entry(key, self._own.get(key), entry)
+        for key, entry in entries:
+            self._produce(key, entry.encode())
+
+    def catch_up(self) -> None:
+        """Index the events appended since the cursors (by workers, or by handles that died
+        before writing their entries), then advance the cursors.
+
+        Reads only the events topic's unindexed tail; a process that finds another catching
+        up waits for it rather than reading the same tail.
+        """
+        if not self._catch_up_lock.acquire(blocking=False):
+            with self._catch_up_lock:
+                return
+        try:
+            self.catch_ups += 1
+            with self._lock:
+                self._open()
+                self._read_partition(CURSOR_PARTITION)
+                start = dict(self._cursors)
+            reached = dict(start)
+            for msg in self._read_events_tail(start):
+                p, o = msg.partition() or 0, msg.offset() or 0
+                reached[p] = o + 1
+                envelope = self._decode(msg)
+                if envelope is None:
+                    continue
+                entries = index_entries(envelope, p, o)
+                with self._lock:
+                    for key, entry in entries:
+                        part = index_partition(key, self._partitions)
+                        loaded = self._entries.get(part)
+                        if loaded is not None:
+                            loaded[key] = merge_entry(key, loaded.get(key), entry)
+                        self._produce(key, entry.encode())
+            # The cursors go out only once every entry below them is on the broker.
+            if self._producer.flush(self.settings.flush_timeout):
+                raise KafkaUnavailable(f"index entries of {self.events_topic} not "
+                                       f"acknowledged within {self.settings.flush_timeout:g} s")
+            with self._lock:
+                for p, offset in reached.items():
+                    if offset > start.get(p, 0):
+                        self._produce(cursor_key(p), str(offset).encode())
+                        self._cursors[p] = offset
+        finally:
+            self._catch_up_lock.release()
+
+    def _read_events_tail(self, start: dict[int, int]) -> Iterator[Message]:
+        consumer = Consumer(reader_config(self.settings,
+                                          f"streams-index-tail-{uuid.uuid4().hex}"))
+        try:
+            ends = {p: high for p, (_low, high) in
+                    watermarks(consumer, self.events_topic).items()}
+            todo = {p: e for p, e in ends.items() if start.get(p, 0) < e}
+            if not todo:
+                return
+            consumer.assign([TopicPartition(self.events_topic, p, start.get(p, 0))
+                             for p in todo])
+            while todo:
+                for msg in consumer.consume(1000, 1.0):
+                    if msg.error():
+                        raise KafkaUnavailable(
+                            f"reading {self.events_topic} failed: {msg.error()}")
+                    p, o = msg.partition() or 0, msg.offset() or 0
+                    if p not in todo:
+                        continue
+                    self.event_records_read += 1
+                    if o + 1 >= todo[p]:
+                        del todo[p]
+                    yield msg
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"reading {self.events_topic} failed: {exc}") from exc
+        finally:
+            consumer.close()
+
+    def chain_messages(self, head: IndexEntry, limit: int | None = None) -> list[Message]:
+        """The events-topic records of the chain `head` starts, in log order: its partition
+        read from the head's offset to the current end, keeping the chain's key (with
+        `limit`, at most that many records are read: `limit=1` reads the one event at
+        the entry's place)."""
+        chain = head.located.correlation_id.encode()
+        consumer = Consumer(reader_config(self.settings,
+                                          f"streams-chain-{uuid.uuid4().hex}"))
+        out: list[Message] = []
+        try:
+            tp = TopicPartition(self.events_topic, head.partition)
+            _low, high = consumer.get_watermark_offsets(tp, timeout=self.settings.admin_timeout)
+            end = high if limit is None else min(high, head.offset + limit)
+            if head.offset >= end:
+                return out
+            consumer.assign([TopicPartition(self.events_topic, head.partition, head.offset)])
+            position = head.offset
+            while position < end:
+                for msg in consumer.consume(min(1000, end - position), 1.0):
+                    if msg.error():
+                        raise KafkaUnavailable(
+                            f"reading {self.events_topic} failed: {msg.error()}")
+                    position = (msg.offset() or 0) + 1
+                    self.event_records_read += 1
+                    if msg.key() == chain and position <= end:
+                        out.append(msg)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"reading {self.events_topic} failed: {exc}") from exc
+        finally:
+            consumer.close()
+        return out
+
+    def close(self) -> None:
+        """Leave the broker."""
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+
+def _log_failure(err: Any, msg: Message) -> None:
+    # An index entry that did not land is found again by the next catch-up (its event is
+    # above the cursor until a catch-up indexed it), so a failure is logged, not raised.
+    if err is not None:
+        log.warning("index entry %r not written: %s", msg.key(), err)
