@@ -35,7 +35,15 @@ from streams.core.feedback import (
 from streams.core.runs import RunRecord, latest_runs, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
-from streams.core.view import IndexEntry, Located, LogIndex, event_key, not_found
+from streams.core.view import (
+    IndexEntry,
+    Located,
+    LogIndex,
+    event_key,
+    located_or_refused,
+    not_found,
+    target_key,
+)
 from streams.settings import Settings
 
 _feedback_counter = metrics.get_meter("streams").create_counter(
@@ -227,7 +235,11 @@ class Workspace:
         before the call is found; the whole log is never read for it.
         """
         index = await self._index()
-        found = await asyncio.to_thread(index.locate, target, self.workspace)
+        cached = index.cached(target_key(target))
+        if cached is not None:
+            found = located_or_refused(target, cached, None, self.workspace)
+        else:
+            found = await asyncio.to_thread(index.locate, target, self.workspace)
         if found is None:
             raise not_found(target, self.tenant, self.workspace)
         return found

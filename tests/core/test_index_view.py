@@ -47,8 +47,9 @@ def test_the_entries_answer_as_the_fold_does() -> None:
     for envelope in chain:
         fold.apply(envelope)
     spike = chain[0].event_id
-    targets = [RunTarget(run_id="run_1"), FiringTarget(firing_id="fir_1"),
-               ChainTarget(correlation_id=spike)]
+    targets: list[RunTarget | FiringTarget | ChainTarget] = [
+        RunTarget(run_id="run_1"), FiringTarget(firing_id="fir_1"),
+        ChainTarget(correlation_id=spike)]
     for target in targets:
         found = located_or_refused(target, entries.get(target_key(target)), None, "prod")
         assert found == fold.locate(target, "prod")

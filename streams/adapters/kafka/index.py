@@ -169,6 +169,20 @@ class TenantIndex:
             return
         entries[key] = merge_entry(key, entries.get(key), entry)
 
+    def cached(self, key: str) -> IndexEntry | None:
+        """The entry under `key` if this process already has it (its own writes, or an index
+        partition it read), without asking the broker. Entries never change once written
+        (a repeated run keeps its first place), so a cached one is current."""
+        with self._own_lock:
+            own = self._own.get(key)
+        if own is not None:
+            return own
+        if not self._partitions:
+            return None
+        with self._lock:
+            loaded = self._entries.get(index_partition(key, self._partitions))
+            return None if loaded is None else loaded.get(key)
+
     def lookup(self, key: str) -> IndexEntry | None:
         """The entry under `key`: this process's own writes, then the key's index partition
         read to its current end."""
