@@ -166,7 +166,7 @@ class Settings:
         30.0, "STREAMS_FEEDBACK_TIMEOUT", "seconds give_feedback and append may take in all "
         "(index look-up, schema registry, delivery) before they raise", positive=True)
     index_partitions: int = _setting(
-        8, "STREAMS_INDEX_PARTITIONS", "partitions of a tenant's compacted index topic; a "
+        32, "STREAMS_INDEX_PARTITIONS", "partitions of a tenant's compacted index topic; a "
         "look-up reads one of them", minimum=1)
     admin_timeout: float = _setting(
         15.0, "STREAMS_ADMIN_TIMEOUT", "seconds an admin or metadata call (create or list "

@@ -79,7 +79,7 @@ async def test_a_chain_never_seen_is_answered_without_reading_the_log(
     index = fresh.tenant_index(tenant)
     assert index.event_records_read == 0
     assert index.catch_ups == 0
-    # One index partition of eight: far fewer records than the log's ~300 events' entries.
+    # One index partition of 32: far fewer records than the ~600 entries of the log.
     assert index.index_records_read < 303
 
     events = await ada.chain_events(chain["spike"].id)

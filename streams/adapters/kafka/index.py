@@ -60,8 +60,8 @@ class TenantIndex:
     """One process's reader and writer of a tenant's index topic.
 
     Thread-safe; every method blocks (the workspace handle calls them in a worker thread).
-    It keeps the entries of the index partitions it has read (one per key looked up, an
-    eighth of the index with the default eight partitions) and the entries of its own
+    It keeps the raw entries of the index partitions it has read (the partition of each key
+    looked up: 1/32 of the index with the default 32 partitions) and the entries of its own
     appends, so its own writes are read back at once.
     """
 
@@ -77,7 +77,9 @@ class TenantIndex:
         self._consumer: Consumer | None = None
         self._partitions = 0
         self._positions: dict[int, int] = {}
-        self._entries: dict[int, dict[str, IndexEntry]] = {}
+        # Raw key and value bytes per loaded partition: decoded only when looked up, so a
+        # partition of tens of thousands of entries costs a few megabytes.
+        self._entries: dict[int, dict[bytes, bytes]] = {}
         self._cursors: dict[int, int] = {}
         self._own: dict[str, IndexEntry] = {}
         self._lock = threading.RLock()
@@ -120,7 +122,7 @@ class TenantIndex:
         self._consumer = consumer
         return consumer
 
-    def _read_partition(self, partition: int) -> dict[str, IndexEntry]:
+    def _read_partition(self, partition: int) -> dict[bytes, bytes]:
         """Read one index partition from where this process stopped to its current end."""
         consumer = self._open()
         entries = self._entries.setdefault(partition, {})
@@ -152,22 +154,28 @@ class TenantIndex:
                                    "brokers are up") from exc
         return entries
 
-    def _fold(self, partition: int, entries: dict[str, IndexEntry], msg: Message) -> None:
-        key = (msg.key() or b"").decode()
+    def _fold(self, partition: int, entries: dict[bytes, bytes], msg: Message) -> None:
+        key = msg.key() or b""
         value = msg.value()
-        if key.startswith("cursor:"):
+        if key.startswith(b"cursor:"):
             if value:
-                self._cursors[int(key.split(":", 1)[1])] = int(value)
+                self._cursors[int(key[7:])] = int(value)
             return
         if not value:  # a tombstone
             entries.pop(key, None)
             return
+        if key.startswith(b"run:") and key in entries:
+            return  # a run recorded again keeps its first place (see merge_entry)
+        entries[key] = value
+
+    def _decoded(self, key: str, value: bytes | None) -> IndexEntry | None:
+        if value is None:
+            return None
         try:
-            entry = IndexEntry.decode(value)
+            return IndexEntry.decode(value)
         except ValidationFailed:
             log.warning("skipping a malformed record in %s: key %r", self.topic, key)
-            return
-        entries[key] = merge_entry(key, entries.get(key), entry)
+            return None
 
     def cached(self, key: str) -> IndexEntry | None:
         """The entry under `key` if this process already has it (its own writes, or an index
@@ -181,7 +189,8 @@ class TenantIndex:
             return None
         with self._lock:
             loaded = self._entries.get(index_partition(key, self._partitions))
-            return None if loaded is None else loaded.get(key)
+            value = None if loaded is None else loaded.get(key.encode())
+        return self._decoded(key, value)
 
     def lookup(self, key: str) -> IndexEntry | None:
         """The entry under `key`: this process's own writes, then the key's index partition
@@ -190,7 +199,9 @@ class TenantIndex:
             own = self._own.get(key)
         with self._lock:
             self._open()
-            found = self._read_partition(index_partition(key, self._partitions)).get(key)
+            value = self._read_partition(index_partition(key, self._partitions)).get(
+                key.encode())
+        found = self._decoded(key, value)
         if own is None:
             return found
         return own if found is None else merge_entry(key, found, own)
@@ -267,9 +278,11 @@ class TenantIndex:
                     for key, entry in entries:
                         part = index_partition(key, self._partitions)
                         loaded = self._entries.get(part)
-                        if loaded is not None:
-                            loaded[key] = merge_entry(key, loaded.get(key), entry)
-                        self._produce(key, entry.encode())
+                        value = entry.encode()
+                        if loaded is not None and not (
+                                key.startswith("run:") and key.encode() in loaded):
+                            loaded[key.encode()] = value
+                        self._produce(key, value)
             # The cursors go out only once every entry below them is on the broker.
             if self._producer.flush(self.settings.flush_timeout):
                 raise KafkaUnavailable(f"index entries of {self.events_topic} not "
