@@ -5,7 +5,8 @@ Two forms of the same view:
 - `LogIndex`, a fold over envelopes in log order, as current as the records fed to it
   (replays and tests use it on a log they hold anyway);
 - the entries of a tenant's *index topic* (`index_entries`, `IndexEntry`): one small record
-  per key (`run:<id>`, `firing:<id>`, `chain:<id>`, `event:<id>`), keyed so a reader finds a
+  per key (`run:<id>`, `firing:<id>`, `chain:<id>`, `event:<id>`, and `last:<chain>`, the
+  chain's latest event), keyed so a reader finds a
   target by reading the one index partition its key hashes to (`index_partition`), and a
   `cursor:<partition>` record per events partition saying up to where the events topic has
   been indexed by a catch-up. The Kafka side lives in `streams.adapters.kafka.index`.
@@ -171,7 +172,8 @@ def index_entries(envelope: Envelope, partition: int, offset: int,
     the chain, run or firing it starts (how a reader combines repeats: `merge_entry`)."""
     trace_id = envelope.trace.trace_id if envelope.trace else None
     here = Located(envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id)
-    out = [(event_key(envelope.event_id), IndexEntry(here, partition, offset))]
+    out = [(event_key(envelope.event_id), IndexEntry(here, partition, offset)),
+           (f"last:{envelope.correlation_id}", IndexEntry(here, partition, offset))]
     if envelope.event_id == envelope.correlation_id:
         out.append((f"chain:{envelope.event_id}", IndexEntry(here, partition, offset)))
     event = envelope.event
@@ -190,10 +192,13 @@ def merge_entry(key: str, old: IndexEntry | None, new: IndexEntry) -> IndexEntry
     """The entry a reader keeps for `key` when it sees `new` after `old`.
 
     A run recorded again (a decision repeated after a crash) is the same run: its first
-    `run_started` stays its place. Everything else takes the newest entry.
+    `run_started` stays its place. A chain's last event (`last:<chain>`) is the one with the
+    highest offset. Everything else takes the newest entry.
     """
     if old is not None and key.startswith("run:") and (old.partition, old.offset) <= (
             new.partition, new.offset):
+        return old
+    if old is not None and key.startswith("last:") and old.offset > new.offset:
         return old
     return new
 

@@ -36,7 +36,6 @@ from streams.core.runs import RunRecord, latest_runs, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
 from streams.core.view import (
-    IndexEntry,
     Located,
     LogIndex,
     event_key,
@@ -248,8 +247,8 @@ class Workspace:
         """Every envelope of a causal chain in this workspace, in log order ([] if there is
         no such chain).
 
-        Reads the chain's partition from its first event's offset (found in the index), not
-        the log.
+        Reads, in the chain's one partition, the span from its first to its last indexed
+        event (both found in the index) and the partition's unindexed tail; not the log.
         """
         index = await self._index()
         head = await asyncio.to_thread(index.lookup, f"chain:{correlation_id}")
@@ -258,11 +257,9 @@ class Workspace:
             head = await asyncio.to_thread(index.lookup, f"chain:{correlation_id}")
         if head is None or head.located.workspace != self.workspace:
             return []
-        return await self._envelopes_at(index, head)
+        return self._decoded(await asyncio.to_thread(index.chain_messages, head))
 
-    async def _envelopes_at(self, index: TenantIndex, entry: IndexEntry,
-                            limit: int | None = None) -> list[Envelope]:
-        messages = await asyncio.to_thread(index.chain_messages, entry, limit)
+    def _decoded(self, messages: list[Message]) -> list[Envelope]:
         return [e for e in decode_envelopes(self.client.serde, iter(messages),
                                             on_error=lambda _m, _e: None)
                 if e.workspace == self.workspace]
@@ -285,8 +282,10 @@ class Workspace:
                 if event_id in have:
                     continue
                 entry = await asyncio.to_thread(index.lookup, event_key(event_id))
-                if entry is not None:
-                    envelopes += await self._envelopes_at(index, entry, 1)
+                at = None if entry is None else await asyncio.to_thread(index.message_at,
+                                                                        entry)
+                if at is not None:
+                    envelopes += self._decoded([at])
             record = run_record_of(envelopes, run_id)
         if record is None:
             raise NotFound(f"no run {run_id!r} in workspace {self.tenant}/{self.workspace}")

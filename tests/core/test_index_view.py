@@ -59,7 +59,8 @@ def test_the_entries_answer_as_the_fold_does() -> None:
     assert entries[f"chain:{spike}"].offset == 0
     assert entries[f"event:{chain[2].event_id}"].offset == 2
     assert set(entries) == {f"event:{e.event_id}" for e in chain} | {
-        f"chain:{spike}", "run:run_1", "firing:fir_1"}
+        f"chain:{spike}", "run:run_1", "firing:fir_1", f"last:{spike}"}
+    assert entries[f"last:{spike}"].offset == 2
 
 
 def test_a_chain_target_naming_a_later_event_names_the_chain() -> None:
@@ -78,6 +79,7 @@ def test_a_repeated_run_keeps_its_first_place() -> None:
     assert merge_entry("run:x", first, again) == first
     assert merge_entry("run:x", again, first) == first
     assert merge_entry("firing:x", first, again) == again
+    assert merge_entry("last:c", again, first) == again
 
 
 def test_entries_round_trip_and_refuse_garbage() -> None:

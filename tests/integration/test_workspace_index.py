@@ -134,6 +134,17 @@ async def test_events_written_without_the_handle_are_indexed_by_a_catch_up(
     # The miss read only what was appended since the cursors: the two feedback events.
     assert second.tenant_index(tenant).event_records_read == 2
 
+    # A chain's events include those no one has indexed yet (a worker's, written later).
+    later = started.follow(AppEvent(name="ops:triaged"))
+    producer.produce(topic, raw.serde.encode_envelope(later, topic),
+                     later.correlation_id.encode(), headers=envelope_headers(later))
+    assert producer.flush(30) == 0
+    chain = await bob.chain_events(spike.event_id)
+    assert chain[0].event_id == spike.event_id
+    assert chain[1].event_id == started.event_id
+    assert chain[-1].event_id == later.event_id
+    assert len(chain) == 5  # with the two pieces of feedback
+
 
 async def test_an_oversized_value_is_refused_before_anything_is_sent(
     tenant_factory: Callable[..., str], client_factory: Callable[..., Any],

@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 
 Decode = Callable[[Message], Envelope | None]
 
+# How long one consume() call waits: a compacted partition has gaps, so its last batch may
+# be short of what was asked for, and waits this long.
+_WAIT = 0.05
+
 
 class TenantIndex:
     """One process's reader and writer of a tenant's index topic.
@@ -135,7 +139,9 @@ class TenantIndex:
             consumer.assign([TopicPartition(self.topic, partition, start)])
             position = start
             while position < high:
-                batch = consumer.consume(1000, 1.0)
+                # consume() waits until it has as many records as asked or the timeout
+                # passes: ask for what is left, so the last batch returns at once.
+                batch = consumer.consume(min(1000, high - position), _WAIT)
                 if not batch:
                     [now] = consumer.position([tp])
                     if now.offset >= high:
@@ -250,6 +256,21 @@ class TenantIndex:
         for key, entry in entries:
             self._produce(key, entry.encode())
 
+    def publish(self, envelope: Envelope, partition: int, offset: int) -> None:
+        """Produce the index entries of an event at `partition`/`offset` without keeping them
+        (a bulk loader's or a migration's write)."""
+        for key, entry in index_entries(envelope, partition, offset):
+            self._produce(key, entry.encode())
+
+    def advance_cursors(self, reached: dict[int, int]) -> None:
+        """Declare every event below `reached[p]` of each events partition indexed. Call it
+        only once their entries are on the broker (flush first)."""
+        with self._lock:
+            self._open()
+            for p, offset in reached.items():
+                self._produce(cursor_key(p), str(offset).encode())
+                self._cursors[p] = max(offset, self._cursors.get(p, 0))
+
     def catch_up(self) -> None:
         """Index the events appended since the cursors (by workers, or by handles that died
         before writing their entries), then advance the cursors.
@@ -306,8 +327,10 @@ class TenantIndex:
                 return
             consumer.assign([TopicPartition(self.events_topic, p, start.get(p, 0))
                              for p in todo])
+            at = {p: start.get(p, 0) for p in todo}
             while todo:
-                for msg in consumer.consume(1000, 1.0):
+                left = sum(todo[p] - at[p] for p in todo)
+                for msg in consumer.consume(max(1, min(1000, left)), _WAIT):
                     if msg.error():
                         raise KafkaUnavailable(
                             f"reading {self.events_topic} failed: {msg.error()}")
@@ -315,6 +338,7 @@ class TenantIndex:
                     if p not in todo:
                         continue
                     self.event_records_read += 1
+                    at[p] = o + 1
                     if o + 1 >= todo[p]:
                         del todo[p]
                     yield msg
@@ -323,32 +347,55 @@ class TenantIndex:
         finally:
             consumer.close()
 
-    def chain_messages(self, head: IndexEntry, limit: int | None = None) -> list[Message]:
-        """The events-topic records of the chain `head` starts, in log order: its partition
-        read from the head's offset to the current end, keeping the chain's key (with
-        `limit`, at most that many records are read: `limit=1` reads the one event at
-        the entry's place)."""
+    def chain_messages(self, head: IndexEntry) -> list[Message]:
+        """The events-topic records of the chain `head` starts, in log order.
+
+        A chain's events share its key, so one partition holds them all. Read are: the
+        partition from the head's offset to the chain's last indexed event (`last:<chain>`),
+        and the partition's unindexed tail (from its cursor to the current end), where events
+        no one has indexed yet (a worker's) may be; records of other chains are skipped by
+        key, without decoding.
+        """
+        last = self.lookup(f"last:{head.located.correlation_id}")
+        with self._lock:
+            self._read_partition(CURSOR_PARTITION)
+            cursor = self._cursors.get(head.partition, 0)
+        upto = head.offset + 1 if last is None else last.offset + 1
+        ranges: list[tuple[int, int | None]] = [(head.offset, upto), (max(cursor, upto), None)]
         chain = head.located.correlation_id.encode()
+        return [m for m in self._read_events(head.partition, ranges) if m.key() == chain]
+
+    def message_at(self, entry: IndexEntry) -> Message | None:
+        """The one events-topic record at an entry's place."""
+        found = self._read_events(entry.partition, [(entry.offset, entry.offset + 1)])
+        return found[0] if found else None
+
+    def _read_events(self, partition: int,
+                     ranges: list[tuple[int, int | None]]) -> list[Message]:
+        """The records of one events partition in each [start, end) range (end None: the
+        partition's current end)."""
         consumer = Consumer(reader_config(self.settings,
                                           f"streams-chain-{uuid.uuid4().hex}"))
         out: list[Message] = []
         try:
-            tp = TopicPartition(self.events_topic, head.partition)
+            tp = TopicPartition(self.events_topic, partition)
             _low, high = consumer.get_watermark_offsets(tp, timeout=self.settings.admin_timeout)
-            end = high if limit is None else min(high, head.offset + limit)
-            if head.offset >= end:
-                return out
-            consumer.assign([TopicPartition(self.events_topic, head.partition, head.offset)])
-            position = head.offset
-            while position < end:
-                for msg in consumer.consume(min(1000, end - position), 1.0):
-                    if msg.error():
-                        raise KafkaUnavailable(
-                            f"reading {self.events_topic} failed: {msg.error()}")
-                    position = (msg.offset() or 0) + 1
-                    self.event_records_read += 1
-                    if msg.key() == chain and position <= end:
-                        out.append(msg)
+            for start, stop in ranges:
+                end = high if stop is None else min(stop, high)
+                if start >= end:
+                    continue
+                consumer.assign([TopicPartition(self.events_topic, partition, start)])
+                position = start
+                while position < end:
+                    for msg in consumer.consume(min(1000, end - position), _WAIT):
+                        if msg.error():
+                            raise KafkaUnavailable(
+                                f"reading {self.events_topic} failed: {msg.error()}")
+                        position = (msg.offset() or 0) + 1
+                        self.event_records_read += 1
+                        if position <= end:
+                            out.append(msg)
+                consumer.unassign()
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.events_topic} failed: {exc}") from exc
         finally:
