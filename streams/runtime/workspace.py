@@ -154,6 +154,9 @@ class StreamsClient:
     def tenant_index(self, tenant: str) -> TenantIndex:
         """The tenant's index view (its compacted index topic), created on first use; the
         index topic is created for a tenant that has none yet."""
+        found = self._indexes.get(tenant)
+        if found is not None:
+            return found
         with self._made:
             index = self._indexes.get(tenant)
             if index is None:
@@ -172,6 +175,7 @@ class StreamsClient:
     def close(self) -> None:
         """Flush pending writes and leave the broker."""
         self.log.close()
+
         for log in self._tenants.values():
             log.reader.close()
         for index in self._indexes.values():
@@ -278,10 +282,15 @@ class Workspace:
                 record.fired.event, RuleFired):
             have = {e.event_id for e in envelopes}
             index = await self._index()
+            caught_up = False
             for event_id in record.fired.event.matched:
                 if event_id in have:
                     continue
                 entry = await asyncio.to_thread(index.lookup, event_key(event_id))
+                if entry is None and not caught_up:  # events are indexed by catch-ups
+                    await asyncio.to_thread(index.catch_up)
+                    caught_up = True
+                    entry = await asyncio.to_thread(index.lookup, event_key(event_id))
                 at = None if entry is None else await asyncio.to_thread(index.message_at,
                                                                         entry)
                 if at is not None:

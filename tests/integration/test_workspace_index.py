@@ -56,8 +56,11 @@ async def test_target_appended_by_another_client_is_found_in_the_index(
     assert recorded.seq.offset >= 0
     assert index.catch_ups == 0
     assert index.event_records_read == 0
-    # Read-your-writes: the process finds its own feedback's chain entries at once.
-    assert index.lookup(f"event:{recorded.id}") is not None
+    # Read-your-writes: a chain this process appended is found at once, from the index.
+    own = await ada.append(AppEvent(name="ops:note"))
+    await ada.give_feedback(Resolution(resolved=False), on=ChainTarget(correlation_id=own.id))
+    assert index.catch_ups == 0
+    assert index.event_records_read == 0
 
 
 async def test_a_chain_never_seen_is_answered_without_reading_the_log(

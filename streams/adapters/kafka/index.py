@@ -49,11 +49,14 @@ from streams.core.view import (
 )
 from streams.settings import Settings
 
-__all__ = ["TenantIndex"]
+__all__ = ["OWN_ENTRIES", "TenantIndex"]
 
 log = logging.getLogger(__name__)
 
 Decode = Callable[[Message], Envelope | None]
+
+# How many of its own entries a process remembers (read-your-writes until they are read back).
+OWN_ENTRIES = 100_000
 
 # How long one consume() call waits: a compacted partition has gaps, so its last batch may
 # be short of what was asked for, and waits this long.
@@ -247,12 +250,25 @@ class TenantIndex:
                 raise KafkaUnavailable(f"writing {self.topic} failed: {exc}") from exc
 
     def appended(self, envelope: Envelope, partition: int, offset: int) -> None:
-        """Record an acknowledged append: remember its entries (read-your-writes) and produce
-        them to the index, without waiting for their delivery."""
-        entries = index_entries(envelope, partition, offset)
+        """Record an acknowledged append: remember and produce the entries of the targets it
+        creates (a chain, a run, a firing), without waiting for their delivery.
+
+        Only those: the `event:` and `last:` entries of every event are left to catch-ups
+        (a look-up that misses one catches up first; a chain's events past its last indexed
+        one are read from its partition's unindexed tail), so a piece of feedback costs no
+        index write at all. What is remembered is bounded (OWN_ENTRIES, oldest dropped
+        first): by then it is in the index topic.
+        """
+        entries = [(k, e) for k, e in index_entries(envelope, partition, offset)
+                   if not k.startswith(("last:", "event:"))]
+        if not entries:
+            return
         with self._own_lock:
+            own = self._own
             for key, entry in entries:
-                self._own[key] = merge_entry(key, self._own.get(key), entry)
+                own[key] = merge_entry(key, own.get(key), entry)
+            while len(own) > OWN_ENTRIES:
+                del own[next(iter(own))]
         for key, entry in entries:
             self._produce(key, entry.encode())
 

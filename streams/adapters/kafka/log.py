@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -69,7 +70,8 @@ class EventLog:
 
     An append produces its record and awaits its own delivery report: no flush per call, so
     many appends from one process (concurrent tasks, or several event loops) share the
-    producer's batches. A background thread serves the delivery reports.
+    producer's batches. Each event loop with appends in flight polls the producer for their
+    reports (every POLL_INTERVAL); no thread is started.
     """
 
     def __init__(self, settings: Settings, serde: AvroSerde, *,
@@ -80,9 +82,15 @@ class EventLog:
         self._owned = producer is None
         self._producer = producer or Producer(producer_config(settings))
         self._known: set[str] = set()
-        self._poller: threading.Thread | None = None
-        self._poller_lock = threading.Lock()
-        self._closing = threading.Event()
+        # Per event loop: how many of its appends await a report, and the task polling for
+        # them. Reports are served in the loops' own threads, so a report settles its
+        # future without a thread hop; a report served by another thread (a worker's
+        # flush, another loop) is handed over with call_soon_threadsafe.
+        self._waiting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = \
+            weakref.WeakKeyDictionary()
+        self._pollers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
+        self._poll_lock = threading.Lock()
 
     @property
     def producer(self) -> Producer:
@@ -182,8 +190,15 @@ class EventLog:
                         landed(envelope, outcome.partition, outcome.offset)
                     except Exception:  # the index catches up on its own; never lose the ack
                         log.exception("after-append hook failed for %s", envelope.event_id)
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
-                loop.call_soon_threadsafe(_settle, done, outcome)
+            try:
+                here = asyncio.get_running_loop()
+            except RuntimeError:
+                here = None
+            if here is loop:
+                _settle(done, outcome)
+            else:
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                    loop.call_soon_threadsafe(_settle, done, outcome)
 
         while True:
             try:
@@ -197,7 +212,7 @@ class EventLog:
                 await asyncio.sleep(0.01)
             except KafkaException as exc:
                 raise KafkaUnavailable(f"append to {topic} failed: {exc}") from exc
-        self._ensure_poller()
+        self._await_report(loop, +1)
         try:
             async with asyncio.timeout_at(deadline):
                 return await asyncio.shield(done)
@@ -206,30 +221,27 @@ class EventLog:
                 f"append to {topic} not acknowledged within {wait:g} s "
                 "(STREAMS_FEEDBACK_TIMEOUT); check that the brokers in "
                 "KAFKA_BOOTSTRAP_SERVERS are up") from exc
+        finally:
+            self._await_report(loop, -1)
 
-    def _ensure_poller(self) -> None:
-        if self._poller is not None and self._poller.is_alive():
-            return
-        with self._poller_lock:
-            if self._poller is None or not self._poller.is_alive():
-                self._closing.clear()
-                self._poller = threading.Thread(target=self._poll, name="streams-delivery",
-                                                daemon=True)
-                self._poller.start()
+    def _await_report(self, loop: asyncio.AbstractEventLoop, change: int) -> None:
+        with self._poll_lock:
+            waiting = self._waiting.get(loop, 0) + change
+            self._waiting[loop] = waiting
+            task = self._pollers.get(loop)
+            if waiting > 0 and (task is None or task.done()):
+                self._pollers[loop] = loop.create_task(self._poll(loop))
 
-    def _poll(self) -> None:
-        # Serves delivery reports (and so settles appends' futures) as they arrive.
-        while not self._closing.is_set():
-            self._producer.poll(0.05)
+    async def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Serves delivery reports in this loop's thread while its appends wait for them.
+        while self._waiting.get(loop, 0) > 0:
+            self._producer.poll(0)
+            await asyncio.sleep(POLL_INTERVAL)
 
     def close(self) -> None:
-        """Flush what is pending (a shared producer is flushed by its owner) and stop
-        serving delivery reports."""
+        """Flush what is pending (a shared producer is flushed by its owner)."""
         if self._owned:
             self._producer.flush(10.0)
-        self._closing.set()
-        if self._poller is not None:
-            self._poller.join(5.0)
 
 
 def largest_field(envelope: Envelope) -> tuple[str, int]:
@@ -255,6 +267,9 @@ def _settle(future: asyncio.Future[Seq], outcome: Any) -> None:
 
 
 MISSING_TOPIC_GRACE = 2.0
+
+# How often a loop with appends awaiting their delivery reports polls the producer, seconds.
+POLL_INTERVAL = 0.001
 
 
 def missing_topic(topic: str) -> NotFound:
@@ -355,6 +370,7 @@ __all__ = [
     "HEADER_EVENT_TYPE",
     "HEADER_TRACEPARENT",
     "MISSING_TOPIC_GRACE",
+    "POLL_INTERVAL",
     "EventLog",
     "Headers",
     "Landed",
