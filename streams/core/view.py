@@ -105,14 +105,16 @@ def index_topic(tenant: str, prefix: str = "fs") -> str:
 
 
 def index_partition(key: str, partitions: int) -> int:
-    """The index partition a key lives in (CRC-32 of the key; cursors live in partition 0).
+    """The index partition a key lives in: cursors alone in partition 0 (so reading them is
+    cheap), every other key in 1..partitions-1 by the CRC-32 of the key (all in 0 when the
+    topic has one partition).
 
     Writers produce each entry to this partition explicitly, so a reader knows which one
     partition to read for a key, whatever partitioner a client is configured with.
     """
-    if key.startswith("cursor:"):
+    if key.startswith("cursor:") or partitions < 2:
         return CURSOR_PARTITION
-    return zlib.crc32(key.encode()) % partitions
+    return 1 + zlib.crc32(key.encode()) % (partitions - 1)
 
 
 def target_key(target: RunTarget | FiringTarget | ChainTarget) -> str:

@@ -58,6 +58,10 @@ Decode = Callable[[Message], Envelope | None]
 # How many of its own entries a process remembers (read-your-writes until they are read back).
 OWN_ENTRIES = 100_000
 
+# librdkafka prefetches up to 64 MB per partition by default; these readers read one
+# partition to its end and stop, so a few megabytes keep them as fast and the process small.
+_SMALL_PREFETCH = {"queued.max.messages.kbytes": 4096}
+
 # How long one consume() call waits: a compacted partition has gaps, so its last batch may
 # be short of what was asked for, and waits this long.
 _WAIT = 0.05
@@ -68,7 +72,7 @@ class TenantIndex:
 
     Thread-safe; every method blocks (the workspace handle calls them in a worker thread).
     It keeps the raw entries of the index partitions it has read (the partition of each key
-    looked up: 1/32 of the index with the default 32 partitions) and the entries of its own
+    looked up: 1/31 of the index with the default 32 partitions) and the entries of its own
     appends, so its own writes are read back at once.
     """
 
@@ -111,7 +115,8 @@ class TenantIndex:
     def _open(self) -> Consumer:
         if self._consumer is not None:
             return self._consumer
-        consumer = Consumer(reader_config(self.settings, f"streams-index-{uuid.uuid4().hex}"))
+        consumer = Consumer(reader_config(self.settings, f"streams-index-{uuid.uuid4().hex}",
+                                             **_SMALL_PREFETCH))
         try:
             info = consumer.list_topics(self.topic, timeout=self.settings.admin_timeout
                                         ).topics.get(self.topic)
@@ -334,7 +339,8 @@ class TenantIndex:
 
     def _read_events_tail(self, start: dict[int, int]) -> Iterator[Message]:
         consumer = Consumer(reader_config(self.settings,
-                                          f"streams-index-tail-{uuid.uuid4().hex}"))
+                                          f"streams-index-tail-{uuid.uuid4().hex}",
+                                          **_SMALL_PREFETCH))
         try:
             ends = {p: high for p, (_low, high) in
                     watermarks(consumer, self.events_topic).items()}
@@ -391,7 +397,8 @@ class TenantIndex:
         """The records of one events partition in each [start, end) range (end None: the
         partition's current end)."""
         consumer = Consumer(reader_config(self.settings,
-                                          f"streams-chain-{uuid.uuid4().hex}"))
+                                          f"streams-chain-{uuid.uuid4().hex}",
+                                          **_SMALL_PREFETCH))
         out: list[Message] = []
         try:
             tp = TopicPartition(self.events_topic, partition)
