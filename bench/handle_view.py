@@ -2,6 +2,7 @@
 
     eval "$(deploy/stack.sh env)"
     .venv/bin/python -m bench.handle_view --envelopes 1000000 --calls 20000
+    .venv/bin/python -m bench.handle_view --envelopes 0 --calls 0 --unindexed 100000
 
 1. Seeds a tenant with `--envelopes` envelopes (chains of three: an app event, its rule
    firing and its run), writing each event's index entries after its delivery report, as the
@@ -10,7 +11,10 @@
    timed from the client's construction, and the process's peak resident memory; feedback
    on a chain the process has not seen, the chain's events and its run record, with the
    records each read; then how soon a run appended by another client is found.
-3. `--calls` give_feedback calls from one process, `--concurrency` at a time, against a raw
+3. With `--unindexed N`: a tenant of N envelopes written before the index existed; the first
+   process's first give_feedback builds the index (one catch-up over the log), the next
+   process's reads none of the log.
+4. `--calls` give_feedback calls from one process, `--concurrency` at a time, against a raw
    confluent-kafka produce of the same encoded records (produce all, one flush).
 """
 
@@ -57,8 +61,9 @@ def _chain(i: int) -> list[Envelope]:
     return [spike, fired, run]
 
 
-def seed(settings: Settings, envelopes: int) -> dict[str, Any]:
-    """Write the tenant's log and its index; returns the probe's targets."""
+def seed(settings: Settings, envelopes: int, *, indexed: bool = True) -> dict[str, Any]:
+    """Write the tenant's log and (unless not `indexed`: a tenant from before the index) its
+    index; returns the probe's targets."""
     TenantAdmin(settings).create_tenant(TENANT, 3)
     client = StreamsClient(settings)
     index = client.tenant_index(TENANT)
@@ -77,7 +82,7 @@ def seed(settings: Settings, envelopes: int) -> dict[str, Any]:
             value = client.serde.encode_envelope(envelope, topic)
 
             def landed(err: Any, msg: Any, envelope: Envelope = envelope) -> None:
-                if err is None:
+                if err is None and indexed:
                     index.publish(envelope, msg.partition(), msg.offset())
             while True:
                 try:
@@ -95,7 +100,8 @@ def seed(settings: Settings, envelopes: int) -> dict[str, Any]:
     reader = Consumer(reader_config(settings, f"bench-{uuid.uuid4().hex}"))
     ends = {p: high for p, (_low, high) in watermarks(reader, topic).items()}
     reader.close()
-    index.advance_cursors(ends)
+    if indexed:
+        index.advance_cursors(ends)
     assert producer.flush(60) == 0
     targets["seconds"] = time.monotonic() - started
     targets["envelopes"] = sum(ends.values())
@@ -151,6 +157,24 @@ async def probe_async(settings: Settings, targets: dict[str, Any]) -> dict[str, 
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     writer.client.close()
     client.close()
+    return out
+
+
+async def first_use(settings: Settings, targets: dict[str, Any]) -> dict[str, Any]:
+    """A tenant without an index: the first look-up builds it (one catch-up over the log),
+    and the next process reads none of the log."""
+    out: dict[str, Any] = {}
+    for name in ("first_process", "next_process"):
+        started = time.monotonic()
+        client = StreamsClient(settings.replace(feedback_timeout=3600.0))
+        ada = client.workspace(TENANT, "prod", actor=UserActor(id="ada"))
+        await ada.give_feedback(TriageQuality(correct=True, severity="low"),
+                                on=RunTarget(run_id=targets["run"]["run"]))
+        index = client.tenant_index(TENANT)
+        out[name] = {"first_feedback_s": round(time.monotonic() - started, 2),
+                     "event_records_read": index.event_records_read,
+                     "catch_ups": index.catch_ups}
+        client.close()
     return out
 
 
@@ -214,6 +238,9 @@ def main() -> None:
     parser.add_argument("--envelopes", type=int, default=1_000_000)
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--unindexed", type=int, default=0,
+                        help="also time building the index of a tenant of this many "
+                             "envelopes written before the index existed")
     parser.add_argument("--probe", help=argparse.SUPPRESS)  # internal: prefix and targets
     args = parser.parse_args()
     if args.probe:
@@ -232,6 +259,11 @@ def main() -> None:
              json.dumps({"prefix": settings.topic_prefix, "targets": targets})],
             capture_output=True, text=True, check=True)
         figures["fresh_process"] = json.loads(probe.stdout.strip().splitlines()[-1])
+    if args.unindexed:
+        old = settings.replace(topic_prefix=f"hvu{uuid.uuid4().hex[:6]}")
+        targets = seed(old, args.unindexed, indexed=False)
+        figures["first_use_of_an_unindexed_tenant"] = {
+            "envelopes": targets["envelopes"], **asyncio.run(first_use(old, targets))}
     if args.calls:
         figures["throughput"] = asyncio.run(throughput(settings, args.calls,
                                                        args.concurrency))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,7 +50,7 @@ from streams.core.view import (
 )
 from streams.settings import Settings
 
-__all__ = ["OWN_ENTRIES", "TenantIndex"]
+__all__ = ["LOADED_PARTITIONS", "OWN_ENTRIES", "TenantIndex"]
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,12 @@ Decode = Callable[[Message], Envelope | None]
 OWN_ENTRIES = 100_000
 
 # librdkafka prefetches up to 64 MB per partition by default; these readers read one
-# partition to its end and stop, so a few megabytes keep them as fast and the process small.
-_SMALL_PREFETCH = {"queued.max.messages.kbytes": 4096}
+# partition to its end and stop, so less keeps them as fast and the process smaller.
+_SMALL_PREFETCH = {"queued.max.messages.kbytes": 16384}
+
+# How many index partitions a process keeps in memory (about 35 MB each on a tenant of a
+# million envelopes); the cursor partition is tiny and counts as one.
+LOADED_PARTITIONS = 4
 
 # How long one consume() call waits: a compacted partition has gaps, so its last batch may
 # be short of what was asked for, and waits this long.
@@ -90,7 +95,9 @@ class TenantIndex:
         self._positions: dict[int, int] = {}
         # Raw key and value bytes per loaded partition: decoded only when looked up, so a
         # partition of tens of thousands of entries costs a few megabytes.
-        self._entries: dict[int, dict[bytes, bytes]] = {}
+        # At most LOADED_PARTITIONS of them, the least recently used dropped first (and read
+        # again from the start when next needed).
+        self._entries: OrderedDict[int, dict[bytes, bytes]] = OrderedDict()
         self._cursors: dict[int, int] = {}
         self._own: dict[str, IndexEntry] = {}
         self._lock = threading.RLock()
@@ -137,7 +144,15 @@ class TenantIndex:
     def _read_partition(self, partition: int) -> dict[bytes, bytes]:
         """Read one index partition from where this process stopped to its current end."""
         consumer = self._open()
-        entries = self._entries.setdefault(partition, {})
+        entries = self._entries.get(partition)
+        if entries is None:
+            entries = self._entries[partition] = {}
+            self._positions.pop(partition, None)
+            while len(self._entries) > LOADED_PARTITIONS:
+                dropped, _ = self._entries.popitem(last=False)
+                self._positions.pop(dropped, None)
+        else:
+            self._entries.move_to_end(partition)
         start = self._positions.get(partition, 0)
         tp = TopicPartition(self.topic, partition)
         try:
