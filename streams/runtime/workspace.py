@@ -340,7 +340,9 @@ class Workspace:
             except TimeoutError as exc:
                 raise KafkaUnavailable(
                     f"looking up {on.kind} {on.id!r} took more than {timeout:g} s "
-                    "(STREAMS_FEEDBACK_TIMEOUT); check that the brokers are up") from exc
+                    "(STREAMS_FEEDBACK_TIMEOUT): check that the brokers are up; on the first "
+                    "use of a tenant with a long log the index is still being built from it "
+                    "(it goes on in the background): retry in a while") from exc
             event = FeedbackGiven(
                 feedback_type=cls.feedback_name, target=on, target_trace_id=where.trace_id,
                 value=value_record(feedback),
