@@ -1,20 +1,22 @@
 """A tenant's index topic: the shared, compacted view of what exists in its events topic.
 
 `<prefix>.<tenant>.index` holds one record per key (see `streams.core.view`): `run:<id>`,
-`firing:<id>`, `chain:<id>` and `event:<id>`, each the location (workspace, chain, event,
-trace, events partition and offset) of the event that made it, plus one `cursor:<p>` per
-events partition: every event of partition `p` below the cursor has its entries in the index.
-Every entry is produced to the partition `index_partition(key)` names, so a look-up reads one
-index partition, from where this process last stopped, never the events topic.
+`firing:<id>`, `chain:<id>`, `event:<id>` and `last:<chain>`, each the location (workspace,
+chain, event, trace, events partition and offset) of the event it names, plus, alone in index
+partition 0, one `cursor:<p>` per events partition: every event of partition `p` below the
+cursor has all its entries in the index. Every entry is produced to the partition
+`index_partition(key)` names, so a look-up reads one index partition, from where this process
+last stopped, never the events topic.
 
 Who writes it:
 
-- the workspace handle, for each event it appends, right after the broker acknowledged the
-  event (the entries need its offset); they go through the same producer, without a wait;
+- the workspace handle, for each event it appends that creates a target (a chain head, a run,
+  a firing), right after the broker acknowledged it (the entry needs its offset), through the
+  same producer, without a wait;
 - a *catch-up*, run by any reader whose look-up missed: it reads the events topic from the
-  cursors to the current end (only what nobody has indexed yet: events written by workers,
-  or by a handle that died between its append and its index write), produces their entries,
-  then the advanced cursors.
+  cursors to the current end (what nobody has indexed yet: a worker's runs and firings, the
+  `event:` and `last:` entries of every event, a handle's entry lost with its process),
+  produces their entries, flushes, then writes the advanced cursors.
 
 So a miss costs the events written since the last catch-up, not the log.
 """
