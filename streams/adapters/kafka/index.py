@@ -259,7 +259,7 @@ class TenantIndex:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _produce(self, key: str, value: bytes) -> None:
+    def _produce(self, key: str, value: bytes, *, wait: bool = True) -> None:
         partition = index_partition(key, self._partitions)
         while True:
             try:
@@ -267,6 +267,9 @@ class TenantIndex:
                                        partition=partition, on_delivery=_log_failure)
                 return
             except BufferError:
+                if not wait:  # in a delivery report: no poll; the next catch-up writes it
+                    log.warning("producer queue full: index entry %r left to a catch-up", key)
+                    return
                 self._producer.poll(0.05)
             except KafkaException as exc:
                 raise KafkaUnavailable(f"writing {self.topic} failed: {exc}") from exc
@@ -292,7 +295,7 @@ class TenantIndex:
             while len(own) > OWN_ENTRIES:
                 del own[next(iter(own))]
         for key, entry in entries:
-            self._produce(key, entry.encode())
+            self._produce(key, entry.encode(), wait=False)
 
     def publish(self, envelope: Envelope, partition: int, offset: int) -> None:
         """Produce the index entries of an event at `partition`/`offset` without keeping them
