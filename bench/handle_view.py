@@ -37,10 +37,11 @@ from streams.adapters.kafka.config import producer_config, reader_config
 from streams.adapters.kafka.log import envelope_headers, watermarks
 from streams.core.actors import AgentActor, UserActor
 from streams.core.events import AppEvent, Envelope, FeedbackGiven, RuleFired, RunStarted
+from streams.core.feedback import value_record
 from streams.core.targets import ChainTarget, RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
-from streams.runtime.workspace import StreamsClient, value_record
+from streams.runtime.workspace import StreamsClient
 from streams.settings import Settings
 
 TENANT = "bench"
