@@ -158,6 +158,16 @@ class Settings:
     flush_timeout: float = _setting(
         30.0, "STREAMS_FLUSH_TIMEOUT", "seconds to wait for the broker to acknowledge a "
         "write or a batch before retrying or failing", positive=True)
+    max_record_bytes: int = _setting(
+        900_000, "STREAMS_MAX_RECORD_BYTES", "largest encoded event a client appends, in "
+        "bytes; keep it under the broker's message.max.bytes (1048588 by default)",
+        minimum=1024)
+    feedback_timeout: float = _setting(
+        30.0, "STREAMS_FEEDBACK_TIMEOUT", "seconds give_feedback and append may take in all "
+        "(index look-up, schema registry, delivery) before they raise", positive=True)
+    index_partitions: int = _setting(
+        32, "STREAMS_INDEX_PARTITIONS", "partitions of a tenant's compacted index topic; a "
+        "look-up reads one of them", minimum=1)
     admin_timeout: float = _setting(
         15.0, "STREAMS_ADMIN_TIMEOUT", "seconds an admin or metadata call (create or list "
         "topics, read committed offsets) may take", positive=True)

@@ -35,6 +35,10 @@ Target = RunTarget | FiringTarget | ChainTarget
 
 async def run_record(workspace: ActingWorkspace, run_id: str) -> RunRecord:
     """A run, the envelopes that made its rule fire (`matched`) and what it emitted."""
+    own = getattr(workspace, "run_record", None)
+    if own is not None:  # the workspace handle reads just the run's chain
+        found: RunRecord = await own(run_id)
+        return found
     record = run_record_of(await workspace.read(), run_id)
     if record is None:
         raise NotFound(f"no run {run_id!r} in workspace {workspace.tenant}/"
@@ -44,6 +48,10 @@ async def run_record(workspace: ActingWorkspace, run_id: str) -> RunRecord:
 
 async def chain_events(workspace: ActingWorkspace, correlation_id: str) -> list[Envelope]:
     """Every envelope of a causal chain, in log order."""
+    own = getattr(workspace, "chain_events", None)
+    if own is not None:  # the workspace handle reads just the chain
+        found: list[Envelope] = await own(correlation_id)
+        return found
     return [e for e in await workspace.read() if e.correlation_id == correlation_id]
 
 

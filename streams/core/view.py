@@ -1,16 +1,27 @@
 """A view of what exists in a tenant's log: runs, firings, chains and their traces.
 
-The view is a fold over envelopes in log order, so it is as current as the records fed to
-it; the workspace handle feeds it up to the log's end before it answers "not found".
+Two forms of the same view:
+
+- `LogIndex`, a fold over envelopes in log order, as current as the records fed to it
+  (replays and tests use it on a log they hold anyway);
+- the entries of a tenant's *index topic* (`index_entries`, `IndexEntry`): one small record
+  per key (`run:<id>`, `firing:<id>`, `chain:<id>`, `event:<id>`, and `last:<chain>`, the
+  chain's latest event), keyed so a reader finds a
+  target by reading the one index partition its key hashes to (`index_partition`), and a
+  `cursor:<partition>` record per events partition saying up to where the events topic has
+  been indexed by a catch-up. The Kafka side lives in `streams.adapters.kafka.index`.
 """
 
 from __future__ import annotations
 
+import json
+import zlib
 from dataclasses import dataclass, field
 
 from streams.core.errors import NotFound, ValidationFailed
 from streams.core.events import Envelope, RuleFired, RunStarted
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+from streams.core.tenancy import tenant_topics
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +92,152 @@ def not_found(target: RunTarget | FiringTarget | ChainTarget, tenant: str,
               workspace: str) -> NotFound:
     """The error for a target missing from a workspace's log."""
     return NotFound(f"no {target.kind} {target.id!r} in workspace {tenant}/{workspace}")
+
+
+# -- the index topic's entries (pure) ----------------------------------------------------------
+
+CURSOR_PARTITION = 0
+
+
+def index_topic(tenant: str, prefix: str = "fs") -> str:
+    """The name of a tenant's compacted index topic: `<prefix>.<tenant>.index`."""
+    events = tenant_topics(tenant, prefix).events
+    return events[: -len("events")] + "index"
+
+
+def index_partition(key: str, partitions: int) -> int:
+    """The index partition a key lives in: cursors alone in partition 0 (so reading them is
+    cheap), every other key in 1..partitions-1 by the CRC-32 of the key (all in 0 when the
+    topic has one partition).
+
+    Writers produce each entry to this partition explicitly, so a reader knows which one
+    partition to read for a key, whatever partitioner a client is configured with.
+    """
+    if key.startswith("cursor:") or partitions < 2:
+        return CURSOR_PARTITION
+    return 1 + zlib.crc32(key.encode()) % (partitions - 1)
+
+
+def target_key(target: RunTarget | FiringTarget | ChainTarget) -> str:
+    """The index key of a target: `run:<id>`, `firing:<id>` or `chain:<id>`."""
+    if isinstance(target, RunTarget):
+        return f"run:{target.run_id}"
+    if isinstance(target, FiringTarget):
+        return f"firing:{target.firing_id}"
+    return f"chain:{target.correlation_id}"
+
+
+def event_key(event_id: str) -> str:
+    """The index key of an event: where it is and which chain it belongs to."""
+    return f"event:{event_id}"
+
+
+def cursor_key(partition: int) -> str:
+    """The index key of the cursor of one events partition."""
+    return f"cursor:{partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One index record's value: a target's (or event's) location in the events topic.
+
+    `partition` and `offset` are where the event that made the target is in the events
+    topic; a chain's events all share the chain's key, so they follow its head's offset in
+    the same partition.
+    """
+
+    located: Located
+    partition: int
+    offset: int
+
+    def encode(self) -> bytes:
+        """The entry as compact JSON bytes."""
+        loc = self.located
+        return json.dumps({"w": loc.workspace, "c": loc.correlation_id, "e": loc.event_id,
+                           "t": loc.trace_id, "r": loc.rule, "p": self.partition,
+                           "o": self.offset}, separators=(",", ":")).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> IndexEntry:
+        """An entry from its JSON bytes; ValidationFailed if they are not one."""
+        try:
+            raw = json.loads(data)
+            return IndexEntry(Located(str(raw["w"]), str(raw["c"]), str(raw["e"]),
+                                      raw.get("t"), raw.get("r")),
+                              int(raw["p"]), int(raw["o"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValidationFailed(f"not an index entry: {data[:80]!r} ({exc})") from exc
+
+
+def index_entries(envelope: Envelope, partition: int, offset: int,
+                  ) -> list[tuple[str, IndexEntry]]:
+    """The index records of one envelope that landed at `partition`/`offset`: its event, and
+    the chain, run or firing it starts (how a reader combines repeats: `merge_entry`)."""
+    trace_id = envelope.trace.trace_id if envelope.trace else None
+    here = Located(envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id)
+    out = [(event_key(envelope.event_id), IndexEntry(here, partition, offset)),
+           (f"last:{envelope.correlation_id}", IndexEntry(here, partition, offset))]
+    if envelope.event_id == envelope.correlation_id:
+        out.append((f"chain:{envelope.event_id}", IndexEntry(here, partition, offset)))
+    event = envelope.event
+    if isinstance(event, RunStarted):
+        out.append((f"run:{event.run_id}", IndexEntry(
+            Located(envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id,
+                    rule=event.rule), partition, offset)))
+    elif isinstance(event, RuleFired):
+        out.append((f"firing:{event.firing_id}", IndexEntry(
+            Located(envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id,
+                    rule=event.rule), partition, offset)))
+    return out
+
+
+def merge_entry(key: str, old: IndexEntry | None, new: IndexEntry) -> IndexEntry:
+    """The entry a reader keeps for `key` when it sees `new` after `old`.
+
+    A run recorded again (a decision repeated after a crash) is the same run: its first
+    `run_started` stays its place. A chain's last event (`last:<chain>`) is the one with the
+    highest offset. Everything else takes the newest entry.
+    """
+    if old is not None and key.startswith("run:") and (old.partition, old.offset) <= (
+            new.partition, new.offset):
+        return old
+    if old is not None and key.startswith("last:") and old.offset > new.offset:
+        return old
+    return new
+
+
+def located_or_refused(target: RunTarget | FiringTarget | ChainTarget,
+                       found: IndexEntry | None, as_event: IndexEntry | None,
+                       workspace: str) -> Located | None:
+    """The answer of the index for a target in `workspace`, as LogIndex.locate gives it.
+
+    `found` is the entry under the target's key; for a chain target, `as_event` is the entry
+    of the event it names (ValidationFailed naming the chain when that event is not its
+    chain's first).
+    """
+    if found is None and isinstance(target, ChainTarget) and as_event is not None:
+        chain = as_event.located.correlation_id
+        if chain != target.correlation_id:
+            raise ValidationFailed(
+                f"event {target.correlation_id} is not the first event of its chain; "
+                f"give chain feedback on ChainTarget(correlation_id={chain!r})")
+    if found is None or found.located.workspace != workspace:
+        return None
+    return found.located
+
+
+__all__ = [
+    "CURSOR_PARTITION",
+    "IndexEntry",
+    "Located",
+    "LogIndex",
+    "cursor_key",
+    "event_key",
+    "index_entries",
+    "index_partition",
+    "index_topic",
+    "located_or_refused",
+    "merge_entry",
+    "not_found",
+    "target_key",
+]

@@ -10,18 +10,21 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 from opentelemetry import metrics, trace
 
 from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.index import TenantIndex
 from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
 from streams.core.actors import Actor, SystemActor
-from streams.core.errors import ValidationFailed
-from streams.core.events import Envelope, Event, FeedbackGiven, Seq, TraceContext
+from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
+from streams.core.events import Envelope, Event, FeedbackGiven, RuleFired, Seq, TraceContext
 from streams.core.feedback import (
     Feedback,
     FeedbackRegistry,
@@ -29,10 +32,17 @@ from streams.core.feedback import (
     validate_feedback,
     value_record,
 )
-from streams.core.runs import RunRecord, latest_runs
+from streams.core.runs import RunRecord, latest_runs, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
-from streams.core.view import Located, LogIndex, not_found
+from streams.core.view import (
+    Located,
+    LogIndex,
+    event_key,
+    located_or_refused,
+    not_found,
+    target_key,
+)
 from streams.settings import Settings
 
 _feedback_counter = metrics.get_meter("streams").create_counter(
@@ -64,7 +74,8 @@ class Recorded:
 
 
 class _TenantLog:
-    """A tenant's log as one process sees it: the index and the reader that feeds it."""
+    """A tenant's whole log as one process sees it, for the calls that need all of it
+    (`Workspace.read`, `feedback`, `runs`): grows with the log, read incrementally."""
 
     def __init__(self, settings: Settings, serde: AvroSerde, tenant: str) -> None:
         self.tenant = tenant
@@ -73,22 +84,28 @@ class _TenantLog:
         self.index = LogIndex()
         self.envelopes: list[Envelope] = []
         self.by_id: dict[str, Envelope] = {}
-        self.lock = asyncio.Lock()
+        # A thread lock, not an asyncio one: the client may be used from several event loops.
+        self.lock = threading.Lock()
 
-    async def catch_up(self) -> None:
-        """Read to the end of the log as it is now, folding every envelope into the index."""
-        async with self.lock:
-            new = await asyncio.to_thread(
-                lambda: list(decode_envelopes(self.serde, self.reader.read_to_end(),
-                                              on_error=lambda _m, _e: None)))
-            for envelope in new:
+    def _catch_up(self) -> None:
+        with self.lock:
+            for envelope in decode_envelopes(self.serde, self.reader.read_to_end(),
+                                             on_error=lambda _m, _e: None):
                 self.index.apply(envelope)
                 self.envelopes.append(envelope)
                 self.by_id[envelope.event_id] = envelope
 
+    async def catch_up(self) -> None:
+        """Read to the end of the log as it is now, folding every envelope into the index."""
+        await asyncio.to_thread(self._catch_up)
+
 
 class StreamsClient:
-    """A process's connection to the pipeline: serde, producer and per-tenant log views."""
+    """A process's connection to the pipeline: serde, producer and per-tenant views.
+
+    Usable from several event loops (and threads) at once: it holds no asyncio object
+    across calls.
+    """
 
     def __init__(self, settings: Settings | None = None, *,
                  types: FeedbackRegistry | None = None, serde: AvroSerde | None = None,
@@ -100,6 +117,8 @@ class StreamsClient:
         self.serde = serde or AvroSerde(self.settings, types=self.types)
         self.log = EventLog(self.settings, self.serde, producer=producer)
         self._tenants: dict[str, _TenantLog] = {}
+        self._indexes: dict[str, TenantIndex] = {}
+        self._made = threading.Lock()
 
     @classmethod
     def from_env(cls, **overrides: Any) -> StreamsClient:
@@ -125,17 +144,42 @@ class StreamsClient:
         return handle
 
     def tenant_log(self, tenant: str) -> _TenantLog:
-        """The tenant's log view, created on first use."""
-        log = self._tenants.get(tenant)
-        if log is None:
-            log = self._tenants[tenant] = _TenantLog(self.settings, self.serde, tenant)
-        return log
+        """The tenant's whole-log view, created on first use."""
+        with self._made:
+            log = self._tenants.get(tenant)
+            if log is None:
+                log = self._tenants[tenant] = _TenantLog(self.settings, self.serde, tenant)
+            return log
+
+    def tenant_index(self, tenant: str) -> TenantIndex:
+        """The tenant's index view (its compacted index topic), created on first use; the
+        index topic is created for a tenant that has none yet."""
+        found = self._indexes.get(tenant)
+        if found is not None:
+            return found
+        with self._made:
+            index = self._indexes.get(tenant)
+            if index is None:
+                events = tenant_topics(tenant, self.settings.topic_prefix).events
+                serde = self.serde
+
+                def decode(msg: Message) -> Envelope | None:
+                    return next(decode_envelopes(serde, iter([msg]),
+                                                 on_error=lambda _m, _e: None), None)
+
+                index = self._indexes[tenant] = TenantIndex(
+                    self.settings, tenant, self.log.producer, events, decode,
+                    ensure_topic=lambda: TenantAdmin(self.settings).ensure_index_topic(tenant))
+            return index
 
     def close(self) -> None:
         """Flush pending writes and leave the broker."""
         self.log.close()
+
         for log in self._tenants.values():
             log.reader.close()
+        for index in self._indexes.values():
+            index.close()
 
 
 class Workspace:
@@ -167,25 +211,94 @@ class Workspace:
         return await self.append_envelope(envelope)
 
     async def append_envelope(self, envelope: Envelope) -> Recorded:
-        """Append a ready envelope (rules and replays build their own)."""
-        seq = await self.client.log.append(envelope)
+        """Append a ready envelope (rules and replays build their own).
+
+        Returns once the broker acknowledged it, without flushing the producer: concurrent
+        appends share its batches. The envelope's index entries follow it, so this process
+        finds what it appended at once, and others within the producer's linger.
+        """
+        index = await self._index()
+        seq = await self.client.log.append(envelope, landed=index.appended)
         return Recorded(seq=seq, id=envelope.event_id,
                         envelope=envelope.model_copy(update={"seq": seq}))
+
+    async def _index(self) -> TenantIndex:
+        index = self.client.tenant_index(self.tenant)
+        if not index.is_open:
+            await self.client.log.require_topic(self.tenant)
+            await asyncio.to_thread(index.open)
+        return index
 
     async def locate(self, target: RunTarget | FiringTarget | ChainTarget) -> Located:
         """Where a target is in this workspace; NotFound if the log does not have it.
 
-        Looks in what this process has read first; on a miss it reads the log to its current
-        end, so anything acknowledged before the call is found.
+        Answered from the tenant's index topic: the one index partition of the target's key,
+        read from where this process stopped. On a miss the index first catches up with the
+        events appended since the last catch-up (by workers, say), so anything acknowledged
+        before the call is found; the whole log is never read for it.
         """
-        log = self.client.tenant_log(self.tenant)
-        found = log.index.locate(target, self.workspace)
-        if found is None:
-            await log.catch_up()
-            found = log.index.locate(target, self.workspace)
+        index = await self._index()
+        cached = index.cached(target_key(target))
+        if cached is not None:
+            found = located_or_refused(target, cached, None, self.workspace)
+        else:
+            found = await asyncio.to_thread(index.locate, target, self.workspace)
         if found is None:
             raise not_found(target, self.tenant, self.workspace)
         return found
+
+    async def chain_events(self, correlation_id: str) -> list[Envelope]:
+        """Every envelope of a causal chain in this workspace, in log order ([] if there is
+        no such chain).
+
+        Reads, in the chain's one partition, the span from its first to its last indexed
+        event (both found in the index) and the partition's unindexed tail; not the log.
+        """
+        index = await self._index()
+        head = await asyncio.to_thread(index.lookup, f"chain:{correlation_id}")
+        if head is None:
+            await asyncio.to_thread(index.catch_up)
+            head = await asyncio.to_thread(index.lookup, f"chain:{correlation_id}")
+        if head is None or head.located.workspace != self.workspace:
+            return []
+        return self._decoded(await asyncio.to_thread(index.chain_messages, head))
+
+    def _decoded(self, messages: list[Message]) -> list[Envelope]:
+        return [e for e in decode_envelopes(self.client.serde, iter(messages),
+                                            on_error=lambda _m, _e: None)
+                if e.workspace == self.workspace]
+
+    async def run_record(self, run_id: str) -> RunRecord:
+        """A run, the envelopes that made its rule fire (`matched`) and what it emitted;
+        NotFound if this workspace has no such run.
+
+        Reads the run's chain (see `chain_events`) and, for matched events of other chains
+        (a counting rule's), each one event where the index says it is.
+        """
+        where = await self.locate(RunTarget(run_id=run_id))
+        envelopes = await self.chain_events(where.correlation_id)
+        record = run_record_of(envelopes, run_id)
+        if record is not None and record.fired is not None and isinstance(
+                record.fired.event, RuleFired):
+            have = {e.event_id for e in envelopes}
+            index = await self._index()
+            caught_up = False
+            for event_id in record.fired.event.matched:
+                if event_id in have:
+                    continue
+                entry = await asyncio.to_thread(index.lookup, event_key(event_id))
+                if entry is None and not caught_up:  # events are indexed by catch-ups
+                    await asyncio.to_thread(index.catch_up)
+                    caught_up = True
+                    entry = await asyncio.to_thread(index.lookup, event_key(event_id))
+                at = None if entry is None else await asyncio.to_thread(index.message_at,
+                                                                        entry)
+                if at is not None:
+                    envelopes += self._decoded([at])
+            record = run_record_of(envelopes, run_id)
+        if record is None:
+            raise NotFound(f"no run {run_id!r} in workspace {self.tenant}/{self.workspace}")
+        return record
 
     async def give_feedback(
         self,
@@ -196,8 +309,12 @@ class Workspace:
     ) -> Recorded:
         """Record feedback on a run, firing or chain, in the target's causal chain.
 
-        Raises ValidationFailed if the type cannot be given on the target's kind, or a chain
-        target is not the first event of its chain; NotFound if the target is not in the log.
+        Raises ValidationFailed if the type cannot be given on the target's kind, a chain
+        target is not the first event of its chain, or the record would be larger than
+        STREAMS_MAX_RECORD_BYTES; NotFound if the target is not in the log; RegistryUnavailable
+        (a KafkaUnavailable) if the schema registry cannot be reached, and KafkaUnavailable if
+        the broker does not answer, within STREAMS_FEEDBACK_TIMEOUT. Concurrent calls share
+        the producer's batches; each returns its own seq and id once delivered.
         """
         if not isinstance(on, RunTarget | FiringTarget | ChainTarget):
             raise ValidationFailed(
@@ -216,7 +333,16 @@ class Workspace:
                     f"{cls.feedback_name} feedback cannot be given on a {on.kind}; it "
                     f"targets {sorted(cls.feedback_targets)}"
                 )
-            where = await self.locate(on)
+            timeout = self.client.settings.feedback_timeout
+            try:
+                async with asyncio.timeout(timeout):
+                    where = await self.locate(on)
+            except TimeoutError as exc:
+                raise KafkaUnavailable(
+                    f"looking up {on.kind} {on.id!r} took more than {timeout:g} s "
+                    "(STREAMS_FEEDBACK_TIMEOUT): check that the brokers are up; on the first "
+                    "use of a tenant with a long log the index is still being built from it "
+                    "(it goes on in the background): retry in a while") from exc
             event = FeedbackGiven(
                 feedback_type=cls.feedback_name, target=on, target_trace_id=where.trace_id,
                 target_rule=where.rule, target_action=where.action,
@@ -230,7 +356,12 @@ class Workspace:
         return recorded
 
     async def read(self) -> list[Envelope]:
-        """This workspace's envelopes, in log order per partition, up to the log's end."""
+        """This workspace's envelopes, in log order per partition, up to the log's end.
+
+        Reads the tenant's whole events topic (once per process, then incrementally) and
+        keeps it in memory: its cost grows with the log. give_feedback, locate, run_record
+        and chain_events do not use it.
+        """
         log = self.client.tenant_log(self.tenant)
         await log.catch_up()
         return [e for e in log.envelopes if e.workspace == self.workspace]
@@ -241,8 +372,9 @@ class Workspace:
 
         Each is a RunRecord: `.id` (the run id, for a RunTarget), `.run` (its `run_started`:
         rule, action, scope), `.matched` (the envelopes that made its rule fire) and
-        `.emitted` (the events it emitted). Reads the log to its end first, so a run started
-        before the call is there.
+        `.emitted` (the events it emitted). Reads the whole log to its end first (see
+        `read`), so a run started before the call is there; for one run, `run_record` reads
+        only its chain.
         """
         return latest_runs(await self.read(), rule=rule, limit=limit)
 
@@ -250,7 +382,8 @@ class Workspace:
         self, *, feedback_type: str | type[Feedback] | None = None,
         participant: str | None = None,
     ) -> list[Envelope]:
-        """feedback_given envelopes, filtered by type and by who gave them."""
+        """feedback_given envelopes, filtered by type and by who gave them (reads the whole
+        log, see `read`)."""
         name = feedback_type.feedback_name if isinstance(feedback_type, type) else feedback_type
         return [
             e for e in await self.read()

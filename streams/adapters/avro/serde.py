@@ -23,6 +23,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
 from streams.adapters.avro.codec import envelope_to_record, record_kind
+from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.avro.schemas import (
     Schema,
     all_schemas,
@@ -39,6 +40,14 @@ from streams.core.feedback import FeedbackRegistry, registry
 from streams.settings import Settings
 
 WIRE_MAGIC = 0
+
+
+def _unavailable(exc: Exception, what: str) -> RegistryUnavailable:
+    """The one error of an unreachable or failing (5xx) registry: retry later, the data is
+    not at fault."""
+    return RegistryUnavailable(
+        f"{what}: schema registry unavailable ({type(exc).__name__}: {exc}); check "
+        "SCHEMA_REGISTRY_URL and that the registry is up")
 
 
 def registry_client(settings: Settings | str) -> SchemaRegistryClient:
@@ -101,9 +110,13 @@ class AvroSerde:
         try:
             out = self._serializer(schema)(record, ctx)
         except SchemaRegistryError as exc:
+            if exc.http_status_code is None or exc.http_status_code >= 500:
+                raise _unavailable(exc, f"registering {fullname(schema)}") from exc
             raise KafkaUnavailable(f"schema registry refused {fullname(schema)}: {exc}") from exc
         except (SerializationError, ValueError, TypeError) as exc:
             raise SchemaError(f"cannot encode {fullname(schema)}: {exc}") from exc
+        except Exception as exc:  # the registry client's transport errors (connect, timeout)
+            raise _unavailable(exc, f"registering {fullname(schema)}") from exc
         assert out is not None
         return bytes(out)
 
@@ -119,9 +132,11 @@ class AvroSerde:
         except SchemaRegistryError as exc:
             if exc.http_status_code and 400 <= exc.http_status_code < 500:
                 raise SchemaError(f"unknown schema id: {exc}") from exc
-            raise KafkaUnavailable(f"schema registry failed: {exc}") from exc
+            raise _unavailable(exc, "fetching a writer schema") from exc
         except (SerializationError, ValueError, TypeError, EOFError, IndexError) as exc:
             raise SchemaError(f"undecodable record: {exc}") from exc
+        except Exception as exc:  # the registry client's transport errors (connect, timeout)
+            raise _unavailable(exc, "fetching a writer schema") from exc
         if not isinstance(out, dict):
             raise SchemaError("record is not an Avro record")
         return out

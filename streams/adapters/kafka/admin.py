@@ -18,6 +18,7 @@ from confluent_kafka.admin import (
 from streams.adapters.kafka.config import admin_config
 from streams.core.errors import KafkaUnavailable
 from streams.core.tenancy import TenantTopics, parse_topic, tenant_topics
+from streams.core.view import index_topic
 from streams.settings import Settings
 
 # Events are the system of record: kept until deleted by policy. Scores are a derived,
@@ -28,6 +29,9 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     "deadletter": {"retention.ms": "-1", "cleanup.policy": "delete"},
     # The decider rebuilds its counts and rate windows from this topic: keep it.
     "rules": {"retention.ms": "-1", "cleanup.policy": "delete"},
+    # The handle's view of what exists (streams.core.view): one record per key, the newest
+    # kept, so compacted.
+    "index": {"cleanup.policy": "compact", "retention.ms": "-1"},
 }
 
 
@@ -77,6 +81,7 @@ class TenantAdmin:
                 resources.append(res)
             for future in self.client.incremental_alter_configs(resources).values():
                 future.result()
+            self.ensure_index_topic(tenant)
             return TenantInfo(topics, self._wait_visible(sizes))
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create tenant {tenant!r}: {exc}") from exc
@@ -89,6 +94,20 @@ class TenantAdmin:
             self._create([NewTopic(topic, num_partitions=1,
                                    replication_factor=self.settings.replication_factor,
                                    config=TOPIC_CONFIGS["rules"])])
+            self._wait_visible({topic: 1})
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+        return topic
+
+    def ensure_index_topic(self, tenant: str) -> str:
+        """Create the tenant's compacted index topic if it is missing (tenants created before
+        the index existed have none; the workspace handle calls this on first use); returns
+        its name."""
+        topic = index_topic(tenant, self.settings.topic_prefix)
+        try:
+            self._create([NewTopic(topic, num_partitions=self.settings.index_partitions,
+                                   replication_factor=self.settings.replication_factor,
+                                   config=TOPIC_CONFIGS["index"])])
             self._wait_visible({topic: 1})
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
@@ -136,7 +155,8 @@ class TenantAdmin:
     def delete_tenant(self, tenant: str) -> None:
         """Delete a tenant's topics (tests and demos clean up with this)."""
         topics = tenant_topics(tenant, self.settings.topic_prefix)
-        for future in self.client.delete_topics(list(topics.all())).values():
+        names = [*topics.all(), index_topic(tenant, self.settings.topic_prefix)]
+        for future in self.client.delete_topics(names).values():
             try:
                 future.result()
             except KafkaException as exc:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,12 +24,15 @@ from confluent_kafka import (
 )
 
 from streams.adapters.avro.codec import envelope_from_record
+from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.config import producer_config, reader_config
-from streams.core.errors import KafkaUnavailable, NotFound, SchemaError
+from streams.core.errors import KafkaUnavailable, NotFound, SchemaError, ValidationFailed
 from streams.core.events import Envelope, Seq
 from streams.core.tenancy import tenant_topics
 from streams.settings import Settings
+
+log = logging.getLogger(__name__)
 
 HEADER_EVENT_TYPE = "event_type"
 HEADER_TRACEPARENT = "traceparent"
@@ -54,8 +62,17 @@ def header_value(headers: Any, name: str) -> bytes | None:
     return None
 
 
+Landed = Callable[[Envelope, int, int], None]
+
+
 class EventLog:
-    """Appends envelopes to tenants' events topics and reads them back."""
+    """Appends envelopes to tenants' events topics and reads them back.
+
+    An append produces its record and awaits its own delivery report: no flush per call, so
+    many appends from one process (concurrent tasks, or several event loops) share the
+    producer's batches. Each event loop with appends in flight polls the producer for their
+    reports (every POLL_INTERVAL); no thread is started.
+    """
 
     def __init__(self, settings: Settings, serde: AvroSerde, *,
                  producer: Producer | None = None) -> None:
@@ -65,14 +82,32 @@ class EventLog:
         self._owned = producer is None
         self._producer = producer or Producer(producer_config(settings))
         self._known: set[str] = set()
+        # Per event loop: how many of its appends await a report, and the task polling for
+        # them. Reports are served in the loops' own threads, so a report settles its
+        # future without a thread hop; a report served by another thread (a worker's
+        # flush, another loop) is handed over with call_soon_threadsafe.
+        self._waiting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = \
+            weakref.WeakKeyDictionary()
+        self._pollers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
+        self._poll_lock = threading.Lock()
+
+    @property
+    def producer(self) -> Producer:
+        """The producer appends go through (the index entries use it too)."""
+        return self._producer
 
     def _check_topic(self, topic: str) -> None:
         # Topics are never created on demand: without this check a write to a tenant that
         # does not exist would wait for the producer's message timeout.
         started = time.monotonic()
         while True:
-            info = self._producer.list_topics(
-                topic, timeout=self.settings.admin_timeout).topics.get(topic)
+            try:
+                info = self._producer.list_topics(
+                    topic, timeout=self.settings.admin_timeout).topics.get(topic)
+            except KafkaException as exc:
+                raise KafkaUnavailable(f"cannot reach the brokers to look up {topic}: {exc}; "
+                                       "check KAFKA_BOOTSTRAP_SERVERS") from exc
             if info is not None and info.error is None:
                 self._known.add(topic)
                 return
@@ -92,38 +127,134 @@ class EventLog:
             raise NotFound(f"no tenant {tenant!r}: its events topic {topic} does not exist; "
                            f"create it with `streams tenant create {tenant}`") from exc
 
-    async def append(self, envelope: Envelope) -> Seq:
+    async def require_topic(self, tenant: str) -> None:
+        """Return once the tenant's events topic exists; NotFound (create the tenant first)
+        if it does not."""
+        topic = tenant_topics(tenant, self.settings.topic_prefix).events
+        if topic not in self._known:
+            await asyncio.to_thread(self._check_topic, topic)
+
+    def encode(self, envelope: Envelope, topic: str) -> bytes:
+        """The record value of an envelope; ValidationFailed (naming the largest field and
+        the limit) if it is over the configured maximum record size."""
+        value = self.serde.encode_envelope(envelope, topic)
+        limit = self.settings.max_record_bytes
+        if len(value) > limit:
+            name, size = largest_field(envelope)
+            raise ValidationFailed(
+                f"the {envelope.event_type} event is {len(value)} bytes encoded, over the "
+                f"maximum record size of {limit} bytes (STREAMS_MAX_RECORD_BYTES); its "
+                f"largest field is {name} ({size} bytes): shorten it, or store the content "
+                "elsewhere and give a reference to it")
+        return value
+
+    async def _encode_within(self, envelope: Envelope, topic: str, deadline: float,
+                             wait: float) -> bytes:
+        """Encode, waiting out a registry outage until `deadline` (loop time)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return self.encode(envelope, topic)
+            except RegistryUnavailable as exc:
+                if loop.time() + 0.5 >= deadline:
+                    raise RegistryUnavailable(
+                        f"{exc}; gave up after {wait:g} s (STREAMS_FEEDBACK_TIMEOUT)") from exc
+                await asyncio.sleep(0.5)
+
+    async def append(self, envelope: Envelope, *, landed: Landed | None = None,
+                     wait_s: float | None = None) -> Seq:
         """Write one envelope, keyed by its chain, and return where it landed once acked.
-        NotFound if the tenant does not exist."""
+
+        NotFound if the tenant does not exist; ValidationFailed if the record is too large;
+        RegistryUnavailable if the schema registry cannot be reached within `wait_s`
+        (default STREAMS_FEEDBACK_TIMEOUT); KafkaUnavailable if the broker does not
+        acknowledge within it. `landed(envelope, partition, offset)` runs once the record is
+        acknowledged (in the producer's thread).
+        """
         topic = tenant_topics(envelope.tenant, self.settings.topic_prefix).events
         if topic not in self._known:
             await asyncio.to_thread(self._check_topic, topic)
-        value = self.serde.encode_envelope(envelope, topic)
         loop = asyncio.get_running_loop()
+        wait = self.settings.feedback_timeout if wait_s is None else wait_s
+        deadline = loop.time() + wait
+        value = await self._encode_within(envelope, topic, deadline, wait)
         done: asyncio.Future[Seq] = loop.create_future()
 
         def delivered(err: Any, msg: Message) -> None:
             if err is not None:
                 outcome: Any = KafkaUnavailable(f"append to {topic} failed: {err}")
             else:
-                outcome = Seq(partition=msg.partition(), offset=msg.offset())
-            loop.call_soon_threadsafe(_settle, done, outcome)
+                outcome = Seq(partition=msg.partition() or 0, offset=msg.offset() or 0)
+                if landed is not None:
+                    try:
+                        landed(envelope, outcome.partition, outcome.offset)
+                    except Exception:  # the index catches up on its own; never lose the ack
+                        log.exception("after-append hook failed for %s", envelope.event_id)
+            try:
+                here = asyncio.get_running_loop()
+            except RuntimeError:
+                here = None
+            if here is loop:
+                _settle(done, outcome)
+            else:
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                    loop.call_soon_threadsafe(_settle, done, outcome)
 
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=envelope.correlation_id.encode(),
+                                       headers=envelope_headers(envelope), on_delivery=delivered)
+                break
+            except BufferError as exc:  # the local queue is full: let it drain
+                if loop.time() >= deadline:
+                    raise KafkaUnavailable(f"append to {topic}: the producer's queue stayed "
+                                           f"full for {wait:g} s; are the brokers up?") from exc
+                await asyncio.sleep(0.01)
+            except KafkaException as exc:
+                raise KafkaUnavailable(f"append to {topic} failed: {exc}") from exc
+        self._await_report(loop, +1)
         try:
-            self._producer.produce(topic, value=value, key=envelope.correlation_id.encode(),
-                                   headers=envelope_headers(envelope), on_delivery=delivered)
-        except (KafkaException, BufferError) as exc:
-            raise KafkaUnavailable(f"append to {topic} failed: {exc}") from exc
-        timeout = self.settings.flush_timeout
-        remaining = await asyncio.to_thread(self._producer.flush, timeout)
-        if remaining and not done.done():
-            raise KafkaUnavailable(f"append to {topic} not acknowledged within {timeout:g} s")
-        return await done
+            async with asyncio.timeout_at(deadline):
+                return await asyncio.shield(done)
+        except TimeoutError as exc:
+            raise KafkaUnavailable(
+                f"append to {topic} not acknowledged within {wait:g} s "
+                "(STREAMS_FEEDBACK_TIMEOUT); check that the brokers in "
+                "KAFKA_BOOTSTRAP_SERVERS are up") from exc
+        finally:
+            self._await_report(loop, -1)
+
+    def _await_report(self, loop: asyncio.AbstractEventLoop, change: int) -> None:
+        with self._poll_lock:
+            waiting = self._waiting.get(loop, 0) + change
+            self._waiting[loop] = waiting
+            task = self._pollers.get(loop)
+            if waiting > 0 and (task is None or task.done()):
+                self._pollers[loop] = loop.create_task(self._poll(loop))
+
+    async def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Serves delivery reports in this loop's thread while its appends wait for them.
+        while self._waiting.get(loop, 0) > 0:
+            self._producer.poll(0)
+            await asyncio.sleep(POLL_INTERVAL)
 
     def close(self) -> None:
         """Flush what is pending (a shared producer is flushed by its owner)."""
         if self._owned:
             self._producer.flush(10.0)
+
+
+def largest_field(envelope: Envelope) -> tuple[str, int]:
+    """The dotted name and JSON size of the largest field of an envelope's event (for a
+    feedback event, of its value)."""
+    data = envelope.event.model_dump(mode="json")
+    if isinstance(data.get("value"), dict):
+        data = {f"value.{k}": v for k, v in data["value"].items()}
+    sizes = {k: len(json.dumps(v)) for k, v in data.items()}
+    if not sizes:
+        return "(none)", 0
+    name = max(sizes, key=lambda k: sizes[k])
+    return name, sizes[name]
 
 
 def _settle(future: asyncio.Future[Seq], outcome: Any) -> None:
@@ -136,6 +267,9 @@ def _settle(future: asyncio.Future[Seq], outcome: Any) -> None:
 
 
 MISSING_TOPIC_GRACE = 2.0
+
+# How often a loop with appends awaiting their delivery reports polls the producer, seconds.
+POLL_INTERVAL = 0.001
 
 
 def missing_topic(topic: str) -> NotFound:
@@ -236,12 +370,15 @@ __all__ = [
     "HEADER_EVENT_TYPE",
     "HEADER_TRACEPARENT",
     "MISSING_TOPIC_GRACE",
+    "POLL_INTERVAL",
     "EventLog",
     "Headers",
+    "Landed",
     "TopicReader",
     "decode_envelopes",
     "envelope_headers",
     "header_value",
+    "largest_field",
     "missing_topic",
     "watermarks",
 ]
