@@ -154,8 +154,9 @@ class IndexEntry:
         """The entry as compact JSON bytes."""
         loc = self.located
         return json.dumps({"w": loc.workspace, "c": loc.correlation_id, "e": loc.event_id,
-                           "t": loc.trace_id, "r": loc.rule, "p": self.partition,
-                           "o": self.offset}, separators=(",", ":")).encode()
+                           "t": loc.trace_id, "r": loc.rule, "a": loc.action,
+                           "p": self.partition, "o": self.offset},
+                          separators=(",", ":")).encode()
 
     @staticmethod
     def decode(data: bytes) -> IndexEntry:
@@ -163,7 +164,7 @@ class IndexEntry:
         try:
             raw = json.loads(data)
             return IndexEntry(Located(str(raw["w"]), str(raw["c"]), str(raw["e"]),
-                                      raw.get("t"), raw.get("r")),
+                                      raw.get("t"), raw.get("r"), raw.get("a")),
                               int(raw["p"]), int(raw["o"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValidationFailed(f"not an index entry: {data[:80]!r} ({exc})") from exc
@@ -183,7 +184,7 @@ def index_entries(envelope: Envelope, partition: int, offset: int,
     if isinstance(event, RunStarted):
         out.append((f"run:{event.run_id}", IndexEntry(
             Located(envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id,
-                    rule=event.rule), partition, offset)))
+                    rule=event.rule, action=event.action), partition, offset)))
     elif isinstance(event, RuleFired):
         out.append((f"firing:{event.firing_id}", IndexEntry(
             Located(envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id,
