@@ -71,7 +71,7 @@ class OwnStack:
                 os.kill(pid, signal.SIGKILL)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnStack]:
     data = tmp_path_factory.mktemp("faults-stack") / "data"
     ports: set[int] = set()
