@@ -126,8 +126,11 @@ def field_specs(draw: st.DrawFn) -> FieldSpec:
         lo, hi = draw(ends), draw(ends)
         if lo is not None and hi is not None and lo >= hi:
             lo, hi = (hi, lo) if lo > hi else (lo, None)
-        return FieldSpec(kind, lo=lo, hi=hi, lo_excl=lo is not None and draw(st.booleans()),
-                         hi_excl=hi is not None and draw(st.booleans()))
+        lo_excl = lo is not None and draw(st.booleans())
+        hi_excl = hi is not None and draw(st.booleans())
+        if lo_excl and hi_excl and math.nextafter(lo, math.inf) >= hi:
+            hi_excl = False  # no double lies strictly between: keep the type satisfiable
+        return FieldSpec(kind, lo=lo, hi=hi, lo_excl=lo_excl, hi_excl=hi_excl)
     return FieldSpec(kind)
 
 
