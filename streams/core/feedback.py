@@ -168,7 +168,8 @@ def validate_feedback(
 
     An instance is validated again from its fields, so one built with `model_construct()`
     (which skips validation) cannot carry a value its type forbids. Every integer must fit
-    Avro's long and every number must be finite. Raises ValidationFailed naming the field.
+    Avro's long, every number must be finite and every text encodable as UTF-8. Raises
+    ValidationFailed naming the field.
     """
     if isinstance(value, Feedback):
         cls: type[Feedback] = type(value)
@@ -240,7 +241,8 @@ def _problems(exc: ValidationError) -> str:
 
 
 def _check_numbers(value: object, path: str) -> None:
-    """Refuse integers outside Avro's long and numbers that are not finite, by field path."""
+    """Refuse integers outside Avro's long, numbers that are not finite and text that is not
+    valid Unicode (lone surrogates: UTF-8 cannot encode them), by field path."""
     if isinstance(value, bool):
         return
     if isinstance(value, int):
@@ -251,8 +253,16 @@ def _check_numbers(value: object, path: str) -> None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValidationFailed(f"{path}: {value} is not a finite number")
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValidationFailed(
+                f"{path}: text with a lone surrogate at position {exc.start} is not valid "
+                "Unicode (Avro strings are UTF-8)") from exc
     elif isinstance(value, Mapping):
         for key, item in value.items():
+            _check_numbers(key, f"{path} key {key!r}")
             _check_numbers(item, f"{path}.{key}")
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):

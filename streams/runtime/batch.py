@@ -178,7 +178,16 @@ class BatchLoop:
         assigned = [TopicPartition(t, p) for t, p in self.assigned]
         if not assigned:
             return
-        for tp in consumer.committed(assigned, timeout=30.0):
+        while True:
+            # A flush that timed out usually means the broker is down: reading the committed
+            # offsets then fails too, and is an outage to wait out, not a reason to exit.
+            try:
+                committed = consumer.committed(assigned, timeout=30.0)
+                break
+            except KafkaException as exc:
+                self._wait_outage(f"reading committed offsets failed: {exc}")
+        self._outage_over()
+        for tp in committed:
             offset = tp.offset if tp.offset >= 0 else 0
             consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
 

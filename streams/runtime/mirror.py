@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import metrics
-from pydantic import ValidationError
 
 from streams.adapters.avro.codec import score_records
 from streams.adapters.avro.fast import FastCodec, RegistryUnavailable, WriterSchema
@@ -32,9 +31,9 @@ from streams.adapters.kafka.outputs import (
     reason_headers,
 )
 from streams.core.actors import participant_of
-from streams.core.errors import SchemaError
+from streams.core.errors import SchemaError, ValidationFailed
 from streams.core.events import FEEDBACK_GIVEN
-from streams.core.feedback import Feedback, FeedbackRegistry, registry
+from streams.core.feedback import Feedback, FeedbackRegistry, registry, validate_feedback
 from streams.core.scores import ScoreConfigs, score_configs
 from streams.core.tenancy import parse_topic, tenant_topics
 
@@ -154,11 +153,11 @@ class MirrorStep:
                     f"{cls.feedback_name} feedback cannot be given on a {target['kind']}; "
                     f"it targets {sorted(cls.feedback_targets)}")
             try:
-                cls.model_validate(record["value"])
-            except ValidationError as exc:
-                raise SchemaError(f"invalid {cls.feedback_name} value: " + "; ".join(
-                    f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                    for e in exc.errors())) from exc
+                # The checks of give_feedback: the type's own, and the ones Pydantic does
+                # not make (finite numbers, 64-bit integers, valid text).
+                validate_feedback(record["value"], cls.feedback_name, self.types)
+            except ValidationFailed as exc:
+                raise SchemaError(str(exc)) from exc
             actor = head["actor"]
             scores = score_records(
                 configs, record["value"], feedback_event_id=head["event_id"],
