@@ -24,6 +24,7 @@ __all__ = [
     "LONG_MIN",
     "Feedback",
     "FeedbackRegistry",
+    "check_plain_value",
     "registry",
     "snake_case",
     "validate_feedback",
@@ -198,6 +199,17 @@ def validate_feedback(
         raise ValidationFailed(f"invalid {cls.feedback_name} value: {exc}") from exc
     _check_numbers(checked.model_dump(), cls.feedback_name)
     return checked
+
+
+def check_plain_value(cls: type[Feedback], value: Mapping[str, Any]) -> None:
+    """Check a value already in plain form (as decoded from Avro) against its type: the type's
+    own rules and the wire's (64-bit integers, finite numbers, valid text), without building
+    and dumping an instance: the mirror's check of records other producers wrote."""
+    try:
+        cls.model_validate(value)
+    except ValidationError as exc:
+        raise ValidationFailed(f"invalid {cls.feedback_name} value: {_problems(exc)}") from exc
+    _check_numbers(value, cls.feedback_name)
 
 
 def value_record(value: BaseModel) -> dict[str, Any]:

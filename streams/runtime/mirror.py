@@ -33,7 +33,7 @@ from streams.adapters.kafka.outputs import (
 from streams.core.actors import participant_of
 from streams.core.errors import SchemaError, ValidationFailed
 from streams.core.events import FEEDBACK_GIVEN
-from streams.core.feedback import Feedback, FeedbackRegistry, registry, validate_feedback
+from streams.core.feedback import Feedback, FeedbackRegistry, check_plain_value, registry
 from streams.core.scores import ScoreConfigs, score_configs
 from streams.core.tenancy import parse_topic, tenant_topics
 
@@ -155,7 +155,7 @@ class MirrorStep:
             try:
                 # The checks of give_feedback: the type's own, and the ones Pydantic does
                 # not make (finite numbers, 64-bit integers, valid text).
-                validate_feedback(record["value"], cls.feedback_name, self.types)
+                check_plain_value(cls, record["value"])
             except ValidationFailed as exc:
                 raise SchemaError(str(exc)) from exc
             actor = head["actor"]
