@@ -36,7 +36,6 @@ from dataclasses import asdict
 from typing import Any
 
 import faust
-import mode
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -86,31 +85,6 @@ def run_or_exit(name: str, target: Callable[[threading.Event], None],
     except Exception:
         log.critical("%s stopped; exiting so it restarts from its cursor", name, exc_info=True)
         os._exit(70)
-
-
-def _thread_service(app: faust.App, name: str,
-                    target: Callable[[threading.Event], None]) -> None:
-    """Run `target(stop)` in a thread for as long as the app runs; a target that raises ends
-    the process (exit 70), so a supervisor restarts it from the committed offsets."""
-    stop = threading.Event()
-
-    class ThreadService(mode.Service):
-        thread: threading.Thread | None = None
-
-        def _main(self) -> None:
-            run_or_exit(name, target, stop)
-
-        async def on_start(self) -> None:
-            self.thread = threading.Thread(target=self._main, name=name, daemon=True)
-            self.thread.start()
-
-        async def on_stop(self) -> None:
-            stop.set()
-            if self.thread is not None:
-                await asyncio.to_thread(self.thread.join, 60.0)
-
-    ThreadService.__name__ = f"ThreadService[{name}]"
-    app.service(ThreadService)
 
 
 class Worker:
@@ -228,7 +202,6 @@ class Worker:
         ctl = control_topic(settings)
         self.channel = app.topic(ctl, value_serializer="raw", key_serializer="raw")
         self.subscribed.add(ctl)
-        _thread_service(app, "feedback-mirror", self.mirror.run)
 
         # Faust needs a topic to subscribe to; the control topic (always empty) is it.
         async def idle(stream: Any) -> None:
@@ -239,13 +212,6 @@ class Worker:
 
         reactor, reactor_loop = self.reactor, self.reactor_loop
         if reactor is not None and reactor_loop is not None:
-            async def bind_reactor() -> None:
-                # Actions run on the app's event loop; the loop's thread waits for them.
-                reactor.bind(asyncio.get_running_loop())
-
-            app.task(bind_reactor)
-
-            _thread_service(app, "rules-reactor", reactor_loop.run)
 
             async def discover() -> None:
                 try:
@@ -314,9 +280,25 @@ class Worker:
             group = f"{self.settings.topic_prefix}-rule-decider"
             _thread, decider_stop = start_decider(lambda: reactor.decider(group))
         worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
+        if reactor is not None:
+            # Actions run on the app's event loop; the reactor's thread waits for them.
+            reactor.bind(self.app.loop)
+        # The loops start with the process, not after Faust's own group has settled: a new
+        # worker takes its share of the partitions at once.
+        stop = threading.Event()
+        loops = [(self.mirror, "feedback-mirror")]
+        if self.reactor_loop is not None:
+            loops.append((self.reactor_loop, "rules-reactor"))
+        threads = [threading.Thread(target=run_or_exit, args=(name, loop.run, stop),
+                                    name=name, daemon=True) for loop, name in loops]
+        for thread in threads:
+            thread.start()
         try:
             worker.execute_from_commandline()
         finally:
+            stop.set()
+            for thread in threads:
+                thread.join(60.0)
             if decider_stop is not None:
                 decider_stop.set()
             self.runtime.close()

@@ -10,6 +10,9 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
+
+from streams.adapters.kafka.config import admin_config
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
@@ -21,6 +24,14 @@ from tests.faults.conftest import assert_alive, check_scores
 
 FEEDBACK = 600
 NAMES = {"triage_quality.correct", "triage_quality.severity", "triage_quality.note"}
+
+
+def _members_with(settings: Settings, group: str, topic: str) -> int:
+    """How many members of `group` hold partitions of `topic` now."""
+    admin = AdminClient(admin_config(settings))
+    described = admin.describe_consumer_groups([group])[group].result()
+    return sum(any(tp.topic == topic for tp in member.assignment.topic_partitions)
+               for member in described.members)
 
 
 def _outputs(worker: WorkerProcess) -> int:
@@ -49,6 +60,10 @@ async def test_sigkill_one_of_two_workers_mid_stream(
     run_ids = list(runs.values())
     doomed = worker_factory("--batch-size", "20", "--stats-interval", "0.3")
     survivor = worker_factory("--batch-size", "20", "--stats-interval", "0.3")
+    # give_feedback is fast enough to finish a burst before a second member has joined: wait
+    # until the group has split the tenant's partitions, so both workers get work.
+    wait_until(lambda: _members_with(settings, f"{settings.topic_prefix}-feedback-mirror",
+                                     topics.events) == 2, 90, "both workers to share the topic")
 
     async def give(i: int) -> str:
         recorded = await ws.give_feedback(

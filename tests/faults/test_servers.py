@@ -84,7 +84,7 @@ async def _setup(settings: Settings, tenant_factory: Callable[..., str],
                  client_factory: Callable[..., Any]) -> tuple[str, Workspace]:
     tenant = tenant_factory()
     # The producer side waits out a broker outage (its acks) instead of failing the call.
-    client = client_factory(flush_timeout=180.0)
+    client = client_factory(flush_timeout=180.0, feedback_timeout=180.0)
     ws = client.workspace(tenant, "prod", actor=UserActor(id="ada"))
     spike = await ws.append(AppEvent(name="ops:error_spike"))
     await ws.append(RunStarted(run_id="run_1", rule="r", action="triage", firing_id="f"),
