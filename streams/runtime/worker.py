@@ -1,22 +1,17 @@
-"""The worker: a Faust application hosting the feedback mirror's batch data path and, when
-rules are given, the rules reactor agent and the decider of stateful rules.
+"""The worker: the feedback mirror's and the rules reactor's batch data paths, hosted by a
+Faust application, and the decider of stateful rules.
 
 The mirror runs on the batch data path (streams.runtime.batch.BatchLoop over MirrorStep) in a
-thread owned by a Faust service, in the consumer group `<prefix>-<cursor>` (default
-`fs-feedback-mirror`: the mirror's cursor). It subscribes to every tenant's events topic by
-pattern, so a new tenant is picked up at the next metadata refresh
-(`STREAMS_METADATA_REFRESH_INTERVAL`). Faust's per-event stream machinery cost more than the
-mirror's whole job (docs/design.md), so the mirror does not go through it; Faust stays the
-application: lifecycle, signals, timers, the reactor's agent.
-
-The rules reactor is a Faust agent in the consumer group `<prefix>-<cursor>-rules`. Faust's
-pattern subscriptions subscribe to nothing (faust-streaming issue #62), so the worker lists
-topics through the admin API on a timer and adds each new tenant's events topic, by name, to
-the agent's channel, lowering Faust's 45 s resubscription wait to `resubscribe_delay`. The
-agent takes events in batches, handles them, delivers every output, and only then asks for
-the next batch, which is when Faust acks (and later commits) the batch. A batch handler that
-fails three times ends the process instead of letting Faust ack what it did not handle; so
-does a mirror loop that stops on an outage longer than its limit.
+thread started with the worker process, in the consumer group `<prefix>-<cursor>` (default
+`fs-feedback-mirror`: the mirror's cursor); the rules reactor, when rules are given, in
+another, in the group `<prefix>-<cursor>-rules`, its actions running on the app's event loop.
+Both subscribe to every tenant's events topic by pattern, so a new tenant is picked up at the
+next metadata refresh (`STREAMS_METADATA_REFRESH_INTERVAL`). Faust's per-event stream
+machinery cost more than the mirror's whole job (docs/design.md), so no record goes through
+it; Faust stays the application: lifecycle, signals, timers (stats, the discovery that gives
+new tenants their rules topic), an idle agent on the control topic in `<prefix>-<cursor>-app`.
+A loop that stops on an error (an outage longer than `STREAMS_OUTAGE_LIMIT`) ends the process
+with exit code 70, so a supervisor restarts it from its cursor.
 """
 
 from __future__ import annotations
