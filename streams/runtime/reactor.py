@@ -1,14 +1,14 @@
-"""Rules on Kafka, the agent's side: decode each event, match it (streams.runtime.matcher),
+"""Rules on Kafka, the batch step: decode each event, match it (streams.runtime.matcher),
 write firings of stateless rules and forward matches of stateful ones, then run the actions
-this worker has (streams.runtime.executor) before the batch is acked.
+this worker has (streams.runtime.executor) before the batch is committed.
 
-- Stateless rules (type, filters, sampling) fire straight from the reactor agent: it writes
+- Stateless rules (type, filters, sampling) fire straight from the step: it writes
   `rule_fired` and `run_started` into the chain of the event that matched.
 - Stateful rules (counts, rate limits, scopes) need every matching event of a tenant in one
-  place and in one order. The agent forwards each match to the tenant's `rules` topic, which
+  place and in one order. The step forwards each match to the tenant's `rules` topic, which
   has one partition, so exactly one decider (streams.runtime.decider) owns it.
-- Runs: when the agent sees a `run_started` for an action registered in this worker, it runs
-  the action, with the rule's retry policy, before the batch is acked.
+- Runs: for a `run_started` of an action registered in this worker, the step runs the action
+  on the worker's event loop, with the rule's retry policy, before the batch is committed.
 
 Its clients come from the worker's Runtime, on first use.
 """
@@ -119,22 +119,3 @@ class Reactor:
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The event loop the actions run on (the worker's)."""
         self.loop = loop
-
-    async def handle(self, messages: Sequence[Any]) -> None:
-        """Match a batch of events, fire or forward, run actions; returns when every output
-        is on the broker and every run of the batch has finished."""
-        outputs: list[Output] = []
-        runs: list[Envelope] = []
-        for msg in messages:
-            self.stats.events += 1
-            if not self.matcher.wants(header_value(msg.headers, "event_type")):
-                continue
-            envelope = self.records.decode(msg.value, msg.topic, msg.partition, msg.offset)
-            if envelope is None:
-                continue
-            if self.executor.runs_here(envelope):
-                runs.append(envelope)
-            outputs += self.outputs(envelope, msg.value)
-        await self.runtime.delivery.deliver(outputs)
-        if runs:
-            await asyncio.gather(*(self.executor.execute(r) for r in runs))

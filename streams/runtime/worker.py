@@ -151,7 +151,6 @@ class Worker:
         settings = self.settings
         self.app = self._build(
             settings.mirror_batch_size if batch_size is None else batch_size,
-            settings.batch_within if batch_within is None else batch_within,
             settings.resubscribe_delay if resubscribe_delay is None else resubscribe_delay)
 
     @property
@@ -184,7 +183,7 @@ class Worker:
             "stream_wait_empty": False,
         }
 
-    def _build(self, batch_size: int, within: float, resubscribe_delay: float) -> faust.App:
+    def _build(self, batch_size: int, resubscribe_delay: float) -> faust.App:
         settings = self.settings
         conf = self.faust_settings(batch_size)
         os.makedirs(conf["datadir"], exist_ok=True)
