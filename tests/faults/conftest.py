@@ -11,21 +11,14 @@ by the pid in its pid file, and only if that process is this stack's.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, WorkerProcess, _free_port
-
-SCRIPT = REPO / "deploy" / "stack.sh"
-START_TIMEOUT = 400.0  # two JVMs on a shared 2-core machine; stack.sh gives up after 120 s each
+from tests.conftest import WorkerProcess
+from tests.stacks import OwnStack, own_stack_in
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,70 +27,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-@dataclass
-class OwnStack:
-    """A stack of this session: its environment, and deploy/stack.sh run against it."""
-
-    env: dict[str, str]
-    data: Path
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.env['KAFKA_PORT']}"
-
-    @property
-    def registry_url(self) -> str:
-        return f"http://127.0.0.1:{self.env['REGISTRY_PORT']}/apis/ccompat/v7"
-
-    def run(self, *args: str, timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(SCRIPT), *args], env=self.env, capture_output=True,
-                              text=True, timeout=timeout, check=False)
-
-    def must(self, *args: str, timeout: float = START_TIMEOUT) -> None:
-        done = self.run(*args, timeout=timeout)
-        assert done.returncode == 0, (f"stack.sh {' '.join(args)} failed ({done.returncode}):\n"
-                                      f"{done.stderr[-4000:]}")
-
-    def kill_leftovers(self) -> None:
-        """SIGKILL, by pid, a server of this stack still alive after `stop`."""
-        for pidfile in self.data.glob("*.pid"):
-            try:
-                pid = int(pidfile.read_text().strip())
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except (OSError, ValueError):
-                continue
-            port_flag = f"-Dquarkus.http.port={self.env['REGISTRY_PORT']}\0"
-            if str(self.data) in cmdline or port_flag in cmdline:
-                os.kill(pid, signal.SIGKILL)
-
-
 @pytest.fixture(scope="package")
 def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnStack]:
-    data = tmp_path_factory.mktemp("faults-stack") / "data"
-    ports: set[int] = set()
-    while len(ports) < 5:
-        ports.add(_free_port())
-    kafka, controller, sasl, registry, management = sorted(ports)
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"REGISTRY_TOPIC", "REGISTRY_SNAPSHOTS_TOPIC"}}
-    env.update({
-        "STACK_CACHE": os.environ.get("STACK_CACHE") or str(REPO / ".stack" / "cache"),
-        "STACK_DATA_DIR": str(data),
-        "KAFKA_PORT": str(kafka),
-        "KAFKA_CONTROLLER_PORT": str(controller),
-        "KAFKA_SASL_PORT": str(sasl),
-        "REGISTRY_PORT": str(registry),
-        "REGISTRY_MANAGEMENT_PORT": str(management),
-    })
-    stack = OwnStack(env, data)
-    try:
-        stack.must("start")
+    with own_stack_in(tmp_path_factory.mktemp("faults-stack") / "data", start=True) as stack:
         yield stack
-    finally:
-        try:
-            stack.run("stop", timeout=180)
-        finally:
-            stack.kill_leftovers()
 
 
 def assert_alive(*workers: WorkerProcess) -> None:

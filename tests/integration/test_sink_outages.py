@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,37 +29,18 @@ from streams.core.scores import Score
 from streams.core.tenancy import tenant_topics
 from streams.settings import Settings
 from streams.testing.langfuse_standin import LangfuseStandIn
-from tests.conftest import _free_port, unique, wait_until
-from tests.deploy.test_stack import OwnStack
+from tests.conftest import unique, wait_until
 from tests.integration.conftest import SinkProcess
 from tests.integration.test_sinks import committed, keys, make_scores
+from tests.stacks import OwnStack, own_stack_in
 
 pytestmark = [pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
 def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnStack]:
-    data = tmp_path_factory.mktemp("sink-stack") / "data"
-    ports: set[int] = set()
-    while len(ports) < 5:
-        ports.add(_free_port())
-    kafka, controller, sasl, registry, management = sorted(ports)
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"REGISTRY_TOPIC", "REGISTRY_SNAPSHOTS_TOPIC"}}
-    env.update({
-        "STACK_DATA_DIR": str(data), "KAFKA_PORT": str(kafka),
-        "KAFKA_CONTROLLER_PORT": str(controller), "KAFKA_SASL_PORT": str(sasl),
-        "REGISTRY_PORT": str(registry), "REGISTRY_MANAGEMENT_PORT": str(management),
-    })
-    stack = OwnStack(env, data)
-    try:
-        stack.must("start")
+    with own_stack_in(tmp_path_factory.mktemp("sink-stack") / "data", start=True) as stack:
         yield stack
-    finally:
-        try:
-            stack.run("stop", timeout=180)
-        finally:
-            stack.kill_leftovers()
 
 
 @pytest.fixture
