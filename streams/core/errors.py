@@ -18,6 +18,10 @@ class NotFound(StreamsError):
     """A target named by the caller is not in the log."""
 
 
+class Forbidden(StreamsError, PermissionError):
+    """The actor may not do this: its capabilities (or its tenant) do not allow it."""
+
+
 class SchemaError(StreamsError):
     """A type cannot be mapped to Avro, or a record does not match its schema."""
 
