@@ -36,6 +36,8 @@ RUN groupadd --system --gid "${UID}" streams \
  && useradd --system --uid "${UID}" --gid streams --no-create-home --home-dir /app \
       --shell /usr/sbin/nologin streams
 COPY --from=build /opt/venv /opt/venv
+# /data: where `sink duckdb` keeps its file; a volume mounted there starts out owned by the user.
+RUN mkdir /data && chown "${UID}:${UID}" /data
 WORKDIR /app
 # `streams schemas check | register` read ./schemas by default.
 COPY schemas ./schemas

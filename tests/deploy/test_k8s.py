@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ CREDENTIAL_NAMES = {"KAFKA_SASL_USERNAME", "SCHEMA_REGISTRY_USERNAME", "LANGFUSE
 
 def validate(*dirs: Path, out: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "K8S_OUT": str(out),
-           "PYTHON": os.environ.get("PYTHON", str(Path(os.sys.executable)))}
+           "PYTHON": os.environ.get("PYTHON", sys.executable)}
     return subprocess.run([str(VALIDATE), *map(str, dirs)], env=env, capture_output=True,
                           text=True, timeout=540, cwd=REPO)
 
