@@ -5,12 +5,14 @@ exists in the CLI with the options they pass."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -90,6 +92,24 @@ def test_the_build_context_holds_what_the_copies_need() -> None:
             for source in sources:
                 assert source in allowed, f"COPY {source}: excluded by .dockerignore"
                 assert (REPO / source).exists(), source
+
+
+def test_every_dependency_installs_from_a_linux_amd64_wheel(tmp_path: Path) -> None:
+    # The build stage's `pip install --only-binary=:all: .`, resolved (not installed) for the
+    # image's platform and Python: a dependency without a wheel there fails the resolution.
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+         "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+         *(f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
+                                        "manylinux2014_x86_64")),
+         "--target", str(tmp_path / "target"), "--report", str(report), str(REPO)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    installed = {item["metadata"]["name"].lower(): item["download_info"]["url"]
+                 for item in json.loads(report.read_text())["install"]}
+    for name in ("confluent-kafka", "faust-streaming", "duckdb", "fastavro", "orjson"):
+        assert installed[name].endswith(".whl"), (name, installed[name])
 
 
 COMMANDS = image_commands()
