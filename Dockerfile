@@ -6,8 +6,9 @@
 #   docker run IMAGE serve                (STREAMS_API_PORT, default 8000)
 #   docker run IMAGE schemas register     (the committed schemas in /app/schemas)
 # Every setting is an environment variable (docs/running.md). Not built on the project's
-# machine (it has no Docker engine): tests/deploy/test_image.py checks this file's shape and
-# that every command the manifests and compose file run exists in the CLI.
+# machine (it has no Docker engine): tests/deploy/test_image.py checks this file's shape, that
+# every dependency has a linux/amd64 wheel and that every command the manifests and compose
+# file run exists in the CLI; deploy/image-without-docker.sh runs these steps without Docker.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

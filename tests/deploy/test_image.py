@@ -85,7 +85,8 @@ def test_the_entrypoint_is_the_projects_console_script() -> None:
 def test_the_build_context_holds_what_the_copies_need() -> None:
     allowed = {line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
                if line.startswith("!")}
-    assert (REPO / ".dockerignore").read_text().splitlines()[1] == "*"
+    # An allow-list: everything is excluded, then what the image needs is let back in.
+    assert "*" in (REPO / ".dockerignore").read_text().splitlines()
     for word, rest in instructions():
         if word == "COPY" and not rest.startswith("--from"):
             sources = shlex.split(rest)[:-1]
