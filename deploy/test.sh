@@ -23,6 +23,8 @@ echo "[test] mypy" >&2
 .venv/bin/mypy
 echo "[test] schemas: drift and compatibility" >&2
 .venv/bin/python -m streams schemas check
+echo "[test] kubernetes manifests: kustomize + kubeconform -strict" >&2
+PYTHON=.venv/bin/python "$here/k8s/validate.sh"
 
 # A stack of its own, so a running demo stack is neither used nor disturbed.
 export STACK_DATA_DIR=${STACK_DATA_DIR:-$repo/.stack/test-data}
