@@ -29,12 +29,16 @@ __all__ = [
 
 
 def security_config(settings: Settings) -> dict[str, Any]:
-    """librdkafka's security settings: protocol, SASL mechanism and credentials, TLS files."""
+    """librdkafka's security settings: protocol, SASL mechanism and credentials (the password
+    file read now), TLS files and hostname verification."""
     config: dict[str, Any] = {"security.protocol": settings.security_protocol}
     if settings.security_protocol.startswith("SASL_"):
         config["sasl.mechanism"] = settings.sasl_mechanism
         config["sasl.username"] = settings.sasl_username
-        config["sasl.password"] = settings.sasl_password
+        config["sasl.password"] = settings.sasl_secret()
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        config["ssl.endpoint.identification.algorithm"] = \
+            "https" if settings.ssl_check_hostname else "none"
     for key, value in (("ssl.ca.location", settings.ssl_ca_location),
                        ("ssl.certificate.location", settings.ssl_certificate_location),
                        ("ssl.key.location", settings.ssl_key_location),
@@ -88,19 +92,24 @@ def admin_config(settings: Settings) -> dict[str, Any]:
 
 
 def registry_config(settings: Settings) -> dict[str, Any]:
-    """The schema registry client's settings: URL, and basic auth when configured."""
+    """The schema registry client's settings: URL, basic auth and the CA of an https
+    registry, when configured."""
     config: dict[str, Any] = {"url": settings.schema_registry_url}
     if settings.schema_registry_username:
         config["basic.auth.user.info"] = \
             f"{settings.schema_registry_username}:{settings.schema_registry_password}"
+    if settings.schema_registry_ca_location:
+        config["ssl.ca.location"] = settings.schema_registry_ca_location
     return config
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext:
-    """A TLS context for Faust (aiokafka) from the same CA, certificate and key files."""
+    """A TLS context for Faust (aiokafka) from the same CA, certificate and key files and the
+    same hostname verification (the certificate itself is always verified)."""
     try:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
                                              cafile=settings.ssl_ca_location)
+        context.check_hostname = settings.ssl_check_hostname
         if settings.ssl_certificate_location:
             context.load_cert_chain(settings.ssl_certificate_location,
                                     settings.ssl_key_location,
@@ -123,7 +132,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
     if protocol.startswith("SASL_"):
         # With a context Faust speaks SASL_SSL, without one SASL_PLAINTEXT.
         credentials = SASLCredentials(username=settings.sasl_username,
-                                      password=settings.sasl_password,
+                                      password=settings.sasl_secret(),
                                       mechanism=settings.sasl_mechanism, ssl_context=tls)
     elif tls is not None:
         credentials = SSLCredentials(tls)
