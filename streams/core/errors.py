@@ -36,3 +36,8 @@ class SinkError(StreamsError):
 
 class ConfigError(StreamsError, ValueError):
     """A setting has a bad value; the message names the variable and what it allows."""
+
+
+class AccessDenied(StreamsError):
+    """The broker refused this principal an operation its ACLs do not allow (another
+    tenant's topic or group, or wrong credentials); retrying does not help."""

@@ -8,7 +8,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,7 +25,9 @@ from confluent_kafka import (
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.access import denied
 from streams.adapters.kafka.config import producer_config, reader_config
+from streams.core.access import reader_group
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError, ValidationFailed
 from streams.core.events import Envelope, Seq
 from streams.core.tenancy import tenant_topics
@@ -106,11 +107,16 @@ class EventLog:
                 info = self._producer.list_topics(
                     topic, timeout=self.settings.admin_timeout).topics.get(topic)
             except KafkaException as exc:
-                raise KafkaUnavailable(f"cannot reach the brokers to look up {topic}: {exc}; "
-                                       "check KAFKA_BOOTSTRAP_SERVERS") from exc
+                raise denied(exc, self.settings, f"look up topic {topic}") or KafkaUnavailable(
+                    f"cannot reach the brokers to look up {topic}: {exc}; "
+                    "check KAFKA_BOOTSTRAP_SERVERS") from exc
             if info is not None and info.error is None:
                 self._known.add(topic)
                 return
+            refused = info is not None and denied(info.error, self.settings,
+                                                  f"describe topic {topic}")
+            if refused:
+                raise refused
             if time.monotonic() - started > MISSING_TOPIC_GRACE:
                 raise missing_topic(topic)
             time.sleep(0.2)
@@ -182,7 +188,8 @@ class EventLog:
 
         def delivered(err: Any, msg: Message) -> None:
             if err is not None:
-                outcome: Any = KafkaUnavailable(f"append to {topic} failed: {err}")
+                outcome: Any = denied(err, self.settings, f"write to topic {topic}") or \
+                    KafkaUnavailable(f"append to {topic} failed: {err}")
             else:
                 outcome = Seq(partition=msg.partition() or 0, offset=msg.offset() or 0)
                 if landed is not None:
@@ -316,7 +323,9 @@ class TopicReader:
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.topic = topic
-        self._consumer = Consumer(reader_config(settings, f"streams-reader-{uuid.uuid4().hex}"))
+        self.settings = settings
+        self._consumer = Consumer(reader_config(
+            settings, reader_group(topic, "reader", settings.topic_prefix)))
         self._positions: dict[int, int] = {}
 
     def read_to_end(self) -> Iterator[Message]:
@@ -335,7 +344,8 @@ class TopicReader:
                 if msg is None:
                     continue
                 if msg.error():
-                    raise KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
+                    raise denied(msg.error(), self.settings, f"read topic {self.topic}") or \
+                        KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
                 p, off = msg.partition(), msg.offset()
                 assert p is not None and off is not None
                 self._positions[p] = off + 1
