@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from streams.adapters.kafka.config import admin_config
+from streams.adapters.kafka.config import admin_config, authentication_failure
 from streams.core.access import Grant, service_grants, tenant_grants, tenant_principal
 from streams.core.errors import AccessDenied, KafkaUnavailable, ValidationFailed
 from streams.settings import Settings
@@ -46,6 +46,7 @@ AUTHORIZATION_CODES = {
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
 }
 AUTHENTICATION_CODES = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
+TRANSPORT_CODES = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
 # SCRAM iterations: Kafka's minimum is 4096; 8192 matches the broker tools' default.
 ITERATIONS = 8192
 MECHANISMS = (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
@@ -79,9 +80,13 @@ def denied(error: KafkaError | KafkaException | Any, settings: Settings,
             f"principal may use only topics and consumer groups named "
             f"'{settings.topic_prefix}.<its tenant>.'; check KAFKA_SASL_USERNAME, or have an "
             "operator grant the ACLs (`streams tenant create`, `streams tenant service-acls`)")
-    if code in AUTHENTICATION_CODES:
+    refusal = error.str() if code in AUTHENTICATION_CODES else None
+    if refusal is None and code in TRANSPORT_CODES:
+        # The call saw only a failed connection; the client's error callback saw why.
+        refusal = authentication_failure(settings)
+    if refusal is not None:
         return AccessDenied(
-            f"the broker did not authenticate {_who(settings)} to {what} ({error.str()}): "
+            f"the broker did not authenticate {_who(settings)} to {what} ({refusal}): "
             "check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE, e.g. "
             "after a rotation) and KAFKA_SASL_MECHANISM")
     return None
@@ -174,6 +179,11 @@ class TenantAccess:
     def delete_principal(self, tenant: str) -> None:
         """Remove the tenant's SCRAM user and every ACL of its principal. Idempotent."""
         user = tenant_principal(tenant, self.settings.topic_prefix)
+        self.delete_user(user)
+        self.revoke(f"User:{user}")
+
+    def delete_user(self, user: str) -> None:
+        """Remove a SCRAM user's credentials (both mechanisms). Idempotent."""
         try:
             for mechanism in MECHANISMS:
                 deletion: Any = UserScramCredentialDeletion(user, mechanism)
@@ -186,7 +196,6 @@ class TenantAccess:
                             raise
         except KafkaException as exc:
             raise self._fail(exc, f"delete the user {user}") from exc
-        self.revoke(f"User:{user}")
 
     def grant_service(self, user: str) -> list[Grant]:
         """Give the service principal `User:<user>` the ACLs workers and sinks need."""

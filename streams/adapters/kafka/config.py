@@ -9,14 +9,19 @@ too. Building a configuration does no network I/O.
 
 from __future__ import annotations
 
+import hashlib
 import ssl
+import threading
 from typing import Any
+
+from confluent_kafka import KafkaError
 
 from streams.core.errors import ConfigError
 from streams.settings import Settings
 
 __all__ = [
     "admin_config",
+    "authentication_failure",
     "client_config",
     "consumer_config",
     "faust_settings",
@@ -48,10 +53,46 @@ def security_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
+# The last authentication failure librdkafka reported per (brokers, user, password digest),
+# from any client's error callback: a metadata call of a client whose credentials the broker
+# refused fails only with a transport error, which alone does not say why.
+_AUTH_FAILURES: dict[tuple[str, str, str], str] = {}
+_AUTH_LOCK = threading.Lock()
+_AUTH_CODES = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
+
+
+def _credentials_key(settings: Settings, password: str | None) -> tuple[str, str, str]:
+    digest = hashlib.sha256((password or "").encode()).hexdigest()
+    return settings.bootstrap_servers, settings.sasl_username or "", digest
+
+
+def _error_callback(key: tuple[str, str, str]) -> Any:
+    def error_cb(error: KafkaError) -> None:
+        if error.code() in _AUTH_CODES:
+            with _AUTH_LOCK:
+                _AUTH_FAILURES[key] = error.str()
+    return error_cb
+
+
+def authentication_failure(settings: Settings) -> str | None:
+    """What the broker said when it last refused these exact credentials (user and current
+    password), as seen by any client of this process; None if it never did."""
+    if not settings.security_protocol.startswith("SASL_"):
+        return None
+    with _AUTH_LOCK:
+        return _AUTH_FAILURES.get(_credentials_key(settings, settings.sasl_secret()))
+
+
 def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     """What every confluent-kafka client shares: brokers and security, then `extra`, then
-    the operator's KAFKA_EXTRA_CONFIG (last, so an operator can override anything)."""
-    return {"bootstrap.servers": settings.bootstrap_servers, **security_config(settings),
+    the operator's KAFKA_EXTRA_CONFIG (last, so an operator can override anything). With SASL,
+    an error callback remembers authentication failures (`authentication_failure`)."""
+    security = security_config(settings)
+    if "sasl.password" in security:
+        extra = {"error_cb": _error_callback(_credentials_key(settings,
+                                                              security["sasl.password"])),
+                 **extra}
+    return {"bootstrap.servers": settings.bootstrap_servers, **security,
             **extra, **settings.kafka_extra}
 
 

@@ -131,7 +131,8 @@ class TenantIndex:
                                         ).topics.get(self.topic)
             if (info is None or info.error is not None) and self._ensure_topic is not None:
                 self._ensure_topic()  # a tenant created before the index existed
-            found = watermarks(consumer, self.topic, timeout=self.settings.admin_timeout)
+            found = watermarks(consumer, self.topic, timeout=self.settings.admin_timeout,
+                               settings=self.settings)
         except KafkaException as exc:
             consumer.close()
             raise KafkaUnavailable(f"cannot read {self.topic}: {exc}; check that the brokers "

@@ -107,6 +107,7 @@ class EventLog:
                 info = self._producer.list_topics(
                     topic, timeout=self.settings.admin_timeout).topics.get(topic)
             except KafkaException as exc:
+                self._producer.poll(0)  # serve the error callback: it knows an auth failure
                 raise denied(exc, self.settings, f"look up topic {topic}") or KafkaUnavailable(
                     f"cannot reach the brokers to look up {topic}: {exc}; "
                     "check KAFKA_BOOTSTRAP_SERVERS") from exc
@@ -286,12 +287,13 @@ def missing_topic(topic: str) -> NotFound:
 
 
 def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
-               ) -> dict[int, tuple[int, int]]:
+               settings: Settings | None = None) -> dict[int, tuple[int, int]]:
     """(low, high) offsets of every partition of a topic.
 
     A topic created a moment ago may not have leaders yet; retriable errors are retried
     until `timeout`. A topic the broker does not know for `MISSING_TOPIC_GRACE` seconds
-    raises NotFound.
+    raises NotFound; one the broker refuses to describe to this principal raises AccessDenied
+    (naming the principal when `settings` are given).
     """
     started = time.monotonic()
     deadline = started + timeout
@@ -299,6 +301,10 @@ def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
         try:
             meta = consumer.list_topics(topic, timeout=10.0)
             info = meta.topics.get(topic)
+            if info is not None and info.error is not None:
+                refused = denied(info.error, settings or Settings(), f"describe topic {topic}")
+                if refused is not None:
+                    raise refused
             if info is None or info.error is not None:
                 if time.monotonic() - started > MISSING_TOPIC_GRACE:
                     raise missing_topic(topic)
@@ -331,7 +337,8 @@ class TopicReader:
     def read_to_end(self) -> Iterator[Message]:
         """Messages from the remembered positions up to each partition's current end."""
         try:
-            ends = {p: high for p, (_low, high) in watermarks(self._consumer, self.topic).items()}
+            ends = {p: high for p, (_low, high) in watermarks(
+                self._consumer, self.topic, settings=self.settings).items()}
             todo = {p: e for p, e in ends.items() if self._positions.get(p, 0) < e}
             if not todo:
                 return
