@@ -6,6 +6,7 @@ ACLs cover its own topics and groups only; a worker runs as the service principa
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -30,7 +31,7 @@ from streams.examples.ops import TriageQuality
 from streams.runtime.workspace import StreamsClient
 from streams.settings import Settings
 from streams.surfaces.cli import app
-from tests.conftest import Stack, WorkerProcess, read_topic, unique
+from tests.conftest import Stack, WorkerProcess, read_topic, unique, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 runner = CliRunner()
@@ -199,3 +200,61 @@ async def test_rotation_needs_no_worker_restart_and_delete_removes_everything(
         access = TenantAccess(admin)
         access.revoke(f"User:{service}")
         access.delete_user(service)
+
+
+async def test_the_service_acls_suffice_for_a_worker_with_rules_and_a_sink(
+    admin: Settings, tenants: list[str], tmp_path: Path,
+) -> None:
+    from streams.core.events import RunSucceeded
+    from tests.integration.test_duckdb_sink import DuckDBSinkProcess
+
+    service = unique("svc-")
+    cli(admin, "tenant", "service-acls", service, "--password-file",
+        str(_write(tmp_path / "svc", "service-secret")))
+    svc = admin.replace(sasl_username=service, sasl_password="service-secret")
+    worker = WorkerProcess(["--rules", "streams.examples.ops_rules"], svc.child_env(
+        STREAMS_FEEDBACK_MODULES="streams.examples.ops,streams.core.judges"),
+        tmp_path / "worker.log").start()
+    sink: DuckDBSinkProcess | None = None
+    try:
+        a = unique("a-")
+        tenants.append(a)
+        [made] = cli(admin, "tenant", "create", a)
+        alice = as_user(admin, made["user"], made["password"])
+        client = StreamsClient(alice)
+        try:
+            ws = client.workspace(a, "prod", actor=UserActor(id="ada"))
+            for _ in range(3):  # ops:error-spike fires on the third spike (a counting rule)
+                await ws.append(AppEvent(name="ops:error_spike",
+                                         data={"service": "api", "errors": 5}))
+            deadline = time.monotonic() + 120
+            runs: list[Any] = []
+            while not runs and time.monotonic() < deadline:
+                runs = [e for e in await ws.read() if isinstance(e.event, RunSucceeded)]
+                await asyncio.sleep(0.5)
+            assert runs, worker.log()[-4000:]
+            run_id = runs[0].event.run_id
+            await ws.give_feedback(TriageQuality(correct=True, severity="low"),
+                                   on=RunTarget(run_id=run_id))
+        finally:
+            client.close()
+        sink = DuckDBSinkProcess(svc, tmp_path / "sink.log", "--path",
+                                 str(tmp_path / "w.duckdb"), "--cursor", "warehouse")
+        running = sink
+        wait_until(lambda: running.scores() >= 2 or running.proc.poll() is not None, 120,
+                   "the sink as the service principal to hand on the scores")
+        assert sink.scores() >= 2, sink.log.read_text(errors="replace")[-3000:]
+        assert worker.proc is not None and worker.proc.poll() is None
+        assert "AUTHORIZATION" not in worker.log().upper(), worker.log()[-4000:]
+    finally:
+        if sink is not None:
+            sink.stop()
+        worker.stop()
+        access = TenantAccess(admin)
+        access.revoke(f"User:{service}")
+        access.delete_user(service)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text + "\n")
+    return path
