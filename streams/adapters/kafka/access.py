@@ -35,7 +35,8 @@ from streams.core.access import Grant, service_grants, tenant_grants, tenant_pri
 from streams.core.errors import AccessDenied, KafkaUnavailable, ValidationFailed
 from streams.settings import Settings
 
-__all__ = ["AUTHORIZATION_CODES", "PrincipalInfo", "TenantAccess", "denied", "new_password"]
+__all__ = ["AUTHORIZATION_CODES", "PrincipalInfo", "TenantAccess", "bindings", "denied",
+           "new_password"]
 
 # Kafka's refusals: the principal may not do this (authorization), or is not who it claims
 # (authentication). Neither goes away by retrying.

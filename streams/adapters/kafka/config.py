@@ -79,8 +79,12 @@ def authentication_failure(settings: Settings) -> str | None:
     password), as seen by any client of this process; None if it never did."""
     if not settings.security_protocol.startswith("SASL_"):
         return None
+    try:
+        key = _credentials_key(settings, settings.sasl_secret())
+    except ConfigError:  # the password file went away: no credentials to speak of
+        return None
     with _AUTH_LOCK:
-        return _AUTH_FAILURES.get(_credentials_key(settings, settings.sasl_secret()))
+        return _AUTH_FAILURES.get(key)
 
 
 def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:

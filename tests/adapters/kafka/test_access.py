@@ -45,3 +45,20 @@ def test_a_grant_is_one_prefixed_allow_binding_per_operation() -> None:
     assert {(b.name, b.resource_pattern_type, b.permission_type, b.principal, b.host)
             for b in made} == {("fs.acme.", ResourcePatternType.PREFIXED,
                                 AclPermissionType.ALLOW, "User:fs.acme", "*")}
+
+
+def test_a_transport_failure_after_a_refused_login_is_an_authentication_refusal() -> None:
+    from streams.adapters.kafka.config import producer_config
+
+    settings = SETTINGS.replace(sasl_password="wrong-one", bootstrap_servers="127.0.0.1:9")
+    transport = KafkaError(KafkaError._TRANSPORT)
+    assert denied(transport, settings, "look up t") is None  # no login refused yet
+    # What librdkafka hands a client's error callback when the broker refuses the login.
+    producer_config(settings)["error_cb"](
+        KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: bad credentials"))
+    refused = denied(transport, settings, "look up t")
+    assert isinstance(refused, AccessDenied)
+    assert "did not authenticate User:fs.acme" in str(refused)
+    assert "bad credentials" in str(refused)
+    # Other credentials (a rotated password) are not tarred with it.
+    assert denied(transport, settings.replace(sasl_password="new-one"), "look up t") is None
