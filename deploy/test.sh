@@ -39,7 +39,7 @@ trap '"$here/stack.sh" stop; rm -rf "$STACK_DATA_DIR"' EXIT
 eval "$("$here/stack.sh" env)"
 
 set +e
-.venv/bin/python -m pytest -p no:cacheprovider -ra "$@"
+.venv/bin/python -m pytest -p no:cacheprovider -ra --durations=30 "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then

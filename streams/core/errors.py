@@ -18,6 +18,10 @@ class NotFound(StreamsError):
     """A target named by the caller is not in the log."""
 
 
+class Forbidden(StreamsError, PermissionError):
+    """The actor may not do this: its capabilities (or its tenant) do not allow it."""
+
+
 class SchemaError(StreamsError):
     """A type cannot be mapped to Avro, or a record does not match its schema."""
 
@@ -38,6 +42,7 @@ class ConfigError(StreamsError, ValueError):
     """A setting has a bad value; the message names the variable and what it allows."""
 
 
-class AccessDenied(StreamsError):
+class AccessDenied(Forbidden):
     """The broker refused this principal an operation its ACLs do not allow (another
-    tenant's topic or group, or wrong credentials); retrying does not help."""
+    tenant's topic or group, or wrong credentials); retrying does not help. A Forbidden, so
+    one handler serves refusals by the handle's capabilities and by the broker."""

@@ -40,6 +40,7 @@ from typing import Any
 
 from streams.core.actors import Actor, SystemActor
 from streams.core.app_events import AppEventType
+from streams.core.capabilities import Capability, Grants, builtin_grants
 from streams.core.errors import StreamsError, ValidationFailed
 from streams.core.events import (
     EVENT_TYPES,
@@ -111,8 +112,10 @@ class MemoryLog:
     it is given (validated against their declaration)."""
 
     def __init__(self, tenant: str, accepted: Mapping[str, type[AppEventType]],
-                 *, where: str = "replay") -> None:
+                 *, where: str = "replay", grants: Grants | None = None) -> None:
         self.tenant = check_tenant(tenant)
+        # The same least privilege as the workspace handle's (streams.core.capabilities).
+        self.grants = grants or builtin_grants()
         self.accepted = dict(accepted)
         self.where = where
         self.envelopes: list[Envelope] = []
@@ -161,22 +164,29 @@ class MemoryWorkspace:
     validation, read, as_actor), without a broker."""
 
     def __init__(self, log: MemoryLog, workspace: str, actor: Actor | None = None, *,
-                 types: FeedbackRegistry | None = None) -> None:
+                 types: FeedbackRegistry | None = None,
+                 capabilities: frozenset[Capability] | None = None) -> None:
         self.log = log
         self.tenant = log.tenant
         self.workspace = check_workspace(workspace)
         self.actor = actor or SystemActor()
         self.types = types or registry
+        self.capabilities = capabilities
 
-    def as_actor(self, actor: Actor) -> MemoryWorkspace:
-        """The same workspace, acting as someone else (an evaluator, say)."""
-        return MemoryWorkspace(self.log, self.workspace, actor, types=self.types)
+    def as_actor(self, actor: Actor, *,
+                 capabilities: frozenset[Capability] | None = None) -> MemoryWorkspace:
+        """The same workspace, acting as someone else (an evaluator, say); `capabilities`
+        narrows what this handle may do below the actor's grant."""
+        return MemoryWorkspace(self.log, self.workspace, actor, types=self.types,
+                               capabilities=capabilities)
 
     async def append(self, event: Event, *, correlation_id: str | None = None,
                      causation_id: str | None = None, trace: TraceContext | None = None,
                      ) -> Recorded:
         """Append an event as this actor; without a correlation id it starts a new chain.
-        ReplayError if its type is not one the replay accepts or its data does not validate."""
+        ReplayError if its type is not one the replay accepts or its data does not validate;
+        Forbidden if the actor (or this handle) may not append it."""
+        self.log.grants.check_append(self.actor, event.type_name, narrowed=self.capabilities)
         envelope = Envelope.new(event, tenant=self.tenant, workspace=self.workspace,
                                 actor=self.actor, correlation_id=correlation_id,
                                 causation_id=causation_id, trace=trace)
@@ -198,6 +208,8 @@ class MemoryWorkspace:
             raise ValidationFailed(
                 f"on= must be a RunTarget, FiringTarget or ChainTarget, not "
                 f"{type(on).__name__} (e.g. on=RunTarget(run_id=...))")
+        self.log.grants.check_append(self.actor, FeedbackGiven.event_type,
+                                     narrowed=self.capabilities)
         feedback = validate_feedback(value, feedback_type, self.types)
         cls = type(feedback)
         if on.kind not in cls.feedback_targets:
@@ -212,6 +224,8 @@ class MemoryWorkspace:
 
     async def read(self) -> list[Envelope]:
         """This workspace's envelopes, in log order."""
+        self.log.grants.check(self.actor, Capability.READ, doing="reading the log",
+                              narrowed=self.capabilities)
         return [e for e in self.log.envelopes if e.workspace == self.workspace]
 
     async def runs(self, *, rule: str | None = None, limit: int | None = None,

@@ -23,6 +23,7 @@ from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.index import TenantIndex
 from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
 from streams.core.actors import Actor, SystemActor
+from streams.core.capabilities import Capability, Grants, builtin_grants
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
 from streams.core.events import Envelope, Event, FeedbackGiven, RuleFired, Seq, TraceContext
 from streams.core.feedback import (
@@ -109,9 +110,11 @@ class StreamsClient:
 
     def __init__(self, settings: Settings | None = None, *,
                  types: FeedbackRegistry | None = None, serde: AvroSerde | None = None,
-                 producer: Producer | None = None) -> None:
+                 producer: Producer | None = None, grants: Grants | None = None) -> None:
         self.settings = settings or Settings.from_env()
         self.types = types or registry
+        # Who may do what (streams.core.capabilities); every handle checks it before I/O.
+        self.grants = grants or builtin_grants()
         # A worker's Runtime hands in its shared serde and producer; alone, the client makes
         # its own.
         self.serde = serde or AvroSerde(self.settings, types=self.types)
@@ -185,15 +188,28 @@ class StreamsClient:
 class Workspace:
     """One workspace of one tenant, seen and written as one actor."""
 
-    def __init__(self, client: StreamsClient, tenant: str, workspace: str, actor: Actor) -> None:
+    def __init__(self, client: StreamsClient, tenant: str, workspace: str, actor: Actor, *,
+                 capabilities: frozenset[Capability] | None = None) -> None:
         self.client = client
         self.tenant = tenant
         self.workspace = workspace
         self.actor = actor
+        # None: whatever the actor's grant allows; else narrowed to these as well.
+        self.capabilities = capabilities
 
-    def as_actor(self, actor: Actor) -> Workspace:
-        """The same workspace, acting as someone else (an evaluator, say)."""
-        return Workspace(self.client, self.tenant, self.workspace, actor)
+    def as_actor(self, actor: Actor, *,
+                 capabilities: frozenset[Capability] | None = None) -> Workspace:
+        """The same workspace, acting as someone else (an evaluator, say); `capabilities`
+        narrows what this handle may do below the actor's grant (never widens it)."""
+        return Workspace(self.client, self.tenant, self.workspace, actor,
+                         capabilities=capabilities)
+
+    def _check_append(self, event_type: str) -> None:
+        self.client.grants.check_append(self.actor, event_type, narrowed=self.capabilities)
+
+    def _check_read(self, what: str) -> None:
+        self.client.grants.check(self.actor, Capability.READ, doing=f"reading {what}",
+                                 narrowed=self.capabilities)
 
     async def append(
         self,
@@ -203,7 +219,10 @@ class Workspace:
         causation_id: str | None = None,
         trace: TraceContext | None = None,
     ) -> Recorded:
-        """Append an event as this actor; without a correlation id it starts a new chain."""
+        """Append an event as this actor; without a correlation id it starts a new chain.
+
+        Forbidden if the actor (or this handle) may not append events of this type."""
+        self._check_append(event.type_name)
         envelope = Envelope.new(
             event, tenant=self.tenant, workspace=self.workspace, actor=self.actor,
             correlation_id=correlation_id, causation_id=causation_id, trace=trace,
@@ -217,6 +236,8 @@ class Workspace:
         appends share its batches. The envelope's index entries follow it, so this process
         finds what it appended at once, and others within the producer's linger.
         """
+        self.client.grants.check_append(envelope.actor, envelope.event_type,
+                                        narrowed=self.capabilities)
         index = await self._index()
         seq = await self.client.log.append(envelope, landed=index.appended)
         return Recorded(seq=seq, id=envelope.event_id,
@@ -254,6 +275,7 @@ class Workspace:
         Reads, in the chain's one partition, the span from its first to its last indexed
         event (both found in the index) and the partition's unindexed tail; not the log.
         """
+        self._check_read("a chain")
         index = await self._index()
         head = await asyncio.to_thread(index.lookup, f"chain:{correlation_id}")
         if head is None:
@@ -275,6 +297,7 @@ class Workspace:
         Reads the run's chain (see `chain_events`) and, for matched events of other chains
         (a counting rule's), each one event where the index says it is.
         """
+        self._check_read("a run")
         where = await self.locate(RunTarget(run_id=run_id))
         envelopes = await self.chain_events(where.correlation_id)
         record = run_record_of(envelopes, run_id)
@@ -320,6 +343,7 @@ class Workspace:
             raise ValidationFailed(
                 f"on= must be a RunTarget, FiringTarget or ChainTarget, not "
                 f"{type(on).__name__} (e.g. on=RunTarget(run_id=...))")
+        self._check_append(FeedbackGiven.event_type)
         feedback = validate_feedback(value, feedback_type, self.client.types)
         cls = type(feedback)
         attributes = {"streams.tenant": self.tenant, "streams.workspace": self.workspace,
@@ -362,6 +386,7 @@ class Workspace:
         keeps it in memory: its cost grows with the log. give_feedback, locate, run_record
         and chain_events do not use it.
         """
+        self._check_read("the log")
         log = self.client.tenant_log(self.tenant)
         await log.catch_up()
         return [e for e in log.envelopes if e.workspace == self.workspace]
@@ -376,6 +401,7 @@ class Workspace:
         `read`), so a run started before the call is there; for one run, `run_record` reads
         only its chain.
         """
+        self._check_read("runs")
         return latest_runs(await self.read(), rule=rule, limit=limit)
 
     async def feedback(
@@ -384,6 +410,7 @@ class Workspace:
     ) -> list[Envelope]:
         """feedback_given envelopes, filtered by type and by who gave them (reads the whole
         log, see `read`)."""
+        self._check_read("feedback")
         name = feedback_type.feedback_name if isinstance(feedback_type, type) else feedback_type
         return [
             e for e in await self.read()

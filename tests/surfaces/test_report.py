@@ -7,11 +7,11 @@ import json
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from streams.core.events import AppEvent
+from streams.core.events import AppEvent, Change
 from streams.surfaces.report import CHARTS, ReportError, build_report, render_html
 from streams.surfaces.report.model import (
     check_window,
@@ -20,6 +20,7 @@ from streams.surfaces.report.model import (
     parse_time,
     quantile,
 )
+from tests.core.proposals.log import T0, Log
 from tests.surfaces.report_log import CHAINS, sample_log
 
 
@@ -112,3 +113,41 @@ def test_the_pure_report_modules_load_no_kafka() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_report_holds_the_proposal_measures() -> None:
+    log = Log()
+    log.create("a1", {"when": "x"})
+    started = log.run("chat:draft-rule")
+    edited = log.propose("p1", "a1", Change(set={"when": "y"}), by=started)
+    log.resolve(edited, changes=Change(set={"then": "page"}))          # edited
+    log.resolve(log.propose("p2", "a1", Change(set={"when": "z"}), by=started))  # accepted
+    log.resolve(log.propose("p3", "a1", Change(set={"when": "w"}), by=started), "rejected")
+    log.install("drafted", "a1")
+    late = T0 + timedelta(days=40)
+    report = build_report(log.envelopes, tenant="acme", workspace="prod",
+                          generated_at=late)
+    json.dumps(report)
+    proposals = report["proposals"]
+    assert proposals["rates"] == [{
+        "rule": "chat:draft-rule", "accepted": 1, "edited": 1, "rejected": 1, "resolved": 3,
+        "acceptance_rate": 1 / 3, "edit_rate": 1 / 3, "rejection_rate": 1 / 3}]
+    conversion = proposals["rule_conversion"]
+    assert (conversion["proposed"], conversion["accepted"], conversion["installed"],
+            conversion["survived"], conversion["survival_days"]) == (1, 1, 1, 1, 30.0)
+    [artifact] = proposals["artifacts"]
+    # Created by ada, then the rule's p1 (with ada's changes, credited to the rule: it
+    # proposed), then its p2: three versions, two transitions, one of them a rewrite (the
+    # author changed from ada to the rule's agent; p2 follows the same author).
+    assert (artifact["artifact_id"], artifact["versions"], artifact["transitions"]) == (
+        "a1", 3, 2)
+    assert artifact["rewrites"] == 1
+    # The window applies to the resolutions: before any of them, nothing was resolved.
+    early = build_report(log.envelopes, tenant="acme", workspace="prod",
+                         until=T0, generated_at=late)["proposals"]
+    assert early["rates"] == []
+    assert early["rule_conversion"]["installed"] == 0     # nothing logged before `until`
+    page = render_html(report)
+    assert "<h2>Proposals</h2>" in page
+    assert "chat:draft-rule" in page and "33.3%" in page
+    assert "1 installed, 1 still live after 30 days" in page

@@ -330,8 +330,12 @@ class TopicReader:
     def __init__(self, settings: Settings, topic: str) -> None:
         self.topic = topic
         self.settings = settings
+        # It reads to an end and stops, so it never long-polls: a fetch waiting at a
+        # partition's end (500 ms by default) would hold back the next read's offset queries,
+        # which the broker answers after it on the same connection.
         self._consumer = Consumer(reader_config(
-            settings, reader_group(topic, "reader", settings.topic_prefix)))
+            settings, reader_group(topic, "reader", settings.topic_prefix),
+            **{"fetch.wait.max.ms": 10}))
         self._positions: dict[int, int] = {}
 
     def read_to_end(self) -> Iterator[Message]:

@@ -25,7 +25,7 @@ from streams.core.actors import AnyActor, SystemActor, UserActor
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, RuleArchived, RuleInstalled
 from streams.core.measures.source import LogSource, envelopes_of
-from streams.core.proposals.ledger import fold_ledger
+from streams.core.proposals.ledger import ArtifactState, fold_ledger
 
 __all__ = [
     "RULE_KIND",
@@ -41,6 +41,7 @@ __all__ = [
     "fold_proposal_rates",
     "fold_rule_conversion",
     "history",
+    "history_of",
     "proposal_rates",
     "rewrites",
     "rule_conversion",
@@ -276,6 +277,11 @@ def fold_history(envelopes: Iterable[Envelope], artifact_id: str) -> list[Histor
     artifact = fold_ledger(envelopes).artifact(artifact_id)
     if artifact is None:
         raise ValidationFailed(f"no artifact {artifact_id!r} in the log")
+    return history_of(artifact)
+
+
+def history_of(artifact: ArtifactState) -> list[HistoryVersion]:
+    """The versions of an artifact the ledger already folded (see `fold_history`)."""
     return [HistoryVersion(number=v.number, text=text_of(v.content),
                            author=v.author.participant, author_class=author_class(v.author),
                            time=v.time, proposal_id=v.proposal_id)

@@ -307,6 +307,20 @@ def render_html(report: dict[str, Any]) -> str:
                                  f"{_num(r['spearman_ci'][1])}]" if r["spearman_ci"] else ""))
          for r in report["judge_agreement"]])
     quality = report["quality"]
+    proposals = report["proposals"]
+    conversion = proposals["rule_conversion"]
+    rates = _table(
+        ("rule whose run proposed", "resolved", "accepted", "edited", "rejected",
+         "acceptance rate", "edit rate"),
+        [(r["rule"], str(r["resolved"]), str(r["accepted"]), str(r["edited"]),
+          str(r["rejected"]), _pct(r["acceptance_rate"]), _pct(r["edit_rate"]))
+         for r in proposals["rates"]]) if proposals["rates"] else (
+        "<p>No proposal of a rule's run was resolved in this window.</p>")
+    rewritten = _table(
+        ("artifact", "kind", "versions", "rewrites", "rewrite share", "mean edit ratio"),
+        [(a["artifact_id"], a["kind"], str(a["versions"]), str(a["rewrites"]),
+          _pct(a["rewrite_share"]), _num(a["mean_edit_ratio"]))
+         for a in proposals["artifacts"]]) if proposals["artifacts"] else ""
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -332,6 +346,15 @@ def render_html(report: dict[str, Any]) -> str:
         f"<p>Mean {escape(quality['feedback_type'])}.{escape(quality['field'])} per rule "
         "whose run was judged, per UTC day.</p>",
         _quality(quality),
+        "<h2>Proposals</h2>",
+        "<p>How people resolved what each rule's runs proposed (first resolutions in the "
+        "window; definitions: docs/proposals.md).</p>",
+        rates,
+        f"<p>Rule drafts: {conversion['proposed']} proposed, {conversion['accepted']} "
+        f"accepted, {conversion['installed']} installed, {conversion['survived']} still live "
+        f"after {conversion['survival_days']:g} days, {conversion['pending']} installed and "
+        f"within that period (as of {escape(conversion['now'])}).</p>",
+        rewritten,
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"

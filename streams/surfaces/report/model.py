@@ -8,15 +8,16 @@ Pure: it imports the core only (no Kafka), so it runs on envelopes from anywhere
 
 Sections: `rule_outcomes` (per rule), `time_to_resolution` (the distribution of the chains'
 times to their first `resolves` event: quantiles and a histogram), `judge_agreement` (per
-evaluator version, feedback type and field) and `quality` (one numeric field's mean per rule
-and UTC day). Definitions: docs/measures.md.
+evaluator version, feedback type and field), `quality` (one numeric field's mean per rule
+and UTC day) and `proposals` (proposal rates per rule, rule drafts' conversion, each
+artifact's rewrites). Definitions: docs/measures.md and docs/proposals.md.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from streams.core.errors import ValidationFailed
@@ -27,6 +28,13 @@ from streams.core.measures import (
     fold_quality,
     fold_rule_outcomes,
     fold_time_to_resolution,
+)
+from streams.core.proposals import (
+    fold_ledger,
+    fold_proposal_rates,
+    fold_rule_conversion,
+    history_of,
+    rewrites,
 )
 
 __all__ = [
@@ -132,11 +140,18 @@ def build_report(
     since: datetime | None = None, until: datetime | None = None,
     resolves: str = DEFAULT_RESOLVES, quality_of: str = DEFAULT_QUALITY,
     types: FeedbackRegistry | None = None, generated_at: datetime | None = None,
+    survival: timedelta = timedelta(days=30),
 ) -> dict[str, Any]:
-    """The measures of the envelopes in `[since, until)` as a JSON-ready dict."""
+    """The measures of the envelopes in `[since, until)` as a JSON-ready dict.
+
+    The proposal measures fold every envelope given (a proposal may be older than the
+    window): rates count first resolutions in the window; the rule drafts' conversion counts
+    what was logged before `until` (else `generated_at`), with `survival`."""
     check_window(since, until)
     quality_type, quality_field = parse_quality(quality_of)
-    chosen = in_window(envelopes, since, until)
+    every = list(envelopes)
+    chosen = in_window(every, since, until)
+    generated_at = generated_at or datetime.now(UTC)
     outcomes = fold_rule_outcomes(chosen)
     times = sorted(t.total_seconds() for t in fold_time_to_resolution(
         chosen, lambda envelope: envelope.event_type == resolves).values())
@@ -148,7 +163,7 @@ def build_report(
         "workspace": workspace,
         "since": since.isoformat() if since else None,
         "until": until.isoformat() if until else None,
-        "generated_at": (generated_at or datetime.now(UTC)).isoformat(timespec="seconds"),
+        "generated_at": generated_at.isoformat(timespec="seconds"),
         "events": len(chosen),
         "first_event": min(e.time for e in chosen).isoformat() if chosen else None,
         "last_event": max(e.time for e in chosen).isoformat() if chosen else None,
@@ -189,4 +204,39 @@ def build_report(
                            for d, (n, m) in sorted(s.by_day.items())],
             } for s in series.values()],
         },
+        "proposals": _proposals(every, since=since, until=until,
+                                now=until or generated_at, survival=survival),
+    }
+
+
+def _proposals(envelopes: list[Envelope], *, since: datetime | None, until: datetime | None,
+               now: datetime, survival: timedelta) -> dict[str, Any]:
+    rates = fold_proposal_rates(envelopes, since=since, until=until)
+    conversion = fold_rule_conversion(envelopes, now=now, survival=survival)
+    artifacts = []
+    for artifact in fold_ledger(envelopes).artifacts.values():
+        versions = history_of(artifact)
+        measured = rewrites(versions)
+        artifacts.append({
+            "artifact_id": artifact.artifact_id, "kind": artifact.kind,
+            "versions": len(versions),
+            "transitions": measured.transitions, "rewrites": measured.rewrites,
+            "rewrite_share": measured.rewrite_share,
+            "mean_edit_ratio": measured.mean_edit_ratio,
+        })
+    return {
+        "rates": [{
+            "rule": r.rule, "accepted": r.accepted, "edited": r.edited,
+            "rejected": r.rejected, "resolved": r.resolved,
+            "acceptance_rate": r.acceptance_rate, "edit_rate": r.edit_rate,
+            "rejection_rate": r.rejection_rate,
+        } for r in rates.values()],
+        "rule_conversion": {
+            "now": conversion.now.isoformat(timespec="seconds"),
+            "survival_days": conversion.survival / timedelta(days=1),
+            "proposed": conversion.proposed, "accepted": conversion.accepted,
+            "installed": conversion.installed, "survived": conversion.survived,
+            "pending": conversion.pending,
+        },
+        "artifacts": sorted(artifacts, key=lambda a: str(a["artifact_id"])),
     }

@@ -79,7 +79,9 @@ def make_report(
         last = max(e.time for e in read.envelopes).isoformat()
         raise ReportError(f"workspace {workspace!r} has no events in the window; its events "
                           f"run from {first} to {last}: widen --since/--until")
-    report = build_report(chosen, tenant=tenant, workspace=workspace, since=since,
+    # Every envelope goes in: the window is applied inside, and the proposal measures need
+    # what came before it (a proposal older than its resolution, an install's draft).
+    report = build_report(read.envelopes, tenant=tenant, workspace=workspace, since=since,
                           until=until, resolves=resolves, quality_of=quality_of,
                           types=runtime.types)
     return write_report(report, out)
