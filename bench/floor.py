@@ -48,8 +48,10 @@ def _commit(consumer: Consumer) -> None:
 
 
 def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: str, n: int,
-              configs: dict[str, ScoreConfigs], batch: int = 1000) -> dict[str, float]:
-    """Mirror `n` feedback records from `events_topic` to `out_topic`; returns the rate."""
+              configs: dict[str, ScoreConfigs], batch: int = 1000,
+              security: dict[str, Any] | None = None) -> dict[str, float]:
+    """Mirror `n` feedback records from `events_topic` to `out_topic`; returns the rate.
+    `security`: librdkafka security settings for both clients (e.g. SASL_SSL)."""
     registry = SchemaRegistryClient({"url": registry_url})
     schema = score_schema()
     score_id_num = registry.register_schema(
@@ -65,11 +67,12 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
 
     consumer = Consumer({"bootstrap.servers": bootstrap,
                          "group.id": f"bench-floor-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         **(security or {})})
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 20, "compression.type": "lz4",
                          "batch.num.messages": 10000, "delivery.report.only.error": True,
-                         "on_delivery": on_error})
+                         "on_delivery": on_error, **(security or {})})
     consumer.subscribe([events_topic])
     seen = 0
     batches = 0

@@ -23,6 +23,8 @@
 #   KAFKA_PORT        PLAINTEXT listener             (default: 9092)
 #   KAFKA_CONTROLLER_PORT  KRaft controller          (default: 9093)
 #   KAFKA_SASL_PORT   SASL_PLAINTEXT (SCRAM) listener (default: 9094)
+#   KAFKA_SSL_PORT    SASL_SSL (SCRAM over TLS) listener (default: 9095); its CA, broker and
+#                     client certificates are generated once into STACK_DATA_DIR/tls
 #   REGISTRY_PORT     schema registry HTTP            (default: 8081)
 #   REGISTRY_MANAGEMENT_PORT  registry health/metrics (default: 8091)
 #   STACK_ADMIN_PASSWORD  SCRAM password of User:admin (default: admin-secret)
@@ -39,6 +41,7 @@ case "$DATA" in /*) ;; *) DATA=$PWD/$DATA ;; esac
 KAFKA_PORT=${KAFKA_PORT:-9092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
 KAFKA_SASL_PORT=${KAFKA_SASL_PORT:-9094}
+KAFKA_SSL_PORT=${KAFKA_SSL_PORT:-9095}
 REGISTRY_PORT=${REGISTRY_PORT:-8081}
 REGISTRY_MANAGEMENT_PORT=${REGISTRY_MANAGEMENT_PORT:-8091}
 ADMIN_PASSWORD=${STACK_ADMIN_PASSWORD:-admin-secret}
@@ -127,17 +130,61 @@ spawn() {
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# make_tls: a CA, a broker certificate for 127.0.0.1/localhost in a PKCS12 keystore, and a
+# client certificate (for mutual TLS), all signed by that CA, into $TLS. Idempotent: files that
+# exist are kept, so clients keep trusting the same CA across restarts.
+TLS=$DATA/tls
+make_tls() {
+  command -v openssl >/dev/null || die "openssl not found: the TLS listener needs it"
+  mkdir -p "$TLS"; chmod 700 "$TLS"
+  if [ ! -f "$TLS/ca.pem" ]; then
+    say "generating the stack's CA in $TLS"
+    rm -f "$TLS"/broker.* "$TLS"/client.*
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 -keyout "$TLS/ca.key" \
+      -out "$TLS/ca.pem" -subj "/CN=feedback-streams stack CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      >"$TLS/openssl.log" 2>&1 || { cat "$TLS/openssl.log" >&2; die "CA generation failed"; }
+  fi
+  [ -f "$TLS/store-password" ] || openssl rand -hex 16 >"$TLS/store-password"
+  local name cn usage
+  for name in broker client; do
+    [ -f "$TLS/$name.p12" ] && continue
+    if [ "$name" = broker ]; then cn=localhost; usage="subjectAltName=DNS:localhost,IP:127.0.0.1
+extendedKeyUsage=serverAuth,clientAuth"
+    else cn=admin; usage="extendedKeyUsage=clientAuth"; fi
+    openssl req -newkey rsa:2048 -nodes -sha256 -keyout "$TLS/$name.key" -out "$TLS/$name.csr" \
+      -subj "/CN=$cn" >>"$TLS/openssl.log" 2>&1 \
+      && printf '%s\n' "$usage" >"$TLS/$name.ext" \
+      && openssl x509 -req -sha256 -days 825 -in "$TLS/$name.csr" -CA "$TLS/ca.pem" \
+        -CAkey "$TLS/ca.key" -CAcreateserial -extfile "$TLS/$name.ext" -out "$TLS/$name.pem" \
+        >>"$TLS/openssl.log" 2>&1 \
+      && openssl pkcs12 -export -in "$TLS/$name.pem" -inkey "$TLS/$name.key" \
+        -certfile "$TLS/ca.pem" -name "$name" -passout "file:$TLS/store-password" \
+        -out "$TLS/$name.p12" >>"$TLS/openssl.log" 2>&1 \
+      || { cat "$TLS/openssl.log" >&2; die "$name certificate generation failed"; }
+    rm -f "$TLS/$name.csr" "$TLS/$name.ext"
+  done
+  # The broker's keystore must load in Java; keytool says so before the broker would.
+  if command -v keytool >/dev/null; then
+    keytool -list -storetype PKCS12 -keystore "$TLS/broker.p12" \
+      -storepass "$(cat "$TLS/store-password")" >/dev/null 2>&1 \
+      || die "keytool cannot read $TLS/broker.p12"
+  fi
+  chmod 600 "$TLS"/*.key "$TLS/store-password"
+}
+
 write_kafka_config() {
   mkdir -p "$DATA/kafka"
+  make_tls
   cat >"$DATA/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SASL_SSL://127.0.0.1:$KAFKA_SSL_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SASL_SSL://127.0.0.1:$KAFKA_SSL_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
 log.dirs=$DATA/kafka
 num.partitions=3
 offsets.topic.replication.factor=1
@@ -155,6 +202,14 @@ log.cleaner.dedupe.buffer.size=33554432
 sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$TLS/broker.p12
+ssl.keystore.password=$(cat "$TLS/store-password")
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS/ca.pem
+ssl.client.auth=requested
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:ANONYMOUS;User:admin
 allow.everyone.if.no.acl.found=false
@@ -223,7 +278,7 @@ start_kafka() {
   if [ -f "$DATA/kafka.log" ]; then mv -f "$DATA/kafka.log" "$DATA/kafka.log.1"; fi
   : >"$DATA/kafka.log"
   : >"$DATA/kafka.out"
-  say "starting kafka on 127.0.0.1:$KAFKA_PORT (SASL/SCRAM on $KAFKA_SASL_PORT), data in $DATA/kafka"
+  say "starting kafka on 127.0.0.1:$KAFKA_PORT (SASL/SCRAM on $KAFKA_SASL_PORT, SASL/SCRAM over TLS on $KAFKA_SSL_PORT), data in $DATA/kafka"
   spawn "$DATA/kafka.pid" "$DATA/kafka.out" java -Xms256m -Xmx768m -XX:+UseG1GC \
     -Djava.awt.headless=true -Dlog4j2.configurationFile="$DATA/log4j2.properties" \
     -cp "$KAFKA_LIB/*" kafka.Kafka "$DATA/server.properties"
@@ -281,7 +336,7 @@ stop_one() { # name pidfile
 status() {
   local rc=0
   if pid_alive "$DATA/kafka.pid"; then
-    echo "kafka     running  pid $(cat "$DATA/kafka.pid")  bootstrap 127.0.0.1:$KAFKA_PORT  scram 127.0.0.1:$KAFKA_SASL_PORT"
+    echo "kafka     running  pid $(cat "$DATA/kafka.pid")  bootstrap 127.0.0.1:$KAFKA_PORT  scram 127.0.0.1:$KAFKA_SASL_PORT  scram+tls 127.0.0.1:$KAFKA_SSL_PORT (CA $TLS/ca.pem)"
   else echo "kafka     stopped"; rc=1; fi
   if pid_alive "$DATA/registry.pid"; then
     echo "registry  running  pid $(cat "$DATA/registry.pid")  url http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
@@ -298,6 +353,12 @@ case "${1:-}" in
   env)
     echo "export KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$KAFKA_PORT"
     echo "export SCHEMA_REGISTRY_URL=http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
+    # The secured listeners, named for tests and operators; not KAFKA_SSL_CA_LOCATION itself,
+    # which a PLAINTEXT client's settings refuse.
+    echo "export KAFKA_SASL_PORT=$KAFKA_SASL_PORT"
+    echo "export KAFKA_SSL_PORT=$KAFKA_SSL_PORT"
+    echo "export STACK_CA_LOCATION=$TLS/ca.pem"
+    echo "export STACK_CLIENT_CERTIFICATE=$TLS/client.pem STACK_CLIENT_KEY=$TLS/client.key"
     ;;
   start-kafka) fetch; start_kafka ;;
   stop-kafka) stop_one kafka "$DATA/kafka.pid" ;;
@@ -305,5 +366,5 @@ case "${1:-}" in
   start-registry) fetch; start_registry ;;
   stop-registry) stop_one registry "$DATA/registry.pid" ;;
   restart-registry) fetch; stop_one registry "$DATA/registry.pid"; start_registry ;;
-  *) sed -n '2,33p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,35p' "$0" >&2; exit 2 ;;
 esac

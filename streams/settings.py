@@ -89,6 +89,10 @@ class Settings:
     sasl_username: str | None = _setting(None, "KAFKA_SASL_USERNAME", "SASL user name")
     sasl_password: str | None = _setting(None, "KAFKA_SASL_PASSWORD", "SASL password",
                                          secret=True)
+    sasl_password_file: str | None = _setting(
+        None, "KAFKA_SASL_PASSWORD_FILE", "file holding the SASL password (instead of "
+        "KAFKA_SASL_PASSWORD; read whenever a client is built, so a rotated password reaches "
+        "new clients without a restart)", path=True)
     ssl_ca_location: str | None = _setting(
         None, "KAFKA_SSL_CA_LOCATION", "PEM file of the CAs that sign the brokers' "
         "certificates (default: the system's)", path=True)
@@ -100,6 +104,9 @@ class Settings:
         path=True)
     ssl_key_password: str | None = _setting(
         None, "KAFKA_SSL_KEY_PASSWORD", "password of the private key", secret=True)
+    ssl_check_hostname: bool = _setting(
+        True, "KAFKA_SSL_CHECK_HOSTNAME", "check that a broker's certificate names the host "
+        "connected to (`false` only for certificates without the right names)")
     kafka_extra: dict[str, str] = field(default_factory=dict, metadata={"var": Var(
         "KAFKA_EXTRA_CONFIG", "JSON object of further librdkafka settings for every "
         "confluent-kafka client (not Faust's), applied last")})
@@ -109,13 +116,21 @@ class Settings:
         None, "SCHEMA_REGISTRY_USERNAME", "registry basic-auth user")
     schema_registry_password: str | None = _setting(
         None, "SCHEMA_REGISTRY_PASSWORD", "registry basic-auth password", secret=True)
+    schema_registry_ca_location: str | None = _setting(
+        None, "SCHEMA_REGISTRY_CA_LOCATION", "PEM file of the CAs that sign an https "
+        "registry's certificate (default: the system's)", path=True)
     # -- topics -----------------------------------------------------------------------------
     topic_prefix: str = _setting("fs", "STREAMS_TOPIC_PREFIX",
                                  "first part of every topic name")
     partitions: int = _setting(3, "STREAMS_PARTITIONS", "partitions of new tenant topics",
                                minimum=1)
-    replication_factor: int = _setting(1, "STREAMS_REPLICATION_FACTOR",
-                                       "replicas of new topics", minimum=1)
+    replication_factor: int = _setting(
+        1, "STREAMS_REPLICATION_FACTOR", "replicas of new tenant topics; creating them "
+        "refuses more replicas than the cluster has brokers", minimum=1)
+    min_insync_replicas: int = _setting(
+        1, "STREAMS_MIN_INSYNC_REPLICAS", "min.insync.replicas of new tenant topics: replicas "
+        "that must have a write before it is acknowledged (at most "
+        "STREAMS_REPLICATION_FACTOR)", minimum=1)
     # -- the worker ---------------------------------------------------------------------------
     discovery_interval: float = _setting(
         1.0, "STREAMS_DISCOVERY_INTERVAL", "seconds between a worker's looks for new tenants",
@@ -228,14 +243,20 @@ class Settings:
         """Checks that involve several settings."""
         protocol = self.security_protocol
         sasl = protocol.startswith("SASL_")
+        if self.sasl_password and self.sasl_password_file:
+            raise ConfigError("KAFKA_SASL_PASSWORD and KAFKA_SASL_PASSWORD_FILE both set: "
+                              "set one of them")
         if sasl:
-            missing = [_var(n).env for n in ("sasl_mechanism", "sasl_username", "sasl_password")
+            missing = [_var(n).env for n in ("sasl_mechanism", "sasl_username")
                        if not getattr(self, n)]
+            if not (self.sasl_password or self.sasl_password_file):
+                missing.append("KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE)")
             if missing:
                 raise ConfigError(f"KAFKA_SECURITY_PROTOCOL={protocol} needs "
                                   f"{', '.join(missing)}")
         else:
-            given = [_var(n).env for n in ("sasl_mechanism", "sasl_username", "sasl_password")
+            given = [_var(n).env for n in ("sasl_mechanism", "sasl_username", "sasl_password",
+                                           "sasl_password_file")
                      if getattr(self, n)]
             if given:
                 raise ConfigError(f"{', '.join(given)} set but KAFKA_SECURITY_PROTOCOL is "
@@ -253,6 +274,11 @@ class Settings:
         if bool(self.schema_registry_username) != bool(self.schema_registry_password):
             raise ConfigError("SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD go "
                               "together: set both for basic auth, or neither")
+        if self.min_insync_replicas > self.replication_factor:
+            raise ConfigError(f"STREAMS_MIN_INSYNC_REPLICAS ({self.min_insync_replicas}) is "
+                              f"more than STREAMS_REPLICATION_FACTOR "
+                              f"({self.replication_factor}): no write could be acknowledged; "
+                              f"lower it or add replicas")
         if not PREFIX_PATTERN.match(self.topic_prefix):
             raise ConfigError(f"STREAMS_TOPIC_PREFIX must match {PREFIX_PATTERN.pattern}, "
                               f"got {self.topic_prefix!r}")
@@ -316,6 +342,22 @@ class Settings:
                 raise ConfigError(f"{_var(name).env} is not set: the LLM judges need it")
         return ChatModel(**values)
 
+    def sasl_secret(self) -> str | None:
+        """The SASL password: KAFKA_SASL_PASSWORD, or the first line of
+        KAFKA_SASL_PASSWORD_FILE read now (so each new client gets the current one)."""
+        if self.sasl_password_file:
+            try:
+                text = Path(self.sasl_password_file).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"KAFKA_SASL_PASSWORD_FILE names {self.sasl_password_file!r}"
+                                  f", which cannot be read: {exc}") from exc
+            secret = text.strip("\r\n")
+            if not secret:
+                raise ConfigError(f"KAFKA_SASL_PASSWORD_FILE {self.sasl_password_file!r} is "
+                                  "empty: write the password in it")
+            return secret
+        return self.sasl_password
+
     def shown(self) -> dict[str, str]:
         """Each variable and its value as text, secrets masked (for `streams settings`)."""
         return {var.env: ("***" if var.secret and value else _format(value))
@@ -349,7 +391,8 @@ def declared() -> Iterator[tuple[str, Var, str, Any]]:
 
 
 def _type_name(tp: Any) -> str:
-    names = {str: "text", int: "integer", float: "seconds", tuple[str, ...]: "list",
+    names = {bool: "boolean", str: "text", int: "integer", float: "seconds",
+             tuple[str, ...]: "list",
              dict[str, str]: "JSON object", str | None: "text"}
     return names.get(tp, str(tp))
 
@@ -369,6 +412,11 @@ def _allowed(var: Var, tp: Any) -> str:
 def _parse(f: Field[Any], text: str) -> Any:
     """A variable's text as the field's type; ConfigError naming the variable if it is not."""
     var, tp = f.metadata["var"], _types()[f.name]
+    if tp is bool:
+        lowered = text.lower()
+        if lowered not in _BOOLEANS:
+            raise ConfigError(f"{var.env} must be true or false, got {text!r}")
+        return _BOOLEANS[lowered]
     try:
         if tp is int:
             return int(text)
@@ -388,6 +436,9 @@ def _parse(f: Field[Any], text: str) -> Any:
     return text
 
 
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 def _librdkafka_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -399,6 +450,10 @@ def _checked(f: Field[Any], value: Any) -> Any:
     ints to floats, mappings copied); ConfigError naming the variable if it breaks it."""
     var, tp = f.metadata["var"], _types()[f.name]
     bad = ConfigError(f"{var.env} ({f.name}) must be {_allowed(var, tp)}, got {value!r}")
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{var.env} ({f.name}) must be true or false, got {value!r}")
+        return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad
@@ -442,6 +497,8 @@ def _format(value: Any) -> str:
     """A value as its variable's text (what `_parse` reads back)."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, tuple):
         return ",".join(value)
     if isinstance(value, dict):

@@ -37,6 +37,9 @@ class Stack:
     origin: str
     # The SASL/SCRAM listener of deploy/stack.sh (user admin), when this stack has one.
     sasl_bootstrap_servers: str | None = None
+    # Its SASL_SSL listener (SCRAM over TLS) and the CA that signs the broker's certificate.
+    ssl_bootstrap_servers: str | None = None
+    ca_location: str | None = None
 
 
 def _free_port() -> int:
@@ -65,7 +68,11 @@ def stack() -> Iterator[Stack]:
         sasl = os.environ.get("KAFKA_SASL_BOOTSTRAP_SERVERS") or (
             f"127.0.0.1:{os.environ['KAFKA_SASL_PORT']}" if os.environ.get("KAFKA_SASL_PORT")
             else None)
-        yield Stack(bootstrap, registry, "environment", sasl)
+        # `deploy/stack.sh env` exports KAFKA_SSL_PORT and STACK_CA_LOCATION.
+        tls = f"127.0.0.1:{os.environ['KAFKA_SSL_PORT']}" \
+            if os.environ.get("KAFKA_SSL_PORT") and os.environ.get("STACK_CA_LOCATION") else None
+        yield Stack(bootstrap, registry, "environment", sasl, tls,
+                    os.environ.get("STACK_CA_LOCATION") if tls else None)
         return
     if _docker_answers():
         yield from _containers()
@@ -95,6 +102,7 @@ def _local_stack() -> Iterator[Stack]:
         "KAFKA_PORT": str(_free_port()),
         "KAFKA_CONTROLLER_PORT": str(_free_port()),
         "KAFKA_SASL_PORT": str(_free_port()),
+        "KAFKA_SSL_PORT": str(_free_port()),
         "REGISTRY_PORT": str(_free_port()),
         "REGISTRY_MANAGEMENT_PORT": str(_free_port()),
     }
@@ -107,7 +115,8 @@ def _local_stack() -> Iterator[Stack]:
     try:
         yield Stack(f"127.0.0.1:{env['KAFKA_PORT']}",
                     f"http://127.0.0.1:{env['REGISTRY_PORT']}/apis/ccompat/v7", "local",
-                    f"127.0.0.1:{env['KAFKA_SASL_PORT']}")
+                    f"127.0.0.1:{env['KAFKA_SASL_PORT']}",
+                    f"127.0.0.1:{env['KAFKA_SSL_PORT']}", str(data / "tls" / "ca.pem"))
     finally:
         subprocess.run([str(script), "stop"], env=env, check=False)
         shutil.rmtree(data, ignore_errors=True)

@@ -174,3 +174,52 @@ def test_the_table_has_a_row_per_setting() -> None:
     rows = [line for line in markdown_table().splitlines()[2:] if line.startswith("| `")]
     assert len(rows) == len(list(declared()))
     assert "| `STREAMS_PARTITIONS` | integer | `3` |" in markdown_table()
+
+
+def test_a_password_file_replaces_the_password(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("from-file\n")
+    base = {k: v for k, v in SASL.items() if k != "sasl_password"}
+    settings = Settings(**base, sasl_password_file=str(secret))  # type: ignore[arg-type]
+    assert settings.sasl_secret() == "from-file"
+    assert Settings(**SASL).sasl_secret() == "s3cret"  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="KAFKA_SASL_PASSWORD and KAFKA_SASL_PASSWORD_FILE"):
+        Settings(**SASL, sasl_password_file=str(secret))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"needs KAFKA_SASL_PASSWORD \(or KAFKA_SASL_PASSWORD_F"):
+        Settings(**base)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="KAFKA_SASL_PASSWORD_FILE set but"):
+        Settings(sasl_password_file=str(secret))
+    secret.write_text("\n")
+    with pytest.raises(ConfigError, match=r"KAFKA_SASL_PASSWORD_FILE .* is empty"):
+        settings.sasl_secret()
+    secret.unlink()
+    with pytest.raises(ConfigError, match="cannot be read"):
+        settings.sasl_secret()
+
+
+@pytest.mark.parametrize(("text", "value"), [("true", True), ("FALSE", False), ("0", False),
+                                             ("yes", True)])
+def test_booleans_read_from_the_environment(text: str, value: bool) -> None:
+    assert Settings.from_env({"KAFKA_SSL_CHECK_HOSTNAME": text}).ssl_check_hostname is value
+
+
+def test_a_bad_boolean_names_its_variable() -> None:
+    with pytest.raises(ConfigError, match="KAFKA_SSL_CHECK_HOSTNAME must be true or false"):
+        Settings.from_env({"KAFKA_SSL_CHECK_HOSTNAME": "maybe"})
+    with pytest.raises(ConfigError, match="KAFKA_SSL_CHECK_HOSTNAME"):
+        Settings(ssl_check_hostname="no")  # type: ignore[arg-type]
+
+
+def test_min_insync_replicas_is_at_most_the_replication_factor() -> None:
+    assert Settings(replication_factor=3, min_insync_replicas=2).min_insync_replicas == 2
+    with pytest.raises(ConfigError, match=r"STREAMS_MIN_INSYNC_REPLICAS .* more than "
+                                           r"STREAMS_REPLICATION_FACTOR"):
+        Settings(replication_factor=1, min_insync_replicas=2)
+
+
+def test_the_registry_ca_must_be_a_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="SCHEMA_REGISTRY_CA_LOCATION"):
+        Settings(schema_registry_ca_location=str(tmp_path / "none.pem"))
+    ca = tmp_path / "ca.pem"
+    ca.write_text("pem")
+    assert Settings(schema_registry_ca_location=str(ca)).schema_registry_ca_location == str(ca)

@@ -40,3 +40,9 @@ class SinkError(StreamsError):
 
 class ConfigError(StreamsError, ValueError):
     """A setting has a bad value; the message names the variable and what it allows."""
+
+
+class AccessDenied(Forbidden):
+    """The broker refused this principal an operation its ACLs do not allow (another
+    tenant's topic or group, or wrong credentials); retrying does not help. A Forbidden, so
+    one handler serves refusals by the handle's capabilities and by the broker."""

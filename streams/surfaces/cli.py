@@ -14,10 +14,10 @@ from rich.markup import escape
 
 from streams.core.errors import ConfigError, StreamsError, ValidationFailed
 from streams.settings import Settings, markdown_table
+from streams.surfaces.tenants import tenant_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="feedback-streams: typed feedback on Kafka, mirrored as scores.")
-tenant_app = typer.Typer(no_args_is_help=True, help="Create and list tenants.")
 schemas_app = typer.Typer(no_args_is_help=True, help="Generate, check and register schemas.")
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(schemas_app, name="schemas")
@@ -99,34 +99,6 @@ def load_rules(modules: list[str] | None) -> tuple[list[Any], dict[str, Any], di
     except ValidationFailed as exc:
         raise typer.BadParameter(f"rules in {', '.join(names)}: {exc}") from exc
     return rules, actions, deps
-
-
-@tenant_app.command("create")
-def tenant_create(
-    names: Annotated[list[str], typer.Argument(help="Tenant names.")],
-    partitions: Annotated[int | None, typer.Option(help="Partitions per topic.")] = None,
-) -> None:
-    """Create tenants' topics (idempotent)."""
-    from streams.adapters.kafka.admin import TenantAdmin
-
-    admin = TenantAdmin(settings())
-    for name in names:
-        try:
-            info = admin.create_tenant(name, partitions)
-        except StreamsError as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from exc
-        console.print(f"tenant [bold]{name}[/bold]: " + ", ".join(
-            f"{t} ({n} partitions)" for t, n in info.partitions.items()))
-
-
-@tenant_app.command("list")
-def tenant_list() -> None:
-    """List tenants (those whose events topic exists)."""
-    from streams.adapters.kafka.admin import TenantAdmin
-
-    for name in TenantAdmin(settings()).tenants():
-        print(name)
 
 
 SCHEMA_DIR = Path("schemas")

@@ -121,3 +121,43 @@ def test_kafka_restarts_with_its_data_and_the_registry_needs_it(own_stack: OwnSt
     after = SchemaRegistryClient({"url": own_stack.registry_url})
     assert json.loads(after.get_schema(schema_id).schema_str) == json.loads(_schema(name))
     assert after.register_schema(subject, Schema(_schema(name), "AVRO")) == schema_id
+
+
+def test_the_tls_listener_serves_scram_with_the_stacks_ca_across_restarts(
+    own_stack: OwnStack,
+) -> None:
+    import socket
+    import ssl
+
+    from streams.adapters.kafka.admin import TenantAdmin
+    from streams.settings import Settings
+
+    own_stack.must("start")
+    printed = own_stack.must("env", timeout=30).stdout
+    assert f"export KAFKA_SSL_PORT={own_stack.env['KAFKA_SSL_PORT']}" in printed
+    assert f"export STACK_CA_LOCATION={own_stack.ca_location}" in printed
+    ca = own_stack.ca_location.read_bytes()
+
+    def handshake(host: str) -> dict[str, object]:
+        context = ssl.create_default_context(cafile=str(own_stack.ca_location))
+        port = int(own_stack.env["KAFKA_SSL_PORT"])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname=host) as tls:
+            return tls.getpeercert()  # type: ignore[return-value]
+
+    def scram_over_tls() -> TenantAdmin:
+        return TenantAdmin(Settings(
+            bootstrap_servers=own_stack.ssl_bootstrap, security_protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-512", sasl_username="admin",
+            sasl_password="admin-secret", ssl_ca_location=str(own_stack.ca_location),
+            topic_prefix="tlsstack", admin_timeout=30.0))
+
+    # Verified against the stack's CA, under both names a client may use.
+    for host in ("127.0.0.1", "localhost"):
+        cert = handshake(host)
+        assert cert["issuer"] == ((("commonName", "feedback-streams stack CA"),),)
+    scram_over_tls().create_tenant("acme", 1)
+    own_stack.must("restart-kafka")
+    # The certificates are made once: a restart keeps the CA clients already trust.
+    assert own_stack.ca_location.read_bytes() == ca
+    assert scram_over_tls().tenants() == ["acme"]

@@ -10,7 +10,7 @@ import pytest
 
 from streams.settings import Settings
 from streams.testing.langfuse_standin import LangfuseStandIn
-from tests.conftest import REPO
+from tests.conftest import REPO, Stack
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -74,3 +74,18 @@ def sink_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., S
         proc.stop()
 
 
+
+
+@pytest.fixture(scope="session")
+def tls_stack(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack with deploy/stack.sh's SASL_SSL listener: the session's when it has one
+    (deploy/test.sh exports KAFKA_SSL_PORT and STACK_CA_LOCATION), else a stack of this
+    session's own on free ports (the shared one is never reconfigured), stopped at the end."""
+    if stack.ssl_bootstrap_servers and stack.ca_location:
+        yield stack
+        return
+    from tests.stacks import own_stack_in
+
+    with own_stack_in(tmp_path_factory.mktemp("tls-stack") / "data", start=True) as own:
+        yield Stack(own.bootstrap, own.registry_url, "own", own.sasl_bootstrap,
+                    own.ssl_bootstrap, str(own.ca_location))

@@ -4,7 +4,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from streams.adapters.kafka.admin import TOPIC_CONFIGS, TenantAdmin
-from streams.core.errors import ValidationFailed
+from streams.core.errors import ConfigError, ValidationFailed
 from streams.settings import Settings
 from tests.conftest import unique
 
@@ -25,6 +25,20 @@ def test_create_tenant_is_idempotent_and_sets_partitions_and_configs(settings: S
     resource = ConfigResource(ConfigResource.Type.TOPIC, first.topics.events)
     configs = raw.describe_configs([resource])[resource].result()
     assert configs["retention.ms"].value == TOPIC_CONFIGS["events"]["retention.ms"]
+    assert configs["min.insync.replicas"].value == str(settings.min_insync_replicas)
+
+
+def test_more_replicas_than_the_cluster_has_brokers_is_a_clear_error(
+    settings: Settings,
+) -> None:
+    raw = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    brokers = len(raw.list_topics(timeout=10).brokers)
+    admin = TenantAdmin(settings.replace(replication_factor=brokers + 1))
+    name = unique("acme-")
+    with pytest.raises(ConfigError, match=f"STREAMS_REPLICATION_FACTOR is {brokers + 1} but "
+                       f"the cluster at .* has {brokers} broker"):
+        admin.create_tenant(name)
+    assert admin.tenants() == []  # nothing was created
 
 
 @pytest.mark.parametrize("bad", ["Acme", "a.b", "", "has space"])

@@ -15,6 +15,7 @@ from streams.core.rules import Rule, on, run
 from streams.runtime.root import Runtime
 from streams.runtime.worker import Worker
 from streams.settings import Settings
+from tests.tls import make_ca
 
 # Rules on a fixed event type: a worker refuses rules on app event types nobody declared.
 # Port 9 (discard) on loopback: nothing answers, so any attempt to connect would fail fast.
@@ -143,3 +144,82 @@ def test_a_worker_with_rules_shares_one_serde_and_one_producer() -> None:
     assert worker.reactor.executor.client.serde is runtime.serde
     assert runtime.client.log._producer is runtime.delivery._producer
     runtime.close()
+
+
+def _every_librdkafka_config(runtime: Runtime) -> list[dict[str, Any]]:
+    return [runtime.producer_config(), runtime.consumer_config("g"), runtime.reader_config("r"),
+            runtime.admin_config(), runtime.replay_reader_config("fs.acme.rules")]
+
+
+def test_every_tls_setting_reaches_every_client_kind(tmp_path: Path) -> None:
+    ca = make_ca(tmp_path, "registry test CA")
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    cert.write_text("cert")
+    key.write_text("key")
+    settings = Settings(bootstrap_servers=NOWHERE, ssl_ca_location=str(ca),
+                        ssl_certificate_location=str(cert), ssl_key_location=str(key),
+                        ssl_key_password="kp", ssl_check_hostname=False,
+                        schema_registry_url="https://127.0.0.1:9/ccompat",
+                        schema_registry_username="reg", schema_registry_password="reg-pw",
+                        schema_registry_ca_location=str(ca),
+                        **{**SASL, "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"})
+    runtime = Runtime(settings)
+    for config in _every_librdkafka_config(runtime):
+        assert config["security.protocol"] == "SASL_SSL"
+        assert config["sasl.mechanism"] == "PLAIN"
+        assert (config["sasl.username"], config["sasl.password"]) == ("ada", "s3cret")
+        assert config["ssl.ca.location"] == str(ca)
+        assert config["ssl.certificate.location"] == str(cert)
+        assert config["ssl.key.location"] == str(key)
+        assert config["ssl.key.password"] == "kp"
+        assert config["ssl.endpoint.identification.algorithm"] == "none"
+    registry = runtime.registry_config()
+    assert registry["ssl.ca.location"] == str(ca)
+    assert registry["basic.auth.user.info"] == "reg:reg-pw"
+    # The real registry client verifies with that CA and sends the basic auth.
+    assert runtime.registry._rest_client.auth == ("reg", "reg-pw")
+    import ssl
+    verify = runtime.registry._rest_client.verify
+    assert isinstance(verify, ssl.SSLContext)
+    assert {"registry test CA"} == {value for cert in verify.get_ca_certs()
+                                    for rdn in cert["subject"] for key, value in rdn
+                                    if key == "commonName"}
+    without = Runtime(settings.replace(schema_registry_ca_location=None))
+    assert "ssl.ca.location" not in without.registry_config()
+    with_hostnames = Runtime(settings.replace(ssl_check_hostname=True,
+                                              ssl_certificate_location=None,
+                                              ssl_key_location=None, ssl_key_password=None))
+    for config in _every_librdkafka_config(with_hostnames):
+        assert config["ssl.endpoint.identification.algorithm"] == "https"
+
+
+def test_faust_gets_the_hostname_check_and_the_sasl_mechanism_over_tls(tmp_path: Path) -> None:
+    ca = make_ca(tmp_path)
+    base = {**SASL, "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256"}
+    for check in (True, False):
+        settings = Settings(bootstrap_servers=NOWHERE, ssl_ca_location=str(ca),
+                            ssl_check_hostname=check, **base)
+        credentials = Runtime(settings).faust_settings()["broker_credentials"]
+        assert isinstance(credentials, SASLCredentials)
+        assert credentials.protocol.value == "SASL_SSL"
+        assert credentials.mechanism.value == "SCRAM-SHA-256"
+        assert credentials.ssl_context is not None
+        assert credentials.ssl_context.check_hostname is check
+        # The certificate itself is verified either way.
+        import ssl
+        assert credentials.ssl_context.verify_mode == ssl.CERT_REQUIRED
+
+
+def test_a_password_file_reaches_every_client_and_is_read_again(tmp_path: Path) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("first\n")
+    settings = Settings(bootstrap_servers=NOWHERE, sasl_password_file=str(secret),
+                        **{k: v for k, v in SASL.items() if k != "sasl_password"})
+    runtime = Runtime(settings)
+    for config in _every_librdkafka_config(runtime):
+        assert config["sasl.password"] == "first"
+    assert runtime.faust_settings()["broker_credentials"].password == "first"
+    # A rotated password reaches the next client built, without a new Settings.
+    secret.write_text("second\n")
+    assert runtime.producer_config()["sasl.password"] == "second"
+    assert runtime.faust_settings()["broker_credentials"].password == "second"

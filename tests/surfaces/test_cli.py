@@ -1,5 +1,6 @@
 """The command line's refusals, which need no broker."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,19 @@ def test_report_refuses_a_quality_that_names_no_field(tmp_path: Path) -> None:
                                  "--out", str(tmp_path), "--quality", "quality_score"])
     assert result.exit_code == 2
     assert "FEEDBACK_TYPE.FIELD" in result.output
+
+
+def test_a_tenant_named_like_the_sinks_prefix_gets_no_principal() -> None:
+    # Refused before any call to the broker (none runs at the default address here).
+    result = runner.invoke(app, ["tenant", "create", "sink", "--principal"])
+    assert result.exit_code == 2
+    assert "sinks' consumer-group prefix" in " ".join(result.output.split())
+
+
+def test_one_password_file_sets_one_tenant(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("pw\n")
+    result = runner.invoke(app, ["tenant", "create", "a", "b", "--principal",
+                                 "--password-file", str(secret)])
+    assert result.exit_code == 2
+    assert "one tenant per call" in re.sub(r"[\s│]+", " ", result.output)

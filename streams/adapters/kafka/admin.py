@@ -16,7 +16,7 @@ from confluent_kafka.admin import (
 )
 
 from streams.adapters.kafka.config import admin_config
-from streams.core.errors import KafkaUnavailable
+from streams.core.errors import ConfigError, KafkaUnavailable
 from streams.core.tenancy import TenantTopics, parse_topic, tenant_topics
 from streams.core.view import index_topic
 from streams.settings import Settings
@@ -51,9 +51,17 @@ class TenantAdmin:
         self.timeout = settings.admin_timeout if timeout is None else timeout
         self.client = AdminClient(admin_config(settings))
 
+    def topic_config(self, kind: str) -> dict[str, str]:
+        """The configs of a tenant topic of this kind: its retention and cleanup, and the
+        settings' min.insync.replicas."""
+        return {**TOPIC_CONFIGS[kind],
+                "min.insync.replicas": str(self.settings.min_insync_replicas)}
+
     def create_tenant(self, tenant: str, partitions: int | None = None) -> TenantInfo:
         """Create the tenant's topics, or bring existing ones up to the wanted partitions and
-        configs. Idempotent. An invalid name raises ValidationFailed before any call."""
+        configs. Idempotent. An invalid name raises ValidationFailed before any call; a
+        replication factor above the cluster's broker count raises ConfigError before any
+        topic is created."""
         topics = tenant_topics(tenant, self.settings.topic_prefix)
         wanted = partitions or self.settings.partitions
         kinds = dict(zip(("events", "scores", "deadletter", "rules"), topics.all(),
@@ -62,7 +70,7 @@ class TenantAdmin:
         new = [
             NewTopic(name, num_partitions=sizes[name],
                      replication_factor=self.settings.replication_factor,
-                     config=TOPIC_CONFIGS[kind])
+                     config=self.topic_config(kind))
             for kind, name in kinds.items()
         ]
         try:
@@ -76,7 +84,7 @@ class TenantAdmin:
             for kind, name in kinds.items():
                 res = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
                     ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-                    for k, v in TOPIC_CONFIGS[kind].items()
+                    for k, v in self.topic_config(kind).items()
                 ])
                 resources.append(res)
             for future in self.client.incremental_alter_configs(resources).values():
@@ -93,7 +101,7 @@ class TenantAdmin:
         try:
             self._create([NewTopic(topic, num_partitions=1,
                                    replication_factor=self.settings.replication_factor,
-                                   config=TOPIC_CONFIGS["rules"])])
+                                   config=self.topic_config("rules"))])
             self._wait_visible({topic: 1})
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
@@ -107,14 +115,29 @@ class TenantAdmin:
         try:
             self._create([NewTopic(topic, num_partitions=self.settings.index_partitions,
                                    replication_factor=self.settings.replication_factor,
-                                   config=TOPIC_CONFIGS["index"])])
+                                   config=self.topic_config("index"))])
             self._wait_visible({topic: 1})
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
         return topic
 
+    def check_replication(self) -> int:
+        """The cluster's broker count; ConfigError if STREAMS_REPLICATION_FACTOR asks for more
+        replicas than there are brokers (the broker's own refusal names no setting)."""
+        brokers = len(self.client.list_topics(timeout=self.timeout).brokers)
+        wanted = self.settings.replication_factor
+        if wanted > brokers:
+            raise ConfigError(
+                f"STREAMS_REPLICATION_FACTOR is {wanted} but the cluster at "
+                f"{self.settings.bootstrap_servers} has {brokers} broker"
+                f"{'' if brokers == 1 else 's'}: set STREAMS_REPLICATION_FACTOR (and "
+                f"STREAMS_MIN_INSYNC_REPLICAS) to at most {brokers}, or add brokers")
+        return brokers
+
     def _create(self, topics: list[NewTopic]) -> None:
-        """Create topics; one that exists already is left as it is."""
+        """Create topics; one that exists already is left as it is. The replication factor is
+        checked against the cluster first."""
+        self.check_replication()
         for future in self.client.create_topics(topics, request_timeout=self.timeout).values():
             try:
                 future.result()

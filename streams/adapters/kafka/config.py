@@ -9,14 +9,19 @@ too. Building a configuration does no network I/O.
 
 from __future__ import annotations
 
+import hashlib
 import ssl
+import threading
 from typing import Any
+
+from confluent_kafka import KafkaError
 
 from streams.core.errors import ConfigError
 from streams.settings import Settings
 
 __all__ = [
     "admin_config",
+    "authentication_failure",
     "client_config",
     "consumer_config",
     "faust_settings",
@@ -29,12 +34,16 @@ __all__ = [
 
 
 def security_config(settings: Settings) -> dict[str, Any]:
-    """librdkafka's security settings: protocol, SASL mechanism and credentials, TLS files."""
+    """librdkafka's security settings: protocol, SASL mechanism and credentials (the password
+    file read now), TLS files and hostname verification."""
     config: dict[str, Any] = {"security.protocol": settings.security_protocol}
     if settings.security_protocol.startswith("SASL_"):
         config["sasl.mechanism"] = settings.sasl_mechanism
         config["sasl.username"] = settings.sasl_username
-        config["sasl.password"] = settings.sasl_password
+        config["sasl.password"] = settings.sasl_secret()
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        config["ssl.endpoint.identification.algorithm"] = \
+            "https" if settings.ssl_check_hostname else "none"
     for key, value in (("ssl.ca.location", settings.ssl_ca_location),
                        ("ssl.certificate.location", settings.ssl_certificate_location),
                        ("ssl.key.location", settings.ssl_key_location),
@@ -44,10 +53,50 @@ def security_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
+# The last authentication failure librdkafka reported per (brokers, user, password digest),
+# from any client's error callback: a metadata call of a client whose credentials the broker
+# refused fails only with a transport error, which alone does not say why.
+_AUTH_FAILURES: dict[tuple[str, str, str], str] = {}
+_AUTH_LOCK = threading.Lock()
+_AUTH_CODES = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
+
+
+def _credentials_key(settings: Settings, password: str | None) -> tuple[str, str, str]:
+    digest = hashlib.sha256((password or "").encode()).hexdigest()
+    return settings.bootstrap_servers, settings.sasl_username or "", digest
+
+
+def _error_callback(key: tuple[str, str, str]) -> Any:
+    def error_cb(error: KafkaError) -> None:
+        if error.code() in _AUTH_CODES:
+            with _AUTH_LOCK:
+                _AUTH_FAILURES[key] = error.str()
+    return error_cb
+
+
+def authentication_failure(settings: Settings) -> str | None:
+    """What the broker said when it last refused these exact credentials (user and current
+    password), as seen by any client of this process; None if it never did."""
+    if not settings.security_protocol.startswith("SASL_"):
+        return None
+    try:
+        key = _credentials_key(settings, settings.sasl_secret())
+    except ConfigError:  # the password file went away: no credentials to speak of
+        return None
+    with _AUTH_LOCK:
+        return _AUTH_FAILURES.get(key)
+
+
 def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     """What every confluent-kafka client shares: brokers and security, then `extra`, then
-    the operator's KAFKA_EXTRA_CONFIG (last, so an operator can override anything)."""
-    return {"bootstrap.servers": settings.bootstrap_servers, **security_config(settings),
+    the operator's KAFKA_EXTRA_CONFIG (last, so an operator can override anything). With SASL,
+    an error callback remembers authentication failures (`authentication_failure`)."""
+    security = security_config(settings)
+    if "sasl.password" in security:
+        extra = {"error_cb": _error_callback(_credentials_key(settings,
+                                                              security["sasl.password"])),
+                 **extra}
+    return {"bootstrap.servers": settings.bootstrap_servers, **security,
             **extra, **settings.kafka_extra}
 
 
@@ -88,19 +137,24 @@ def admin_config(settings: Settings) -> dict[str, Any]:
 
 
 def registry_config(settings: Settings) -> dict[str, Any]:
-    """The schema registry client's settings: URL, and basic auth when configured."""
+    """The schema registry client's settings: URL, basic auth and the CA of an https
+    registry, when configured."""
     config: dict[str, Any] = {"url": settings.schema_registry_url}
     if settings.schema_registry_username:
         config["basic.auth.user.info"] = \
             f"{settings.schema_registry_username}:{settings.schema_registry_password}"
+    if settings.schema_registry_ca_location:
+        config["ssl.ca.location"] = settings.schema_registry_ca_location
     return config
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext:
-    """A TLS context for Faust (aiokafka) from the same CA, certificate and key files."""
+    """A TLS context for Faust (aiokafka) from the same CA, certificate and key files and the
+    same hostname verification (the certificate itself is always verified)."""
     try:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
                                              cafile=settings.ssl_ca_location)
+        context.check_hostname = settings.ssl_check_hostname
         if settings.ssl_certificate_location:
             context.load_cert_chain(settings.ssl_certificate_location,
                                     settings.ssl_key_location,
@@ -123,7 +177,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
     if protocol.startswith("SASL_"):
         # With a context Faust speaks SASL_SSL, without one SASL_PLAINTEXT.
         credentials = SASLCredentials(username=settings.sasl_username,
-                                      password=settings.sasl_password,
+                                      password=settings.sasl_secret(),
                                       mechanism=settings.sasl_mechanism, ssl_context=tls)
     elif tls is not None:
         credentials = SSLCredentials(tls)

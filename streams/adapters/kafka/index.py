@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,6 +33,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 
 from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.log import watermarks
+from streams.core.access import reader_group
 from streams.core.errors import KafkaUnavailable, ValidationFailed
 from streams.core.events import Envelope
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
@@ -127,14 +127,15 @@ class TenantIndex:
     def _open(self) -> Consumer:
         if self._consumer is not None:
             return self._consumer
-        consumer = Consumer(reader_config(self.settings, f"streams-index-{uuid.uuid4().hex}",
-                                             **_SMALL_PREFETCH))
+        group = reader_group(self.topic, "index", self.settings.topic_prefix)
+        consumer = Consumer(reader_config(self.settings, group, **_SMALL_PREFETCH))
         try:
             info = consumer.list_topics(self.topic, timeout=self.settings.admin_timeout
                                         ).topics.get(self.topic)
             if (info is None or info.error is not None) and self._ensure_topic is not None:
                 self._ensure_topic()  # a tenant created before the index existed
-            found = watermarks(consumer, self.topic, timeout=self.settings.admin_timeout)
+            found = watermarks(consumer, self.topic, timeout=self.settings.admin_timeout,
+                               settings=self.settings)
         except KafkaException as exc:
             consumer.close()
             raise KafkaUnavailable(f"cannot read {self.topic}: {exc}; check that the brokers "
@@ -362,7 +363,8 @@ class TenantIndex:
 
     def _read_events_tail(self, start: dict[int, int]) -> Iterator[Message]:
         consumer = Consumer(reader_config(self.settings,
-                                          f"streams-index-tail-{uuid.uuid4().hex}",
+                                          reader_group(self.topic, "index-tail",
+                                                       self.settings.topic_prefix),
                                           **_SMALL_PREFETCH))
         try:
             ends = {p: high for p, (_low, high) in
@@ -420,7 +422,8 @@ class TenantIndex:
         """The records of one events partition in each [start, end) range (end None: the
         partition's current end)."""
         consumer = Consumer(reader_config(self.settings,
-                                          f"streams-chain-{uuid.uuid4().hex}",
+                                          reader_group(self.topic, "chain",
+                                                       self.settings.topic_prefix),
                                           **_SMALL_PREFETCH))
         out: list[Message] = []
         try:

@@ -8,7 +8,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,7 +25,9 @@ from confluent_kafka import (
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.avro.serde import AvroSerde
+from streams.adapters.kafka.access import denied
 from streams.adapters.kafka.config import producer_config, reader_config
+from streams.core.access import reader_group
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError, ValidationFailed
 from streams.core.events import Envelope, Seq
 from streams.core.tenancy import tenant_topics
@@ -106,11 +107,17 @@ class EventLog:
                 info = self._producer.list_topics(
                     topic, timeout=self.settings.admin_timeout).topics.get(topic)
             except KafkaException as exc:
-                raise KafkaUnavailable(f"cannot reach the brokers to look up {topic}: {exc}; "
-                                       "check KAFKA_BOOTSTRAP_SERVERS") from exc
+                self._producer.poll(0)  # serve the error callback: it knows an auth failure
+                raise denied(exc, self.settings, f"look up topic {topic}") or KafkaUnavailable(
+                    f"cannot reach the brokers to look up {topic}: {exc}; "
+                    "check KAFKA_BOOTSTRAP_SERVERS") from exc
             if info is not None and info.error is None:
                 self._known.add(topic)
                 return
+            refused = info is not None and denied(info.error, self.settings,
+                                                  f"describe topic {topic}")
+            if refused:
+                raise refused
             if time.monotonic() - started > MISSING_TOPIC_GRACE:
                 raise missing_topic(topic)
             time.sleep(0.2)
@@ -182,7 +189,8 @@ class EventLog:
 
         def delivered(err: Any, msg: Message) -> None:
             if err is not None:
-                outcome: Any = KafkaUnavailable(f"append to {topic} failed: {err}")
+                outcome: Any = denied(err, self.settings, f"write to topic {topic}") or \
+                    KafkaUnavailable(f"append to {topic} failed: {err}")
             else:
                 outcome = Seq(partition=msg.partition() or 0, offset=msg.offset() or 0)
                 if landed is not None:
@@ -279,12 +287,13 @@ def missing_topic(topic: str) -> NotFound:
 
 
 def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
-               ) -> dict[int, tuple[int, int]]:
+               settings: Settings | None = None) -> dict[int, tuple[int, int]]:
     """(low, high) offsets of every partition of a topic.
 
     A topic created a moment ago may not have leaders yet; retriable errors are retried
     until `timeout`. A topic the broker does not know for `MISSING_TOPIC_GRACE` seconds
-    raises NotFound.
+    raises NotFound; one the broker refuses to describe to this principal raises AccessDenied
+    (naming the principal when `settings` are given).
     """
     started = time.monotonic()
     deadline = started + timeout
@@ -292,6 +301,10 @@ def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
         try:
             meta = consumer.list_topics(topic, timeout=10.0)
             info = meta.topics.get(topic)
+            if info is not None and info.error is not None:
+                refused = denied(info.error, settings or Settings(), f"describe topic {topic}")
+                if refused is not None:
+                    raise refused
             if info is None or info.error is not None:
                 if time.monotonic() - started > MISSING_TOPIC_GRACE:
                     raise missing_topic(topic)
@@ -316,17 +329,20 @@ class TopicReader:
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.topic = topic
+        self.settings = settings
         # It reads to an end and stops, so it never long-polls: a fetch waiting at a
         # partition's end (500 ms by default) would hold back the next read's offset queries,
         # which the broker answers after it on the same connection.
-        self._consumer = Consumer(reader_config(settings, f"streams-reader-{uuid.uuid4().hex}",
-                                                **{"fetch.wait.max.ms": 10}))
+        self._consumer = Consumer(reader_config(
+            settings, reader_group(topic, "reader", settings.topic_prefix),
+            **{"fetch.wait.max.ms": 10}))
         self._positions: dict[int, int] = {}
 
     def read_to_end(self) -> Iterator[Message]:
         """Messages from the remembered positions up to each partition's current end."""
         try:
-            ends = {p: high for p, (_low, high) in watermarks(self._consumer, self.topic).items()}
+            ends = {p: high for p, (_low, high) in watermarks(
+                self._consumer, self.topic, settings=self.settings).items()}
             todo = {p: e for p, e in ends.items() if self._positions.get(p, 0) < e}
             if not todo:
                 return
@@ -339,7 +355,8 @@ class TopicReader:
                 if msg is None:
                     continue
                 if msg.error():
-                    raise KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
+                    raise denied(msg.error(), self.settings, f"read topic {self.topic}") or \
+                        KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
                 p, off = msg.partition(), msg.offset()
                 assert p is not None and off is not None
                 self._positions[p] = off + 1
