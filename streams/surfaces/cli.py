@@ -164,11 +164,12 @@ def schemas_write(
 ) -> None:
     """Write the current schemas as new versions where they changed; a version that breaks
     backward compatibility is refused."""
-    from streams.adapters.avro.files import write_schemas
+    from streams.adapters.avro.files import write_rule_schema, write_schemas
 
     schemas = _schemas_of(types)
     try:
-        written = write_schemas(directory, schemas)
+        written = write_schemas(directory, schemas) + ([] if types else
+                                                       write_rule_schema(directory))
     except StreamsError as exc:
         raise _fail(exc, 1) from exc
     for path in written:
@@ -183,9 +184,10 @@ def schemas_check(
     directory: SchemaDirOption = SCHEMA_DIR,
 ) -> None:
     """Fail if a model drifted from its committed schema, or a version breaks compatibility."""
-    from streams.adapters.avro.files import check_schemas
+    from streams.adapters.avro.files import check_rule_schema, check_schemas
 
-    problems = check_schemas(directory, _schemas_of(types))
+    problems = check_schemas(directory, _schemas_of(types)) + ([] if types else
+                                                              check_rule_schema(directory))
     for problem in problems:
         console.print(f"[red]{escape(problem)}[/red]", soft_wrap=True)
     if problems:
