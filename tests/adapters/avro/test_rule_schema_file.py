@@ -8,7 +8,7 @@ from pathlib import Path
 
 from streams.adapters.avro.files import RULE_SCHEMA_FILE, check_rule_schema, write_rule_schema
 
-SCHEMAS = Path(__file__).parents[2] / "schemas"
+SCHEMAS = Path(__file__).parents[3] / "schemas"
 
 
 def test_the_committed_rule_schema_matches_the_code() -> None:
