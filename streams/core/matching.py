@@ -48,6 +48,7 @@ class ReactorStats:
     failed_attempts: int = 0
     dead_lettered: int = 0
     undecodable: int = 0
+    caught_up: int = 0
     per_rule: dict[str, int] = field(default_factory=dict)
 
 

@@ -155,7 +155,7 @@ def live_rules(
 
 
 def check_install(
-    definition: Mapping[str, Any],
+    definition: object,
     *,
     actions: Collection[str],
     module_rules: Collection[str] = (),
@@ -167,13 +167,14 @@ def check_install(
     validate, an unknown event type, an action not in `actions` (the registry of the rules
     modules the workers load), a name a rules module uses, a name live with another
     definition."""
-    rule = rule_from_dict(dict(definition), actions=actions, types=types)
+    rule = rule_from_dict(definition, actions=actions, types=types)
+    assert isinstance(definition, dict)  # the schema wants an object
     if rule.name in module_rules:
         raise InvalidRule(f"a rule of the --rules modules is called {rule.name!r}; give the "
                           f"installed rule another name")
     current = (installed or {}).get(rule.name)
     if current is not None and current.live:
-        if current.definition == dict(definition):
+        if current.definition == definition:
             return rule, True
         raise InvalidRule(f"rule {rule.name!r} is installed with another definition; archive "
                           f"it first (streams rules archive {rule.name}) or give this one "

@@ -1,5 +1,6 @@
 """The operators' command line: `streams worker`, `streams tenant ...`, `streams schemas ...`,
-`streams sink langfuse | duckdb`, `streams report`, `streams demo`."""
+`streams sink langfuse | duckdb`, `streams rules ...` (cli_rules), `streams report`,
+`streams demo`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rich.markup import escape
 
 from streams.core.errors import ConfigError, StreamsError, ValidationFailed
 from streams.settings import Settings, markdown_table
+from streams.surfaces.cli_rules import rules_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="feedback-streams: typed feedback on Kafka, mirrored as scores.")
@@ -23,6 +25,7 @@ app.add_typer(tenant_app, name="tenant")
 app.add_typer(schemas_app, name="schemas")
 sink_app = typer.Typer(no_args_is_help=True, help="Run score sinks; sync score configs.")
 app.add_typer(sink_app, name="sink")
+app.add_typer(rules_app, name="rules")
 console = Console(stderr=True)
 
 TypesOption = Annotated[
