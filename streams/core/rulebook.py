@@ -25,7 +25,7 @@ from streams.core.app_events import AppEventTypes
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, Seq
 from streams.core.rules import Fire, InvalidRule, Rule, RuleEngine, rule_from_dict
-from streams.core.tenancy import tenant_topics
+from streams.core.tenancy import TENANT_PATTERN, tenant_topics
 
 __all__ = [
     "RULEBOOK",
@@ -35,6 +35,7 @@ __all__ = [
     "check_install",
     "history_before",
     "live_rules",
+    "rulebook_tenant",
     "rulebook_topic",
 ]
 
@@ -46,6 +47,15 @@ def rulebook_topic(tenant: str, prefix: str = "fs") -> str:
     """The name of a tenant's rulebook topic."""
     events = tenant_topics(tenant, prefix).events
     return events[: -len("events")] + RULEBOOK
+
+
+def rulebook_tenant(topic: str, prefix: str = "fs") -> str | None:
+    """The tenant whose rulebook `topic` is, or None when it is not a rulebook topic."""
+    parts = topic.split(".")
+    if len(parts) != 3 or parts[0] != prefix or parts[2] != RULEBOOK \
+            or not TENANT_PATTERN.fullmatch(parts[1]):
+        return None
+    return parts[1]
 
 
 @dataclass(frozen=True)

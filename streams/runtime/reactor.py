@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,6 +73,7 @@ class Reactor:
         # Per events partition, the offset after the last record this step took: where a
         # catch-up of a newly live rule stops.
         self.taken: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
         self.executor = RunExecutor(
             rules, actions, client=lambda: runtime.client, emit=self.emit, deps=deps,
             action_timeout=settings.action_timeout,
@@ -105,6 +108,10 @@ class Reactor:
         confluent-kafka messages and return the firings and forwards to produce; the runs of
         actions this worker has are executed on the worker's event loop (`bind`) before it
         returns, so the batch is committed only after they finished."""
+        with self._lock:
+            return self._handle_batch(messages)
+
+    def _handle_batch(self, messages: Sequence[Message]) -> list[Output]:
         outputs: list[Output] = self._apply_live()
         runs: list[Envelope] = []
         wants = self.matcher.wants
@@ -136,10 +143,21 @@ class Reactor:
         return outputs
 
     def follow(self, rulebook: RulebookFollower) -> None:
-        """Match the tenants' rules installed as data, as `rulebook` has them."""
+        """Match the tenants' rules installed as data, as `rulebook` has them: the follower
+        calls `refresh` when they change, and each batch checks for a change too."""
         self.rulebook = rulebook
         self.matcher.fallback = rulebook.find
         self.executor.lookup = self.matcher.rule
+        rulebook.on_change = self.refresh
+
+    def refresh(self) -> None:
+        """Apply the follower's live rules now, between batches (an idle step would
+        otherwise wait for its next event), and deliver the catch-ups' outputs. Holding the
+        step's lock, so each event is matched with the rules before or after, never both."""
+        with self._lock:
+            outputs = self._apply_live()
+            if outputs:
+                self.runtime.delivery.send_sync(outputs)
 
     def _apply_live(self) -> list[Output]:
         """Give the matcher the follower's live rules when they changed; the outputs of the
@@ -176,12 +194,17 @@ class Reactor:
             f"{self.settings.topic_prefix}-rules-catch-up"))
         try:
             consumer.assign([TopicPartition(events, p, lo) for p, (lo, _hi) in todo.items()])
+            # consume(n, t) waits for n records or t: ask often, give up after a silence.
+            quiet_until = time.monotonic() + self.settings.replay_timeout
             while todo:
-                messages = consumer.consume(500, self.settings.replay_timeout)
+                messages = consumer.consume(500, 0.05)
                 if not messages:
-                    log.error("catch-up of rule %s for %s stopped short of %s", found.rule.name,
-                              tenant, todo)
-                    break
+                    if time.monotonic() > quiet_until:
+                        log.error("catch-up of rule %s for %s stopped short of %s",
+                                  found.rule.name, tenant, todo)
+                        break
+                    continue
+                quiet_until = time.monotonic() + self.settings.replay_timeout
                 for msg in messages:
                     span = todo.get(msg.partition() or 0)
                     offset = msg.offset() or 0

@@ -24,7 +24,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,11 +43,12 @@ from streams.core.rulebook import (
     check_install,
     history_before,
     live_rules,
+    rulebook_tenant,
     rulebook_topic,
 )
 from streams.core.rules import Rule
 from streams.core.runs import fire_envelopes
-from streams.core.tenancy import parse_topic, tenant_topics
+from streams.core.tenancy import tenant_topics
 from streams.runtime.root import Runtime
 
 __all__ = ["Backfilled", "Installed", "Rulebook", "RulebookFollower"]
@@ -251,6 +252,7 @@ class RulebookFollower:
         self._assigned: set[str] = set()
         self._consumer: Consumer | None = None
         self._warned: set[tuple[str, str, str]] = set()
+        self.on_change: Callable[[], None] | None = None
 
     def snapshot(self) -> tuple[int, dict[str, dict[str, LiveRule]]]:
         """The version and the live rules per tenant (not to be changed)."""
@@ -273,6 +275,7 @@ class RulebookFollower:
         if new:
             consumer.incremental_assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in new])
             self._assigned.update(new)
+            log.info("following the rulebooks %s", ", ".join(new))
         return new
 
     def _apply(self, messages: list[Any]) -> None:
@@ -280,10 +283,10 @@ class RulebookFollower:
         for msg in messages:
             if msg.error() is not None:
                 continue
-            parsed = parse_topic(msg.topic() or "", self.settings.topic_prefix)
-            if parsed is None:
+            tenant = rulebook_tenant(msg.topic() or "", self.settings.topic_prefix)
+            if tenant is None:
                 continue
-            tenant, key = parsed[0], (msg.key() or b"").decode()
+            key = (msg.key() or b"").decode()
             book = self._entries.setdefault(tenant, {})
             value = msg.value()
             if value is None:
@@ -317,6 +320,12 @@ class RulebookFollower:
             live[tenant] = rules
         self._live = live
         self.version += 1
+        log.info("live rules now: %s", {t: sorted(r) for t, r in live.items() if t in changed})
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # the next batch applies them again; the follower goes on
+                log.exception("applying the live rules failed")
 
     def load(self, timeout: float = 30.0) -> None:
         """Read every tenant's rulebook to its end (the worker calls this before its loops

@@ -167,14 +167,16 @@ def accepted_definition(ledger: Any, artifact_id: str) -> Any:
     from streams.core.rules import InvalidRule
 
     artifact = ledger.artifact(artifact_id)
-    if artifact is None:
+    if artifact is None or not artifact.versions:
+        waiting = sorted(p.proposal_id for p in ledger.proposals.values()
+                         if p.proposal.artifact_id == artifact_id)
+        if waiting:
+            raise InvalidRule(f"artifact {artifact_id!r} has no accepted version yet; resolve "
+                              f"its proposal (streams rules resolve {waiting[0]} --accept)")
         raise InvalidRule(f"no artifact {artifact_id!r} in this workspace; propose the rule "
                           f"first (streams rules propose FILE)")
     if artifact.kind != "rule":
         raise InvalidRule(f"artifact {artifact_id!r} is a {artifact.kind!r}, not a rule")
-    if not artifact.versions:
-        raise InvalidRule(f"artifact {artifact_id!r} has no accepted version yet; resolve its "
-                          f"proposal (streams rules resolve PROPOSAL --accept)")
     if artifact.archived_at is not None:
         raise InvalidRule(f"artifact {artifact_id!r} is archived; propose the rule again")
     text = artifact.content.get("definition")

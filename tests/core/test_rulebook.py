@@ -19,6 +19,7 @@ from streams.core.rulebook import (
     check_install,
     history_before,
     live_rules,
+    rulebook_tenant,
     rulebook_topic,
 )
 from streams.core.rules import (
@@ -62,6 +63,9 @@ def test_an_entry_round_trips_and_garbage_is_refused() -> None:
     with pytest.raises(ValidationFailed, match="not an entry"):
         RulebookEntry.decode(b"\xff")
     assert rulebook_topic("acme") == "fs.acme.rulebook"
+    assert rulebook_tenant("fs.acme.rulebook") == "acme"
+    assert rulebook_tenant("fs.acme.rules") is None
+    assert rulebook_tenant("xx.acme.rulebook", "fs") is None
 
 
 def test_a_rule_is_live_from_its_installation_point() -> None:
