@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from streams.core.actors import SystemActor, UserActor
 from streams.core.events import AppEvent, Envelope, RuleFired, RuleInstalled, RunStarted
@@ -205,3 +205,79 @@ async def test_a_drafted_rule_is_proposed_accepted_and_installed_from_its_artifa
     assert out["rule"] == "t:drafted" and out["artifact_id"] == "rule:t:drafted"
     conversion = await rule_conversion(ws, now=datetime.now(UTC))
     assert (conversion.proposed, conversion.accepted, conversion.installed) == (1, 1, 1)
+
+
+async def test_a_stateful_rule_installed_live_is_decided_by_the_decider(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    worker_factory("--rules", MODULE, types=TYPES)
+    await warm(ws)
+    counting = {"name": "t:pair", "when": {"on": "t:ping", "count": {"n": 2, "within_seconds": 600},
+                                           "scope": {"host": ["event", "data", "host"]}},
+                "then": {"action": "act"}}
+    install(settings, tmp_path, tenant, counting)
+    pings = [(await ws.append(AppEvent(name="t:ping", data={"host": h}))).id
+             for h in ("a", "b", "a")]
+    log = await wait_log(ws, lambda es: of(es, RuleFired, rule="t:pair"), 60,
+                         "the pair's firing")
+    [fired] = of(log, RuleFired, rule="t:pair")
+    assert fired.event.scope_key == "host=a" and fired.event.matched == [pings[0], pings[2]]
+
+
+async def test_a_rule_heard_of_late_is_caught_up_from_its_installation_point(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+) -> None:
+    """The reactor took events past a rule's installation point before it heard of the rule:
+    when it hears, it matches exactly those, not the ones before the installation point."""
+    from streams.adapters.kafka.log import watermarks
+    from streams.core.rulebook import LiveRule, RulebookEntry
+    from streams.core.rules import RuleSet, rule_from_dict
+    from streams.core.tenancy import tenant_topics
+    from streams.runtime.reactor import Reactor
+    from streams.runtime.root import Runtime
+    from streams.runtime.rulebook import Rulebook
+    from tests.integration.rules_data_fixture import ACTIONS
+
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    before = [(await ws.append(AppEvent(name="t:ping", data={}))).id for _ in range(3)]
+    runtime = Runtime(settings)
+    try:
+        start = await asyncio.to_thread(Rulebook(runtime).installation_point, tenant)
+        after = [(await ws.append(AppEvent(name="t:ping", data={}))).id for _ in range(3)]
+        events = tenant_topics(tenant, settings.topic_prefix).events
+        reader = Consumer(runtime.reader_config("catch-up-test"))
+        try:
+            ends = {p: high for p, (_low, high) in watermarks(reader, events).items()}
+        finally:
+            reader.close()
+        reactor = Reactor(runtime, RuleSet([]), ACTIONS)
+        # As if its step had taken everything there is before it heard of the rule.
+        reactor.taken = {(events, p): end for p, end in ends.items()}
+        definition = rule_json("t:late")
+        entry = RulebookEntry(rule="t:late", state="installed", definition=definition,
+                              start=start, workspace="prod", installed_event_id="e",
+                              installed_at=datetime.now(UTC), installed_by="system")
+        found = LiveRule(rule_from_dict(definition), entry)
+
+        class Follower:
+            on_change: Any = None
+
+            def snapshot(self) -> tuple[int, dict[str, dict[str, LiveRule]]]:
+                return 1, {tenant: {"t:late": found}}
+
+            def find(self, tenant_: str, name: str) -> LiveRule | None:
+                return found if (tenant_, name) == (tenant, "t:late") else None
+
+        reactor.follow(Follower())  # type: ignore[arg-type]
+        await asyncio.to_thread(reactor.refresh)
+        assert reactor.stats.caught_up == len(after)
+    finally:
+        runtime.close()
+    log = await wait_log(ws, lambda es: len(fired_on(es, "t:late")) == len(after), 30,
+                         "the caught-up firings")
+    assert sorted(fired_on(log, "t:late")) == sorted(after)
+    assert not set(before) & set(fired_on(log, "t:late"))
