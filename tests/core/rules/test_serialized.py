@@ -198,7 +198,7 @@ def with_(change: dict[str, Any]) -> dict[str, Any]:
     ([], r"at \$: \[\] is not of type 'object'"),
     ({**GOOD, "then": {}}, r"at \$.then: 'action' is a required property"),
     (with_({"when.where": [{"path": ["event", "x"], "op": "equals", "value": 1}]}),
-     r"at \$.when.where\[0\]"),
+     r"at \$.when.where\[0\].op: 'equals' is not one of"),
     (with_({"when.where": [{"path": ["body", "x"], "op": "eq", "value": 1}]}),
      r"at \$.when.where\[0\]"),
     (with_({"when.sample": 2}), r"at \$.when.sample: 2 is greater than the maximum of 1"),
