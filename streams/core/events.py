@@ -250,11 +250,18 @@ class ProposalResolved(Event):
 
 
 class RuleInstalled(Event):
-    """A rule put live (from the artifact of its draft, when it has one)."""
+    """A rule put live (from the artifact of its draft, when it has one).
+
+    For a rule installed as data (`streams rules install`): `definition`, its JSON form, and
+    `start_offsets`, its installation point (per events partition, the first offset it is
+    live for; streams.core.rulebook). Both absent on facts written before rules were data.
+    """
 
     event_type: ClassVar[str] = RULE_INSTALLED
     rule: str = Field(min_length=1)
     artifact_id: str | None = None
+    definition: str | None = None
+    start_offsets: dict[str, int] = Field(default_factory=dict)
 
 
 class RuleArchived(Event):

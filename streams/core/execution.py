@@ -19,7 +19,7 @@ from typing import Any
 from streams.core.events import Envelope, RunStarted
 from streams.core.ids import scope_key
 from streams.core.matching import ReactorStats
-from streams.core.rules import RuleSet
+from streams.core.rules import Rule, RuleSet
 from streams.core.runs import ActionFn, Reaction, attempt_outcomes
 
 __all__ = ["Emit", "ReactionOf", "RunExecutor", "Sleep", "scope_lock_key"]
@@ -67,6 +67,17 @@ class RunExecutor:
         self.sleep = sleep
         self._runs = asyncio.Semaphore(max_concurrent_runs)
         self._scopes: dict[str, asyncio.Lock] = {}
+        self.lookup: Callable[[str, str], Rule | None] | None = None
+
+    def rule_of(self, started: Envelope) -> Rule | None:
+        """The rule of a run: one of this process's rules, or, for a rule installed as data,
+        what `lookup` (set by the worker: tenant, name -> rule) finds."""
+        run = started.event
+        assert isinstance(run, RunStarted)
+        found = self.rules.get(run.rule)
+        if found is None and self.lookup is not None:
+            found = self.lookup(started.tenant, run.rule)
+        return found
 
     def runs_here(self, envelope: Envelope) -> bool:
         """Whether an event starts a run this process executes: a first attempt of an
@@ -83,7 +94,7 @@ class RunExecutor:
         """Run one run's action to success or to its dead letter, recording every attempt."""
         run = started.event
         assert isinstance(run, RunStarted)
-        rule = self.rules.get(run.rule)
+        rule = self.rule_of(started)
         retry = rule.then.retry if rule is not None else None
         lock = self._scopes.setdefault(scope_lock_key(started), asyncio.Lock())
         async with self._runs, lock:

@@ -9,6 +9,11 @@ this worker has (streams.runtime.executor) before the batch is committed.
   has one partition, so exactly one decider (streams.runtime.decider) owns it.
 - Runs: for a `run_started` of an action registered in this worker, the step runs the action
   on the worker's event loop, with the rule's retry policy, before the batch is committed.
+- Rules installed as data (streams.runtime.rulebook): at the start of each batch the step
+  applies the tenants' live rules as the worker's rulebook follower has them now. A rule new
+  to this step is first caught up over the events this step already took past its
+  installation point (read again from the events topic), so no event after the
+  installation point is missed for having arrived before the worker heard of the rule.
 
 Its clients come from the worker's Runtime, on first use.
 """
@@ -16,23 +21,31 @@ Its clients come from the worker's Runtime, on first use.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
 from streams.core.events import Envelope
+from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
 from streams.core.runs import ActionFn
+from streams.core.tenancy import tenant_topics
 from streams.runtime.decider import ConsumerFactory, Decider
 from streams.runtime.executor import RunExecutor
 from streams.runtime.matcher import Forward, Matcher, ReactorStats, is_stateful
 from streams.runtime.records import RuleRecords
 from streams.runtime.root import Runtime
+from streams.runtime.rulebook import RulebookFollower
 
 __all__ = ["Reactor", "ReactorStats", "is_stateful"]
+
+log = logging.getLogger(__name__)
 
 
 class Reactor:
@@ -54,6 +67,13 @@ class Reactor:
         self.matcher = Matcher(rules, self.stats)
         self.records = RuleRecords(runtime.serde, settings.topic_prefix, self.stats)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.rulebook: RulebookFollower | None = None
+        self._live_version = 0
+        self._live_tenants: set[str] = set()
+        # Per events partition, the offset after the last record this step took: where a
+        # catch-up of a newly live rule stops.
+        self.taken: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
         self.executor = RunExecutor(
             rules, actions, client=lambda: runtime.client, emit=self.emit, deps=deps,
             action_timeout=settings.action_timeout,
@@ -88,12 +108,18 @@ class Reactor:
         confluent-kafka messages and return the firings and forwards to produce; the runs of
         actions this worker has are executed on the worker's event loop (`bind`) before it
         returns, so the batch is committed only after they finished."""
-        outputs: list[Output] = []
+        with self._lock:
+            return self._handle_batch(messages)
+
+    def _handle_batch(self, messages: Sequence[Message]) -> list[Output]:
+        outputs: list[Output] = self._apply_live()
         runs: list[Envelope] = []
         wants = self.matcher.wants
+        taken = self.taken
         for msg in messages:
             if msg.error() is not None:
                 continue
+            taken[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
             self.stats.events += 1
             if not wants(header_value(msg.headers(), "event_type")):
                 continue
@@ -115,6 +141,92 @@ class Reactor:
 
             asyncio.run_coroutine_threadsafe(run_all(), self.loop).result()
         return outputs
+
+    def follow(self, rulebook: RulebookFollower) -> None:
+        """Match the tenants' rules installed as data, as `rulebook` has them: the follower
+        calls `refresh` when they change, and each batch checks for a change too."""
+        self.rulebook = rulebook
+        self.matcher.fallback = rulebook.find
+        self.executor.lookup = self.matcher.rule
+        rulebook.on_change = self.refresh
+
+    def refresh(self) -> None:
+        """Apply the follower's live rules now, between batches (an idle step would
+        otherwise wait for its next event), and deliver the catch-ups' outputs. Holding the
+        step's lock, so each event is matched with the rules before or after, never both."""
+        with self._lock:
+            outputs = self._apply_live()
+            if outputs:
+                self.runtime.delivery.send_sync(outputs)
+
+    def _apply_live(self) -> list[Output]:
+        """Give the matcher the follower's live rules when they changed; the outputs of the
+        catch-ups of rules new to this step."""
+        if self.rulebook is None:
+            return []
+        version, live = self.rulebook.snapshot()
+        if version == self._live_version:
+            return []
+        self._live_version = version
+        out: list[Output] = []
+        for tenant in set(live) | self._live_tenants:
+            new = live.get(tenant, {})
+            old = self.matcher.live(tenant)
+            added = [found for name, found in new.items() if name not in old
+                     or old[name].entry.installed_event_id != found.entry.installed_event_id]
+            self.matcher.set_live(tenant, new)
+            for found in added:
+                out += self._catch_up(tenant, found)
+        self._live_tenants = set(live)
+        return out
+
+    def _catch_up(self, tenant: str, found: LiveRule) -> list[Output]:
+        """Match one newly live rule over the events this step took before it had the rule
+        and at or past its installation point: read again, per partition, from the
+        installation point to where this step is."""
+        events = tenant_topics(tenant, self.settings.topic_prefix).events
+        todo = {p: (found.entry.start.get(p, 0), upto) for (topic, p), upto in self.taken.items()
+                if topic == events and upto > found.entry.start.get(p, 0)}
+        if not todo:
+            return []
+        out: list[Output] = []
+        consumer = Consumer(self.runtime.reader_config(
+            f"{self.settings.topic_prefix}-rules-catch-up"))
+        try:
+            consumer.assign([TopicPartition(events, p, lo) for p, (lo, _hi) in todo.items()])
+            # consume(n, t) waits for n records or t: ask often, give up after a silence.
+            quiet_until = time.monotonic() + self.settings.replay_timeout
+            while todo:
+                messages = consumer.consume(500, 0.05)
+                if not messages:
+                    if time.monotonic() > quiet_until:
+                        log.error("catch-up of rule %s for %s stopped short of %s",
+                                  found.rule.name, tenant, todo)
+                        break
+                    continue
+                quiet_until = time.monotonic() + self.settings.replay_timeout
+                for msg in messages:
+                    span = todo.get(msg.partition() or 0)
+                    offset = msg.offset() or 0
+                    if msg.error() is not None or span is None or offset >= span[1]:
+                        continue
+                    if offset + 1 >= span[1]:
+                        del todo[msg.partition() or 0]
+                    raw = msg.value()
+                    envelope = self.records.decode(raw, events, msg.partition() or 0, offset)
+                    if envelope is None:
+                        continue
+                    self.stats.caught_up += 1
+                    for item in self.matcher.match_live(found, envelope):
+                        if isinstance(item, Forward):
+                            out.append(self.records.forward(item, raw))
+                        else:
+                            out += [self.records.envelope(e)
+                                    for e in self.matcher.fired(item, envelope)]
+        finally:
+            consumer.close()
+        log.info("rule %s live for %s: caught up, %d outputs", found.rule.name, tenant, len(out))
+        return out
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The event loop the actions run on (the worker's)."""

@@ -45,6 +45,7 @@ from streams.runtime.decider import start_decider
 from streams.runtime.mirror import MirrorStep
 from streams.runtime.reactor import Reactor
 from streams.runtime.root import Runtime
+from streams.runtime.rulebook import RulebookFollower
 from streams.settings import Settings
 
 __all__ = ["MIRROR_CURSOR", "Worker", "control_topic", "events_pattern"]
@@ -138,6 +139,12 @@ class Worker:
                         "them", ", ".join(missing))
         self.reactor = Reactor(self.runtime, self.rules, self.actions, deps=deps) \
             if self.rules or self.actions else None
+        # Rules installed as data (streams rules install) for every tenant, followed live.
+        self.rulebook = RulebookFollower(self.runtime, reserved=self.rules.names(),
+                                         actions=self.actions) \
+            if self.reactor is not None else None
+        if self.reactor is not None and self.rulebook is not None:
+            self.reactor.follow(self.rulebook)
         self.reactor_loop = BatchLoop(
             consumer_config=self.runtime.consumer_config(f"{self.mirror_group}-rules"),
             producer_config=self.runtime.producer_config(),
@@ -270,7 +277,10 @@ class Worker:
         self.start()
         decider_stop = None
         reactor = self.reactor
-        if reactor is not None and reactor.matcher.has_stateful:
+        if self.rulebook is not None:
+            # Start with the rules live now, so the decider rebuilds their state too.
+            self.rulebook.load()
+        if reactor is not None and (reactor.matcher.has_stateful or self.rulebook is not None):
             group = f"{self.settings.topic_prefix}-rule-decider"
             _thread, decider_stop = start_decider(lambda: reactor.decider(group))
         worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
@@ -280,10 +290,13 @@ class Worker:
         # The loops start with the process, not after Faust's own group has settled: a new
         # worker takes its share of the partitions at once.
         stop = threading.Event()
-        loops = [(self.mirror, "feedback-mirror")]
+        loops: list[tuple[Callable[[threading.Event], None], str]] = [
+            (self.mirror.run, "feedback-mirror")]
         if self.reactor_loop is not None:
-            loops.append((self.reactor_loop, "rules-reactor"))
-        threads = [threading.Thread(target=run_or_exit, args=(name, loop.run, stop),
+            loops.append((self.reactor_loop.run, "rules-reactor"))
+        if self.rulebook is not None:
+            loops.append((self.rulebook.run, "rulebook"))
+        threads = [threading.Thread(target=run_or_exit, args=(name, loop, stop),
                                     name=name, daemon=True) for loop, name in loops]
         for thread in threads:
             thread.start()

@@ -1,5 +1,6 @@
 """The operators' command line: `streams worker`, `streams tenant ...`, `streams schemas ...`,
-`streams sink langfuse | duckdb`, `streams report`, `streams demo`."""
+`streams sink langfuse | duckdb`, `streams rules ...` (cli_rules), `streams report`,
+`streams demo`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rich.markup import escape
 
 from streams.core.errors import ConfigError, StreamsError, ValidationFailed
 from streams.settings import Settings, markdown_table
+from streams.surfaces.cli_rules import rules_app
 from streams.surfaces.tenants import tenant_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -23,6 +25,7 @@ app.add_typer(tenant_app, name="tenant")
 app.add_typer(schemas_app, name="schemas")
 sink_app = typer.Typer(no_args_is_help=True, help="Run score sinks; sync score configs.")
 app.add_typer(sink_app, name="sink")
+app.add_typer(rules_app, name="rules")
 console = Console(stderr=True)
 
 TypesOption = Annotated[
@@ -136,11 +139,12 @@ def schemas_write(
 ) -> None:
     """Write the current schemas as new versions where they changed; a version that breaks
     backward compatibility is refused."""
-    from streams.adapters.avro.files import write_schemas
+    from streams.adapters.avro.files import write_rule_schema, write_schemas
 
     schemas = _schemas_of(types)
     try:
-        written = write_schemas(directory, schemas)
+        written = write_schemas(directory, schemas) + ([] if types else
+                                                       write_rule_schema(directory))
     except StreamsError as exc:
         raise _fail(exc, 1) from exc
     for path in written:
@@ -155,9 +159,10 @@ def schemas_check(
     directory: SchemaDirOption = SCHEMA_DIR,
 ) -> None:
     """Fail if a model drifted from its committed schema, or a version breaks compatibility."""
-    from streams.adapters.avro.files import check_schemas
+    from streams.adapters.avro.files import check_rule_schema, check_schemas
 
-    problems = check_schemas(directory, _schemas_of(types))
+    problems = check_schemas(directory, _schemas_of(types)) + ([] if types else
+                                                              check_rule_schema(directory))
     for problem in problems:
         console.print(f"[red]{escape(problem)}[/red]", soft_wrap=True)
     if problems:

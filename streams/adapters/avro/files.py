@@ -185,3 +185,35 @@ def compatibility_problems(history: list[tuple[int, Path]]) -> list[str]:
             problems += [f"{path}: v{number} {message}"
                          for message in _incompatible(reader, writer, old_number)]
     return problems
+
+
+RULE_SCHEMA_FILE = Path("rule") / "v1.schema.json"
+"""Where the rules' JSON Schema is committed, under the schemas directory."""
+
+
+def check_rule_schema(directory: Path) -> list[str]:
+    """Problems with the committed JSON Schema of rules as data: missing, or not the code's
+    (`streams.core.rules.RULE_SCHEMA`)."""
+    from streams.core.rules import RULE_SCHEMA
+
+    path = directory / RULE_SCHEMA_FILE
+    if not path.is_file():
+        return [f"{path}: the rules' JSON Schema is not committed; run `streams schemas write`"]
+    if canonical(json.loads(path.read_text())) != canonical(RULE_SCHEMA):
+        return [f"{path}: differs from streams.core.rules.RULE_SCHEMA; the JSON form of rules "
+                f"changed: run `streams schemas write` and commit it (a change that refuses "
+                f"rules already installed needs a v2 beside it)"]
+    return []
+
+
+def write_rule_schema(directory: Path) -> list[Path]:
+    """Write the rules' JSON Schema when it differs from the committed file; the files
+    written."""
+    from streams.core.rules import RULE_SCHEMA
+
+    if not check_rule_schema(directory):
+        return []
+    path = directory / RULE_SCHEMA_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(RULE_SCHEMA, indent=2) + "\n")
+    return [path]

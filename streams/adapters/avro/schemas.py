@@ -144,6 +144,10 @@ def _artifact_records() -> dict[str, Schema]:
         ]),
         RULE_INSTALLED: _event_record("RuleInstalled", "A rule put live.", [
             _field("rule", "string"), _optional_field("artifact_id", "string"),
+            _optional_field("definition", "string", "The rule's JSON form (rules as data)."),
+            _field("start_offsets", {"type": "map", "values": "long"},
+                   "The installation point: per events partition, the first offset live.",
+                   default={}),
         ]),
         RULE_ARCHIVED: _event_record("RuleArchived", "A live rule taken down.", [
             _field("rule", "string"),

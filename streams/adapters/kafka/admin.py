@@ -17,6 +17,7 @@ from confluent_kafka.admin import (
 
 from streams.adapters.kafka.config import admin_config
 from streams.core.errors import ConfigError, KafkaUnavailable
+from streams.core.rulebook import rulebook_topic
 from streams.core.tenancy import TenantTopics, parse_topic, tenant_topics
 from streams.core.view import index_topic
 from streams.settings import Settings
@@ -32,6 +33,8 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     # The handle's view of what exists (streams.core.view): one record per key, the newest
     # kept, so compacted.
     "index": {"cleanup.policy": "compact", "retention.ms": "-1"},
+    # Installed rules (streams.core.rulebook): the newest entry per rule name is the word.
+    "rulebook": {"cleanup.policy": "compact", "retention.ms": "-1"},
 }
 
 
@@ -134,6 +137,19 @@ class TenantAdmin:
                 f"STREAMS_MIN_INSYNC_REPLICAS) to at most {brokers}, or add brokers")
         return brokers
 
+    def ensure_rulebook_topic(self, tenant: str) -> str:
+        """Create the tenant's compacted one-partition rulebook topic (its installed rules)
+        if it is missing; `streams rules install` calls this; returns its name."""
+        topic = rulebook_topic(tenant, self.settings.topic_prefix)
+        try:
+            self._create([NewTopic(topic, num_partitions=1,
+                                   replication_factor=self.settings.replication_factor,
+                                   config=self.topic_config("rulebook"))])
+            self._wait_visible({topic: 1})
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+        return topic
+
     def _create(self, topics: list[NewTopic]) -> None:
         """Create topics; one that exists already is left as it is. The replication factor is
         checked against the cluster first."""
@@ -178,7 +194,8 @@ class TenantAdmin:
     def delete_tenant(self, tenant: str) -> None:
         """Delete a tenant's topics (tests and demos clean up with this)."""
         topics = tenant_topics(tenant, self.settings.topic_prefix)
-        names = [*topics.all(), index_topic(tenant, self.settings.topic_prefix)]
+        names = [*topics.all(), index_topic(tenant, self.settings.topic_prefix),
+                 rulebook_topic(tenant, self.settings.topic_prefix)]
         for future in self.client.delete_topics(names).values():
             try:
                 future.result()

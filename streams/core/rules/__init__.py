@@ -59,6 +59,13 @@ from streams.core.rules.predicates import (
     any_of,
     not_,
 )
+from streams.core.rules.serialized import (
+    RULE_SCHEMA,
+    parse_rule,
+    rule_from_dict,
+    rule_to_dict,
+    rule_to_json,
+)
 from streams.core.rules.triggers import (
     Count,
     CountState,
@@ -74,6 +81,7 @@ from streams.core.rules.triggers import (
 __all__ = [
     "ENVELOPE_NAMES",
     "MISSING",
+    "RULE_SCHEMA",
     "Action",
     "Count",
     "CountState",
@@ -104,7 +112,11 @@ __all__ = [
     "firing_id",
     "not_",
     "on",
+    "parse_rule",
     "rate_key",
+    "rule_from_dict",
+    "rule_to_dict",
+    "rule_to_json",
     "run",
     "sample_point",
 ]

@@ -40,6 +40,7 @@ EVENTS: list[Event] = [
                      changes=Change(set={"body": "w"})),
     ProposalResolved(proposal_id="p2", resolution="rejected"),
     RuleInstalled(rule="ops:x", artifact_id="a1"),
+    RuleInstalled(rule="ops:x", definition='{"name": "ops:x"}', start_offsets={"0": 4, "1": 0}),
     RuleArchived(rule="ops:x"),
 ]
 

@@ -1,0 +1,369 @@
+"""Rules installed as data on the broker: installing, archiving and listing them (the
+`streams rules` commands), backfilling one over a tenant's history, and the follower a
+worker reads its tenants' live rules with (streams.core.rulebook says what the records are).
+
+- **Install**: check the JSON (schema, event types, the action in the registry of the given
+  rules modules, the name), note the installation point (the end offset of each partition
+  of the tenant's events topic), append `rule_installed` (definition and installation point
+  included) as the installer, then write the rule's rulebook entry. A repeat of a live rule
+  with the same definition writes nothing.
+- **Archive**: append `rule_archived`, then write the entry as archived.
+- **Backfill**: replay the rule over the events before its installation point (in event
+  time order) and write the firings the log does not have yet (`rule_fired`, `run_started`,
+  with ids derived from the rule and the causing event); workers with the action run them.
+  Run again, it finds its firings in the log and writes nothing.
+- **Follow**: a worker reads every tenant's rulebook at start, then follows it in a
+  thread, so installs and archives reach its reactor within about a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+from streams.adapters.kafka.log import TopicReader, watermarks
+from streams.core.actors import Actor, SystemActor
+from streams.core.app_events import AppEventTypes
+from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
+from streams.core.events import RuleArchived, RuleFired, RuleInstalled
+from streams.core.rulebook import (
+    RULEBOOK,
+    LiveRule,
+    RulebookEntry,
+    backfill_firings,
+    check_install,
+    history_before,
+    live_rules,
+    rulebook_tenant,
+    rulebook_topic,
+)
+from streams.core.rules import Rule
+from streams.core.runs import fire_envelopes
+from streams.core.tenancy import tenant_topics
+from streams.runtime.root import Runtime
+
+__all__ = ["Backfilled", "Installed", "Rulebook", "RulebookFollower"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Backfilled:
+    """What a backfill did: the history events it read, the firings it wrote, and the
+    firings it found in the log already (so did not write again)."""
+
+    events: int
+    written: int
+    already: int
+
+
+@dataclass(frozen=True)
+class Installed:
+    """The outcome of an install: the rule's entry, whether it was live already (nothing
+    written), and the backfill's outcome when one was asked for."""
+
+    entry: RulebookEntry
+    repeat: bool
+    backfilled: Backfilled | None = None
+
+
+class Rulebook:
+    """Installs, archives and lists a tenant's rules as data (the `streams rules` commands).
+
+    The facts go to the tenant's log through the runtime's workspace handle, the entries to
+    the tenant's rulebook topic through the runtime's producer.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+
+    def entries(self, tenant: str) -> dict[str, RulebookEntry]:
+        """The tenant's rulebook, newest entry per rule ({} when nothing was installed)."""
+        topic = rulebook_topic(tenant, self.settings.topic_prefix)
+        if not self._exists(topic):
+            return {}
+        reader = TopicReader(self.settings, topic)
+        found: dict[str, RulebookEntry] = {}
+        try:
+            for msg in reader.read_to_end():
+                key = (msg.key() or b"").decode()
+                value = msg.value()
+                if value is None:
+                    found.pop(key, None)
+                    continue
+                try:
+                    found[key] = RulebookEntry.decode(value)
+                except ValidationFailed as exc:
+                    log.warning("rulebook %s: skipping %s: %s", topic, key, exc)
+        finally:
+            reader.close()
+        return found
+
+    def _exists(self, topic: str) -> bool:
+        try:
+            meta = self.runtime.admin.client.list_topics(topic, timeout=self.settings.admin_timeout)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"cannot list topics: {exc}") from exc
+        info = meta.topics.get(topic)
+        return info is not None and info.error is None
+
+    def installation_point(self, tenant: str) -> dict[int, int]:
+        """The end offset of each partition of the tenant's events topic, now."""
+        events = tenant_topics(tenant, self.settings.topic_prefix).events
+        consumer = Consumer(self.runtime.reader_config(f"{self.settings.topic_prefix}-rulebook"))
+        try:
+            return {p: high for p, (_low, high) in watermarks(consumer, events).items()}
+        finally:
+            consumer.close()
+
+    async def install(
+        self,
+        tenant: str,
+        workspace: str,
+        definition: object,
+        *,
+        actions: Collection[str],
+        module_rules: Collection[str] = (),
+        types: AppEventTypes | None = None,
+        artifact_id: str | None = None,
+        backfill: bool = False,
+        actor: Actor | None = None,
+    ) -> Installed:
+        """Install a rule from its JSON form (see the module's docstring); InvalidRule when
+        the checks refuse it, NotFound when the tenant does not exist."""
+        await self.runtime.client.log.require_tenant(tenant)
+        installed = await asyncio.to_thread(self.entries, tenant)
+        rule, repeat = check_install(definition, actions=actions, module_rules=module_rules,
+                                     installed=installed, types=types)
+        assert isinstance(definition, dict)  # check_install refused anything else
+        if repeat:
+            entry = installed[rule.name]
+        else:
+            start = await asyncio.to_thread(self.installation_point, tenant)
+            who = actor or SystemActor()
+            ws = self.runtime.client.workspace(tenant, workspace, actor=who)
+            recorded = await ws.append(RuleInstalled(
+                rule=rule.name, artifact_id=artifact_id,
+                definition=json.dumps(dict(definition), sort_keys=True),
+                start_offsets={str(p): o for p, o in start.items()}))
+            assert recorded.envelope is not None
+            entry = RulebookEntry(
+                rule=rule.name, state="installed", definition=dict(definition), start=start,
+                workspace=workspace, installed_event_id=recorded.id,
+                installed_at=recorded.envelope.time, installed_by=who.participant,
+                artifact_id=artifact_id)
+            await asyncio.to_thread(self._write, tenant, entry)
+        done = await self.backfill(tenant, rule, entry) if backfill else None
+        return Installed(entry, repeat, done)
+
+    async def archive(self, tenant: str, workspace: str, name: str, *,
+                      actor: Actor | None = None) -> RulebookEntry:
+        """Archive a live rule: `rule_archived`, then its entry as archived. NotFound when
+        the tenant has no live rule of that name."""
+        entries = await asyncio.to_thread(self.entries, tenant)
+        current = entries.get(name)
+        if current is None or not current.live:
+            live = sorted(n for n, e in entries.items() if e.live)
+            raise NotFound(f"tenant {tenant!r} has no live rule {name!r} to archive; live "
+                           f"rules: {live} (streams rules list --tenant {tenant})")
+        who = actor or SystemActor()
+        ws = self.runtime.client.workspace(tenant, workspace, actor=who)
+        recorded = await ws.append(RuleArchived(rule=name))
+        assert recorded.envelope is not None
+        entry = replace(current, state="archived", archived_event_id=recorded.id,
+                        archived_at=recorded.envelope.time, archived_by=who.participant)
+        await asyncio.to_thread(self._write, tenant, entry)
+        return entry
+
+    def _write(self, tenant: str, entry: RulebookEntry) -> None:
+        topic = self.runtime.admin.ensure_rulebook_topic(tenant)
+        errors: list[str] = []
+
+        def report(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        producer = self.runtime.producer
+        producer.produce(topic, key=entry.rule.encode(), value=entry.encode(),
+                         on_delivery=report)
+        left = producer.flush(self.settings.feedback_timeout)
+        if errors or left:
+            raise KafkaUnavailable(
+                f"the rulebook entry of {entry.rule!r} was not acknowledged "
+                f"({'; '.join(errors) or 'timed out'}); the fact is in the log: run the same "
+                f"install again to write the entry")
+
+    async def backfill(self, tenant: str, rule: Rule, entry: RulebookEntry) -> Backfilled:
+        """Replay `rule` over the tenant's events before its installation point and write
+        the firings the log does not have yet."""
+        client = self.runtime.client
+        view = client.tenant_log(tenant)
+        await view.catch_up()
+        envelopes = list(view.envelopes)
+        fired = {e.event.firing_id for e in envelopes
+                 if isinstance(e.event, RuleFired) and e.event.rule == rule.name}
+        history = history_before(envelopes, entry.start)
+        firings = backfill_firings(rule, history, fired)
+        already = len(backfill_firings(rule, history, ())) - len(firings)
+        for fire, cause in firings:
+            ws = client.workspace(tenant, cause.workspace)
+            for envelope in fire_envelopes(fire, cause):
+                await ws.append_envelope(envelope)
+        return Backfilled(events=len(history), written=len(firings), already=already)
+
+
+class RulebookFollower:
+    """A worker's view of its tenants' live rules: every tenant's rulebook read at start
+    (`load`), then followed in a thread (`run`), new tenants' rulebooks found by listing
+    topics every `discover_every` seconds.
+
+    `snapshot()` gives the live rules per tenant and a version that changes with them; the
+    reactor applies a new version at its next batch. An entry this worker cannot build (an
+    undeclared app event type, a name its rules modules use) is logged with the reason and
+    left out; a rule whose action this worker lacks is logged and kept live (another worker
+    may have the action; the run waits for it).
+    """
+
+    def __init__(self, runtime: Runtime, *, reserved: Collection[str] = (),
+                 actions: Collection[str] = (), types: AppEventTypes | None = None,
+                 discover_every: float = 2.0) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.reserved = set(reserved)
+        self.actions = set(actions)
+        self.types = types
+        self.discover_every = discover_every
+        self.pattern = re.compile(
+            f"^{re.escape(self.settings.topic_prefix)}\\.[a-z][a-z0-9-]*\\.{RULEBOOK}$")
+        self.version = 0
+        self.refused: dict[tuple[str, str], str] = {}
+        self._entries: dict[str, dict[str, RulebookEntry]] = {}
+        self._live: dict[str, dict[str, LiveRule]] = {}
+        self._assigned: set[str] = set()
+        self._consumer: Consumer | None = None
+        self._warned: set[tuple[str, str, str]] = set()
+        self.on_change: Callable[[], None] | None = None
+
+    def snapshot(self) -> tuple[int, dict[str, dict[str, LiveRule]]]:
+        """The version and the live rules per tenant (not to be changed)."""
+        return self.version, self._live
+
+    def find(self, tenant: str, name: str) -> LiveRule | None:
+        """A tenant's live rule by name, as the follower has it now."""
+        return self._live.get(tenant, {}).get(name)
+
+    def _consumer_of(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self.runtime.reader_config(
+                f"{self.settings.topic_prefix}-rulebook-follower"))
+        return self._consumer
+
+    def _discover(self) -> list[str]:
+        consumer = self._consumer_of()
+        meta = consumer.list_topics(timeout=self.settings.admin_timeout)
+        new = sorted(t for t in meta.topics if self.pattern.match(t) and t not in self._assigned)
+        if new:
+            consumer.incremental_assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in new])
+            self._assigned.update(new)
+            log.info("following the rulebooks %s", ", ".join(new))
+        return new
+
+    def _apply(self, messages: list[Any]) -> None:
+        changed: set[str] = set()
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            tenant = rulebook_tenant(msg.topic() or "", self.settings.topic_prefix)
+            if tenant is None:
+                continue
+            key = (msg.key() or b"").decode()
+            book = self._entries.setdefault(tenant, {})
+            value = msg.value()
+            if value is None:
+                book.pop(key, None)
+            else:
+                try:
+                    book[key] = RulebookEntry.decode(value)
+                except ValidationFailed as exc:
+                    log.error("tenant %s: rulebook entry %r refused: %s", tenant, key, exc)
+                    continue
+            changed.add(tenant)
+        if not changed:
+            return
+        live = dict(self._live)
+        for tenant in changed:
+            rules, refused = live_rules(self._entries[tenant].values(), reserved=self.reserved,
+                                        types=self.types)
+            for name, reason in refused.items():
+                if self.refused.get((tenant, name)) != reason:
+                    log.error("tenant %s: installed rule %r is not live in this worker: %s",
+                              tenant, name, reason)
+                self.refused[(tenant, name)] = reason
+            for name, found in rules.items():
+                self.refused.pop((tenant, name), None)
+                action = found.rule.then.name
+                if action not in self.actions and (tenant, name, action) not in self._warned:
+                    self._warned.add((tenant, name, action))
+                    log.warning("tenant %s: installed rule %r runs action %r, which this "
+                                "worker does not have (its --rules modules' ACTIONS): its "
+                                "runs wait for a worker that has it", tenant, name, action)
+            live[tenant] = rules
+        self._live = live
+        self.version += 1
+        log.info("live rules now: %s", {t: sorted(r) for t, r in live.items() if t in changed})
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # the next batch applies them again; the follower goes on
+                log.exception("applying the live rules failed")
+
+    def load(self, timeout: float = 30.0) -> None:
+        """Read every tenant's rulebook to its end (the worker calls this before its loops
+        start, so it begins with the rules live now)."""
+        consumer = self._consumer_of()
+        self._discover()
+        ends: dict[str, int] = {}
+        for topic in self._assigned:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0),
+                                                        timeout=self.settings.admin_timeout)
+            if high > 0:
+                ends[topic] = high
+        deadline = time.monotonic() + timeout
+        while ends and time.monotonic() < deadline:
+            messages = consumer.consume(500, 0.2)
+            self._apply(messages)
+            for msg in messages:
+                if msg.error() is None and (msg.offset() or 0) + 1 >= ends.get(msg.topic() or "",
+                                                                                 0):
+                    ends.pop(msg.topic() or "", None)
+        if ends:
+            raise KafkaUnavailable(f"could not read the rulebooks {sorted(ends)} within "
+                                   f"{timeout} s; check the broker")
+
+    def run(self, stop: threading.Event) -> None:
+        """Follow the rulebooks until `stop` (blocking; the worker runs it in a thread)."""
+        last = 0.0
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now - last >= self.discover_every:
+                    try:
+                        self._discover()
+                    except KafkaException:
+                        log.warning("rulebook discovery failed; trying again", exc_info=True)
+                    last = now
+                self._apply(self._consumer_of().consume(500, 0.2))
+        finally:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None

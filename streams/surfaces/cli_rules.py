@@ -1,0 +1,266 @@
+"""`streams rules ...`: rules as data. Draft a rule as a proposal (`propose`), resolve it
+(`resolve`), install it (`install FILE.json` or `install --from-artifact ID`, optionally
+`--backfill`), archive it (`archive NAME`), and list a tenant's installed rules (`list`).
+Each command prints one JSON object on stdout; a refusal is a message naming what to fix
+and exit code 2 (1 when the broker or registry cannot be reached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from streams.core.errors import KafkaUnavailable, StreamsError
+
+__all__ = ["rules_app"]
+
+rules_app = typer.Typer(no_args_is_help=True,
+                        help="Rules as data: propose, resolve, install, archive, list.")
+console = Console(stderr=True)
+
+_T = TypeVar("_T")
+
+TenantOption = Annotated[str, typer.Option("--tenant", help="The tenant.")]
+WorkspaceOption = Annotated[str, typer.Option(
+    "--workspace", help="The workspace the facts (proposal, install, archive) are logged in.")]
+RulesOption = Annotated[list[str] | None, typer.Option(
+    "--rules", help="Rules module whose ACTIONS is the action registry (the workers' "
+    "--rules); repeatable. Default: $STREAMS_RULE_MODULES.")]
+TypesOption = Annotated[list[str] | None, typer.Option(
+    "--types", help="Module declaring feedback or app event types; repeatable. Default: "
+    "$STREAMS_FEEDBACK_MODULES.")]
+ByOption = Annotated[str, typer.Option(
+    "--by", help="Who does it, as a participant: user:<id>, agent:<id>, system.")]
+
+
+def _run(make: Callable[[Any], Coroutine[Any, Any, _T]]) -> _T:
+    """Run `make(runtime)` on a Runtime from the environment; project errors become a
+    message and an exit code."""
+    from streams.runtime.root import Runtime
+    from streams.surfaces.cli import settings
+
+    runtime = Runtime(settings())
+    try:
+        return asyncio.run(make(runtime))
+    except KafkaUnavailable as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(1) from exc
+    except StreamsError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    finally:
+        runtime.close()
+
+
+def _print(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _read_json(path: Path) -> Any:
+    """A file's JSON; a file that is not JSON ends the command (exit 2) naming where."""
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        message = f"{path}: rule JSON is not valid JSON: {exc.msg} at line {exc.lineno} " \
+                  f"column {exc.colno}"
+        console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+        raise typer.Exit(2) from exc
+
+
+def _registry(rules: list[str] | None, types: list[str] | None) -> tuple[list[str], set[str]]:
+    """The rules modules' rule names and action names (importing the types first, so app
+    event types are declared)."""
+    from streams.surfaces.cli import load_rules, load_types
+
+    load_types(types)
+    found, actions, _deps = load_rules(rules)
+    return [r.name for r in found], set(actions)
+
+
+@rules_app.command("list")
+def rules_list(
+    tenant: TenantOption,
+    all_: Annotated[bool, typer.Option("--all", help="Archived rules too.")] = False,
+) -> None:
+    """The tenant's installed rules (newest entry per rule), as JSON."""
+    from streams.runtime.rulebook import Rulebook
+
+    async def main(runtime: Any) -> list[dict[str, Any]]:
+        entries = await asyncio.to_thread(Rulebook(runtime).entries, tenant)
+        return [{"rule": e.rule, "state": e.state, "action": e.definition["then"]["action"],
+                 "on": e.definition["when"]["on"], "workspace": e.workspace,
+                 "installed_at": e.installed_at, "installed_by": e.installed_by,
+                 "artifact_id": e.artifact_id, "archived_at": e.archived_at,
+                 "definition": e.definition}
+                for e in sorted(entries.values(), key=lambda e: e.rule)
+                if all_ or e.live]
+
+    _print(_run(main))
+
+
+@rules_app.command("install")
+def rules_install(
+    tenant: TenantOption,
+    workspace: WorkspaceOption,
+    file: Annotated[Path | None, typer.Argument(help="The rule's JSON form.")] = None,
+    from_artifact: Annotated[str | None, typer.Option(
+        "--from-artifact", help="Install the accepted version of this rule draft (an "
+        "artifact of kind 'rule' in the workspace) instead of a file.")] = None,
+    backfill: Annotated[bool, typer.Option(
+        "--backfill", help="Also replay the rule over the tenant's history (events before "
+        "the installation point); firings the log has already are not written again.")]
+    = False,
+    rules: RulesOption = None,
+    types: TypesOption = None,
+) -> None:
+    """Install a rule for a tenant: live in running workers within seconds, from now on
+    (and over the history with --backfill). Recorded as rule_installed by the system."""
+    from streams.core.events import Envelope
+    from streams.core.proposals import fold_ledger
+    from streams.core.rules import InvalidRule
+    from streams.runtime.rulebook import Rulebook
+
+    if (file is None) == (from_artifact is None):
+        raise typer.BadParameter("give a rule JSON file or --from-artifact ID (one of them)")
+    module_rules, actions = _registry(rules, types)
+    definition = _read_json(file) if file is not None else None
+
+    async def main(runtime: Any) -> dict[str, Any]:
+        nonlocal definition
+        if from_artifact is not None:
+            ws = runtime.client.workspace(tenant, workspace)
+            envelopes: list[Envelope] = await ws.read()
+            definition = accepted_definition(fold_ledger(envelopes), from_artifact)
+        try:
+            done = await Rulebook(runtime).install(
+                tenant, workspace, definition, actions=actions, module_rules=module_rules,
+                artifact_id=from_artifact, backfill=backfill)
+        except InvalidRule as exc:
+            where = f"{file}: " if file is not None else f"artifact {from_artifact!r}: "
+            raise InvalidRule(where + str(exc)) from exc
+        out: dict[str, Any] = {"rule": done.entry.rule, "state": done.entry.state,
+                               "repeat": done.repeat, "artifact_id": done.entry.artifact_id,
+                               "installed_event_id": done.entry.installed_event_id,
+                               "start": done.entry.start}
+        if done.backfilled is not None:
+            out["backfill"] = {"events": done.backfilled.events,
+                               "written": done.backfilled.written,
+                               "already": done.backfilled.already}
+        return out
+
+    _print(_run(main))
+
+
+def accepted_definition(ledger: Any, artifact_id: str) -> Any:
+    """The JSON form in the accepted version of a rule draft; InvalidRule saying what is
+    missing otherwise."""
+    from streams.core.rules import InvalidRule
+
+    artifact = ledger.artifact(artifact_id)
+    if artifact is None or not artifact.versions:
+        waiting = sorted(p.proposal_id for p in ledger.proposals.values()
+                         if p.proposal.artifact_id == artifact_id)
+        if waiting:
+            raise InvalidRule(f"artifact {artifact_id!r} has no accepted version yet; resolve "
+                              f"its proposal (streams rules resolve {waiting[0]} --accept)")
+        raise InvalidRule(f"no artifact {artifact_id!r} in this workspace; propose the rule "
+                          f"first (streams rules propose FILE)")
+    if artifact.kind != "rule":
+        raise InvalidRule(f"artifact {artifact_id!r} is a {artifact.kind!r}, not a rule")
+    if artifact.archived_at is not None:
+        raise InvalidRule(f"artifact {artifact_id!r} is archived; propose the rule again")
+    text = artifact.content.get("definition")
+    if text is None:
+        raise InvalidRule(f"artifact {artifact_id!r} has no 'definition' field, so holds no "
+                          f"rule JSON; drafts made by `streams rules propose` have one")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRule(f"artifact {artifact_id!r}: its definition is not valid JSON: "
+                          f"{exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+
+
+@rules_app.command("archive")
+def rules_archive(
+    name: Annotated[str, typer.Argument(help="The installed rule's name.")],
+    tenant: TenantOption,
+    workspace: WorkspaceOption,
+) -> None:
+    """Archive an installed rule: running workers stop matching it within seconds.
+    Recorded as rule_archived by the system."""
+    from streams.runtime.rulebook import Rulebook
+
+    async def main(runtime: Any) -> dict[str, Any]:
+        entry = await Rulebook(runtime).archive(tenant, workspace, name)
+        return {"rule": entry.rule, "state": entry.state,
+                "archived_event_id": entry.archived_event_id}
+
+    _print(_run(main))
+
+
+@rules_app.command("propose")
+def rules_propose(
+    file: Annotated[Path, typer.Argument(help="The drafted rule's JSON form.")],
+    tenant: TenantOption,
+    workspace: WorkspaceOption,
+    by: ByOption,
+    artifact: Annotated[str | None, typer.Option(
+        help="The draft's artifact id (default: rule:<name>).")] = None,
+    rules: RulesOption = None,
+    types: TypesOption = None,
+) -> None:
+    """Draft a rule: propose an artifact of kind 'rule' holding its JSON (checked first, as
+    an install would check it), for a person to resolve."""
+    from streams.core.actors import actor_from_participant
+    from streams.core.events import Change, ProposalMade
+    from streams.core.rules import rule_from_dict
+
+    _module_rules, actions = _registry(rules, types)
+    definition = _read_json(file)
+
+    async def main(runtime: Any) -> dict[str, Any]:
+        rule = rule_from_dict(definition, actions=actions)
+        artifact_id = artifact or f"rule:{rule.name}"
+        proposal_id = f"proposal:{uuid.uuid4().hex}"
+        ws = runtime.client.workspace(tenant, workspace, actor=actor_from_participant(by))
+        text = json.dumps(definition, indent=2, sort_keys=True)
+        recorded = await ws.append(ProposalMade(
+            proposal_id=proposal_id, artifact_id=artifact_id, kind="rule",
+            change=Change(set={"definition": text})))
+        return {"proposal_id": proposal_id, "artifact_id": artifact_id, "rule": rule.name,
+                "event_id": recorded.id}
+
+    _print(_run(main))
+
+
+@rules_app.command("resolve")
+def rules_resolve(
+    proposal: Annotated[str, typer.Argument(help="The proposal's id.")],
+    tenant: TenantOption,
+    workspace: WorkspaceOption,
+    by: ByOption,
+    accept: Annotated[bool, typer.Option("--accept/--reject",
+                                         help="Accept or reject the draft.")] = True,
+) -> None:
+    """Accept or reject a rule draft's proposal, as a person."""
+    from streams.core.actors import actor_from_participant
+    from streams.core.events import ProposalResolved
+
+    async def main(runtime: Any) -> dict[str, Any]:
+        ws = runtime.client.workspace(tenant, workspace, actor=actor_from_participant(by))
+        resolution = "accepted" if accept else "rejected"
+        recorded = await ws.append(ProposalResolved(proposal_id=proposal,
+                                                    resolution=resolution))
+        return {"proposal_id": proposal, "resolution": resolution, "event_id": recorded.id}
+
+    _print(_run(main))

@@ -1,0 +1,283 @@
+"""Rules as data on the real broker: `streams rules install/archive/propose/resolve/list`
+against a running worker, picked up live, from the installation point, backfilled once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from streams.core.actors import SystemActor, UserActor
+from streams.core.events import AppEvent, Envelope, RuleFired, RuleInstalled, RunStarted
+from streams.core.proposals import rule_conversion
+from streams.core.rulebook import rulebook_topic
+from streams.runtime.workspace import Workspace
+from streams.settings import Settings
+from tests.conftest import REPO, WorkerProcess, wait_until
+from tests.integration.test_rules_reactor import of, wait_log
+
+MODULE = "tests.integration.rules_data_fixture"
+TYPES = "streams.examples.ops"
+PICKUP = 10.0  # the promise: a running worker picks up an install or archive within 10 s
+
+
+def rule_json(name: str, action: str = "act", on: str = "t:ping") -> dict[str, Any]:
+    return {"name": name, "when": {"on": on}, "then": {"action": action}}
+
+
+def cli(settings: Settings, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "streams", "rules", *args],
+                          env=settings.child_env(STREAMS_FEEDBACK_MODULES=TYPES),
+                          capture_output=True, text=True, cwd=str(REPO), timeout=120)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def install(settings: Settings, tmp_path: Path, tenant: str, data: Any, *extra: str,
+            rules: str = MODULE, check: bool = True) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / f"rule{time.monotonic_ns()}.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return cli(settings, "install", str(path), "--tenant", tenant, "--workspace", "prod",
+               "--rules", rules, *extra, check=check)
+
+
+async def warm(ws: Workspace, correlation_id: str | None = None) -> None:
+    """Append a `t:warm` (in `correlation_id`'s chain, so after what that chain holds) and
+    wait for its run: the worker is up and has processed that chain up to there."""
+    recorded = await ws.append(AppEvent(name="t:warm", data={}), correlation_id=correlation_id)
+    await wait_log(ws, lambda es: [e for e in of(es, RuleFired, rule="t:warm")
+                                   if e.causation_id == recorded.id], 90, "the warm-up run")
+
+
+def fired_on(envelopes: list[Envelope], rule: str) -> list[str]:
+    return [e.causation_id or "" for e in of(envelopes, RuleFired, rule=rule)]
+
+
+def acted(envelopes: list[Envelope]) -> list[Envelope]:
+    return [e for e in envelopes if isinstance(e.event, AppEvent) and e.event.name == "t:acted"]
+
+
+async def test_an_install_goes_live_from_its_installation_point_and_an_archive_stops_it(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    before = [(await ws.append(AppEvent(name="t:ping", data={"n": i}))).id for i in range(3)]
+    worker = worker_factory("--rules", MODULE, "--loglevel", "info", types=TYPES)
+    await warm(ws)
+
+    out = json.loads(install(settings, tmp_path, tenant, rule_json("t:data")).stdout)
+    assert out["rule"] == "t:data" and out["state"] == "installed" and not out["repeat"]
+    installed = time.monotonic()
+    after = (await ws.append(AppEvent(name="t:ping", data={"n": 9}))).id
+    try:
+        log = await wait_log(ws, lambda es: after in fired_on(es, "t:data"), PICKUP,
+                             "a run of the installed rule for an event after the install")
+    except AssertionError:
+        print(worker.log()[-5000:])
+        raise
+    assert time.monotonic() - installed < PICKUP
+    await wait_log(ws, lambda es: acted(es), 60, "its action")
+    assert not set(before) & set(fired_on(log, "t:data")), "history fired without --backfill"
+    [fact] = of(log, RuleInstalled, rule="t:data")
+    assert fact.actor == SystemActor() and json.loads(fact.event.definition or "") == \
+        rule_json("t:data")
+    listed = json.loads(cli(settings, "list", "--tenant", tenant).stdout)
+    assert [r["rule"] for r in listed] == ["t:data"]
+
+    cli(settings, "archive", "t:data", "--tenant", tenant, "--workspace", "prod")
+    await asyncio.sleep(PICKUP)
+    chain = (await ws.append(AppEvent(name="t:ping", data={"n": 10}))).id
+    await warm(ws, correlation_id=chain)  # same chain: the ping was processed before it
+    log = await ws.read()
+    assert chain not in fired_on(log, "t:data")
+    assert len(of(log, RuleFired, rule="t:data")) == 1
+    assert json.loads(cli(settings, "list", "--tenant", tenant).stdout) == []
+    assert json.loads(cli(settings, "list", "--tenant", tenant, "--all").stdout)[0]["state"] \
+        == "archived"
+
+
+async def test_a_backfill_acts_on_history_once_however_often_it_runs(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    history = [(await ws.append(AppEvent(name="t:ping", data={"n": i}))).id for i in range(4)]
+    worker_factory("--rules", MODULE, types=TYPES)
+    await warm(ws)
+
+    first = json.loads(install(settings, tmp_path, tenant, rule_json("t:back"),
+                               "--backfill").stdout)
+    # The history: the four pings and the warm-up's events, of which the pings fire.
+    assert first["backfill"]["events"] >= 4
+    assert (first["backfill"]["written"], first["backfill"]["already"]) == (4, 0)
+    log = await wait_log(ws, lambda es: len(acted(es)) >= 4, 60, "the backfill's four actions")
+    assert sorted(fired_on(log, "t:back")) == sorted(history)
+
+    again = json.loads(install(settings, tmp_path, tenant, rule_json("t:back"),
+                               "--backfill").stdout)
+    assert again["repeat"]
+    assert (again["backfill"]["written"], again["backfill"]["already"]) == (0, 4)
+    # A new event in a chain of its own, then a warm-up in that chain: once that is done the
+    # worker has had time to run anything the second backfill could have started.
+    live = (await ws.append(AppEvent(name="t:ping", data={"n": 99}))).id
+    log = await wait_log(ws, lambda es: live in fired_on(es, "t:back") and len(acted(es)) >= 5,
+                         60, "the live run")
+    await warm(ws, correlation_id=live)
+    log = await ws.read()
+    runs = [e.event.run_id for e in of(log, RunStarted, rule="t:back")]
+    assert len(set(runs)) == 5
+    assert sorted(e.event.data["cause"] for e in acted(log)) == sorted([*history, live])
+    assert len(of(log, RuleInstalled, rule="t:back")) == 1
+
+
+async def test_bad_rules_are_refused_and_the_worker_keeps_running(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    worker = worker_factory("--rules", MODULE, types=TYPES)
+    await warm(ws)
+
+    refusals = [
+        ('{"name": "t:x",', "not valid JSON: .* line 1 column"),
+        ({"name": "t:x", "when": {"on": "t:ping", "sample": 3}, "then": {"action": "act"}},
+         "at $.when.sample"),
+        (rule_json("t:x", on="t:nothing"), "at $.when.on: no event type 't:nothing'"),
+        (rule_json("t:x", action="missing"), "at $.then.action: no action 'missing'"),
+        (rule_json("t:warm"), "a rule of the --rules modules is called 't:warm'"),
+    ]
+    for data, message in refusals:
+        done = install(settings, tmp_path, tenant, data, check=False)
+        assert done.returncode == 2, done.stderr
+        text = " ".join(done.stderr.split())
+        assert message.split(".*")[0] in text and message.split(".*")[-1] in text, text
+
+    # Installed against another registry: live, but this worker lacks the action.
+    install(settings, tmp_path, tenant, rule_json("t:far", action="elsewhere"),
+            rules="tests.integration.rules_data_elsewhere")
+    # A rulebook record no install wrote.
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer.produce(rulebook_topic(tenant, settings.topic_prefix), key=b"t:junk",
+                     value=b"not an entry")
+    producer.flush(30)
+    wait_until(lambda: "runs action 'elsewhere', which this worker does not have" in
+               worker.log() and "rulebook entry 't:junk' refused" in worker.log(), PICKUP,
+               "the worker's reasons in its log")
+    far = (await ws.append(AppEvent(name="t:ping", data={}))).id
+    await wait_log(ws, lambda es: far in fired_on(es, "t:far"), 30, "the firing of t:far")
+    await warm(ws)
+    assert worker.proc is not None and worker.proc.poll() is None
+    assert not acted(await ws.read())
+
+
+async def test_a_drafted_rule_is_proposed_accepted_and_installed_from_its_artifact(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    path = tmp_path / "draft.json"
+    path.write_text(json.dumps(rule_json("t:drafted")))
+    proposed = json.loads(cli(settings, "propose", str(path), "--tenant", tenant,
+                              "--workspace", "prod", "--by", "agent:drafter",
+                              "--rules", MODULE).stdout)
+    assert proposed["artifact_id"] == "rule:t:drafted"
+    early = cli(settings, "install", "--from-artifact", proposed["artifact_id"], "--tenant",
+                tenant, "--workspace", "prod", "--rules", MODULE, check=False)
+    assert early.returncode == 2 and "no accepted version yet" in early.stderr
+    cli(settings, "resolve", proposed["proposal_id"], "--accept", "--by", "user:bob",
+        "--tenant", tenant, "--workspace", "prod")
+    out = json.loads(cli(settings, "install", "--from-artifact", proposed["artifact_id"],
+                         "--tenant", tenant, "--workspace", "prod", "--rules", MODULE).stdout)
+    assert out["rule"] == "t:drafted" and out["artifact_id"] == "rule:t:drafted"
+    conversion = await rule_conversion(ws, now=datetime.now(UTC))
+    assert (conversion.proposed, conversion.accepted, conversion.installed) == (1, 1, 1)
+
+
+async def test_a_stateful_rule_installed_live_is_decided_by_the_decider(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    worker_factory("--rules", MODULE, types=TYPES)
+    await warm(ws)
+    counting = {"name": "t:pair", "when": {"on": "t:ping", "count": {"n": 2, "within_seconds": 600},
+                                           "scope": {"host": ["event", "data", "host"]}},
+                "then": {"action": "act"}}
+    install(settings, tmp_path, tenant, counting)
+    pings = [(await ws.append(AppEvent(name="t:ping", data={"host": h}))).id
+             for h in ("a", "b", "a")]
+    log = await wait_log(ws, lambda es: of(es, RuleFired, rule="t:pair"), 60,
+                         "the pair's firing")
+    [fired] = of(log, RuleFired, rule="t:pair")
+    assert fired.event.scope_key == "host=a" and fired.event.matched == [pings[0], pings[2]]
+
+
+async def test_a_rule_heard_of_late_is_caught_up_from_its_installation_point(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+) -> None:
+    """The reactor took events past a rule's installation point before it heard of the rule:
+    when it hears, it matches exactly those, not the ones before the installation point."""
+    from streams.adapters.kafka.log import watermarks
+    from streams.core.rulebook import LiveRule, RulebookEntry
+    from streams.core.rules import RuleSet, rule_from_dict
+    from streams.core.tenancy import tenant_topics
+    from streams.runtime.reactor import Reactor
+    from streams.runtime.root import Runtime
+    from streams.runtime.rulebook import Rulebook
+    from tests.integration.rules_data_fixture import ACTIONS
+
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    before = [(await ws.append(AppEvent(name="t:ping", data={}))).id for _ in range(3)]
+    runtime = Runtime(settings)
+    try:
+        start = await asyncio.to_thread(Rulebook(runtime).installation_point, tenant)
+        after = [(await ws.append(AppEvent(name="t:ping", data={}))).id for _ in range(3)]
+        events = tenant_topics(tenant, settings.topic_prefix).events
+        reader = Consumer(runtime.reader_config("catch-up-test"))
+        try:
+            ends = {p: high for p, (_low, high) in watermarks(reader, events).items()}
+        finally:
+            reader.close()
+        reactor = Reactor(runtime, RuleSet([]), ACTIONS)
+        # As if its step had taken everything there is before it heard of the rule.
+        reactor.taken = {(events, p): end for p, end in ends.items()}
+        definition = rule_json("t:late")
+        entry = RulebookEntry(rule="t:late", state="installed", definition=definition,
+                              start=start, workspace="prod", installed_event_id="e",
+                              installed_at=datetime.now(UTC), installed_by="system")
+        found = LiveRule(rule_from_dict(definition), entry)
+
+        class Follower:
+            on_change: Any = None
+
+            def snapshot(self) -> tuple[int, dict[str, dict[str, LiveRule]]]:
+                return 1, {tenant: {"t:late": found}}
+
+            def find(self, tenant_: str, name: str) -> LiveRule | None:
+                return found if (tenant_, name) == (tenant, "t:late") else None
+
+        reactor.follow(Follower())  # type: ignore[arg-type]
+        await asyncio.to_thread(reactor.refresh)
+        assert reactor.stats.caught_up == len(after)
+    finally:
+        runtime.close()
+    log = await wait_log(ws, lambda es: len(fired_on(es, "t:late")) == len(after), 30,
+                         "the caught-up firings")
+    assert sorted(fired_on(log, "t:late")) == sorted(after)
+    assert not set(before) & set(fired_on(log, "t:late"))
