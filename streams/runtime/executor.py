@@ -4,15 +4,17 @@ attempt's `Reaction` from the tenant's log as this process reads it from the bro
 
 Traced: a run is a span `run <rule>`, the child of its `run_started`'s trace context (the
 firing's span), and each attempt of its action a span `action <name>` inside it; what the
-action emits or gives as feedback carries the action span's context.
+action emits or gives as feedback carries the action span's context, and the run's outcomes
+(`run_succeeded`, `run_failed`, ...) the run span's, so a rule on them continues the run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from streams.adapters.tracing import child_span, traced_as, tracer, tracing_enabled
@@ -43,7 +45,8 @@ class RunExecutor(CoreRunExecutor):
         stats: ReactorStats | None = None,
     ) -> None:
         traced = {name: _traced_action(name, fn) for name, fn in actions.items()}
-        super().__init__(rules, traced, reaction=self._from_log, emit=emit, deps=deps,
+        super().__init__(rules, traced, reaction=self._from_log, emit=_traced_emit(emit),
+                         deps=deps,
                          action_timeout=action_timeout,
                          max_concurrent_runs=max_concurrent_runs, stats=stats)
         self._client = client
@@ -106,5 +109,16 @@ def _traced_action(name: str, action: ActionFn) -> ActionFn:
             output = await action(dataclasses.replace(reaction, started=started))
             span.set_status(Status(StatusCode.OK))
             return output
+
+    return traced
+
+
+def _traced_emit(emit: Emit) -> Emit:
+    """`emit`, the envelopes carrying the current span's context (the run's) when tracing."""
+
+    async def traced(envelopes: Sequence[Envelope]) -> None:
+        span = trace.get_current_span()
+        await emit([traced_as(e, span) for e in envelopes] if span.is_recording()
+                   else envelopes)
 
     return traced
