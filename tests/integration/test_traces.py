@@ -12,9 +12,11 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from langfuse import Langfuse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -242,3 +244,72 @@ async def wait_for_event(ws: Any, name: str) -> Any:
             return found[0]
         await asyncio.sleep(0.2)
     raise AssertionError(f"no {name} event in the log")
+
+
+class Collector:
+    """A stand-in OTLP/HTTP traces receiver on loopback: keeps every export request."""
+
+    def __init__(self) -> None:
+        received: list[ExportTraceServiceRequest] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                received.append(request)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+                self.wfile.write(b"")
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.received = received
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def spans(self) -> list[tuple[str, str, Any]]:
+        """(service name, span name, span) of everything received."""
+        out = []
+        for request in list(self.received):
+            for resource_spans in request.resource_spans:
+                service = next((a.value.string_value for a in resource_spans.resource.attributes
+                                if a.key == "service.name"), "")
+                for scope in resource_spans.scope_spans:
+                    out += [(service, span.name, span) for span in scope.spans]
+        return out
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_worker_exports_its_spans_over_otlp_to_the_configured_endpoint(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., Any], spans: InMemorySpanExporter,
+) -> None:
+    collector = Collector()
+    try:
+        worker_factory(STREAMS_OTLP_TRACES_ENDPOINT=collector.url, OTEL_BSP_SCHEDULE_DELAY="200")
+        tenant = tenant_factory()
+        ada = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+        spike = await ada.append(AppEvent(name=SPIKE, data={"service": "api"}))
+        await ada.append(RunStarted(run_id="run_1", rule="ops:error-spike", action="triage",
+                                    firing_id="fir_1"), correlation_id=spike.id,
+                         causation_id=spike.id)
+        await ada.give_feedback(TriageQuality(correct=True, severity="low"),
+                                on=RunTarget(run_id="run_1"))
+        [given] = named(spans, "streams.feedback triage_quality")
+        events = tenant_topics(tenant, settings.topic_prefix).events
+        exported = wait_until(
+            lambda: [s for service, name, s in collector.spans()
+                     if service == "streams-worker" and name == f"process {events}"
+                     and s.trace_id == given.context.trace_id.to_bytes(16, "big")],
+            90, "the worker's span of the feedback at the collector")
+        assert exported[0].parent_span_id == given.context.span_id.to_bytes(8, "big")
+    finally:
+        collector.stop()
