@@ -14,9 +14,9 @@ distinct ones, the SDK's default link limit), as the conventions say for batch p
 Spans are started only when a tracer provider is installed (`tracing_enabled`): a process
 without one pays nothing per record.
 
-Export: `configure_tracing(settings, service)` installs an SDK tracer provider that sends
-spans over OTLP/HTTP to `STREAMS_OTLP_TRACES_ENDPOINT`; without that setting it does nothing
-(an application that installs its own provider keeps it).
+Export: `configure_tracing(settings.otlp_traces_endpoint, service)` installs an SDK tracer
+provider that sends spans over OTLP/HTTP to that URL (`STREAMS_OTLP_TRACES_ENDPOINT`);
+without one it does nothing, and an application that installed its own provider keeps it.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ from streams.adapters.kafka.outputs import (
     dead_letter_topic,
     reason_headers,
 )
-from streams.adapters.tracing import batch_span
+from streams.adapters.tracing import batch_span, tracing_enabled
 from streams.core.errors import SchemaError, SinkError, ValidationFailed
 from streams.core.scores import Score
 from streams.core.sinks.base import Rejected, ScoreSink, flush_sink, rejected_of
@@ -607,7 +607,8 @@ class SinkRunner:
         if batch.scores:
             # The sink's delivery is a span continuing the scores' trace context (the
             # feedback's, copied onto them by the mirror); see streams.adapters.tracing.
-            with batch_span(list(batch.origin.values()), group=self.group,
+            traced = list(batch.origin.values()) if tracing_enabled() else []
+            with batch_span(traced, group=self.group,
                             attributes={"streams.sink": self.identity,
                                         "streams.scores": len(batch.scores)}):
                 rejected = await self._record(batch.scores)
