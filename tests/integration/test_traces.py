@@ -138,6 +138,43 @@ async def test_one_feedback_is_one_trace_through_the_mirror_and_the_langfuse_sin
     assert attributes["messaging.consumer.group.name"] == f"{settings.topic_prefix}.sink.traces"
 
 
+async def test_feedback_of_several_traces_in_one_batch_is_linked_not_parented(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    spans: InMemorySpanExporter,
+) -> None:
+    tenant = tenant_factory()
+    ada = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    spike = await ada.append(AppEvent(name=SPIKE, data={"service": "api"}))
+    await ada.append(RunStarted(run_id="run_1", rule="ops:error-spike", action="triage",
+                                firing_id="fir_1"), correlation_id=spike.id,
+                     causation_id=spike.id)
+    for severity in ("low", "high", "critical"):  # three give_feedback calls: three traces
+        await ada.give_feedback(TriageQuality(correct=True, severity=severity, note="n"),
+                                on=RunTarget(run_id="run_1"))
+    given = named(spans, "streams.feedback triage_quality")
+    assert len({s.context.trace_id for s in given}) == 3
+    # Given before the mirror starts, so its first batches hold several of them.
+    with running(Worker(settings, batch_within=0.5)) as worker:
+        wait_until(lambda: worker.step.stats.scores >= 9, 60, "the feedback's nine scores")
+    events = tenant_topics(tenant, settings.topic_prefix).events
+    batches = [s for s in named(spans, f"process {events}")
+               if (s.attributes or {}).get("messaging.kafka.consumer.group")
+               == worker.mirror_group]
+    for feedback in given:
+        # Each feedback is reached from the mirror: a batch span is its child, or links it.
+        assert any(parent_of(b, feedback) or any(
+            link.context.span_id == feedback.context.span_id
+            and link.context.trace_id == feedback.context.trace_id for link in b.links)
+            for b in batches), "a feedback the mirror's spans do not reach"
+    for batch in batches:
+        # A batch span either continues its one trace or starts its own and links many.
+        assert (batch.parent is None and len(batch.links) >= 2) or \
+            (batch.parent is not None and not batch.links)
+    shared = [b for b in batches if b.links]
+    assert shared, "no batch held several traces (the test's premise)"
+    assert all(b.context.trace_id not in {f.context.trace_id for f in given} for b in shared)
+
+
 def rules(judge: EvaluatorAction[RetrievalInput]) -> tuple[list[Rule], dict[str, Any]]:
     """A spike of three errors runs triage; triage's success runs the LLM judge; the judge's
     negative verdict (feedback) runs the escalation."""
