@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 
 from bench.floor import run_floor
+from bench.tracing import install_tracing, trace_context
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.config import consumer_config, producer_config, reader_config
@@ -46,7 +47,7 @@ SCORES_PER_EVENT = 3  # correct, severity, note
 
 
 def produce_feedback(settings: Settings, serde: AvroSerde, topic: str, tenant: str,
-                     n: int) -> None:
+                     n: int, *, traced: bool = False) -> None:
     producer = Producer(producer_config(settings, **{"linger.ms": 20,
                                                      "batch.num.messages": 10000}))
     actor = UserActor(id="bench")
@@ -56,7 +57,8 @@ def produce_feedback(settings: Settings, serde: AvroSerde, topic: str, tenant: s
         envelope = Envelope.new(
             FeedbackGiven(feedback_type="triage_quality", target=RunTarget(run_id=f"run_{i}"),
                           value=value_record(value)),
-            tenant=tenant, workspace="bench", actor=actor, correlation_id=f"chain_{i % 997}")
+            tenant=tenant, workspace="bench", actor=actor, correlation_id=f"chain_{i % 997}",
+            trace=trace_context(i) if traced else None)
         while True:
             try:
                 producer.produce(topic, serde.encode_envelope(envelope, topic),
@@ -175,6 +177,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--no-worker", action="store_true",
                         help="skip the `streams worker` subprocess run")
+    parser.add_argument("--traced", action="store_true",
+                        help="every feedback carries its own trace context and the in-process "
+                             "mirror runs with a tracer provider (bench/tracing.py)")
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     serde = AvroSerde(settings)
@@ -182,7 +187,7 @@ def main() -> None:
     TenantAdmin(settings).create_tenant(tenant)
     topics = tenant_topics(tenant, settings.topic_prefix)
     console.print(f"producing {args.events} feedback events to {topics.events}")
-    produce_feedback(settings, serde, topics.events, tenant, args.events)
+    produce_feedback(settings, serde, topics.events, tenant, args.events, traced=args.traced)
     floor_topic = f"{settings.topic_prefix}.floor.scores"
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
     for future in admin.create_topics([NewTopic(floor_topic, settings.partitions, 1)]).values():
@@ -206,10 +211,15 @@ def main() -> None:
                  f"worker_ratio={worker['rate'] / floor['rate']:.2f}")
         runs += 1
     console.print("batch mirror (BatchLoop + MirrorStep, in process)...")
+    if args.traced:
+        provider, exporter = install_tracing()
     mirror = run_batch_mirror(settings, tenant, args.events, args.batch)
     console.print(f"  {mirror['rate']:,.0f} feedback/s ({mirror['seconds']:.1f}s)")
     line += (f" batch_mirror_rate={mirror['rate']:.0f}/s "
-             f"batch_mirror_ratio={mirror['rate'] / floor['rate']:.2f}")
+             f"batch_mirror_ratio={mirror['rate'] / floor['rate']:.2f} traced={args.traced}")
+    if args.traced:
+        provider.force_flush()
+        line += f" spans={exporter.spans} links={exporter.links}"
 
     floor_values = topic_values(settings, floor_topic, want)
     mirror_values = topic_values(settings, topics.scores, want * runs)

@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from confluent_kafka import Producer
 from rich.console import Console
 
+from bench.tracing import install_tracing, trace_context
 from streams.adapters.avro.codec import score_to_record
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
@@ -73,15 +74,19 @@ def make_scores(tenant: str, feedback: int) -> list[Score]:
         trace_id=None, session_id=f"chain_{i}", seq=f"0:{i}")]
 
 
-def produce(settings: Settings, tenant: str, scores: list[Score]) -> None:
+def produce(settings: Settings, tenant: str, scores: list[Score], *,
+            traced: bool = False) -> None:
     topic = tenant_topics(tenant, settings.topic_prefix).scores
     serde = AvroSerde(settings)
     producer = Producer(producer_config(settings, **{"linger.ms": 20}))
-    for score in scores:
+    for i, score in enumerate(scores):
+        # Traced: each feedback's scores carry its trace context, as the mirror writes them.
+        headers = [("traceparent", trace_context(i // 3).traceparent.encode())] if traced \
+            else None
         while True:
             try:
                 producer.produce(topic, serde.encode_score(score_to_record(score), topic),
-                                 key=score.source.feedback_event_id.encode())
+                                 key=score.source.feedback_event_id.encode(), headers=headers)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -196,11 +201,16 @@ def main() -> None:
                         help="measure each this many times, in turn; report the median")
     parser.add_argument("--routes", default="batch,single",
                         help="stand-in behaviours: batch, single, or both")
+    parser.add_argument("--traced", action="store_true",
+                        help="scores carry their feedback's trace context and this process "
+                             "has a tracer provider (bench/tracing.py)")
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     TenantAdmin(settings).create_tenant("bench")
     scores = make_scores("bench", args.scores // 3)
-    produce(settings, "bench", scores)
+    produce(settings, "bench", scores, traced=args.traced)
+    if args.traced:
+        install_tracing()
     total = len(scores)
     console.print(f"produced {total} scores; batch {args.batch}, "
                   f"concurrency {args.concurrency}")
@@ -230,7 +240,7 @@ def main() -> None:
               f"runner={rates['runner']:.0f}/s "
               f"runner/ceiling={rates['runner'] / rates['ceiling']:.2f} "
               f"scores={total} batch={args.batch} concurrency={args.concurrency} "
-              f"median_of={args.repeat}")
+              f"median_of={args.repeat} traced={args.traced}")
 
 
 if __name__ == "__main__":

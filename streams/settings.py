@@ -234,6 +234,12 @@ class Settings:
                                   "first pause, in seconds, between judge attempts",
                                   minimum=0)
 
+    # -- traces -------------------------------------------------------------------------------
+    otlp_traces_endpoint: str | None = _setting(
+        None, "STREAMS_OTLP_TRACES_ENDPOINT", "OTLP/HTTP traces URL (e.g. "
+        "`http://127.0.0.1:4318/v1/traces`) workers and sinks send spans to; unset: none "
+        "(docs/traces.md)")
+
     def __post_init__(self) -> None:
         for f in fields(self):
             object.__setattr__(self, f.name, _checked(f, getattr(self, f.name)))
@@ -282,7 +288,8 @@ class Settings:
         if not PREFIX_PATTERN.match(self.topic_prefix):
             raise ConfigError(f"STREAMS_TOPIC_PREFIX must match {PREFIX_PATTERN.pattern}, "
                               f"got {self.topic_prefix!r}")
-        for name in ("schema_registry_url", "llm_base_url", "langfuse_host"):
+        for name in ("schema_registry_url", "llm_base_url", "langfuse_host",
+                     "otlp_traces_endpoint"):
             url = getattr(self, name)
             if url and not url.startswith(("http://", "https://")):
                 raise ConfigError(f"{_var(name).env} must be an http(s) URL, got {url!r}")

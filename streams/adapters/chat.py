@@ -50,8 +50,10 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import httpx
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from pydantic import BaseModel, ValidationError
 
+from streams.adapters.tracing import tracer
 from streams.core.evaluators import EvaluatorBase, HandOff, Verdict
 from streams.core.feedback import Feedback
 from streams.core.judges import (
@@ -114,6 +116,31 @@ def _error_message(response: httpx.Response) -> str:
     except (ValueError, KeyError, TypeError):
         pass
     return _short(response.text) or response.reason_phrase
+
+
+def _model_span(model: ChatModel, judge: str, version: str) -> Any:
+    """The span of one evaluation's model call (all its attempts), after the GenAI semantic
+    conventions: `chat <model>`, a client span, the child of the current span."""
+    url = httpx.URL(model.base_url)
+    return tracer().start_as_current_span(
+        f"chat {model.model}", kind=SpanKind.CLIENT, record_exception=True,
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
+                    "gen_ai.provider.name": "openai", "gen_ai.request.model": model.model,
+                    "gen_ai.request.temperature": 0.0,
+                    "gen_ai.output.type": "json", "server.address": url.host,
+                    "server.port": url.port or (443 if url.scheme == "https" else 80),
+                    "streams.evaluator": judge, "streams.evaluator_version": version})
+
+
+def _usage_attributes(span: Span, usage: Mapping[str, int], served_by: str,
+                      attempts: int) -> None:
+    """Token counts (summed over the attempts, as the verdict's trace has them)."""
+    span.set_attribute("gen_ai.response.model", served_by)
+    span.set_attribute("streams.attempts", attempts)
+    if "prompt_tokens" in usage:
+        span.set_attribute("gen_ai.usage.input_tokens", usage["prompt_tokens"])
+    if "completion_tokens" in usage:
+        span.set_attribute("gen_ai.usage.output_tokens", usage["completion_tokens"])
 
 
 @functools.cache
@@ -186,11 +213,29 @@ class ChatJudge(EvaluatorBase[_In, _Out]):
     ) -> tuple[_Answer, dict[str, str]]:
         """The model's answer validated as ``answer_type``, and a trace; or HandOff."""
         model = self._model
-        attempts = 1 + model.max_retries
         payload = self._payload(messages)
         headers = self._headers()
         problems: list[str] = []
         usage: dict[str, int] = {}
+        with _model_span(model, self.name, self.version) as span:
+            try:
+                answer, trace = await self._attempts(client_payload=(payload, headers),
+                                                     answer_type=answer_type,
+                                                     problems=problems, usage=usage)
+            except HandOff as exc:
+                span.set_attribute("error.type", "HandOff")
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                _usage_attributes(span, usage, model.model, max(1, len(problems)))
+                raise
+            _usage_attributes(span, usage, trace["model"], int(trace["attempts"]))
+            return answer, trace
+
+    async def _attempts(self, *, client_payload: tuple[dict[str, Any], dict[str, str]],
+                        answer_type: type[_Answer], problems: list[str],
+                        usage: dict[str, int]) -> tuple[_Answer, dict[str, str]]:
+        model = self._model
+        attempts = 1 + model.max_retries
+        payload, headers = client_payload
         served_by = model.model
         async with self._http() as client:
             for attempt in range(1, attempts + 1):

@@ -35,6 +35,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.kafka.outputs import Output
+from streams.adapters.tracing import batch_span
 from streams.core.errors import KafkaUnavailable
 
 __all__ = ["BatchLoop", "BatchStats", "OutageTooLong", "Step"]
@@ -99,6 +100,7 @@ class BatchLoop:
         self.flush_timeout = flush_timeout
         self.outage_limit = outage_limit
         self.name = name
+        self._group = consumer_config.get("group.id")
         self.stats = BatchStats()
         self.assigned: set[tuple[str, int]] = set()
         self._done: dict[tuple[str, int], int] = {}
@@ -286,7 +288,9 @@ class BatchLoop:
         """Run the step over one batch and produce its outputs; False if the batch must be
         tried again (an outage), having seeked its partitions back to where it began."""
         try:
-            outputs = self.step(messages)
+            # One span per batch (when tracing is on): see streams.adapters.tracing.
+            with batch_span(messages, group=self._group):
+                outputs = self.step(messages)
         except RegistryUnavailable as exc:
             firsts: dict[tuple[str, int], int] = {}
             for msg in messages:

@@ -26,7 +26,7 @@ from streams.core.events import Envelope
 from streams.core.rules import RuleState
 from streams.core.tenancy import parse_topic
 from streams.runtime.matcher import Decision, Matcher
-from streams.runtime.records import HEADER_RULE, RuleRecords
+from streams.runtime.records import HEADER_RULE, RuleRecords, firing_outputs
 from streams.settings import Settings
 
 __all__ = ["ConsumerFactory", "Decider", "start_decider"]
@@ -129,8 +129,8 @@ class Decider:
                     envelope, decisions = self._decide(msg, state)
                     for decision in decisions:
                         if envelope is not None:
-                            outputs += [self.records.envelope(e)
-                                        for e in self.matcher.fired(decision, envelope)]
+                            outputs += firing_outputs(self.records, self.matcher, decision,
+                                                      envelope, stage="decider")
                     key = (msg.topic() or "", msg.partition() or 0)
                     ends[key] = (msg.offset() or 0) + 1
                 self.delivery.send_sync(outputs)

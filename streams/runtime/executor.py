@@ -1,13 +1,23 @@
 """The worker's run executor: the pure one of `streams.core.execution` (retries, timeouts,
 per-scope serialisation, dead letters; shared with the in-memory replay), building each
 attempt's `Reaction` from the tenant's log as this process reads it from the broker.
+
+Traced: a run is a span `run <rule>`, the child of its `run_started`'s trace context (the
+firing's span), and each attempt of its action a span `action <name>` inside it; what the
+action emits or gives as feedback carries the action span's context, and the run's outcomes
+(`run_succeeded`, `run_failed`, ...) the run span's, so a rule on them continues the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from streams.adapters.tracing import child_span, traced_as, tracer, tracing_enabled
 from streams.core.events import Envelope, RunStarted
 from streams.core.execution import Emit, scope_lock_key
 from streams.core.execution import RunExecutor as CoreRunExecutor
@@ -34,10 +44,22 @@ class RunExecutor(CoreRunExecutor):
         max_concurrent_runs: int = 32,
         stats: ReactorStats | None = None,
     ) -> None:
-        super().__init__(rules, actions, reaction=self._from_log, emit=emit, deps=deps,
+        traced = {name: _traced_action(name, fn) for name, fn in actions.items()}
+        super().__init__(rules, traced, reaction=self._from_log, emit=_traced_emit(emit),
+                         deps=deps,
                          action_timeout=action_timeout,
                          max_concurrent_runs=max_concurrent_runs, stats=stats)
         self._client = client
+
+    async def execute(self, started: Envelope) -> None:
+        """Run one run's action to success or to its dead letter, in a span `run <rule>`."""
+        if not tracing_enabled():
+            await super().execute(started)
+            return
+        run = started.event
+        assert isinstance(run, RunStarted)
+        with child_span(f"run {run.rule}", started.trace, attributes=_run_attributes(started)):
+            await super().execute(started)
 
     @property
     def client(self) -> StreamsClient:
@@ -62,3 +84,41 @@ class RunExecutor(CoreRunExecutor):
                                           actor=rule_actor(run.rule))
         return Reaction(run=run, started=started, events=matched, workspace=workspace,
                         attempt=attempt, deps=deps)
+
+
+def _run_attributes(started: Envelope) -> dict[str, Any]:
+    run = started.event
+    assert isinstance(run, RunStarted)
+    return {"streams.tenant": started.tenant, "streams.workspace": started.workspace,
+            "streams.rule": run.rule, "streams.action": run.action,
+            "streams.run_id": run.run_id, "streams.event_id": started.event_id}
+
+
+def _traced_action(name: str, action: ActionFn) -> ActionFn:
+    """The action, each attempt in a span `action <name>` whose context what it emits
+    carries (an exception marks the span as an error and propagates)."""
+
+    async def traced(reaction: Reaction) -> Mapping[str, Any] | None:
+        if not tracing_enabled():
+            return await action(reaction)
+        attributes = {**_run_attributes(reaction.started), "streams.attempt": reaction.attempt}
+        with tracer().start_as_current_span(f"action {name}", attributes=attributes,
+                                            record_exception=True,
+                                            set_status_on_exception=True) as span:
+            started = traced_as(reaction.started, span)
+            output = await action(dataclasses.replace(reaction, started=started))
+            span.set_status(Status(StatusCode.OK))
+            return output
+
+    return traced
+
+
+def _traced_emit(emit: Emit) -> Emit:
+    """`emit`, the envelopes carrying the current span's context (the run's) when tracing."""
+
+    async def traced(envelopes: Sequence[Envelope]) -> None:
+        span = trace.get_current_span()
+        await emit([traced_as(e, span) for e in envelopes] if span.is_recording()
+                   else envelopes)
+
+    return traced

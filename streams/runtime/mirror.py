@@ -24,6 +24,7 @@ from opentelemetry import metrics
 from streams.adapters.avro.codec import score_records
 from streams.adapters.avro.fast import FastCodec, RegistryUnavailable, WriterSchema
 from streams.adapters.avro.schemas import dead_letter_schema, score_schema
+from streams.adapters.kafka.log import Headers
 from streams.adapters.kafka.outputs import (
     Output,
     dead_letter_record,
@@ -102,13 +103,16 @@ class MirrorStep:
             if msg.error() is not None:
                 continue
             event_type = None
+            trace: Headers | None = None
             for name, value in msg.headers() or ():
                 if name == "event_type":
                     event_type = value
-                    break
+                elif name == "traceparent" or name == "tracestate":
+                    # Copied onto the scores, so a sink continues the feedback's trace.
+                    trace = [(name, value)] if trace is None else [*trace, (name, value)]
             try:
                 out += self.handle(msg.topic(), msg.partition(), msg.offset(), msg.key(),
-                                   msg.value(), event_type)
+                                   msg.value(), event_type, trace)
             except RegistryUnavailable:
                 raise
             except Exception as exc:  # a bug must not stop the mirror or skip the record
@@ -119,8 +123,10 @@ class MirrorStep:
         return out
 
     def handle(self, topic: str, partition: int, offset: int, key: bytes | None,
-               value: bytes | None, event_type: bytes | None) -> list[Output]:
-        """The records to produce for one consumed record; never raises for bad data."""
+               value: bytes | None, event_type: bytes | None,
+               trace: Headers | None = None) -> list[Output]:
+        """The records to produce for one consumed record; never raises for bad data.
+        `trace` (the record's traceparent/tracestate headers) goes onto every score."""
         self.stats.records += 1
         if event_type is not None and event_type != _FEEDBACK_HEADER:
             return []
@@ -174,7 +180,7 @@ class MirrorStep:
         scores_topic = route[1]
         feedback_key = head["event_id"].encode()
         encode = self.codec.encode
-        out = [Output(scores_topic, feedback_key, encode(writer, s)) for s in scores]
+        out = [Output(scores_topic, feedback_key, encode(writer, s), trace) for s in scores]
         self.stats.scores += len(out)
         self.stats.bump(tenant, "scores", len(out))
         _scores_out.add(len(out), {"tenant": tenant})

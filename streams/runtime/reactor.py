@@ -39,7 +39,7 @@ from streams.core.tenancy import tenant_topics
 from streams.runtime.decider import ConsumerFactory, Decider
 from streams.runtime.executor import RunExecutor
 from streams.runtime.matcher import Forward, Matcher, ReactorStats, is_stateful
-from streams.runtime.records import RuleRecords
+from streams.runtime.records import RuleRecords, firing_outputs
 from streams.runtime.root import Runtime
 from streams.runtime.rulebook import RulebookFollower
 
@@ -100,7 +100,8 @@ class Reactor:
             if isinstance(item, Forward):
                 out.append(self.records.forward(item, raw))
             else:
-                out += [self.records.envelope(e) for e in self.matcher.fired(item, envelope)]
+                out += firing_outputs(self.records, self.matcher, item, envelope,
+                                      stage="reactor")
         return out
 
     def handle_batch(self, messages: Sequence[Message]) -> list[Output]:

@@ -10,12 +10,13 @@ from streams.adapters.avro.fast import FastCodec
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.log import envelope_headers
 from streams.adapters.kafka.outputs import Output
+from streams.adapters.tracing import child_span, traced_as, tracing_enabled
 from streams.core.errors import SchemaError
 from streams.core.events import Envelope, Seq
 from streams.core.tenancy import tenant_topics
-from streams.runtime.matcher import Forward, ReactorStats
+from streams.runtime.matcher import Decision, Forward, Matcher, ReactorStats
 
-__all__ = ["HEADER_RULE", "RuleRecords"]
+__all__ = ["HEADER_RULE", "RuleRecords", "firing_outputs"]
 
 HEADER_RULE = "rule"
 
@@ -56,3 +57,20 @@ class RuleRecords:
         return Output(rules_topic, name.encode(), raw or b"",
                       [(HEADER_RULE, name.encode()),
                        ("event_type", envelope.event_type.encode())])
+
+
+def firing_outputs(records: RuleRecords, matcher: Matcher, decision: Decision, cause: Envelope,
+                   *, stage: str) -> list[Output]:
+    """The records a decision writes (`rule_fired`, `run_started`; none for a throttle).
+    With tracing on, a firing is a span `fire <rule>`, child of the causing event's trace
+    context, and its envelopes carry that span's context, so the run continues it."""
+    fired = matcher.fired(decision, cause)
+    if fired and tracing_enabled():
+        rule = decision.rule.name
+        with child_span(f"fire {rule}", cause.trace, attributes={
+                "streams.rule": rule, "streams.tenant": cause.tenant,
+                "streams.workspace": cause.workspace, "streams.stage": stage,
+                "streams.cause_event_id": cause.event_id,
+                "streams.event_id": fired[0].event_id}) as span:
+            fired = [traced_as(e, span) for e in fired]
+    return [records.envelope(e) for e in fired]

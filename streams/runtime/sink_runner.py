@@ -56,6 +56,7 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
+from opentelemetry import trace
 
 from streams.adapters.avro.codec import score_from_record
 from streams.adapters.avro.fast import FastCodec, RegistryUnavailable
@@ -67,6 +68,7 @@ from streams.adapters.kafka.outputs import (
     dead_letter_topic,
     reason_headers,
 )
+from streams.adapters.tracing import batch_span, tracing_enabled
 from streams.core.errors import SchemaError, SinkError, ValidationFailed
 from streams.core.scores import Score
 from streams.core.sinks.base import Rejected, ScoreSink, flush_sink, rejected_of
@@ -601,7 +603,15 @@ class SinkRunner:
     async def _send(self, batch: _Batch) -> bool:
         """Stage 2: hand the batch to the sink, deliver its dead letters, accept it in the
         ledger. False when the runner was stopped before the sink took it."""
-        rejected = await self._record(batch.scores) if batch.scores else []
+        rejected: list[Rejected] | None = []
+        if batch.scores:
+            # The sink's delivery is a span continuing the scores' trace context (the
+            # feedback's, copied onto them by the mirror); see streams.adapters.tracing.
+            traced = list(batch.origin.values()) if tracing_enabled() else []
+            with batch_span(traced, group=self.group,
+                            attributes={"streams.sink": self.identity,
+                                        "streams.scores": len(batch.scores)}):
+                rejected = await self._record(batch.scores)
         if rejected is None:
             return False
         dead = batch.dead
@@ -648,6 +658,8 @@ class SinkRunner:
                 return rejected_of(await self.sink.record(scores))
             except SinkError as exc:
                 self.stats.retries += 1
+                trace.get_current_span().add_event("sink failed; retrying",
+                                                   {"exception.message": str(exc)[:500]})
                 log.warning("sink failed, retrying in %.1fs (cursor stays): %s", backoff, exc)
                 if await self._pause(backoff):
                     return None

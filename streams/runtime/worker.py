@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.adapters.avro.fast import FastCodec
 from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.tracing import configure_tracing
 from streams.core.feedback import FeedbackRegistry
 from streams.core.rules import Rule, RuleSet
 from streams.core.runs import ActionFn
@@ -274,6 +275,7 @@ class Worker:
 
     def run(self, loglevel: str = "warn") -> None:
         """Run the worker until SIGTERM or SIGINT (blocking)."""
+        configure_tracing(self.settings.otlp_traces_endpoint, "streams-worker")
         self.start()
         decider_stop = None
         reactor = self.reactor

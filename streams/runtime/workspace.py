@@ -22,6 +22,7 @@ from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.index import TenantIndex
 from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
+from streams.adapters.tracing import current_trace
 from streams.core.actors import Actor, SystemActor
 from streams.core.capabilities import Capability, Grants, builtin_grants
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
@@ -53,16 +54,6 @@ _feedback_counter = metrics.get_meter("streams").create_counter(
 def _tracer() -> trace.Tracer:
     # Looked up per call, so a tracer provider configured after import is used.
     return trace.get_tracer("streams")
-
-
-def _current_trace() -> TraceContext | None:
-    """The active span's context as W3C trace context, when a span is recording."""
-    context = trace.get_current_span().get_span_context()
-    if not context.is_valid:
-        return None
-    flags = f"{int(context.trace_flags):02x}"
-    return TraceContext(traceparent=f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags}",
-                        tracestate=context.trace_state.to_header() or None)
 
 
 @dataclass(frozen=True)
@@ -220,12 +211,14 @@ class Workspace:
         trace: TraceContext | None = None,
     ) -> Recorded:
         """Append an event as this actor; without a correlation id it starts a new chain.
+        Without `trace` it carries the active span's trace context, if there is one.
 
         Forbidden if the actor (or this handle) may not append events of this type."""
         self._check_append(event.type_name)
         envelope = Envelope.new(
             event, tenant=self.tenant, workspace=self.workspace, actor=self.actor,
-            correlation_id=correlation_id, causation_id=causation_id, trace=trace,
+            correlation_id=correlation_id, causation_id=causation_id,
+            trace=trace if trace is not None else current_trace(),
         )
         return await self.append_envelope(envelope)
 
@@ -373,7 +366,7 @@ class Workspace:
                 value=value_record(feedback),
             )
             recorded = await self.append(event, correlation_id=where.correlation_id,
-                                         causation_id=where.event_id, trace=_current_trace())
+                                         causation_id=where.event_id, trace=current_trace())
             span.set_attribute("streams.seq", str(recorded.seq))
             span.set_attribute("streams.event_id", recorded.id)
         _feedback_counter.add(1, attributes)

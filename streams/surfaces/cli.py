@@ -215,8 +215,10 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
     import asyncio
     import signal
 
+    from streams.adapters.tracing import configure_tracing
     from streams.runtime.sink_runner import OutageTooLong, SinkRunner
 
+    configure_tracing(config.otlp_traces_endpoint, "streams-sink")
     runner = SinkRunner(config, sink, cursor=cursor, replay=replay, batch_size=batch_size)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -145,15 +145,10 @@ async def test_unknown_tenant_is_not_found(client_factory: Callable[..., Any]) -
 async def test_feedback_is_traced_and_carries_its_trace_context(
     tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
 ) -> None:
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from tests.spans import span_exporter
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
+    # The process's one tracer provider is shared with other tests that capture spans.
+    exporter = span_exporter()
     tenant = tenant_factory()
     ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
     await _incident(ws)
