@@ -180,9 +180,10 @@ class MirrorStep:
         self.stats.scores += len(out)
         self.stats.bump(tenant, "scores", len(out))
         if self.on_delay is not None:
+            # The codec keeps timestamps as epoch milliseconds (no logical types).
             sent = head["time"]
-            if isinstance(sent, datetime):
-                self.on_delay(tenant, time.time() - sent.timestamp())
+            seconds = sent.timestamp() if isinstance(sent, datetime) else sent / 1000
+            self.on_delay(tenant, time.time() - seconds)
         return out
 
     def _score_writer(self) -> WriterSchema:
