@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry import metrics as otel
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from streams.core.matching import ReactorStats
 from streams.core.tenancy import parse_topic
@@ -114,7 +114,10 @@ def provider_for(settings: Settings, *, registry: CollectorRegistry | None = Non
     if settings.metrics == "prometheus":
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
-        registry = registry if registry is not None else CollectorRegistry()
+        if registry is None:
+            registry = CollectorRegistry()
+            # The process's CPU, memory and open files, as prometheus-client's default has.
+            ProcessCollector(registry=registry)
         reader = PrometheusMetricReader(registry=registry)
     else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
