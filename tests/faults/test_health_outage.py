@@ -43,12 +43,18 @@ class Probes:
 
     port: int
     seen: list[tuple[float, int, int]] = field(default_factory=list)
+    failing: list[tuple[float, set[str]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
         while not self.stop.is_set():
-            self.seen.append((time.time(), health(self.port, "/healthz")[0],
-                              health(self.port, "/readyz")[0]))
+            live = health(self.port, "/healthz")[0]
+            ready, body = health(self.port, "/readyz")
+            now = time.time()
+            self.seen.append((now, live, ready))
+            if ready == 503:
+                self.failing.append((now, {name for name, said in body["checks"].items()
+                                           if said != "ok"}))
             self.stop.wait(0.25)
 
     def between(self, start: float, end: float) -> list[tuple[float, int, int]]:
@@ -142,9 +148,12 @@ async def test_broker_outage_not_ready_alive_and_recovers(
     dead = read_topic(settings, topics.deadletter, timeout=30, settle=2.0)
     assert dead == [], [r["reason"] for _m, r in dead]
     not_ready = [t for t, _l, r in probes.seen if r == 503]
-    print(f"broker outage {up - down:.1f} s; {len(given)} feedback events, all scored "
+    last_failing = [names for t, names in probes.failing if t > up]
+    print(f"broker outage {up - down:.1f} s (stop-kafka returned, {OUTAGE:.0f} s, start-kafka "
+          "returned); {len(given)} feedback events, all scored "
           f"({repeats} repeats), 0 dead-lettered, no restart; not ready from "
           f"{min(not_ready) - down:+.1f} s to {max(not_ready) - up:+.1f} s around the outage; "
           f"ready {ready_again - up:.1f} s after the broker was back; lag 0 "
           f"{lag_zero_at - up:.1f} s after it was back ({lag_zero_at - stopped_giving:.1f} s "
-          "after the last feedback was acknowledged)")
+          "after the last feedback was acknowledged); failing checks after the broker was "
+          f"back: {sorted(set().union(*last_failing)) if last_failing else 'none'}")
