@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["Samples", "get", "health", "scrape"]
+from streams.settings import Settings
+from tests.conftest import REPO
+
+__all__ = ["Samples", "get", "health", "scrape", "start_duckdb_sink"]
+
+
+def start_duckdb_sink(settings: Settings, tmp_path: Path,
+                      cursor: str = "warehouse") -> subprocess.Popen[bytes]:
+    """`streams sink duckdb` on `settings` with a cursor, its output in tmp_path/sink.log
+    (the caller stops it)."""
+    with (tmp_path / "sink.log").open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "streams", "sink", "duckdb", "--path",
+             str(tmp_path / "w.duckdb"), "--cursor", cursor],
+            env=settings.child_env(), stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
 
 
 def get(port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,22 +16,13 @@ from streams.core.targets import ChainTarget, RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
 from streams.settings import Settings
-from tests.conftest import REPO, WorkerProcess, _free_port, wait_until
-from tests.scrape import Samples, health, scrape
+from tests.conftest import WorkerProcess, _free_port, wait_until
+from tests.scrape import Samples, health, scrape, start_duckdb_sink
 
 RUNS = 12
 EVENTS = RUNS * 4  # app event, run_started, two feedback
 FEEDBACK = RUNS * 2
 SCORES = RUNS * 4  # triage_quality: correct, severity (no note); resolution: resolved, minutes
-
-
-def _start_sink(settings: Settings, tmp_path: Path) -> subprocess.Popen[bytes]:
-    """`streams sink duckdb` with the warehouse cursor, its output in sink.log."""
-    with (tmp_path / "sink.log").open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "streams", "sink", "duckdb", "--path",
-             str(tmp_path / "w.duckdb"), "--cursor", "warehouse"],
-            env=settings.child_env(), stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
 
 
 def _scraper(port: int, stop: threading.Event, seen: list[Samples]) -> None:
@@ -53,7 +42,7 @@ async def test_scrape_during_a_run_matches_what_was_sent(
     topics = tenant_topics(tenant, settings.topic_prefix)
     worker_port, sink_port = _free_port(), _free_port()
     worker = worker_factory(STREAMS_HEALTH_PORT=str(worker_port))
-    sink = _start_sink(settings.replace(health_port=sink_port), tmp_path)
+    sink = start_duckdb_sink(settings.replace(health_port=sink_port), tmp_path)
     try:
         for port in (worker_port, sink_port):
             wait_until(lambda p=port: health(p, "/readyz")[0] == 200, 120,
