@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from streams.runtime.mirror import MirrorStep
     from streams.runtime.sink_runner import SinkRunner
 
-__all__ = ["DELAY_BUCKETS", "INSTRUMENTS", "Installed", "Metrics", "install", "provider_for",
-           "shared"]
+__all__ = ["DELAY_BUCKETS", "INSTRUMENTS", "Installed", "Metrics", "install", "process_metrics",
+           "provider_for", "shared"]
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,13 @@ def install(settings: Settings, *, service: str = "feedback-streams") -> Install
             if _installed.provider is not None:
                 otel.set_meter_provider(_installed.provider)
         return _installed
+
+
+def process_metrics(settings: Settings) -> Metrics:
+    """Install the meter provider the settings choose (once) and return the process's
+    `Metrics`."""
+    install(settings)
+    return shared()
 
 
 def shared() -> Metrics:

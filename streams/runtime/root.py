@@ -29,7 +29,7 @@ from streams.adapters.kafka import config
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.delivery import Delivery
 from streams.core.feedback import FeedbackRegistry, registry
-from streams.runtime.metrics import Metrics, install, shared
+from streams.runtime.metrics import Metrics, process_metrics
 from streams.runtime.workspace import StreamsClient
 from streams.settings import Settings
 
@@ -124,7 +124,7 @@ class Runtime:
     def metrics(self) -> Metrics:
         """The process's instruments; the first use installs the meter provider that
         STREAMS_METRICS chooses (one per process, streams.runtime.metrics)."""
-        return self._once("metrics", lambda: (install(self.settings), shared())[1])
+        return self._once("metrics", lambda: process_metrics(self.settings))
 
     def consumer(self, group: str, **extra: Any) -> Consumer:
         """A new consumer-group member (each caller owns and closes its own)."""
