@@ -6,12 +6,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.core.matching import ReactorStats
 from streams.runtime.batch import BatchLoop
-from streams.runtime.metrics import INSTRUMENTS, Metrics, provider_for
+from streams.runtime.metrics import INSTRUMENTS, DelayHistogram, Metrics, provider_for
 from streams.runtime.mirror import MirrorStats
 from streams.runtime.sink_runner import SinkStats
 from streams.settings import Settings
@@ -28,11 +29,18 @@ def _scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str
     return samples
 
 
-def _metrics() -> tuple[Metrics, CollectorRegistry]:
+def _metrics(local_delays: bool = True) -> tuple[Metrics, CollectorRegistry]:
+    """Instruments exported through a Prometheus reader; the delays counted by the process's
+    own DelayHistogram (what a worker does with Prometheus), or recorded as OpenTelemetry
+    histograms (what it does with OTLP)."""
     registry = CollectorRegistry()
     installed = provider_for(Settings(metrics="prometheus"), registry=registry)
     assert installed.provider is not None and installed.registry is registry
-    return Metrics(installed.provider.get_meter("test")), registry
+    return Metrics(installed.provider.get_meter("test"),
+                   registry=registry if local_delays else None), registry
+
+
+DELAYS = pytest.mark.parametrize("local_delays", [True, False], ids=["prometheus", "otel"])
 
 
 def _loop(name: str, group: str) -> BatchLoop:
@@ -40,8 +48,9 @@ def _loop(name: str, group: str) -> BatchLoop:
                      step=lambda _m: [], name=name)
 
 
-def test_worker_metrics_by_tenant_loop_outcome_and_partition() -> None:
-    metrics, registry = _metrics()
+@DELAYS
+def test_worker_metrics_by_tenant_loop_outcome_and_partition(local_delays: bool) -> None:
+    metrics, registry = _metrics(local_delays)
     loop = _loop("feedback-mirror", "fs-feedback-mirror")
     loop.records_per_topic.update({"fs.acme.events": 7, "fs.beta.events": 2, "other": 5})
     loop.topics_seen.update({"fs.acme.events", "fs.beta.events", "fs._control"})
@@ -89,8 +98,9 @@ def test_worker_metrics_by_tenant_loop_outcome_and_partition() -> None:
     assert got[("streams_mirror_delay_seconds_bucket", (("le", "5.0"), ("tenant", "acme")))] == 2
 
 
-def test_sink_metrics() -> None:
-    metrics, registry = _metrics()
+@DELAYS
+def test_sink_metrics(local_delays: bool) -> None:
+    metrics, registry = _metrics(local_delays)
     stats = SinkStats(scores=9, retries=2, rejected=1, undecodable=3, outage_waits=4,
                       per_tenant={"acme": 9})
     lag = SimpleNamespace(group="fs.sink.dw", snapshot=lambda: {("fs.acme.scores", 2): 11})
@@ -105,10 +115,28 @@ def test_sink_metrics() -> None:
     assert got[("streams_consumer_lag", (("group", "fs.sink.dw"), ("partition", "2"),
                                          ("topic", "fs.acme.scores")))] == 11
     assert got[("streams_sink_delay_seconds_count", (("sink", "dw"),))] == 3
+    assert got[("streams_sink_delay_seconds_bucket", (("le", "0.025"), ("sink", "dw")))] == 1
+    assert got[("streams_sink_delay_seconds_bucket", (("le", "+Inf"), ("sink", "dw")))] == 3
+    assert got[("streams_sink_delay_seconds_sum", (("sink", "dw"),))] == pytest.approx(20.22)
 
 
-def test_every_declared_instrument_is_exported_with_its_labels() -> None:
-    metrics, registry = _metrics()
+def test_delay_histogram_buckets_are_cumulative_and_consistent() -> None:
+    histogram = DelayHistogram("x_delay_seconds", "d", "tenant", buckets=(0.1, 1.0))
+    for seconds in (0.05, 0.1, 0.5, 3.0, -1.0):
+        histogram.observe("acme", seconds)
+    [family] = list(histogram.collect())
+    samples = {(s.name, s.labels.get("le")): s.value for s in family.samples}
+    # a value on a bound falls in that bucket (le); clock skew counts as 0
+    assert samples[("x_delay_seconds_bucket", "0.1")] == 3
+    assert samples[("x_delay_seconds_bucket", "1.0")] == 4
+    assert samples[("x_delay_seconds_bucket", "+Inf")] == 5
+    assert samples[("x_delay_seconds_count", None)] == 5
+    assert samples[("x_delay_seconds_sum", None)] == pytest.approx(3.65)
+
+
+@DELAYS
+def test_every_declared_instrument_is_exported_with_its_labels(local_delays: bool) -> None:
+    metrics, registry = _metrics(local_delays)
     loop = _loop("rules-reactor", "g")
     loop.records_per_topic["fs.acme.events"] = 1
     loop.topics_seen.add("fs.acme.events")
