@@ -1,5 +1,6 @@
 """Metrics and health of a running worker and sink on the real broker: feedback given while
-/metrics is scraped; the counts match what was sent, and the consumer lag returns to 0."""
+/metrics is scraped; the counts match what was sent, and the consumer lag returns to 0; a
+worker with rules counts its runs by outcome."""
 
 from __future__ import annotations
 
@@ -119,3 +120,43 @@ async def test_scrape_during_a_run_matches_what_was_sent(
             sink.terminate()
             sink.wait(30)
         worker.stop()
+
+
+async def test_runs_by_outcome_and_rule_matches_are_scraped(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    """A worker with rules: three runs that succeed on their second attempt and one whose
+    three attempts fail; /metrics counts them by outcome."""
+    tenant = tenant_factory()
+    port = _free_port()
+    worker_factory("--rules", "tests.integration.rules_fixture",
+                   types="streams.examples.ops,streams.core.judges",
+                   STREAMS_HEALTH_PORT=str(port))
+    await asyncio.to_thread(wait_until, lambda: health(port, "/readyz")[0] == 200, 120,
+                            "the worker to be ready")
+    ada = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    for i in range(3):
+        await ada.append(AppEvent(name="t:flaky", data={"i": i}))
+    await ada.append(AppEvent(name="t:broken"))
+
+    def counted() -> Samples | None:
+        s = scrape(port)
+        if s and s.total("streams_runs_total", outcome="succeeded") >= 3 \
+                and s.total("streams_runs_total", outcome="dead_lettered") >= 1:
+            return s
+        return None
+
+    got = await asyncio.to_thread(wait_until, counted, 120, "four runs to finish")
+    await asyncio.sleep(1.0)  # nothing is counted twice afterwards
+    again = scrape(port)
+    assert again is not None
+    for s in (got, again):
+        assert s.total("streams_runs_total", outcome="succeeded") == 3
+        assert s.total("streams_runs_total", outcome="failed_attempt") == 3 + 3
+        assert s.total("streams_runs_total", outcome="dead_lettered") == 1
+        assert s.total("streams_runs_started_total") == 4
+        assert s.total("streams_rules_matches_total", result="fired") == 4
+    assert again.total("streams_events_consumed_total", loop="rules-reactor",
+                       tenant=tenant) >= 4
+    assert again.total("streams_tenants_discovered_total", loop="rules-reactor") == 1
