@@ -4,7 +4,10 @@ Three implementations read the same N feedback_given events from one tenant's ev
 - the tuned floor (bench/floor.py): the job done as fast as Python can here;
 - the mirror's batch data path in this process (BatchLoop + MirrorStep: decode, validate,
   map, encode, produce, commit after delivery), the code the worker runs;
-- `streams worker` as a separate process (start-up and group join excluded, reported apart).
+- `streams worker` as a separate process (start-up and group join excluded, reported apart);
+- with `--metrics`, the in-process loop again with the worker's metrics on (the per-feedback
+  delay histogram, the observable counts and the lag tracker, a Prometheus reader scraped
+  every second), so the metrics' cost is the ratio of the two in-process runs.
 Every output is checked: the floor's and the mirror's score records must be byte for byte the
 same multiset, N x 3 of them.
 
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -121,8 +125,10 @@ def run_faust(settings: Settings, tenant: str, n: int, batch: int, *, workers: i
             "rate": n / max(last - first, 1e-9)}
 
 
-def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int) -> dict[str, float]:
-    """The worker's data path in this process: BatchLoop over MirrorStep."""
+def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
+                     metrics: bool = False) -> dict[str, float]:
+    """The worker's data path in this process: BatchLoop over MirrorStep (with the worker's
+    metrics, scraped every second, when `metrics`)."""
     import threading
 
     from streams.adapters.avro.fast import FastCodec
@@ -137,14 +143,32 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int) -> dic
         producer_config=producer_config(settings, **{"linger.ms": 20,
                                                      "batch.num.messages": 10000}),
         subscription=[events], step=step.handle_batch, batch_size=batch)
+    scrape: Callable[[], object] = lambda: None  # noqa: E731
+    if metrics:
+        from prometheus_client import generate_latest
+
+        from streams.runtime.metrics import Metrics, provider_for
+
+        installed = provider_for(settings.replace(metrics="prometheus"))
+        assert installed.provider is not None and installed.registry is not None
+        instruments = Metrics(installed.provider.get_meter("bench"), registry=installed.registry)
+        instruments.watch_loop(loop, settings.topic_prefix)
+        instruments.watch_mirror(step)
+        step.on_delay = instruments.mirror_delay
+        registry = installed.registry
+        scrape = lambda: generate_latest(registry)  # noqa: E731
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
     started = time.monotonic()
     thread.start()
     first = None
+    scraped = started
     while loop.stats.records < n:
         if first is None and loop.stats.records:
             first = time.monotonic()
+        if time.monotonic() - scraped >= 1.0:
+            scrape()
+            scraped = time.monotonic()
         if time.monotonic() - started > 600:
             raise SystemExit(f"batch mirror handled {loop.stats.records}/{n} in 600 s")
         time.sleep(0.01)
@@ -175,6 +199,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--metrics", action="store_true",
+                        help="also run the in-process loop with the worker's metrics on")
     parser.add_argument("--no-worker", action="store_true",
                         help="skip the `streams worker` subprocess run")
     parser.add_argument("--traced", action="store_true",
@@ -220,6 +246,14 @@ def main() -> None:
     if args.traced:
         provider.force_flush()
         line += f" spans={exporter.spans} links={exporter.links}"
+    if args.metrics:
+        console.print("batch mirror with the worker's metrics on (in process)...")
+        measured = run_batch_mirror(settings, tenant, args.events, args.batch, metrics=True)
+        console.print(f"  {measured['rate']:,.0f} feedback/s ({measured['seconds']:.1f}s)")
+        line += (f" metrics_mirror_rate={measured['rate']:.0f}/s "
+                 f"metrics_mirror_ratio={measured['rate'] / floor['rate']:.2f} "
+                 f"metrics_cost={1 - measured['rate'] / mirror['rate']:+.1%}")
+        runs += 1
 
     floor_values = topic_values(settings, floor_topic, want)
     mirror_values = topic_values(settings, topics.scores, want * runs)

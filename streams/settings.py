@@ -190,6 +190,16 @@ class Settings:
         600.0, "STREAMS_OUTAGE_LIMIT", "seconds a sink runner or a worker's loops wait out an "
         "unreachable broker or schema registry (retrying commits and schema lookups) "
         "before the process gives up and exits", positive=True)
+    # -- metrics and health -----------------------------------------------------------------
+    metrics: str = _setting(
+        "prometheus", "STREAMS_METRICS", "where a worker's or sink runner's metrics go: "
+        "`prometheus` (served on /metrics of the health port), `otlp` (pushed by the "
+        "OpenTelemetry OTLP/HTTP exporter, configured by the standard OTEL_EXPORTER_OTLP_* "
+        "variables) or `none`", choices=("prometheus", "otlp", "none"))
+    health_port: int = _setting(
+        9464, "STREAMS_HEALTH_PORT", "port on 127.0.0.1 where a worker or sink runner "
+        "serves /healthz, /readyz and (with STREAMS_METRICS=prometheus) /metrics; 0 serves "
+        "nothing", minimum=0)
     # -- sinks ------------------------------------------------------------------------------
     sink_batch_size: int = _setting(500, "STREAMS_SINK_BATCH_SIZE",
                                     "scores per batch of a sink runner", minimum=1)

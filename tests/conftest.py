@@ -132,7 +132,10 @@ def settings(stack: Stack) -> Settings:
     """Settings for one test: the session's stack and a topic prefix no other test uses."""
     return Settings(bootstrap_servers=stack.bootstrap_servers,
                     schema_registry_url=stack.schema_registry_url,
-                    topic_prefix=unique("t"), partitions=3, discovery_interval=0.5)
+                    topic_prefix=unique("t"), partitions=3, discovery_interval=0.5,
+                    # Workers and sinks a test starts serve no health port unless the test
+                    # asks (STREAMS_HEALTH_PORT): many run at once on this machine.
+                    health_port=0)
 
 
 @pytest.fixture

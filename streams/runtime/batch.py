@@ -34,6 +34,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streams.adapters.avro.fast import RegistryUnavailable
+from streams.adapters.kafka.lag import LagTracker
 from streams.adapters.kafka.outputs import Output
 from streams.adapters.tracing import batch_span
 from streams.core.errors import KafkaUnavailable
@@ -109,6 +110,12 @@ class BatchLoop:
         self._producer: Producer | None = None
         self._outage_since: float | None = None
         self._ready = threading.Event()
+        # What the metrics and health endpoints read (from another thread): written here only.
+        self.lag = LagTracker(str(consumer_config.get("group.id", name)))
+        self.records_per_topic: dict[str, int] = {}
+        self.topics_seen: set[str] = set()
+        self.turned_at = time.monotonic()
+        self.running = False
 
     # -- delivery ------------------------------------------------------------------------
 
@@ -195,8 +202,13 @@ class BatchLoop:
 
     # -- outages -------------------------------------------------------------------------
 
+    @property
+    def in_outage(self) -> bool:
+        """Whether the loop is waiting out an unreachable broker or registry now."""
+        return self._outage_since is not None
+
     def _wait_outage(self, problem: str) -> None:
-        now = time.monotonic()
+        now = self.turned_at = time.monotonic()
         if self._outage_since is None:
             self._outage_since = now
             log.warning("%s: %s; waiting and retrying (limit %.0f s)", self.name, problem,
@@ -217,6 +229,7 @@ class BatchLoop:
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
+        self.topics_seen |= {tp.topic for tp in partitions}
         self._ready.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -249,8 +262,11 @@ class BatchLoop:
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
         batches_since_commit = 0
         last_commit = time.monotonic()
+        self.running = True
         try:
             while not stop.is_set():
+                self.turned_at = time.monotonic()
+                self.lag.update(consumer)
                 messages = self._next_batch(consumer)
                 if self._failed:
                     self._rewind(consumer)
@@ -267,6 +283,7 @@ class BatchLoop:
                     last_commit = now
             self._commit(consumer, producer)
         finally:
+            self.running = False
             producer.flush(self.flush_timeout)
             consumer.close()
             self._consumer = self._producer = None
@@ -307,9 +324,12 @@ class BatchLoop:
         self._outage_over()
         self._produce(producer, outputs)
         done = self._done
+        per_topic = self.records_per_topic
         for msg in messages:
             if msg.error() is None:
-                done[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
+                topic = msg.topic() or ""
+                done[(topic, msg.partition() or 0)] = (msg.offset() or 0) + 1
+                per_topic[topic] = per_topic.get(topic, 0) + 1
         self.stats.batches += 1
         self.stats.records += len(messages)
         self.stats.outputs += len(outputs)

@@ -9,17 +9,20 @@ records and encodes them. It never raises for bad data: such a record becomes a 
 with its reason; feedback of a type this process does not register is skipped and counted. It
 raises `RegistryUnavailable` when a schema cannot be fetched now: that is an outage, and the
 caller retries the batch later instead of dead-lettering good data.
+
+Its counts (`MirrorStats`, per tenant) are what the exported metrics read
+(streams.runtime.metrics): the hot path adds to plain integers, never to an instrument; the
+one measurement made per feedback is its delay (`on_delay`, given by the worker).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
-
-from opentelemetry import metrics
 
 from streams.adapters.avro.codec import score_records
 from streams.adapters.avro.fast import FastCodec, RegistryUnavailable, WriterSchema
@@ -42,10 +45,6 @@ __all__ = ["MirrorStats", "MirrorStep"]
 
 log = logging.getLogger(__name__)
 
-_meter = metrics.get_meter("streams.mirror")
-_scores_out = _meter.create_counter("streams.mirror.scores", description="scores produced")
-_skipped = _meter.create_counter("streams.mirror.skipped", description="feedback of unknown type")
-_dead = _meter.create_counter("streams.mirror.dead_letters", description="records dead-lettered")
 _FEEDBACK_HEADER = FEEDBACK_GIVEN.encode()
 
 
@@ -71,8 +70,12 @@ class MirrorStep:
     """Turns feedback_given records into Score records on the tenant's scores topic."""
 
     def __init__(self, codec: FastCodec, *, prefix: str = "fs",
-                 types: FeedbackRegistry | None = None) -> None:
+                 types: FeedbackRegistry | None = None,
+                 on_delay: Callable[[str, float], None] | None = None) -> None:
         self.codec = codec
+        # Called per scored feedback with its tenant and the seconds from the feedback's
+        # event time to now, when its scores are handed to the producer.
+        self.on_delay = on_delay
         self.prefix = prefix
         self.types = types or registry
         self.stats = MirrorStats()
@@ -150,7 +153,6 @@ class MirrorStep:
             if known is None:
                 self.stats.skipped_unknown_type += 1
                 self.stats.bump(tenant, "skipped")
-                _skipped.add(1, {"tenant": tenant})
                 return []
             cls, configs = known
             target = record["target"]
@@ -183,7 +185,11 @@ class MirrorStep:
         out = [Output(scores_topic, feedback_key, encode(writer, s), trace) for s in scores]
         self.stats.scores += len(out)
         self.stats.bump(tenant, "scores", len(out))
-        _scores_out.add(len(out), {"tenant": tenant})
+        if self.on_delay is not None:
+            # The codec keeps timestamps as epoch milliseconds (no logical types).
+            sent = head["time"]
+            seconds = sent.timestamp() if isinstance(sent, datetime) else sent / 1000
+            self.on_delay(tenant, time.time() - seconds)
         return out
 
     def _score_writer(self) -> WriterSchema:
@@ -196,7 +202,6 @@ class MirrorStep:
         tenant = route[0] if route else "?"
         self.stats.dead_letters += 1
         self.stats.bump(tenant, "dead_letters")
-        _dead.add(1, {"tenant": tenant})
         record = dead_letter_record(topic=topic, partition=partition, offset=offset, key=key,
                                     value=value, reason=reason, stage=stage,
                                     time=int(time.time() * 1000))

@@ -7,6 +7,7 @@
     runtime.client          # StreamsClient, the workspace handle, on the same producer/serde
     runtime.consumer(group) # a consumer-group member
     runtime.faust_settings()  # what faust.App needs for these brokers and this security
+    runtime.metrics         # the process's instruments, exported as STREAMS_METRICS says
 
 Every client is created on first use, and none on construction, so building a Runtime (and
 the worker, sink runner or demo on top of it) does no network I/O. Every configuration comes
@@ -28,6 +29,7 @@ from streams.adapters.kafka import config
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.delivery import Delivery
 from streams.core.feedback import FeedbackRegistry, registry
+from streams.runtime.metrics import Metrics, process_metrics
 from streams.runtime.workspace import StreamsClient
 from streams.settings import Settings
 
@@ -117,6 +119,12 @@ class Runtime:
         """The workspace handle, on the shared producer and serde."""
         return self._once("client", lambda: StreamsClient(
             self.settings, types=self.types, serde=self.serde, producer=self.producer))
+
+    @property
+    def metrics(self) -> Metrics:
+        """The process's instruments; the first use installs the meter provider that
+        STREAMS_METRICS chooses (one per process, streams.runtime.metrics)."""
+        return self._once("metrics", lambda: process_metrics(self.settings))
 
     def consumer(self, group: str, **extra: Any) -> Consumer:
         """A new consumer-group member (each caller owns and closes its own)."""

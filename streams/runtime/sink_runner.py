@@ -44,7 +44,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -62,6 +62,7 @@ from streams.adapters.avro.codec import score_from_record
 from streams.adapters.avro.fast import FastCodec, RegistryUnavailable
 from streams.adapters.avro.schemas import dead_letter_schema, fullname, score_schema
 from streams.adapters.kafka.delivery import Delivery
+from streams.adapters.kafka.lag import LagTracker
 from streams.adapters.kafka.outputs import (
     Output,
     dead_letter_record,
@@ -259,6 +260,11 @@ class _Outage:
             self._tries += 1
             return float(min(5.0, 0.2 * 2 ** min(self._tries - 1, 5)))
 
+    @property
+    def since(self) -> float | None:
+        """When the outage began (monotonic), None when there is none."""
+        return self._since
+
     def over(self) -> None:
         """The thing answered again: log the recovery once."""
         with self._lock:
@@ -330,6 +336,22 @@ class SinkRunner:
         self._delivery: Delivery | None = None
         self._unknown_ids: dict[int, str] = {}
         self._draining = False
+        # Read by the metrics and health endpoints (streams.runtime.health), from their thread.
+        self.name = self.label = cursor or "no-cursor"
+        self.lag = LagTracker(self.group)
+        self.running = False
+        self.turned_at = time.monotonic()
+        self._assigned = threading.Event()
+        self.on_delays: Callable[[str, Sequence[float]], None] | None = None
+
+    @property
+    def in_outage(self) -> bool:
+        """Whether the runner is waiting out an unreachable broker or registry now."""
+        return self._broker.since is not None or self._registry.since is not None
+
+    def wait_assigned(self, timeout: float) -> bool:
+        """Block until the runner has been assigned partitions at least once."""
+        return self._assigned.wait(timeout)
 
     @property
     def codec(self) -> FastCodec:
@@ -393,6 +415,7 @@ class SinkRunner:
             consumer.assign(partitions)
         except KafkaException as exc:
             self._error = exc
+        self._assigned.set()
 
     def stop(self) -> None:
         """Ask the runner to finish the batch it is sending, flush the sink (if it has a
@@ -411,8 +434,10 @@ class SinkRunner:
         fetching = asyncio.create_task(self._fetch_loop(ready))
         committing = asyncio.create_task(self._commit_loop())
         sending: set[asyncio.Task[bool]] = set()
+        self.running = True
         try:
             while not self._stopping.is_set():
+                self.turned_at = time.monotonic()
                 if self._error is not None:
                     raise self._error
                 for task in [t for t in sending if t.done()]:
@@ -440,6 +465,7 @@ class SinkRunner:
             await committing
             await flush_sink(self.sink)
         finally:
+            self.running = False
             self._stopping.set()
             self._commit_wanted.set()
             tasks: list[asyncio.Task[Any]] = [fetching, committing, *sending]
@@ -503,6 +529,8 @@ class SinkRunner:
             await ready.put(batch)
 
     def _consume(self) -> list[Message]:
+        self.turned_at = time.monotonic()
+        self.lag.update(self.consumer)
         try:
             messages = self.consumer.consume(self.batch_size, self.batch_wait)
         except KafkaException as exc:
@@ -634,6 +662,9 @@ class SinkRunner:
         for score in batch.scores:
             tenant = score.source.tenant
             per_tenant[tenant] = per_tenant.get(tenant, 0) + 1
+        if self.on_delays is not None and batch.scores:
+            now = time.time()
+            self.on_delays(self.label, [now - s.timestamp.timestamp() for s in batch.scores])
         stats.batches += 1
         self._ledger.accept(batch.seq)
         self._commit_wanted.set()

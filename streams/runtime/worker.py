@@ -43,6 +43,7 @@ from streams.core.runs import ActionFn
 from streams.core.tenancy import parse_topic, tenant_topics
 from streams.runtime.batch import BatchLoop
 from streams.runtime.decider import start_decider
+from streams.runtime.health import serve_worker
 from streams.runtime.mirror import MirrorStep
 from streams.runtime.reactor import Reactor
 from streams.runtime.root import Runtime
@@ -300,11 +301,14 @@ class Worker:
             loops.append((self.rulebook.run, "rulebook"))
         threads = [threading.Thread(target=run_or_exit, args=(name, loop, stop),
                                     name=name, daemon=True) for loop, name in loops]
+        health = serve_worker(self)  # metrics exported, /healthz and /readyz served
         for thread in threads:
             thread.start()
         try:
             worker.execute_from_commandline()
         finally:
+            if health is not None:
+                health.stop()
             stop.set()
             for thread in threads:
                 thread.join(60.0)

@@ -216,10 +216,12 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
     import signal
 
     from streams.adapters.tracing import configure_tracing
+    from streams.runtime.health import serve_sink
     from streams.runtime.sink_runner import OutageTooLong, SinkRunner
 
     configure_tracing(config.otlp_traces_endpoint, "streams-sink")
     runner = SinkRunner(config, sink, cursor=cursor, replay=replay, batch_size=batch_size)
+    health = serve_sink(runner)  # metrics exported, /healthz and /readyz served
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, runner.stop)
@@ -239,6 +241,8 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
     finally:
         if reporter is not None:
             reporter.cancel()
+        if health is not None:
+            health.stop()
     print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
 
 

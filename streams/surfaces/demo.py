@@ -235,7 +235,10 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                    "--cursor", f"demo-{os.getpid()}"],
                   settings.replace(langfuse_host=standin.url,
                                    langfuse_public_key=standin.public_key,
-                                   langfuse_secret_key=standin.secret_key).child_env(),
+                                   langfuse_secret_key=standin.secret_key,
+                                   # The worker has the health port; the sink the next one.
+                                   health_port=settings.health_port + 1
+                                   if settings.health_port else 0).child_env(),
                   sink_log)
     console.print(f"Langfuse sink started (pid {sink.pid}) into the Langfuse stand-in at "
                   f"{standin.url}")
