@@ -197,9 +197,13 @@ class Settings:
         "OpenTelemetry OTLP/HTTP exporter, configured by the standard OTEL_EXPORTER_OTLP_* "
         "variables) or `none`", choices=("prometheus", "otlp", "none"))
     health_port: int = _setting(
-        9464, "STREAMS_HEALTH_PORT", "port on 127.0.0.1 where a worker or sink runner "
-        "serves /healthz, /readyz and (with STREAMS_METRICS=prometheus) /metrics; 0 serves "
-        "nothing", minimum=0)
+        9464, "STREAMS_HEALTH_PORT", "port where a worker or sink runner serves /healthz, "
+        "/readyz and (with STREAMS_METRICS=prometheus) /metrics, on STREAMS_HEALTH_HOST; 0 "
+        "serves nothing", minimum=0)
+    health_host: str = _setting(
+        "127.0.0.1", "STREAMS_HEALTH_HOST", "address the health and metrics endpoints bind "
+        "to: loopback by default; 0.0.0.0 in a container, where probes and scrapers come "
+        "from outside the pod")
     # -- sinks ------------------------------------------------------------------------------
     sink_batch_size: int = _setting(500, "STREAMS_SINK_BATCH_SIZE",
                                     "scores per batch of a sink runner", minimum=1)

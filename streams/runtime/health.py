@@ -10,7 +10,8 @@ answer JSON: `{"status": "ok" | "failing", "checks": {name: "ok" | what is wrong
 
 So a broker outage makes a worker not ready but still alive (its loops wait and turn), and it
 becomes ready again by itself once the broker answers. The server is a stdlib
-`ThreadingHTTPServer` in a daemon thread bound to 127.0.0.1:`STREAMS_HEALTH_PORT` (0: none).
+`ThreadingHTTPServer` in a daemon thread bound to `STREAMS_HEALTH_HOST`:`STREAMS_HEALTH_PORT`
+(127.0.0.1 by default; port 0: none).
 The broker and registry checks make one request each, at most once a second (cached), with a
 2-second timeout, so probing never loads the servers; the checks are functions, so the
 readiness logic is tested without a broker (tests/runtime/test_health.py).
@@ -295,7 +296,7 @@ def serve_worker(worker: Worker) -> HealthServer | None:
         settings.health_port,
         live={loop.name: loop_alive(loop, stale) for loop in loops},
         ready={**_servers(worker.runtime), **{loop.name: loop_ready(loop) for loop in loops}},
-        registry=installed.registry)
+        registry=installed.registry, host=settings.health_host)
     return server if server.start() else None
 
 
@@ -313,5 +314,5 @@ def serve_sink(runner: SinkRunner) -> HealthServer | None:
     server = HealthServer(settings.health_port,
                           live={"sink": loop_alive(runner, stale)},
                           ready={**_servers(runner.runtime), "sink": loop_ready(runner)},
-                          registry=installed.registry)
+                          registry=installed.registry, host=settings.health_host)
     return server if server.start() else None
