@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.index import TenantIndex
 from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
 from streams.adapters.tracing import current_trace
-from streams.core.actors import Actor, SystemActor
+from streams.core.actors import Actor, AnyActor, SystemActor
 from streams.core.capabilities import Capability, Grants, builtin_grants
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
 from streams.core.events import Envelope, Event, FeedbackGiven, RuleFired, Seq, TraceContext
@@ -34,6 +35,8 @@ from streams.core.feedback import (
     validate_feedback,
     value_record,
 )
+from streams.core.proposals.evaluator import EVALUATOR
+from streams.core.proposals.fold import ProposalFold
 from streams.core.runs import RunRecord, latest_runs, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
@@ -45,6 +48,7 @@ from streams.core.view import (
     not_found,
     target_key,
 )
+from streams.runtime.proposal_folds import ProposalFolds
 from streams.settings import Settings
 
 _feedback_counter = metrics.get_meter("streams").create_counter(
@@ -76,20 +80,28 @@ class _TenantLog:
         self.index = LogIndex()
         self.envelopes: list[Envelope] = []
         self.by_id: dict[str, Envelope] = {}
+        self.proposals = ProposalFolds()
         # A thread lock, not an asyncio one: the client may be used from several event loops.
         self.lock = threading.Lock()
+        self.caught_up_at = float("-inf")
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, asked: float) -> None:
         with self.lock:
+            # A catch-up that started after this one was asked for read everything
+            # acknowledged before it: concurrent callers share one read.
+            if self.caught_up_at >= asked:
+                return
+            started = time.monotonic()
             for envelope in decode_envelopes(self.serde, self.reader.read_to_end(),
                                              on_error=lambda _m, _e: None):
                 self.index.apply(envelope)
                 self.envelopes.append(envelope)
                 self.by_id[envelope.event_id] = envelope
+            self.caught_up_at = started
 
     async def catch_up(self) -> None:
         """Read to the end of the log as it is now, folding every envelope into the index."""
-        await asyncio.to_thread(self._catch_up)
+        await asyncio.to_thread(self._catch_up, time.monotonic())
 
 
 class StreamsClient:
@@ -383,6 +395,18 @@ class Workspace:
         log = self.client.tenant_log(self.tenant)
         await log.catch_up()
         return [e for e in log.envelopes if e.workspace == self.workspace]
+
+    async def proposal_fold(self, evaluator: AnyActor = EVALUATOR) -> ProposalFold:
+        """This workspace's artifact ledger and the proposals `evaluator` scored, up to the
+        log's end as of the call (`ProposalSource`, the proposal-outcome rule's port).
+
+        Reads the log from where this process stopped and folds only those records into a
+        fold kept per workspace, so a call costs what was appended since the last one.
+        """
+        log = self.client.tenant_log(self.tenant)
+        await log.catch_up()
+        return await asyncio.to_thread(log.proposals.fold, log.envelopes, self.workspace,
+                                       evaluator)
 
     async def runs(self, *, rule: str | None = None, limit: int | None = None,
                    ) -> list[RunRecord]:
