@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import Message, Producer
 from opentelemetry import metrics, trace
@@ -27,13 +28,27 @@ from streams.adapters.tracing import current_trace
 from streams.core.actors import Actor, AnyActor, SystemActor
 from streams.core.capabilities import Capability, Grants, builtin_grants
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
-from streams.core.events import Envelope, Event, FeedbackGiven, RuleFired, Seq, TraceContext
+from streams.core.events import (
+    Change,
+    Envelope,
+    Event,
+    FeedbackGiven,
+    RuleFired,
+    Seq,
+    TraceContext,
+)
 from streams.core.feedback import (
     Feedback,
     FeedbackRegistry,
     registry,
     validate_feedback,
     value_record,
+)
+from streams.core.proposals.checks import (
+    artifact_to_create,
+    change_of,
+    proposal_to_make,
+    resolution_to_record,
 )
 from streams.core.proposals.evaluator import EVALUATOR
 from streams.core.proposals.fold import ProposalFold
@@ -407,6 +422,51 @@ class Workspace:
         await log.catch_up()
         return await asyncio.to_thread(log.proposals.fold, log.envelopes, self.workspace,
                                        evaluator)
+
+    async def create_artifact(self, artifact_id: str, content: Mapping[str, str], *,
+                              kind: str = "note") -> Recorded:
+        """Record a new artifact (its first version, by this actor), in a chain of its own.
+
+        ValidationFailed if the id is taken in this workspace or the content is not text
+        fields. Checked against the workspace's proposal fold (see `proposal_fold`).
+        """
+        fold = await self.proposal_fold()
+        return await self.append(artifact_to_create(fold.ledger, artifact_id, content, kind))
+
+    async def propose(self, artifact_id: str, change: Change | Mapping[str, Any] | None = None,
+                      *, action: Literal["revise", "archive"] = "revise",
+                      proposal_id: str | None = None, run_id: str | None = None,
+                      ) -> Recorded:
+        """Propose, as this actor, a change to an artifact (`action="revise"`, with `change`:
+        a Change or `{"set": {...}, "unset": [...]}`) or its archive (`action="archive"`).
+
+        The proposal id defaults to a fresh one (in `Recorded.envelope`). NotFound: no such
+        artifact; ValidationFailed: the id is taken, the artifact is archived, or the change
+        does not apply (unsets fields it lacks) or changes nothing. A rule's action proposes
+        with `reaction.emit(ProposalMade(...))` instead, so the proposal is in its run's
+        chain, which is what traces it to the run.
+        """
+        fold = await self.proposal_fold()
+        event = proposal_to_make(fold.ledger, proposal_id or f"proposal-{uuid.uuid4().hex}",
+                                 artifact_id, change_of(change), action, run_id)
+        return await self.append(event)
+
+    async def resolve(self, proposal_id: str,
+                      resolution: Literal["accepted", "rejected"] = "accepted", *,
+                      changes: Change | Mapping[str, Any] | None = None) -> Recorded:
+        """Accept (with this actor's own `changes` on top, perhaps) or reject an open
+        proposal, as this actor, in the proposal's chain (so one proposal's resolutions stay
+        on one partition, in order).
+
+        NotFound: no such proposal; ValidationFailed: it was resolved already, changes on a
+        rejection or an archive, or changes that do not apply to what the proposal makes.
+        """
+        fold = await self.proposal_fold()
+        event = resolution_to_record(fold.ledger, proposal_id, resolution, change_of(changes))
+        state = fold.ledger.proposal(proposal_id)
+        assert state is not None  # resolution_to_record found it
+        return await self.append(event, correlation_id=state.envelope.correlation_id,
+                                 causation_id=state.envelope.event_id)
 
     async def runs(self, *, rule: str | None = None, limit: int | None = None,
                    ) -> list[RunRecord]:
