@@ -114,6 +114,12 @@ class _TenantLog:
                 self.by_id[envelope.event_id] = envelope
             self.caught_up_at = started
 
+    def proposal_fold(self, workspace: str, evaluator: AnyActor, asked: float) -> ProposalFold:
+        """The workspace's proposal fold, after a catch-up that started after `asked` (one
+        thread hop for both: the rule's action calls this per resolution)."""
+        self._catch_up(asked)
+        return self.proposals.fold(self.envelopes, workspace, evaluator)
+
     async def catch_up(self) -> None:
         """Read to the end of the log as it is now, folding every envelope into the index."""
         await asyncio.to_thread(self._catch_up, time.monotonic())
@@ -171,6 +177,11 @@ class StreamsClient:
             if log is None:
                 log = self._tenants[tenant] = _TenantLog(self.settings, self.serde, tenant)
             return log
+
+    def tenant_log_if_kept(self, tenant: str) -> _TenantLog | None:
+        """The tenant's whole-log view if this process keeps one already (None otherwise:
+        it is never made for this)."""
+        return self._tenants.get(tenant)
 
     def tenant_index(self, tenant: str) -> TenantIndex:
         """The tenant's index view (its compacted index topic), created on first use; the
@@ -278,6 +289,13 @@ class Workspace:
         events appended since the last catch-up (by workers, say), so anything acknowledged
         before the call is found; the whole log is never read for it.
         """
+        # A process that keeps the tenant's whole log (a worker running actions does) has
+        # every target it read already: a hit there needs no broker; a miss asks the index.
+        view = self.client.tenant_log_if_kept(self.tenant)
+        if view is not None:
+            seen = view.index.locate(target, self.workspace)
+            if seen is not None:
+                return seen
         index = await self._index()
         cached = index.cached(target_key(target))
         if cached is not None:
@@ -419,9 +437,8 @@ class Workspace:
         fold kept per workspace, so a call costs what was appended since the last one.
         """
         log = self.client.tenant_log(self.tenant)
-        await log.catch_up()
-        return await asyncio.to_thread(log.proposals.fold, log.envelopes, self.workspace,
-                                       evaluator)
+        return await asyncio.to_thread(log.proposal_fold, self.workspace, evaluator,
+                                       time.monotonic())
 
     async def create_artifact(self, artifact_id: str, content: Mapping[str, str], *,
                               kind: str = "note") -> Recorded:

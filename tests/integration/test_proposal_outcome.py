@@ -114,9 +114,13 @@ async def all_finished(ws: Workspace, within: float = 120) -> list[Envelope]:
 
 
 def proposal_scores(settings: Settings, tenant: str, at_least: int) -> list[dict[str, Any]]:
+    """The proposal_outcome scores on the tenant's scores topic, one per score id: the
+    mirror is at least once (a killed worker's mirror redoes what it had not committed) and
+    a score's id is derived from its feedback, so a repeat is the same score."""
     records = read_topic(settings, tenant_topics(tenant, settings.topic_prefix).scores,
                          at_least=at_least, settle=3.0)
-    return [r for _m, r in records if r["name"].startswith(f"{PROPOSAL_OUTCOME}.")]
+    return list({r["id"]: r for _m, r in records
+                 if r["name"].startswith(f"{PROPOSAL_OUTCOME}.")}.values())
 
 
 async def second_resolution(ws: Workspace, proposal_id: str) -> None:
