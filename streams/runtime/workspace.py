@@ -29,10 +29,13 @@ from streams.core.actors import Actor, AnyActor, SystemActor
 from streams.core.capabilities import Capability, Grants, builtin_grants
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
 from streams.core.events import (
+    ArtifactCreated,
     Change,
     Envelope,
     Event,
     FeedbackGiven,
+    ProposalMade,
+    ProposalResolved,
     RuleFired,
     Seq,
     TraceContext,
@@ -436,6 +439,7 @@ class Workspace:
         Reads the log from where this process stopped and folds only those records into a
         fold kept per workspace, so a call costs what was appended since the last one.
         """
+        self._check_read("proposals")
         log = self.client.tenant_log(self.tenant)
         return await asyncio.to_thread(log.proposal_fold, self.workspace, evaluator,
                                        time.monotonic())
@@ -447,6 +451,7 @@ class Workspace:
         ValidationFailed if the id is taken in this workspace or the content is not text
         fields. Checked against the workspace's proposal fold (see `proposal_fold`).
         """
+        self._check_append(ArtifactCreated.event_type)  # before any I/O
         fold = await self.proposal_fold()
         return await self.append(artifact_to_create(fold.ledger, artifact_id, content, kind))
 
@@ -463,6 +468,7 @@ class Workspace:
         with `reaction.emit(ProposalMade(...))` instead, so the proposal is in its run's
         chain, which is what traces it to the run.
         """
+        self._check_append(ProposalMade.event_type)  # before any I/O
         fold = await self.proposal_fold()
         event = proposal_to_make(fold.ledger, proposal_id or f"proposal-{uuid.uuid4().hex}",
                                  artifact_id, change_of(change), action, run_id)
@@ -478,6 +484,7 @@ class Workspace:
         NotFound: no such proposal; ValidationFailed: it was resolved already, changes on a
         rejection or an archive, or changes that do not apply to what the proposal makes.
         """
+        self._check_append(ProposalResolved.event_type)  # before any I/O
         fold = await self.proposal_fold()
         event = resolution_to_record(fold.ledger, proposal_id, resolution, change_of(changes))
         state = fold.ledger.proposal(proposal_id)
