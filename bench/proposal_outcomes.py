@@ -10,7 +10,9 @@ check scales with the log.
    earlier-feedback check included) and gives the ProposalOutcome, awaiting its delivery.
 2. Floor: the same decisions and feedback in a plain loop, in process: decode the records,
    fold them into one ProposalFold, decide per resolution, encode each feedback record.
-3. Scaling: the cost of one decision, earlier-feedback check included, after a log of L
+3. The action alone, in process: the handle's proposal fold, the decision and the feedback
+   (delivered) per resolution, many in flight, without the reactor, decider and mirror.
+4. Scaling: the cost of one decision, earlier-feedback check included, after a log of L
    envelopes, for the worker's incremental fold and for the whole-log fold the action used
    before (fold the ledger and scan every feedback per resolution).
 
@@ -21,6 +23,7 @@ check scales with the log.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import subprocess
 import sys
@@ -51,6 +54,7 @@ from streams.core.proposals import EVALUATOR, PROPOSAL_OUTCOME, ProposalFold, de
 from streams.core.rules import Rule, RuleEngine, on, run
 from streams.core.runs import fire_envelopes, rule_actor
 from streams.core.tenancy import tenant_topics
+from streams.runtime.workspace import StreamsClient
 from streams.settings import Settings
 
 console = Console(stderr=True)
@@ -155,6 +159,38 @@ def worker_rate(settings: Settings, n: int) -> tuple[float, float]:
     return (n - first[1]) / max(last - first[0], 1e-9), first[0] - started
 
 
+def action_rate(settings: Settings, serde: AvroSerde, n: int, in_flight: int) -> float:
+    """The action's own path in process, on a tenant of its own: for each of N resolutions,
+    the handle's proposal fold (catch-up to the log's end, fold what is new), the decision
+    and the feedback, delivered; `in_flight` at once (the executor's limit is
+    STREAMS_MAX_CONCURRENT_RUNS)."""
+    TenantAdmin(settings).create_tenant("action")
+    envelopes = story("action", n)
+    produce(settings, serde, tenant_topics("action", settings.topic_prefix).events, envelopes)
+    resolutions = [e for e in envelopes if isinstance(e.event, ProposalResolved)]
+    client = StreamsClient(settings, serde=serde)
+    ws = client.workspace("action", "bench", actor=EVALUATOR)
+
+    async def run_all() -> float:
+        await ws.proposal_fold()  # the first read of the log is the worker's start-up
+        gate = asyncio.Semaphore(in_flight)
+
+        async def one(resolved: Envelope) -> None:
+            async with gate:
+                decision = (await ws.proposal_fold()).decide(resolved)
+                assert decision.feedback is not None and decision.target is not None
+                await ws.give_feedback(decision.feedback, on=decision.target)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(r) for r in resolutions))
+        return len(resolutions) / (time.perf_counter() - start)
+
+    try:
+        return asyncio.run(run_all())
+    finally:
+        client.close()
+
+
 def scaling(sizes: list[int], per: int = 200) -> list[tuple[int, float, float]]:
     """(log envelopes, µs per decision with the incremental fold, µs with whole-log
     folds) after a log of each size."""
@@ -182,6 +218,8 @@ def scaling(sizes: list[int], per: int = 200) -> list[tuple[int, float, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proposals", type=int, default=3000)
+    parser.add_argument("--in-flight", type=int, default=256,
+                        help="resolutions in flight in the in-process action measurement")
     parser.add_argument("--sizes", default="1000,10000,100000",
                         help="log sizes (envelopes) of the scaling measurement")
     args = parser.parse_args()
@@ -197,6 +235,8 @@ def main() -> None:
     console.print(f"  worker: {rate:,.0f} resolutions/s (start-up {startup:.1f}s)")
     print(f"proposals={args.proposals} worker_rate={rate:.0f}/s floor_rate={floor_rate:.0f}/s "
           f"ratio={rate / floor_rate:.3f} goal=1000/s")
+    action = action_rate(settings, serde, args.proposals, args.in_flight)
+    print(f"action_in_process={action:.0f}/s in_flight={args.in_flight}")
     for size, incremental, whole in scaling([int(s) for s in args.sizes.split(",")]):
         print(f"log={size} decision_incremental={incremental:.0f}us "
               f"decision_whole_log={whole:.0f}us")
