@@ -7,6 +7,7 @@ bad input named in the run's dead letter while the worker keeps running."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from streams.core.tenancy import tenant_topics
 from streams.examples.drafting import DRAFT_RULE, DraftRequested
 from streams.runtime.workspace import Workspace
 from streams.settings import Settings
-from tests.conftest import WorkerProcess, read_topic
+from tests.conftest import WorkerProcess, read_topic, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -121,6 +122,24 @@ def proposal_scores(settings: Settings, tenant: str, at_least: int) -> list[dict
                          at_least=at_least, settle=3.0)
     return list({r["id"]: r for _m, r in records
                  if r["name"].startswith(f"{PROPOSAL_OUTCOME}.")}.values())
+
+
+def members_with(settings: Settings, group: str, topic: str) -> int:
+    """How many members of `group` hold partitions of `topic` now."""
+    admin = AdminClient(admin_config(settings))
+    try:
+        described = admin.describe_consumer_groups([group])[group].result()
+    except Exception:
+        return 0
+    return sum(any(tp.topic == topic for tp in member.assignment.topic_partitions)
+               for member in described.members)
+
+
+def runs_succeeded(worker: WorkerProcess) -> int:
+    """Runs the worker's executor finished, from its last stats line."""
+    lines = [line for line in worker.log().splitlines() if '"rules"' in line]
+    return int(json.loads(lines[-1][lines[-1].index("{"):])["rules"]["succeeded"]) \
+        if lines else 0
 
 
 async def second_resolution(ws: Workspace, proposal_id: str) -> None:
@@ -279,7 +298,13 @@ async def test_two_workers_score_each_proposal_exactly_once(
     client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
 ) -> None:
     tenant = tenant_factory(partitions=4)
-    workers = [worker_factory(*DRAFTING, "--proposal-outcome", types=TYPES) for _ in range(2)]
+    workers = [worker_factory(*DRAFTING, "--proposal-outcome", "--stats-interval", "1",
+                              types=TYPES) for _ in range(2)]
+    # Both reactors hold events partitions before any work arrives, so both run some.
+    group, topic = f"{settings.topic_prefix}-feedback-mirror-rules", \
+        tenant_topics(tenant, settings.topic_prefix).events
+    wait_until(lambda: members_with(settings, group, topic) == 2, 120,
+               "both workers' reactors holding partitions")
     ada = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
     await ada.create_artifact("rb1", {"when": "x"})
     ids = await draft(ada, "rb1", 12, within=180)
@@ -297,3 +322,6 @@ async def test_two_workers_score_each_proposal_exactly_once(
     assert len(proposal_scores(settings, tenant, at_least=2 * len(ids))) == 2 * len(ids)
     for worker in workers:
         assert worker.proc is not None and worker.proc.poll() is None
+    await asyncio.sleep(1.5)  # a stats line after the last run
+    assert all(runs_succeeded(worker) > 0 for worker in workers), [
+        runs_succeeded(w) for w in workers]
