@@ -233,6 +233,10 @@ class Settings:
     rule_modules: tuple[str, ...] = _setting(
         (), "STREAMS_RULE_MODULES", "comma-separated modules with RULES, ACTIONS, DEPS "
         "(`--rules`)")
+    proposal_outcome: str = _setting(
+        "off", "STREAMS_PROPOSAL_OUTCOME", "`on`: workers also run the shipped proposal-outcome "
+        "rule, `streams.core.proposals.rule` (`streams worker --proposal-outcome`)",
+        choices=("off", "on"))
     # -- the LLM judges -----------------------------------------------------------------------
     llm_base_url: str | None = _setting(
         None, "STREAMS_LLM_BASE_URL", "OpenAI-compatible API, up to `/chat/completions`")

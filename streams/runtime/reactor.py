@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
+from streams.core.errors import StreamsError
 from streams.core.events import Envelope
 from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
@@ -80,8 +81,24 @@ class Reactor:
             max_concurrent_runs=settings.max_concurrent_runs, stats=self.stats)
 
     async def emit(self, envelopes: Sequence[Envelope]) -> None:
-        """Write envelopes to their events topics; returns once the broker has them."""
-        await self.runtime.delivery.deliver([self.records.envelope(e) for e in envelopes])
+        """Write envelopes to their events topics, in order; returns once the broker has them.
+
+        Each awaits its own delivery report on the shared producer, as the workspace
+        handle's appends do: a flush per call, in a thread, made every run in flight wait
+        for all the others' records. What fails that way (the broker down past
+        STREAMS_FEEDBACK_TIMEOUT) goes to the retrying delivery, which waits the outage out;
+        a record written twice carries its derived event id twice, which readers fold once.
+        """
+        events = self.runtime.client.log
+        for i, envelope in enumerate(envelopes):
+            try:
+                await events.append(envelope)
+            except StreamsError:
+                log.warning("emitting %s failed; delivering the rest with retries",
+                            envelope.event_id, exc_info=True)
+                await self.runtime.delivery.deliver(
+                    [self.records.envelope(e) for e in envelopes[i:]])
+                return
 
     def decider(self, group: str, *, make_consumer: ConsumerFactory = Consumer) -> Decider:
         """A decider of this worker's stateful rules, its consumers configured by the

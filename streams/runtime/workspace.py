@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import Message, Producer
 from opentelemetry import metrics, trace
@@ -23,10 +25,21 @@ from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.index import TenantIndex
 from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
 from streams.adapters.tracing import current_trace
-from streams.core.actors import Actor, SystemActor
+from streams.core.actors import Actor, AnyActor, SystemActor
 from streams.core.capabilities import Capability, Grants, builtin_grants
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
-from streams.core.events import Envelope, Event, FeedbackGiven, RuleFired, Seq, TraceContext
+from streams.core.events import (
+    ArtifactCreated,
+    Change,
+    Envelope,
+    Event,
+    FeedbackGiven,
+    ProposalMade,
+    ProposalResolved,
+    RuleFired,
+    Seq,
+    TraceContext,
+)
 from streams.core.feedback import (
     Feedback,
     FeedbackRegistry,
@@ -34,6 +47,14 @@ from streams.core.feedback import (
     validate_feedback,
     value_record,
 )
+from streams.core.proposals.checks import (
+    artifact_to_create,
+    change_of,
+    proposal_to_make,
+    resolution_to_record,
+)
+from streams.core.proposals.evaluator import EVALUATOR
+from streams.core.proposals.fold import ProposalFold
 from streams.core.runs import RunRecord, latest_runs, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
@@ -45,6 +66,7 @@ from streams.core.view import (
     not_found,
     target_key,
 )
+from streams.runtime.proposal_folds import ProposalFolds
 from streams.settings import Settings
 
 _feedback_counter = metrics.get_meter("streams").create_counter(
@@ -76,20 +98,34 @@ class _TenantLog:
         self.index = LogIndex()
         self.envelopes: list[Envelope] = []
         self.by_id: dict[str, Envelope] = {}
+        self.proposals = ProposalFolds()
         # A thread lock, not an asyncio one: the client may be used from several event loops.
         self.lock = threading.Lock()
+        self.caught_up_at = float("-inf")
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, asked: float) -> None:
         with self.lock:
+            # A catch-up that started after this one was asked for read everything
+            # acknowledged before it: concurrent callers share one read.
+            if self.caught_up_at >= asked:
+                return
+            started = time.monotonic()
             for envelope in decode_envelopes(self.serde, self.reader.read_to_end(),
                                              on_error=lambda _m, _e: None):
                 self.index.apply(envelope)
                 self.envelopes.append(envelope)
                 self.by_id[envelope.event_id] = envelope
+            self.caught_up_at = started
+
+    def proposal_fold(self, workspace: str, evaluator: AnyActor, asked: float) -> ProposalFold:
+        """The workspace's proposal fold, after a catch-up that started after `asked` (one
+        thread hop for both: the rule's action calls this per resolution)."""
+        self._catch_up(asked)
+        return self.proposals.fold(self.envelopes, workspace, evaluator)
 
     async def catch_up(self) -> None:
         """Read to the end of the log as it is now, folding every envelope into the index."""
-        await asyncio.to_thread(self._catch_up)
+        await asyncio.to_thread(self._catch_up, time.monotonic())
 
 
 class StreamsClient:
@@ -144,6 +180,11 @@ class StreamsClient:
             if log is None:
                 log = self._tenants[tenant] = _TenantLog(self.settings, self.serde, tenant)
             return log
+
+    def tenant_log_if_kept(self, tenant: str) -> _TenantLog | None:
+        """The tenant's whole-log view if this process keeps one already (None otherwise:
+        it is never made for this)."""
+        return self._tenants.get(tenant)
 
     def tenant_index(self, tenant: str) -> TenantIndex:
         """The tenant's index view (its compacted index topic), created on first use; the
@@ -251,6 +292,13 @@ class Workspace:
         events appended since the last catch-up (by workers, say), so anything acknowledged
         before the call is found; the whole log is never read for it.
         """
+        # A process that keeps the tenant's whole log (a worker running actions does) has
+        # every target it read already: a hit there needs no broker; a miss asks the index.
+        view = self.client.tenant_log_if_kept(self.tenant)
+        if view is not None:
+            seen = view.index.locate(target, self.workspace)
+            if seen is not None:
+                return seen
         index = await self._index()
         cached = index.cached(target_key(target))
         if cached is not None:
@@ -383,6 +431,66 @@ class Workspace:
         log = self.client.tenant_log(self.tenant)
         await log.catch_up()
         return [e for e in log.envelopes if e.workspace == self.workspace]
+
+    async def proposal_fold(self, evaluator: AnyActor = EVALUATOR) -> ProposalFold:
+        """This workspace's artifact ledger and the proposals `evaluator` scored, up to the
+        log's end as of the call (`ProposalSource`, the proposal-outcome rule's port).
+
+        Reads the log from where this process stopped and folds only those records into a
+        fold kept per workspace, so a call costs what was appended since the last one.
+        """
+        self._check_read("proposals")
+        log = self.client.tenant_log(self.tenant)
+        return await asyncio.to_thread(log.proposal_fold, self.workspace, evaluator,
+                                       time.monotonic())
+
+    async def create_artifact(self, artifact_id: str, content: Mapping[str, str], *,
+                              kind: str = "note") -> Recorded:
+        """Record a new artifact (its first version, by this actor), in a chain of its own.
+
+        ValidationFailed if the id is taken in this workspace or the content is not text
+        fields. Checked against the workspace's proposal fold (see `proposal_fold`).
+        """
+        self._check_append(ArtifactCreated.event_type)  # before any I/O
+        fold = await self.proposal_fold()
+        return await self.append(artifact_to_create(fold.ledger, artifact_id, content, kind))
+
+    async def propose(self, artifact_id: str, change: Change | Mapping[str, Any] | None = None,
+                      *, action: Literal["revise", "archive"] = "revise",
+                      proposal_id: str | None = None, run_id: str | None = None,
+                      ) -> Recorded:
+        """Propose, as this actor, a change to an artifact (`action="revise"`, with `change`:
+        a Change or `{"set": {...}, "unset": [...]}`) or its archive (`action="archive"`).
+
+        The proposal id defaults to a fresh one (in `Recorded.envelope`). NotFound: no such
+        artifact; ValidationFailed: the id is taken, the artifact is archived, or the change
+        does not apply (unsets fields it lacks) or changes nothing. A rule's action proposes
+        with `reaction.emit(ProposalMade(...))` instead, so the proposal is in its run's
+        chain, which is what traces it to the run.
+        """
+        self._check_append(ProposalMade.event_type)  # before any I/O
+        fold = await self.proposal_fold()
+        event = proposal_to_make(fold.ledger, proposal_id or f"proposal-{uuid.uuid4().hex}",
+                                 artifact_id, change_of(change), action, run_id)
+        return await self.append(event)
+
+    async def resolve(self, proposal_id: str,
+                      resolution: Literal["accepted", "rejected"] = "accepted", *,
+                      changes: Change | Mapping[str, Any] | None = None) -> Recorded:
+        """Accept (with this actor's own `changes` on top, perhaps) or reject an open
+        proposal, as this actor, in the proposal's chain (so one proposal's resolutions stay
+        on one partition, in order).
+
+        NotFound: no such proposal; ValidationFailed: it was resolved already, changes on a
+        rejection or an archive, or changes that do not apply to what the proposal makes.
+        """
+        self._check_append(ProposalResolved.event_type)  # before any I/O
+        fold = await self.proposal_fold()
+        event = resolution_to_record(fold.ledger, proposal_id, resolution, change_of(changes))
+        state = fold.ledger.proposal(proposal_id)
+        assert state is not None  # resolution_to_record found it
+        return await self.append(event, correlation_id=state.envelope.correlation_id,
+                                 causation_id=state.envelope.event_id)
 
     async def runs(self, *, rule: str | None = None, limit: int | None = None,
                    ) -> list[RunRecord]:

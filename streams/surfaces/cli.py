@@ -69,15 +69,34 @@ def worker(
     rules: Annotated[list[str] | None, typer.Option(
         "--rules", help="Module with RULES (list of Rule), ACTIONS (name -> action) and "
         "optionally DEPS; repeatable. Default: $STREAMS_RULE_MODULES.")] = None,
+    proposal_outcome: Annotated[bool | None, typer.Option(
+        "--proposal-outcome/--no-proposal-outcome", help="Also run the shipped "
+        "proposal-outcome rule (streams.core.proposals.rule). Default: "
+        "$STREAMS_PROPOSAL_OUTCOME.")] = None,
 ) -> None:
     """Run a worker: the feedback mirror, and the rules reactor when rules are given."""
     from streams.runtime.worker import Worker
 
     load_types(types)
-    found_rules, actions, deps = load_rules(rules)
+    found_rules, actions, deps = load_rules(with_proposal_outcome(rules, proposal_outcome))
     Worker(settings(), cursor=cursor, batch_size=batch_size,
            stats_interval=stats_interval or None, rules=found_rules, actions=actions,
            deps=deps).run(loglevel=loglevel)
+
+
+PROPOSAL_OUTCOME_MODULE = "streams.core.proposals.rule"
+
+
+def with_proposal_outcome(modules: list[str] | None, enabled: bool | None) -> list[str]:
+    """The worker's rules modules (`--rules`, else $STREAMS_RULE_MODULES), with the shipped
+    proposal-outcome rule's module added when enabled (`--proposal-outcome`, else
+    $STREAMS_PROPOSAL_OUTCOME=on) and not named already."""
+    names = list(modules or settings().rule_modules)
+    if enabled is None:
+        enabled = settings().proposal_outcome == "on"
+    if enabled and PROPOSAL_OUTCOME_MODULE not in names:
+        names.append(PROPOSAL_OUTCOME_MODULE)
+    return names
 
 
 def load_rules(modules: list[str] | None) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:

@@ -32,6 +32,7 @@ from streams.core.events import (
     AppEvent,
     Envelope,
     FeedbackGiven,
+    ProposalMade,
     RuleFired,
     RunDeadLettered,
     RunStarted,
@@ -39,9 +40,13 @@ from streams.core.events import (
     new_id,
 )
 from streams.core.measures import FieldAgreement, judge_agreement
+from streams.core.proposals import EVALUATOR as OUTCOME_EVALUATOR
+from streams.core.proposals import PROPOSAL_OUTCOME, ProposalRates, proposal_rates
+from streams.core.runs import rule_actor
 from streams.core.scores import scores_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import tenant_topics
+from streams.examples.drafting import DRAFT_RULE, DraftRequested
 from streams.examples.ops import IncidentOpened, Resolution, ShouldHaveFired, TriageQuality
 from streams.examples.ops_rules import TriageInput
 from streams.runtime.root import Runtime
@@ -51,6 +56,7 @@ from streams.surfaces.report.run import make_report
 from streams.testing.langfuse_standin import LangfuseStandIn
 
 PEOPLE = ("ada", "grace", "linus")
+DEMO_TYPES = ["--types", "streams.examples.ops", "--types", "streams.core.proposals.outcome"]
 
 
 @dataclass
@@ -60,6 +66,8 @@ class TenantView:
     start_offsets: dict[str, int] = field(default_factory=dict)
     envelopes: list[Envelope] = field(default_factory=list)
     people_done: bool = False
+    drafts: int = 0
+    drafts_done: bool = False
 
     def count(self, kind: type, **match: Any) -> int:
         return sum(1 for e in self.envelopes if isinstance(e.event, kind)
@@ -106,6 +114,55 @@ async def _people(ws: Workspace, incidents: int, rng: random.Random, view: Tenan
     view.people_done = True
 
 
+RUNBOOK = {"when": "the error rate passes 5% for 5 minutes", "then": "page the on-call",
+           "check": "the last deploy"}
+"""The artifact the drafting rule's runs propose changes to."""
+
+
+def _outcomes(envelopes: list[Envelope]) -> int:
+    return len({e.event_id for e in envelopes if isinstance(e.event, FeedbackGiven)
+                and e.event.feedback_type == PROPOSAL_OUTCOME and e.actor == OUTCOME_EVALUATOR})
+
+
+async def _drafts(ws: Workspace, drafts: int, rng: random.Random, view: TenantView) -> None:
+    """Ask the drafting rule for changes to a runbook; people accept, edit or reject each
+    proposal its runs make (the worker's proposal-outcome rule scores the runs)."""
+    view.drafts = drafts
+    await ws.create_artifact("oncall-runbook", RUNBOOK, kind="runbook")
+    for i in range(drafts):
+        field_name = rng.choice(sorted(RUNBOOK))
+        await ws.append(DraftRequested(artifact_id="oncall-runbook", kind="runbook",
+                                       fields={field_name: f"{RUNBOOK[field_name]} (v{i})"}
+                                       ).to_event())
+    resolved: set[str] = set()
+    deadline = time.monotonic() + 120
+    while len(resolved) < drafts and time.monotonic() < deadline:
+        for envelope in await ws.read():
+            made = envelope.event
+            if not isinstance(made, ProposalMade) or made.proposal_id in resolved \
+                    or envelope.actor != rule_actor(DRAFT_RULE):
+                continue
+            resolved.add(made.proposal_id)
+            who = rng.choice(PEOPLE)
+            person = ws.as_actor(UserActor(id=who))
+            verdict = rng.random()
+            if verdict < 0.5:
+                await person.resolve(made.proposal_id)
+            elif verdict < 0.8:
+                await person.resolve(made.proposal_id,
+                                     changes={"set": {"note": f"checked by {who}"}})
+            else:
+                await person.resolve(made.proposal_id, "rejected")
+        await asyncio.sleep(0.3)
+    view.drafts_done = True
+
+
+def _rates_line(rates: ProposalRates) -> str:
+    return (f"  {rates.rule}: {rates.resolved} proposals resolved: accepted "
+            f"{100 * rates.acceptance_rate:.0f}%, edited {100 * rates.edit_rate:.0f}%, "
+            f"rejected {100 * rates.rejection_rate:.0f}%")
+
+
 def _ends(consumer: Consumer, topic: str) -> int:
     return sum(high for _low, high in watermarks(consumer, topic).values())
 
@@ -123,7 +180,7 @@ def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
            started: float, langfuse: dict[str, int]) -> tuple[Table, bool]:
     table = Table(title=f"feedback-streams demo ({time.monotonic() - started:.0f}s)")
     for column in ("tenant", "events", "firings", "runs", "failed", "escal.",
-                   "feedback p/j", "scores", "expected", "langfuse", "dead"):
+                   "feedback p/j", "outcomes", "scores", "expected", "langfuse", "dead"):
         table.add_column(column, justify="left" if column == "tenant" else "right")
     done = True
     for tenant, view in views.items():
@@ -137,12 +194,15 @@ def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
         settled = view.count(RunStarted) == view.count(RunSucceeded) + \
             view.count(RunDeadLettered)
         in_langfuse = langfuse.get(tenant, 0)
+        outcomes = _outcomes(view.envelopes)
         done = done and view.people_done and settled and expected > 0 and \
-            scores >= expected and in_langfuse >= expected
+            scores >= expected and in_langfuse >= expected and view.drafts_done and \
+            outcomes >= view.drafts
         table.add_row(
             tenant, str(events), str(view.count(RuleFired)), str(view.count(RunSucceeded)),
             str(view.count(RunDeadLettered)), str(view.count(RunSucceeded, action="escalate")),
-            f"{len(feedback) - judge}/{judge}", f"[green]{scores}[/green]", str(expected),
+            f"{len(feedback) - judge}/{judge}", f"{outcomes}/{view.drafts}",
+            f"[green]{scores}[/green]", str(expected),
             f"[green]{in_langfuse}[/green]", str(dead))
     return table, done
 
@@ -185,6 +245,11 @@ def evaluate_and_report(runtime: Runtime, tenant: str, workspace: str,
         return dataset, [r for r in rows if r.feedback_type == "triage_quality"]
 
     dataset, agreement = asyncio.run(evaluate())
+    rates = asyncio.run(proposal_rates(envelopes))
+    console.print(f"[bold]{tenant}[/bold]: proposal rates per rule (people's answers are "
+                  f"random: about half accepted, 30% edited, 20% rejected):")
+    for rule_rates in rates.values():
+        console.print(_rates_line(rule_rates))
     folder.mkdir(parents=True, exist_ok=True)
     dataset.save(folder / "triage-dataset.jsonl")
     examples = len(dataset)
@@ -213,7 +278,8 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
         info = admin.create_tenant(tenant)
         console.print(f"tenant [bold]{tenant}[/bold]: {', '.join(info.topics.all())}")
     console.print("columns: events in; rule firings; runs succeeded; runs dead-lettered; "
-                  "escalations; feedback by people/judge; scores out; scores expected from "
+                  "escalations; feedback by people/judge; runs scored by how people received "
+                  "their proposals / proposals asked for; scores out; scores expected from "
                   "the feedback; scores in Langfuse (a local stand-in, not Langfuse); "
                   "dead letters")
     consumer = runtime.reader(new_id("demo-watch"))
@@ -226,12 +292,13 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
     env = settings.child_env()
     # Logs go to files: an undrained pipe would block a process once full.
     log_path = os.path.join(tempfile.gettempdir(), f"streams-demo-worker-{os.getpid()}.log")
-    worker = _spawn(["worker", "--types", "streams.examples.ops",
-                     "--rules", "streams.examples.ops_rules"], env, log_path)
+    worker = _spawn(["worker", *DEMO_TYPES, "--rules", "streams.examples.ops_rules",
+                     "--rules", "streams.examples.drafting", "--proposal-outcome"],
+                    env, log_path)
     # Langfuse cannot run here; a stand-in applying its rules receives the scores.
     standin = LangfuseStandIn().start()
     sink_log = os.path.join(tempfile.gettempdir(), f"streams-demo-sink-{os.getpid()}.log")
-    sink = _spawn(["sink", "langfuse", "--types", "streams.examples.ops",
+    sink = _spawn(["sink", "langfuse", *DEMO_TYPES,
                    "--cursor", f"demo-{os.getpid()}"],
                   settings.replace(langfuse_host=standin.url,
                                    langfuse_public_key=standin.public_key,
@@ -244,7 +311,9 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                   f"{standin.url}")
     console.print(f"worker started (pid {worker.pid}) with the ops rules: error spikes start "
                   f"triage runs, a judge reviews them (at most 20 an hour), wrong triages "
-                  f"escalate; {chains} incidents per tenant (the judge's budget is per tenant "
+                  f"escalate; a drafting rule's runs propose changes to a runbook, people "
+                  f"accept, edit or reject them, and the proposal-outcome rule scores the runs; "
+                  f"{chains} incidents per tenant (the judge's budget is per tenant "
                   f"and hour, so demo runs within one hour share it)")
     client = runtime.client
     # A workspace of its own per demo run: a tenant's earlier runs stay out of the view.
@@ -257,7 +326,9 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
             rng = random.Random(7)
             await asyncio.gather(*(
                 _people(client.workspace(t, workspace, actor=UserActor(id="ops-bot")), chains,
-                        rng, views[t]) for t in tenants))
+                        rng, views[t]) for t in tenants), *(
+                _drafts(client.workspace(t, workspace, actor=UserActor(id="ops-bot")),
+                        max(3, chains // 3), random.Random(11), views[t]) for t in tenants))
             # Keep the view fresh while the judge and escalations finish.
             while not finished.is_set():
                 for tenant in tenants:

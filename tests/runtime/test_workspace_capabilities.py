@@ -48,3 +48,18 @@ async def test_a_narrowed_handle_refuses_before_any_io() -> None:
     for call in (writer.read(), writer.runs(), writer.run_record("r")):
         with pytest.raises(Forbidden, match="needs 'read'"):
             await call
+
+
+async def test_proposal_methods_check_capabilities_before_any_io() -> None:
+    client = _client()
+    evaluator = client.workspace("acme", "support").as_actor(EVALUATOR)
+    with pytest.raises(Forbidden, match="appending artifact_created"):
+        await evaluator.create_artifact("a1", {"text": "x"})
+    with pytest.raises(Forbidden, match="appending proposal_made"):
+        await evaluator.propose("a1", {"set": {"text": "y"}})
+    with pytest.raises(Forbidden, match="appending proposal_resolved"):
+        await evaluator.resolve("p1")
+    writer = client.workspace("acme", "support").as_actor(
+        UserActor(id="ada"), capabilities=frozenset({Capability.APPEND}))
+    with pytest.raises(Forbidden, match="reading proposals needs 'read'"):
+        await writer.proposal_fold()

@@ -8,7 +8,14 @@ The events themselves are built-in event types in `streams.core.events`
 `proposal_resolved`, `rule_installed`, `rule_archived`). See docs/proposals.md.
 """
 
-from streams.core.proposals.evaluator import EVALUATOR, Decision, decide, scored_proposals
+from streams.core.proposals.evaluator import (
+    EVALUATOR,
+    Decision,
+    decide,
+    decide_scored,
+    scored_proposals,
+)
+from streams.core.proposals.fold import ProposalFold, ProposalSource, fold_proposals
 from streams.core.proposals.ledger import (
     ArtifactState,
     Ledger,
@@ -48,8 +55,10 @@ __all__ = [
     "HistoryVersion",
     "Ledger",
     "Outcome",
+    "ProposalFold",
     "ProposalOutcome",
     "ProposalRates",
+    "ProposalSource",
     "ProposalState",
     "Resolution",
     "Rewrites",
@@ -58,10 +67,12 @@ __all__ = [
     "apply_change",
     "author_class",
     "decide",
+    "decide_scored",
     "edit_distance",
     "fold_history",
     "fold_ledger",
     "fold_proposal_rates",
+    "fold_proposals",
     "fold_rule_conversion",
     "history",
     "history_of",

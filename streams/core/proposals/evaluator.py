@@ -17,7 +17,7 @@ The feedback is a `ProposalOutcome` on `RunTarget(run_id)`, given as
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,7 +29,15 @@ from streams.core.proposals.outcome import PROPOSAL_OUTCOME, ProposalOutcome
 from streams.core.runs import rule_actor
 from streams.core.targets import RunTarget
 
-__all__ = ["EVALUATOR", "RULE_PREFIX", "Decision", "decide", "scored_proposals"]
+__all__ = [
+    "EVALUATOR",
+    "RULE_PREFIX",
+    "Decision",
+    "decide",
+    "decide_scored",
+    "scored_proposal_id",
+    "scored_proposals",
+]
 
 EVALUATOR = EvaluatorActor(name="proposal-outcome")
 """The evaluator's actor: its feedback is the record of what it scored."""
@@ -66,13 +74,22 @@ def scored_proposals(log: Iterable[Envelope], evaluator: AnyActor = EVALUATOR) -
     """
     found: set[str] = set()
     for envelope in log:
-        event = envelope.event
-        if isinstance(event, FeedbackGiven) and event.feedback_type == PROPOSAL_OUTCOME \
-                and envelope.actor == evaluator:
-            proposal_id = event.value.get("proposal_id")
-            if isinstance(proposal_id, str):
-                found.add(proposal_id)
+        proposal_id = scored_proposal_id(envelope, evaluator)
+        if proposal_id is not None:
+            found.add(proposal_id)
     return found
+
+
+def scored_proposal_id(envelope: Envelope, evaluator: AnyActor = EVALUATOR) -> str | None:
+    """The proposal id of the evaluator's `proposal_outcome` feedback in `envelope`, None
+    when the envelope is anything else (another type, or someone else's feedback)."""
+    event = envelope.event
+    if isinstance(event, FeedbackGiven) and event.feedback_type == PROPOSAL_OUTCOME \
+            and envelope.actor == evaluator:
+        proposal_id = event.value.get("proposal_id")
+        if isinstance(proposal_id, str):
+            return proposal_id
+    return None
 
 
 def decide(ledger: Ledger, log: Iterable[Envelope], resolved: Envelope, *,
@@ -85,6 +102,14 @@ def decide(ledger: Ledger, log: Iterable[Envelope], resolved: Envelope, *,
     read from the ledger. Raises ValidationFailed when `resolved` is not a
     `proposal_resolved`.
     """
+    return decide_scored(ledger, lambda: scored_proposals(log, evaluator), resolved)
+
+
+def decide_scored(ledger: Ledger, scored: Callable[[], Collection[str]],
+                  resolved: Envelope) -> Decision:
+    """`decide`, with the proposal ids the evaluator has scored already given by `scored`
+    (called only when every other check passes): how an incremental fold
+    (`streams.core.proposals.fold.ProposalFold`) decides without reading the log again."""
     event = resolved.event
     if not isinstance(event, ProposalResolved):
         raise ValidationFailed(
@@ -104,7 +129,7 @@ def decide(ledger: Ledger, log: Iterable[Envelope], resolved: Envelope, *,
         return Decision(proposal_id, "not traced to a run")
     if proposer != rule_actor(run.rule):
         return Decision(proposal_id, "proposer is not the run's rule")
-    if proposal_id in scored_proposals(log, evaluator):
+    if proposal_id in scored():
         return Decision(proposal_id, "scored already")
     return Decision(proposal_id, None,
                     feedback=ProposalOutcome(proposal_id=proposal_id,

@@ -9,9 +9,10 @@ can load (`RULES`, `ACTIONS`), run in memory by the replay tests.
 
 The rule fires on every `proposal_resolved`, scoped by `proposal_id`, so a worker runs one
 proposal's resolutions one at a time (a scoped rule is stateful: its matches go through the
-tenant's rules topic, see docs/rules.md). The action folds the ledger from the workspace's
-log, asks `decide` (which re-reads the proposal, checks the proposer is the traced run's own
-rule, and looks for the evaluator's earlier feedback), and, when it scores, gives the
+tenant's rules topic, see docs/rules.md). The action takes the workspace's proposal fold
+(kept incrementally by the worker's handle, `ProposalSource`), asks `decide` (which
+re-reads the proposal, checks the proposer is the traced run's own rule, and looks for the
+evaluator's earlier feedback), and, when it scores, gives the
 `ProposalOutcome` on the run as the evaluator: it gives feedback and does nothing else.
 """
 
@@ -22,13 +23,13 @@ from typing import Any, Final
 
 from streams.core.errors import ValidationFailed
 from streams.core.events import ProposalResolved
-from streams.core.proposals.evaluator import EVALUATOR, decide
-from streams.core.proposals.ledger import fold_ledger
+from streams.core.proposals.evaluator import EVALUATOR
+from streams.core.proposals.fold import ProposalFold, ProposalSource, fold_proposals
 from streams.core.rules import F, Rule, on, run
-from streams.core.runs import Reaction
+from streams.core.runs import ActingWorkspace, Reaction
 
 __all__ = ["ACTIONS", "PROPOSAL_OUTCOME_ACTION", "RULES", "proposal_outcome",
-           "score_proposal_outcome"]
+           "proposal_state", "score_proposal_outcome"]
 
 PROPOSAL_OUTCOME_ACTION: Final = "score_proposal_outcome"
 
@@ -40,17 +41,45 @@ proposal_outcome = Rule(
 )
 
 
+async def proposal_state(workspace: ActingWorkspace) -> ProposalFold:
+    """The workspace's proposal fold, up to the log's end: kept incrementally by a workspace
+    that offers it (`ProposalSource`, the worker's handle), else folded from `read()`."""
+    if isinstance(workspace, ProposalSource):
+        return await workspace.proposal_fold(EVALUATOR)
+    return fold_proposals(await workspace.read(), EVALUATOR)
+
+
 async def score_proposal_outcome(reaction: Reaction) -> Mapping[str, Any]:
     """The action: decide on the resolution that fired the rule and, when it scores, give
-    the evaluator's ProposalOutcome on the proposing run. Its output says what it did."""
+    the evaluator's ProposalOutcome on the proposing run. Its output says what it did.
+
+    Bad input fails the attempt with the reason (so the rule's retries, then its dead
+    letter, name it): a resolution of a proposal the workspace's log does not hold (it may
+    yet arrive from another partition, hence the retries), or one the ledger could not
+    apply (changes on an archive, an archive of an artifact that does not exist). Nothing
+    is scored for either.
+    """
     resolved = next((e for e in reversed(reaction.events)
                      if isinstance(e.event, ProposalResolved)), None)
     if resolved is None:
         raise ValidationFailed(
             f"run {reaction.run.run_id} of {reaction.run.rule!r}: no proposal_resolved among "
             f"the events that made it fire")
-    log = await reaction.workspace.read()
-    decision = decide(fold_ledger(log), log, resolved)
+    fold = await proposal_state(reaction.workspace)
+    decision = fold.decide(resolved)
+    where = f"{reaction.workspace.tenant}/{reaction.workspace.workspace}"
+    if decision.reason == "unknown proposal":
+        raise ValidationFailed(
+            f"resolution {resolved.event_id} resolves proposal {decision.proposal_id!r}, "
+            f"which workspace {where} has no proposal_made for: resolve a proposal that "
+            f"was made (nothing scored)")
+    # The ledger lists what it could not apply (changes on an archive, an archive of no
+    # artifact) under the resolution's event id; problems are rare, so the scan is short.
+    problems = [p for p in fold.ledger.problems if resolved.event_id in p]
+    if decision.reason == "not resolved" or problems:
+        raise ValidationFailed(
+            f"resolution {resolved.event_id} of proposal {decision.proposal_id!r} does not "
+            f"apply: {'; '.join(problems) or 'the ledger ignored it'} (nothing scored)")
     if not decision.score:
         return {"scored": False, "proposal_id": decision.proposal_id,
                 "reason": decision.reason}
