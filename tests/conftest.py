@@ -7,6 +7,7 @@ on free loopback ports with a fresh data dir (and stopped at the end of the sess
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -135,22 +136,33 @@ def settings(stack: Stack) -> Settings:
                     topic_prefix=unique("t"), partitions=3, discovery_interval=0.5,
                     # Workers and sinks a test starts serve no health port unless the test
                     # asks (STREAMS_HEALTH_PORT): many run at once on this machine.
-                    health_port=0)
+                    health_port=0,
+                    # A broker holds an open file per partition: a session makes hundreds of
+                    # tenants, and 32 index partitions each ran a shared broker out of file
+                    # descriptors (ulimit 20000). Four keep every index path exercised.
+                    index_partitions=4)
 
 
 @pytest.fixture
-def tenant_factory(settings: Settings) -> Callable[..., str]:
+def tenant_factory(settings: Settings) -> Iterator[Callable[..., str]]:
     """Creates tenants with unique names under the test's prefix."""
     from streams.adapters.kafka.admin import TenantAdmin
 
     admin = TenantAdmin(settings)
+    made: list[str] = []
 
     def make(name: str | None = None, partitions: int | None = None) -> str:
         tenant = name or unique("tenant-")
         admin.create_tenant(tenant, partitions)
+        made.append(tenant)
         return tenant
 
-    return make
+    yield make
+    # Their topics go when the test is done, so a session's broker does not run out of file
+    # descriptors (one per partition); best effort, a failure here is no test's failure.
+    for tenant in made:
+        with contextlib.suppress(Exception):
+            admin.delete_tenant(tenant)
 
 
 @pytest.fixture
