@@ -165,6 +165,12 @@ class Settings:
     feedback_timeout: float = _setting(
         30.0, "STREAMS_FEEDBACK_TIMEOUT", "seconds give_feedback and append may take in all "
         "(index look-up, schema registry, delivery) before they raise", positive=True)
+    stream_buffer: int = _setting(
+        1000, "STREAMS_STREAM_BUFFER", "events a WebSocket subscription delivers ahead of the "
+        "client's acks; when it is full the server waits for acks", minimum=1)
+    stream_slow_timeout: float = _setting(
+        10.0, "STREAMS_STREAM_SLOW_TIMEOUT", "seconds a WebSocket subscriber may leave its "
+        "buffer full (or a frame unsent) before it is disconnected as too slow", positive=True)
     index_partitions: int = _setting(
         32, "STREAMS_INDEX_PARTITIONS", "partitions of a tenant's compacted index topic; a "
         "look-up reads one of them", minimum=1)

@@ -36,3 +36,8 @@ class SinkError(StreamsError):
 
 class ConfigError(StreamsError, ValueError):
     """A setting has a bad value; the message names the variable and what it allows."""
+
+
+class SlowConsumer(StreamsError):
+    """A stream subscriber left its bounded buffer full for too long; it is disconnected and
+    resumes from the last seq it acknowledged."""
