@@ -171,6 +171,9 @@ class Settings:
     stream_slow_timeout: float = _setting(
         10.0, "STREAMS_STREAM_SLOW_TIMEOUT", "seconds a WebSocket subscriber may leave its "
         "buffer full (or a frame unsent) before it is disconnected as too slow", positive=True)
+    mcp_key: str = _setting(
+        "", "STREAMS_MCP_KEY", "the API key `streams mcp` (MCP over stdio) acts with: its "
+        "tenant, actor and capabilities", secret=True)
     index_partitions: int = _setting(
         32, "STREAMS_INDEX_PARTITIONS", "partitions of a tenant's compacted index topic; a "
         "look-up reads one of them", minimum=1)

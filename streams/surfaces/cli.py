@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from streams.core.errors import ConfigError, StreamsError, ValidationFailed
 from streams.settings import Settings, markdown_table
+from streams.surfaces import cli_mcp
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="feedback-streams: typed feedback on Kafka, mirrored as scores.")
@@ -458,6 +459,9 @@ def show_settings(
 def main() -> None:
     """Entry point of the `streams` command."""
     app()
+
+
+app.command("mcp")(cli_mcp.mcp)
 
 
 if __name__ == "__main__":
