@@ -393,7 +393,9 @@ class CommandService:
 
 def envelope_json(envelope: Envelope) -> dict[str, Any]:
     """An envelope as JSON-ready data (the event's fields under `event`)."""
-    return envelope.model_dump(mode="json")
+    data = envelope.model_dump(mode="json", exclude={"event"})
+    data["event"] = envelope.event.model_dump(mode="json")
+    return data
 
 
 def run_json(record: RunRecord) -> dict[str, Any]:
