@@ -227,6 +227,24 @@ class Settings:
     llm_backoff: float = _setting(0.5, "STREAMS_LLM_BACKOFF",
                                   "first pause, in seconds, between judge attempts",
                                   minimum=0)
+    # -- the service (streams serve) -----------------------------------------------------------
+    serve_port: int = _setting(8700, "STREAMS_SERVE_PORT", "port `streams serve` listens on "
+                               "(on 127.0.0.1)", minimum=1)
+    command_retention: float = _setting(
+        7 * 24 * 3600.0, "STREAMS_COMMAND_RETENTION", "seconds a command id is remembered "
+        "(retention of a tenant's command ledger topic, set when the topic is created)",
+        positive=True)
+    command_partitions: int = _setting(8, "STREAMS_COMMAND_PARTITIONS",
+                                       "partitions of a tenant's command ledger topic",
+                                       minimum=1)
+    command_lease: float = _setting(
+        330.0, "STREAMS_COMMAND_LEASE", "seconds after which a command claimed by a process "
+        "that never recorded it may be taken over by a retry (above the producer's 300 s "
+        "message timeout, so the first attempt's record can no longer land)", positive=True)
+    serve_fault: str = _setting(
+        "", "STREAMS_SERVE_FAULT", "failure tests only: `kill_after_produce` makes the server "
+        "SIGKILL itself after a command's feedback is delivered and before it answers",
+        choices=("", "kill_after_produce"))
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -38,6 +38,22 @@ class ConfigError(StreamsError, ValueError):
     """A setting has a bad value; the message names the variable and what it allows."""
 
 
+class TooLarge(ValidationFailed):
+    """An input or the record it makes is over a size limit; the message names the limit."""
+
+
+class Unauthorized(StreamsError):
+    """No valid API key was given (missing, unknown, malformed or revoked)."""
+
+
+class Forbidden(StreamsError):
+    """The API key is valid but may not do this (another tenant, or a missing capability)."""
+
+
+class Conflict(StreamsError):
+    """A command id already names a different command of the same actor and workspace."""
+
+
 class SlowConsumer(StreamsError):
     """A stream subscriber left its bounded buffer full for too long; it is disconnected and
     resumes from the last seq it acknowledged."""

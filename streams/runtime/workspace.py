@@ -23,6 +23,7 @@ from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.index import TenantIndex
 from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
 from streams.core.actors import Actor, SystemActor
+from streams.core.commands import COMMAND_ID_PATTERN, GiveFeedback, command_digest
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
 from streams.core.events import Envelope, Event, FeedbackGiven, RuleFired, Seq, TraceContext
 from streams.core.feedback import (
@@ -32,10 +33,12 @@ from streams.core.feedback import (
     validate_feedback,
     value_record,
 )
+from streams.core.ids import command_event_id
 from streams.core.runs import RunRecord, latest_runs, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
 from streams.core.view import (
+    IndexEntry,
     Located,
     LogIndex,
     event_key,
@@ -43,6 +46,7 @@ from streams.core.view import (
     not_found,
     target_key,
 )
+from streams.runtime.commands import CommandLedger
 from streams.settings import Settings
 
 _feedback_counter = metrics.get_meter("streams").create_counter(
@@ -118,6 +122,7 @@ class StreamsClient:
         self.log = EventLog(self.settings, self.serde, producer=producer)
         self._tenants: dict[str, _TenantLog] = {}
         self._indexes: dict[str, TenantIndex] = {}
+        self._ledgers: dict[str, CommandLedger] = {}
         self._made = threading.Lock()
 
     @classmethod
@@ -172,9 +177,23 @@ class StreamsClient:
                     ensure_topic=lambda: TenantAdmin(self.settings).ensure_index_topic(tenant))
             return index
 
+    async def ledger(self, tenant: str) -> CommandLedger:
+        """The tenant's command ledger (idempotent command ids), followed from first use; its
+        topic is created when missing."""
+        with self._made:
+            ledger = self._ledgers.get(tenant)
+            if ledger is None:
+                ledger = self._ledgers[tenant] = CommandLedger(self.settings,
+                                                               self.log.producer, tenant)
+        await self.log.require_tenant(tenant)
+        await asyncio.to_thread(ledger.start)
+        return ledger
+
     def close(self) -> None:
         """Flush pending writes and leave the broker."""
         self.log.close()
+        for ledger in self._ledgers.values():
+            ledger.close()
 
         for log in self._tenants.values():
             log.reader.close()
@@ -202,11 +221,14 @@ class Workspace:
         correlation_id: str | None = None,
         causation_id: str | None = None,
         trace: TraceContext | None = None,
+        event_id: str | None = None,
     ) -> Recorded:
-        """Append an event as this actor; without a correlation id it starts a new chain."""
+        """Append an event as this actor; without a correlation id it starts a new chain.
+        `event_id` (default: a new random id) is for ids derived from what caused the event."""
         envelope = Envelope.new(
             event, tenant=self.tenant, workspace=self.workspace, actor=self.actor,
             correlation_id=correlation_id, causation_id=causation_id, trace=trace,
+            event_id=event_id,
         )
         return await self.append_envelope(envelope)
 
@@ -306,6 +328,7 @@ class Workspace:
         *,
         on: RunTarget | FiringTarget | ChainTarget,
         feedback_type: str | None = None,
+        command_id: str | None = None,
     ) -> Recorded:
         """Record feedback on a run, firing or chain, in the target's causal chain.
 
@@ -315,12 +338,69 @@ class Workspace:
         (a KafkaUnavailable) if the schema registry cannot be reached, and KafkaUnavailable if
         the broker does not answer, within STREAMS_FEEDBACK_TIMEOUT. Concurrent calls share
         the producer's batches; each returns its own seq and id once delivered.
+
+        With a `command_id` (1-128 letters, digits and `_.:-`), the call records once: the
+        same id from the same actor in this workspace returns the first call's seq and id
+        every time (across processes and restarts, for STREAMS_COMMAND_RETENTION), and
+        raises Conflict if the id was used for different feedback (see docs/api.md).
         """
         if not isinstance(on, RunTarget | FiringTarget | ChainTarget):
             raise ValidationFailed(
                 f"on= must be a RunTarget, FiringTarget or ChainTarget, not "
                 f"{type(on).__name__} (e.g. on=RunTarget(run_id=...))")
         feedback = validate_feedback(value, feedback_type, self.client.types)
+        if command_id is None:
+            return await self._give(feedback, on, None)
+        return await self._give_once(feedback, on, command_id)
+
+    async def _give_once(self, feedback: Feedback, on: RunTarget | FiringTarget | ChainTarget,
+                         command_id: str) -> Recorded:
+        if not isinstance(command_id, str) or not COMMAND_ID_PATTERN.fullmatch(command_id):
+            raise ValidationFailed(
+                f"invalid command id {command_id!r}: use 1-128 letters, digits and _.:- "
+                "starting with a letter or digit")
+        name = type(feedback).feedback_name
+        digest = command_digest(GiveFeedback(feedback_type=name, target=on,
+                                             value=feedback.model_dump(mode="json")))
+        event_id = command_event_id(self.tenant, self.workspace, self.actor.participant,
+                                    command_id)
+        ledger = await self.client.ledger(self.tenant)
+        mine: list[Recorded] = []
+
+        async def record() -> tuple[int, int, str]:
+            recorded = await self._give(feedback, on, event_id)
+            mine.append(recorded)
+            return recorded.seq.partition, recorded.seq.offset, recorded.id
+
+        async def find_event() -> tuple[int, int, str] | None:
+            index = await self._index()
+            await asyncio.to_thread(index.catch_up)
+            entry = await asyncio.to_thread(index.lookup, event_key(event_id))
+            return None if entry is None else (entry.partition, entry.offset, event_id)
+
+        entry = await ledger.run(workspace=self.workspace, participant=self.actor.participant,
+                                 command_id=command_id, digest=digest, record=record,
+                                 find_event=find_event)
+        if mine:
+            return mine[0]
+        assert entry.partition is not None and entry.offset is not None
+        assert entry.event_id is not None
+        return await self._recorded_before(entry.event_id, entry.partition, entry.offset)
+
+    async def _recorded_before(self, event_id: str, partition: int, offset: int) -> Recorded:
+        """The Recorded of an event appended by an earlier attempt, read back at its seq."""
+        index = await self._index()
+        at = await asyncio.to_thread(index.message_at, IndexEntry(
+            Located(self.workspace, "", event_id, None), partition, offset))
+        found = self._decoded([at]) if at is not None else []
+        if not found:
+            raise KafkaUnavailable(f"the recorded event {event_id} at {partition}:{offset} "
+                                   "could not be read back; retry")
+        seq = Seq(partition=partition, offset=offset)
+        return Recorded(seq=seq, id=event_id, envelope=found[0].model_copy(update={"seq": seq}))
+
+    async def _give(self, feedback: Feedback, on: RunTarget | FiringTarget | ChainTarget,
+                    event_id: str | None) -> Recorded:
         cls = type(feedback)
         attributes = {"streams.tenant": self.tenant, "streams.workspace": self.workspace,
                       "streams.feedback_type": cls.feedback_name,
@@ -349,7 +429,8 @@ class Workspace:
                 value=value_record(feedback),
             )
             recorded = await self.append(event, correlation_id=where.correlation_id,
-                                         causation_id=where.event_id, trace=_current_trace())
+                                         causation_id=where.event_id, trace=_current_trace(),
+                                         event_id=event_id)
             span.set_attribute("streams.seq", str(recorded.seq))
             span.set_attribute("streams.event_id", recorded.id)
         _feedback_counter.add(1, attributes)

@@ -1,5 +1,6 @@
 """The operators' command line: `streams worker`, `streams tenant ...`, `streams schemas ...`,
-`streams sink langfuse | duckdb`, `streams report`, `streams demo`."""
+`streams sink langfuse | duckdb`, `streams report`, `streams demo`, `streams keys ...`,
+`streams serve`."""
 
 from __future__ import annotations
 
@@ -454,6 +455,13 @@ def show_settings(
         return
     for variable, value in settings().shown().items():
         print(f"{variable}={value}")
+
+
+from streams.surfaces.cli_keys import keys_app  # noqa: E402  (uses this module's helpers)
+from streams.surfaces.cli_serve import serve  # noqa: E402
+
+app.add_typer(keys_app, name="keys")
+app.command("serve")(serve)
 
 
 def main() -> None:
