@@ -1,8 +1,8 @@
-"""The service's WebSocket and MCP surfaces served on loopback for a test, on the real broker.
+"""`streams serve`'s app served on loopback for a test, on the real broker.
 
 `serve(settings)` starts uvicorn in the test's event loop on a free 127.0.0.1 port with the
-stream route and the MCP mount over a CommandService (its StreamsClient and a started
-KeyStore); `Served.key(tenant)` makes an API key.
+service's app (REST, the WebSocket stream, MCP at /mcp/) over a CommandService (a
+StreamsClient and a started KeyStore); `Served.key(tenant)` makes an API key.
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import uvicorn
-from fastapi import FastAPI
 
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
+from streams.examples import ops  # noqa: F401  (registers triage_quality)
 from streams.runtime.commands import CommandService
 from streams.runtime.keys import KeyStore
 from streams.runtime.workspace import StreamsClient, Workspace
 from streams.settings import Settings
-from streams.surfaces.http.mcp import mount_mcp
-from streams.surfaces.http.stream import add_stream_route
+from streams.surfaces.http.app import create_app
 
 
 def free_port() -> int:
@@ -63,25 +62,22 @@ async def serve(settings: Settings) -> AsyncIterator[Served]:
     keys = KeyStore(settings)
     await asyncio.to_thread(keys.start)
     service = CommandService(client, keys)
-    app = FastAPI()
-    add_stream_route(app, lambda: service)
-    mcp = mount_mcp(app, lambda: service)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
-    async with mcp.session_manager.run():
-        task = asyncio.create_task(server.serve())
+    # The service's own app: REST, the stream and the MCP mount (run by its lifespan).
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    try:
         while not server.started:
             if task.done():
                 task.result()
             await asyncio.sleep(0.02)
-        try:
-            yield Served(port, keys, client, service)
-        finally:
-            server.should_exit = True
-            await task
-            keys.close()
-            client.close()
+        yield Served(port, keys, client, service)
+    finally:
+        server.should_exit = True
+        await task
+        keys.close()
+        client.close()
 
 
 async def start_run(ws: Workspace, run_id: str = "run_1") -> str:

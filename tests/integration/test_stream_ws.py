@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 
 from streams.core.events import FeedbackGiven
 from streams.settings import Settings
-from tests.integration.served import Served, command, serve, start_run
+from tests.integration.served import command, serve, start_run
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -40,7 +40,7 @@ async def test_commands_answer_outcomes_and_a_repeated_command_id_the_same_one(
         async with connect(f"{served.ws}/v1/workspaces/{tenant}.prod/stream",
                            additional_headers=_auth(served.key(tenant))) as ws:
             first = await _answer(ws, command("fb_1"))
-            assert first["type"] == "outcome" and first["command_id"] == "fb_1"
+            assert first["type"] == "outcome" and first["command_id"] == "fb_1", first
             assert first["outcome"]["type"] == "recorded"
             assert set(first["outcome"]["seq"]) == {"partition", "offset"}
             assert await _answer(ws, command("fb_1")) == first

@@ -38,6 +38,7 @@ from streams.core.commands import (
 from streams.core.errors import StreamsError
 from streams.runtime.commands import CommandService
 from streams.settings import Settings
+from streams.surfaces.http.realtime import install_realtime
 
 __all__ = ["app_from_settings", "create_app", "openapi_document"]
 
@@ -115,6 +116,8 @@ def create_app(service: CommandService | None = None, *,
             raise CommandFailed("unavailable", f"the service is starting: "
                                 f"{app.state.starting}; retry")
         return found
+
+    install_realtime(app, svc)  # the WebSocket stream and the MCP tools
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:

@@ -81,7 +81,11 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
         frame = {"type": "command", "command_id": command_id,
                  "command": {"type": "give_feedback", "feedback_type": feedback_type,
                              "target": target, "value": value}}
-        return _result(await get().execute(_token(ctx, key), workspace_id, frame))
+        try:
+            ready = get()
+        except Exception as exc:  # the service is starting
+            return _result(error_frame_of(exc, command_id))
+        return _result(await ready.execute(_token(ctx, key), workspace_id, frame))
 
     @server.tool()
     async def list_runs(workspace_id: str, ctx: Context, rule: str | None = None, limit: int = 20,
@@ -97,7 +101,8 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
         return _result(page)
 
     @server.tool()
-    async def read_feedback(workspace_id: str, ctx: Context, feedback_type: str | None = None, participant: str | None = None,
+    async def read_feedback(workspace_id: str, ctx: Context,
+                            feedback_type: str | None = None, participant: str | None = None,
                             limit: int = 100, offset: int = 0) -> CallToolResult:
         """The workspace's feedback in log order, of one type and/or one participant
         (`user:ada`, `evaluator:judge@v1`) when given, `limit` (1-1000) from `offset`:

@@ -201,7 +201,7 @@ class _Connection:
 
     # -- the connection -----------------------------------------------------------------------
 
-    async def _receive(self) -> str | None | bool:
+    async def _receive(self) -> str | bool | None:
         """The next frame's text (None for a binary frame), or False when the client left."""
         message = await self.socket.receive()
         if message["type"] == "websocket.disconnect":
