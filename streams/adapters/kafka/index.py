@@ -102,6 +102,11 @@ class TenantIndex:
         self._entries: OrderedDict[int, dict[bytes, bytes]] = OrderedDict()
         self._cursors: dict[int, int] = {}
         self._own: dict[str, IndexEntry] = {}
+        # Entries looked up before, decoded: they never change once written, so they answer
+        # again without a partition read even after their partition left the loaded ones
+        # (with more than LOADED_PARTITIONS partitions' worth of hot keys, every look-up
+        # would otherwise read a partition again from its start).
+        self._seen: OrderedDict[str, IndexEntry] = OrderedDict()
         self._lock = threading.RLock()
         self._own_lock = threading.Lock()
         self._catch_up_lock = threading.Lock()
@@ -214,6 +219,8 @@ class TenantIndex:
         (a repeated run keeps its first place), so a cached one is current."""
         with self._own_lock:
             own = self._own.get(key)
+            if own is None:
+                own = self._seen.get(key)
         if own is not None:
             return own
         if not self._partitions:
@@ -221,18 +228,32 @@ class TenantIndex:
         with self._lock:
             loaded = self._entries.get(index_partition(key, self._partitions))
             value = None if loaded is None else loaded.get(key.encode())
-        return self._decoded(key, value)
+        return self._remember(key, self._decoded(key, value))
+
+    def _remember(self, key: str, found: IndexEntry | None) -> IndexEntry | None:
+        if found is not None:
+            with self._own_lock:
+                self._seen[key] = found
+                while len(self._seen) > OWN_ENTRIES:
+                    self._seen.popitem(last=False)
+        return found
 
     def lookup(self, key: str) -> IndexEntry | None:
         """The entry under `key`: this process's own writes, then the key's index partition
         read to its current end."""
         with self._own_lock:
             own = self._own.get(key)
+            seen = self._seen.get(key)
+        if seen is not None:  # written once, never changed: no need to read it again
+            return seen if own is None else merge_entry(key, seen, own)
         with self._lock:
+            seen = self._seen.get(key)  # found meanwhile by a look-up this one waited for
+            if seen is not None:
+                return seen if own is None else merge_entry(key, seen, own)
             self._open()
             value = self._read_partition(index_partition(key, self._partitions)).get(
                 key.encode())
-        found = self._decoded(key, value)
+        found = self._remember(key, self._decoded(key, value))
         if own is None:
             return found
         return own if found is None else merge_entry(key, found, own)
