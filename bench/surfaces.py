@@ -16,6 +16,11 @@
    workspace handle directly in this process, `--window` calls at a time: what the service
    does per command, without a transport. Ratios are surface / floor commands per second.
 
+`--without-ids` adds the WebSocket and the floor without command ids: no idempotency ledger
+(its claim and outcome records per command), so what the transport carries when the service
+does only the append; answers then cannot be told apart, so only the WebSocket's rate is
+measured.
+
 Every answer is checked: anything but a recorded outcome fails the run. The load generator
 shares the machine's cores with the server and the broker.
 """
@@ -120,6 +125,53 @@ async def websocket(base: str, token: str, runs: list[str], commands: int,
             await ws.send(json.dumps(_frame(command_id, runs[n % len(runs)])))
         await reader
         return _summary(latencies, time.perf_counter() - started)
+
+
+async def websocket_without_ids(base: str, token: str, runs: list[str], commands: int,
+                                window: int) -> Result:
+    """The same, with no command ids (no idempotency ledger): answers are not told apart, so
+    only the rate is measured."""
+    answered = 0
+    room = asyncio.Semaphore(window)
+    async with connect(f"{base}/v1/workspaces/{TENANT}.prod/stream",
+                       additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        async def receive() -> None:
+            nonlocal answered
+            while answered < commands:
+                answer = json.loads(await ws.recv())
+                if answer.get("type") != "outcome":
+                    raise SystemExit(f"a command failed: {answer}")
+                answered += 1
+                room.release()
+
+        started = time.perf_counter()
+        reader = asyncio.create_task(receive())
+        for n in range(commands):
+            await room.acquire()
+            frame = _frame("", runs[n % len(runs)])
+            del frame["command_id"]
+            await ws.send(json.dumps(frame))
+        await reader
+        return {"per_s": commands / (time.perf_counter() - started), "p50_ms": float("nan"),
+                "p99_ms": float("nan")}
+
+
+async def floor_without_ids(ws: Workspace, runs: list[str], commands: int,
+                            window: int) -> Result:
+    """The floor with no command ids."""
+    latencies: list[float] = []
+    room = asyncio.Semaphore(window)
+
+    async def one(n: int) -> None:
+        async with room:
+            began = time.perf_counter()
+            await ws.give_feedback(TriageQuality(correct=True, severity="high"),
+                                   on=RunTarget(run_id=runs[n % len(runs)]))
+            latencies.append(time.perf_counter() - began)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(n) for n in range(commands)))
+    return _summary(latencies, time.perf_counter() - started)
 
 
 async def rest(base: str, token: str, runs: list[str], commands: int, clients: int) -> Result:
@@ -227,11 +279,17 @@ async def main_async(args: argparse.Namespace) -> None:
         ws = handle.workspace(TENANT, "prod", actor=UserActor(id="floor"))
         await _warm("floor", lambda: floor(ws, runs, 500, args.window, "floor_warm"))
         results["floor (handle)"] = await floor(ws, runs, args.commands, args.window)
+        if args.without_ids:
+            results["floor, no ids"] = await floor_without_ids(ws, runs, args.commands,
+                                                               args.window)
         handle.close()
         await _warm("websocket", lambda: websocket(f"ws://{base}", token, runs, 500,
                                                    args.window, "ws_warm"))
         results["websocket (1 conn)"] = await websocket(f"ws://{base}", token, runs,
                                                         args.commands, args.window)
+        if args.without_ids:
+            results["websocket, no ids"] = await websocket_without_ids(
+                f"ws://{base}", token, runs, args.commands, args.window)
         results[f"rest ({args.rest_clients} clients)"] = await rest(
             f"http://{base}", token, runs, args.commands, args.rest_clients)
         results[f"mcp ({args.mcp_clients} sessions)"] = await mcp(
@@ -240,13 +298,19 @@ async def main_async(args: argparse.Namespace) -> None:
         server.terminate()  # the server this run started, by its handle
         await server.wait()
 
-    base_rate = results["floor (handle)"]["per_s"]
+    floors = {name: result["per_s"] for name, result in results.items()
+              if name.startswith("floor")}
     print(f"give_feedback commands, {args.commands} per surface (MCP {args.mcp_commands}), "
           f"command ids on, {args.runs} runs")
+
+    def rate_of(name: str) -> float:
+        # A surface without command ids is compared with the floor without them.
+        return floors["floor, no ids" if "no ids" in name else "floor (handle)"]
+
     print(f"{'surface':<24}{'commands/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'vs floor':>10}")
     for name, result in results.items():
         print(f"{name:<24}{result['per_s']:>12.0f}{result['p50_ms']:>10.1f}"
-              f"{result['p99_ms']:>10.1f}{result['per_s'] / base_rate:>10.2f}")
+              f"{result['p99_ms']:>10.1f}{result['per_s'] / rate_of(name):>10.2f}")
 
 
 def main() -> None:
@@ -259,6 +323,9 @@ def main() -> None:
     parser.add_argument("--mcp-commands", type=int, default=1000)
     parser.add_argument("--mcp-clients", type=int, default=10)
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--without-ids", action="store_true",
+                        help="also measure the WebSocket and the floor without command ids "
+                        "(no idempotency ledger; rates only for the WebSocket)")
     asyncio.run(main_async(parser.parse_args()))
 
 
