@@ -140,6 +140,16 @@ async def test_keys_missing_revoked_or_of_another_tenant_are_refused(
             assert (await _answer(ws, command("before")))["type"] == "outcome"
             served.keys.revoke(token.split("_")[1])
             assert (await _answer(ws, command("after")))["error"]["code"] == "unauthorized"
+        # ... and its subscription ends at the next event, with the reason.
+        token = served.key(tenant)
+        async with connect(url, additional_headers=_auth(token)) as ws:
+            assert (await _answer(ws, {"type": "subscribe"}))["type"] == "subscribed"
+            served.keys.revoke(token.split("_")[1])
+            await served.client.workspace(tenant, "prod").append(_event(0))
+            assert (await _recv(ws))["error"]["code"] == "unauthorized"
+            with pytest.raises(ConnectionClosed) as closed:
+                await _recv(ws)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
 
 
 async def test_the_subscription_tails_the_workspace_and_resumes_without_gaps_or_repeats(

@@ -151,6 +151,14 @@ class _Connection:
         try:
             while True:
                 envelope = await subscription.next()
+                try:
+                    # The key may have been revoked since: checked per event (in memory).
+                    self.authorize("read")
+                except StreamsError as exc:
+                    error = error_frame_of(exc)
+                    await self.send(error)
+                    self.close_soon(CLOSE_POLICY, error.error.code)
+                    return
                 await self.send(event_frame(envelope))
         except SlowConsumer as exc:
             self.close_soon(CLOSE_POLICY, str(exc))
