@@ -89,6 +89,7 @@ class _Connection:
         self._pump: asyncio.Task[None] | None = None
         self.closing: tuple[int, str] | None = None
         self._wake = asyncio.Event()
+        self._stopping = False
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -97,8 +98,12 @@ class _Connection:
         as too slow (SlowConsumer)."""
         text = (frame.model_dump_json() if isinstance(frame, OutcomeFrame | ErrorFrame)
                 else json.dumps(frame, separators=(",", ":")))
+        if self._stopping:
+            return  # the connection is ending: answers have nowhere to go
         try:
-            async with self._send_lock, asyncio.timeout(self.settings.stream_slow_timeout):
+            # The wait for the lock counts too: frames queued behind a blocked one are as
+            # stuck as it is.
+            async with asyncio.timeout(self.settings.stream_slow_timeout), self._send_lock:
                 await self.socket.send_text(text)
         except TimeoutError:
             raise SlowConsumer(
@@ -285,18 +290,24 @@ class _Connection:
         finally:
             await self.stop()
         if self.closing is not None and self.socket.client_state != WebSocketState.DISCONNECTED:
+            # A client that reads nothing may not take the close frame either.
             with contextlib.suppress(Exception):
-                await self.socket.close(*self.closing)
+                async with asyncio.timeout(self.settings.stream_slow_timeout):
+                    await self.socket.close(*self.closing)
 
     async def stop(self) -> None:
-        for task in [self._pump, *self._tasks]:
-            if task is not None:
-                task.cancel()
+        self._stopping = True
         if self._pump is not None:
+            self._pump.cancel()
             with contextlib.suppress(BaseException):
                 await self._pump
         if self.subscription is not None:
             await self.subscription.close()
+        # Commands in flight are finished, not cancelled: an attempt cut off between its
+        # ledger claim and its outcome would hold its command id until the claim's lease
+        # ends, so the client's retry would wait. Their answers have nowhere to go.
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 async def serve_stream(socket: WebSocket, workspace_id: str, service: CommandService) -> None:
