@@ -219,3 +219,26 @@ async def test_a_client_that_does_not_ack_is_closed_with_a_reason_after_a_bounde
             assert "resume from your last acknowledged seq" in closed.value.rcvd.reason
             # The server sent no more than the buffer ahead of the (missing) acks.
             assert [f["type"] for f in frames] == ["subscribed"] + ["event"] * 5
+
+
+async def test_commands_of_a_client_that_leaves_are_recorded_once_and_a_retry_gets_them(
+        settings: Settings, tenant_factory: Callable[..., str]) -> None:
+    tenant = tenant_factory()
+    async with serve(settings) as served:
+        await start_run(served.client.workspace(tenant, "prod"))
+        token = served.key(tenant)
+        url = f"{served.ws}/v1/workspaces/{tenant}.prod/stream"
+        async with connect(url, additional_headers=_auth(token)) as ws:
+            for i in range(50):
+                await ws.send(json.dumps(command(f"gone_{i}")))
+        # Left without reading an answer; the retry of every command answers its outcome
+        # and nothing is recorded twice.
+        async with connect(url, additional_headers=_auth(token)) as ws:
+            for i in range(50):
+                await ws.send(json.dumps(command(f"gone_{i}")))
+            answers = [await _recv(ws) for _ in range(50)]
+        assert {a["type"] for a in answers} == {"outcome"}
+        given = [e for e in await served.client.workspace(tenant, "prod").read()
+                 if isinstance(e.event, FeedbackGiven)]
+        assert len(given) == 50
+        assert {e.event_id for e in given} == {a["outcome"]["id"] for a in answers}
