@@ -329,4 +329,12 @@ def add_stream_route(app: FastAPI, service: Callable[[], CommandService]) -> Non
 
     @app.websocket(STREAM_PATH)
     async def stream(websocket: WebSocket, workspace_id: str) -> None:
-        await serve_stream(websocket, workspace_id, service())
+        try:
+            ready = service()
+        except StreamsError as exc:  # still starting: say so, and "try again later"
+            await websocket.accept()
+            with contextlib.suppress(Exception):
+                await websocket.send_text(error_frame_of(exc).model_dump_json())
+                await websocket.close(1013, "unavailable")
+            return
+        await serve_stream(websocket, workspace_id, ready)
