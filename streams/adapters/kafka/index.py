@@ -102,6 +102,7 @@ class TenantIndex:
         self._entries: OrderedDict[int, dict[bytes, bytes]] = OrderedDict()
         self._cursors: dict[int, int] = {}
         self._own: dict[str, IndexEntry] = {}
+        self._found: dict[str, IndexEntry] = {}
         self._lock = threading.RLock()
         self._own_lock = threading.Lock()
         self._catch_up_lock = threading.Lock()
@@ -213,14 +214,20 @@ class TenantIndex:
         partition it read), without asking the broker. Entries never change once written
         (a repeated run keeps its first place), so a cached one is current."""
         with self._own_lock:
-            own = self._own.get(key)
+            own = self._own.get(key) or self._found.get(key)
         if own is not None:
             return own
         if not self._partitions:
             return None
-        with self._lock:
+        # Called on event loops: never wait for a look-up that is reading a partition (the
+        # caller then looks up in a thread).
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
             loaded = self._entries.get(index_partition(key, self._partitions))
             value = None if loaded is None else loaded.get(key.encode())
+        finally:
+            self._lock.release()
         return self._decoded(key, value)
 
     def lookup(self, key: str) -> IndexEntry | None:
@@ -233,9 +240,17 @@ class TenantIndex:
             value = self._read_partition(index_partition(key, self._partitions)).get(
                 key.encode())
         found = self._decoded(key, value)
-        if own is None:
-            return found
-        return own if found is None else merge_entry(key, found, own)
+        if own is not None:
+            found = own if found is None else merge_entry(key, found, own)
+        if found is not None and not key.startswith("last:"):
+            # Entries never change once written (last: entries excepted): keep the ones found,
+            # so a process that looks up more targets than LOADED_PARTITIONS partitions hold
+            # (a server giving feedback on many runs) does not read partitions again for them.
+            with self._own_lock:
+                self._found[key] = found
+                while len(self._found) > OWN_ENTRIES:
+                    del self._found[next(iter(self._found))]
+        return found
 
     def locate(self, target: RunTarget | FiringTarget | ChainTarget,
                workspace: str) -> Located | None:
