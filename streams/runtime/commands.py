@@ -25,6 +25,7 @@ import signal
 import threading
 import time
 import uuid
+import weakref
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
@@ -97,6 +98,21 @@ def ledger_topic(settings: Settings, tenant: str) -> str:
     return f"{settings.topic_prefix}.{tenant}.commands"
 
 
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+def _log_failure(err: Any, msg: Message) -> None:
+    if err is not None:
+        log.warning("a command outcome was not written to %s: %s (a retry finds the event "
+                    "in the log instead)", msg.topic(), err)
+
+
 class CommandLedger:
     """One process's view of a tenant's command ledger, and its writer. Thread-safe.
 
@@ -115,6 +131,11 @@ class CommandLedger:
         self._started = threading.Lock()
         self._running = False
         self._inflight: dict[tuple[int, str], asyncio.Future[LedgerEntry]] = {}
+        self._waiting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = \
+            weakref.WeakKeyDictionary()
+        self._pollers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
+        self._poll_lock = threading.Lock()
         self.claims = 0
 
     def _apply(self, _partition: int, _offset: int, key: bytes, value: bytes | None) -> None:
@@ -146,6 +167,11 @@ class CommandLedger:
             self._tail.sync()
             self._running = True
 
+    @property
+    def running(self) -> bool:
+        """Whether the ledger has been read and is followed."""
+        return self._running
+
     def get(self, key: str) -> LedgerEntry | None:
         """The folded state of a command by its ledger key."""
         with self._lock:
@@ -156,39 +182,71 @@ class CommandLedger:
         # one partition.
         return zlib.crc32(key.encode()) % max(1, self._tail.partitions)
 
+    def _produce(self, key: str, entry: LedgerEntry,
+                 on_delivery: Callable[[Any, Message], None]) -> None:
+        try:
+            self._producer.produce(self.topic, key=key.encode(), value=entry.encode(),
+                                   partition=self._partition(key), on_delivery=on_delivery)
+        except (KafkaException, BufferError) as exc:
+            raise KafkaUnavailable(f"writing to {self.topic} failed: {exc}; check the "
+                                   "brokers, then retry with the same command id") from exc
+
     async def _write(self, key: str, entry: LedgerEntry) -> tuple[int, int]:
+        """Produce a record and return its (partition, offset) once acknowledged; nothing is
+        flushed, so concurrent commands share the producer's batches."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[tuple[int, int]] = loop.create_future()
 
         def delivered(err: Any, msg: Message) -> None:
             result: Any = KafkaUnavailable(f"writing to {self.topic} failed: {err}") \
                 if err is not None else (msg.partition() or 0, msg.offset() or 0)
-
-            def settle() -> None:
-                if done.done():
-                    return
-                if isinstance(result, BaseException):
-                    done.set_exception(result)
-                else:
-                    done.set_result(result)
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
-                loop.call_soon_threadsafe(settle)
+                loop.call_soon_threadsafe(_settle, done, result)
 
-        try:
-            self._producer.produce(self.topic, key=key.encode(), value=entry.encode(),
-                                   partition=self._partition(key), on_delivery=delivered)
-        except (KafkaException, BufferError) as exc:
-            raise KafkaUnavailable(f"writing to {self.topic} failed: {exc}") from exc
+        self._produce(key, entry, delivered)
+        self._need_reports(loop, +1)
         timeout = self.settings.feedback_timeout
-        deadline = loop.time() + timeout
-        while not done.done():
-            # Delivery reports are served by whoever polls; this loop polls while it waits.
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(done)
+        except TimeoutError as exc:
+            raise KafkaUnavailable(f"{self.topic} did not acknowledge within {timeout:g} s "
+                                   "(STREAMS_FEEDBACK_TIMEOUT); check the brokers, then retry "
+                                   "with the same command id") from exc
+        finally:
+            self._need_reports(loop, -1)
+
+    def _need_reports(self, loop: asyncio.AbstractEventLoop, change: int) -> None:
+        # One task per loop polls the producer while some write of that loop awaits its
+        # report (as EventLog does for appends); reports served elsewhere are handed over.
+        with self._poll_lock:
+            waiting = self._waiting.get(loop, 0) + change
+            self._waiting[loop] = waiting
+            task = self._pollers.get(loop)
+            if waiting > 0 and (task is None or task.done()):
+                self._pollers[loop] = loop.create_task(self._poll(loop))
+
+    async def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        while self._waiting.get(loop, 0) > 0:
             self._producer.poll(0)
-            if loop.time() > deadline:
-                raise KafkaUnavailable(f"{self.topic} did not acknowledge within {timeout:g} s "
-                                       "(STREAMS_FEEDBACK_TIMEOUT); check the brokers")
             await asyncio.sleep(0.001)
-        return done.result()
+
+    async def _read_back(self, partition: int, offset: int, wait_s: float) -> bool:
+        """Whether the tail handed on the record at `offset` within `wait_s` seconds."""
+        loop = asyncio.get_running_loop()
+        seen: asyncio.Future[Any] = loop.create_future()
+
+        def ready() -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, seen, True)
+
+        self._tail.when_past(partition, offset, ready)
+        try:
+            async with asyncio.timeout(wait_s):
+                await seen
+            return True
+        except TimeoutError:
+            return False
 
     async def run(self, *, workspace: str, participant: str, command_id: str, digest: str,
                   record: Recorder,
@@ -260,8 +318,7 @@ class CommandLedger:
                                at_ms=int(time.time() * 1000))
             partition, offset = await self._write(key, mine)
             self.claims += 1
-            if not await asyncio.to_thread(self._tail.wait_past, partition, offset,
-                                           max(0.0, deadline - loop.time())):
+            if not await self._read_back(partition, offset, max(0.0, deadline - loop.time())):
                 raise KafkaUnavailable(f"{self.topic} was not read back within {timeout:g} s; "
                                        "check the brokers, then retry with the same command id")
             winner = self.get(key)
@@ -278,7 +335,10 @@ class CommandLedger:
                 os.kill(os.getpid(), signal.SIGKILL)  # failure tests: die before answering
             done = mine.model_copy(update={"state": "recorded", "partition": at_partition,
                                            "offset": at_offset, "event_id": event_id})
-            await self._write(key, done)
+            # Not waited for: the answer is known. Should this record be lost, a retry finds
+            # the claim without an outcome and the event in the log (find_event).
+            self._produce(key, done, _log_failure)
+            self._apply(partition, offset, key.encode(), done.encode())
             return done
 
     async def _recorded(self, key: str, claimed: LedgerEntry,
@@ -334,17 +394,16 @@ class CommandService:
             command_id = parsed.command_id
             command = parsed.command
             check_value(command, self.client.types)
-            recorded = await ws.give_feedback(command.value, on=command.target,
-                                              feedback_type=command.feedback_type,
-                                              command_id=parsed.command_id)
+            seq, event_id = await ws.record_command(command.value, on=command.target,
+                                                    feedback_type=command.feedback_type,
+                                                    command_id=parsed.command_id)
         except Exception as exc:
             answer = error_frame_of(exc, command_id)
             if answer.error.message.startswith("internal error"):
                 log.exception("command on %s failed", workspace_id)
             return answer
         return OutcomeFrame(command_id=command_id, outcome=RecordedOutcome(
-            seq=SeqOut(partition=recorded.seq.partition, offset=recorded.seq.offset),
-            id=recorded.id))
+            seq=SeqOut(partition=seq.partition, offset=seq.offset), id=event_id))
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -23,7 +23,12 @@ from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.index import TenantIndex
 from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
 from streams.core.actors import Actor, SystemActor
-from streams.core.commands import COMMAND_ID_PATTERN, GiveFeedback, command_digest
+from streams.core.commands import (
+    COMMAND_ID_PATTERN,
+    GiveFeedback,
+    LedgerEntry,
+    command_digest,
+)
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
 from streams.core.events import Envelope, Event, FeedbackGiven, RuleFired, Seq, TraceContext
 from streams.core.feedback import (
@@ -180,6 +185,9 @@ class StreamsClient:
     async def ledger(self, tenant: str) -> CommandLedger:
         """The tenant's command ledger (idempotent command ids), followed from first use; its
         topic is created when missing."""
+        ledger = self._ledgers.get(tenant)
+        if ledger is not None and ledger.running:
+            return ledger
         with self._made:
             ledger = self._ledgers.get(tenant)
             if ledger is None:
@@ -353,8 +361,39 @@ class Workspace:
             return await self._give(feedback, on, None)
         return await self._give_once(feedback, on, command_id)
 
+    async def record_command(
+        self,
+        value: Mapping[str, Any],
+        *,
+        on: RunTarget | FiringTarget | ChainTarget,
+        feedback_type: str,
+        command_id: str | None,
+    ) -> tuple[Seq, str]:
+        """give_feedback for surfaces: the same checks and idempotency, answering only the
+        seq and event id, so a repeated command id costs no read of the earlier event."""
+        feedback = validate_feedback(value, feedback_type, self.client.types)
+        if command_id is None:
+            recorded = await self._give(feedback, on, None)
+            return recorded.seq, recorded.id
+        entry, mine = await self._record_once(feedback, on, command_id)
+        if mine is not None:
+            return mine.seq, mine.id
+        assert entry.partition is not None and entry.offset is not None
+        assert entry.event_id is not None
+        return Seq(partition=entry.partition, offset=entry.offset), entry.event_id
+
     async def _give_once(self, feedback: Feedback, on: RunTarget | FiringTarget | ChainTarget,
                          command_id: str) -> Recorded:
+        entry, mine = await self._record_once(feedback, on, command_id)
+        if mine is not None:
+            return mine
+        assert entry.partition is not None and entry.offset is not None
+        assert entry.event_id is not None
+        return await self._recorded_before(entry.event_id, entry.partition, entry.offset)
+
+    async def _record_once(self, feedback: Feedback,
+                           on: RunTarget | FiringTarget | ChainTarget,
+                           command_id: str) -> tuple[LedgerEntry, Recorded | None]:
         if not isinstance(command_id, str) or not COMMAND_ID_PATTERN.fullmatch(command_id):
             raise ValidationFailed(
                 f"invalid command id {command_id!r}: use 1-128 letters, digits and _.:- "
@@ -381,11 +420,7 @@ class Workspace:
         entry = await ledger.run(workspace=self.workspace, participant=self.actor.participant,
                                  command_id=command_id, digest=digest, record=record,
                                  find_event=find_event)
-        if mine:
-            return mine[0]
-        assert entry.partition is not None and entry.offset is not None
-        assert entry.event_id is not None
-        return await self._recorded_before(entry.event_id, entry.partition, entry.offset)
+        return entry, (mine[0] if mine else None)
 
     async def _recorded_before(self, event_id: str, partition: int, offset: int) -> Recorded:
         """The Recorded of an event appended by an earlier attempt, read back at its seq."""

@@ -102,11 +102,7 @@ class TenantIndex:
         self._entries: OrderedDict[int, dict[bytes, bytes]] = OrderedDict()
         self._cursors: dict[int, int] = {}
         self._own: dict[str, IndexEntry] = {}
-        # Entries looked up before, decoded: they never change once written, so they answer
-        # again without a partition read even after their partition left the loaded ones
-        # (with more than LOADED_PARTITIONS partitions' worth of hot keys, every look-up
-        # would otherwise read a partition again from its start).
-        self._seen: OrderedDict[str, IndexEntry] = OrderedDict()
+        self._found: dict[str, IndexEntry] = {}
         self._lock = threading.RLock()
         self._own_lock = threading.Lock()
         self._catch_up_lock = threading.Lock()
@@ -218,24 +214,31 @@ class TenantIndex:
         partition it read), without asking the broker. Entries never change once written
         (a repeated run keeps its first place), so a cached one is current."""
         with self._own_lock:
-            own = self._own.get(key)
-            if own is None:
-                own = self._seen.get(key)
+            own = self._own.get(key) or self._found.get(key)
         if own is not None:
             return own
         if not self._partitions:
             return None
-        with self._lock:
+        # Called on event loops: never wait for a look-up that is reading a partition (the
+        # caller then looks up in a thread).
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
             loaded = self._entries.get(index_partition(key, self._partitions))
             value = None if loaded is None else loaded.get(key.encode())
-        return self._remember(key, self._decoded(key, value))
+        finally:
+            self._lock.release()
+        return self._keep(key, self._decoded(key, value))
 
-    def _remember(self, key: str, found: IndexEntry | None) -> IndexEntry | None:
-        if found is not None:
+    def _keep(self, key: str, found: IndexEntry | None) -> IndexEntry | None:
+        # Entries never change once written (last: entries excepted): keep the ones found,
+        # so a process that looks up more targets than LOADED_PARTITIONS partitions hold
+        # (a server giving feedback on many runs) does not read partitions again for them.
+        if found is not None and not key.startswith("last:"):
             with self._own_lock:
-                self._seen[key] = found
-                while len(self._seen) > OWN_ENTRIES:
-                    self._seen.popitem(last=False)
+                self._found[key] = found
+                while len(self._found) > OWN_ENTRIES:
+                    del self._found[next(iter(self._found))]
         return found
 
     def lookup(self, key: str) -> IndexEntry | None:
@@ -243,20 +246,18 @@ class TenantIndex:
         read to its current end."""
         with self._own_lock:
             own = self._own.get(key)
-            seen = self._seen.get(key)
-        if seen is not None:  # written once, never changed: no need to read it again
-            return seen if own is None else merge_entry(key, seen, own)
         with self._lock:
-            seen = self._seen.get(key)  # found meanwhile by a look-up this one waited for
-            if seen is not None:
-                return seen if own is None else merge_entry(key, seen, own)
+            with self._own_lock:  # found meanwhile by a look-up this one waited for
+                kept = self._found.get(key)
+            if kept is not None:
+                return kept if own is None else merge_entry(key, kept, own)
             self._open()
             value = self._read_partition(index_partition(key, self._partitions)).get(
                 key.encode())
-        found = self._remember(key, self._decoded(key, value))
-        if own is None:
-            return found
-        return own if found is None else merge_entry(key, found, own)
+        found = self._decoded(key, value)
+        if own is not None:
+            found = own if found is None else merge_entry(key, found, own)
+        return self._keep(key, found)
 
     def locate(self, target: RunTarget | FiringTarget | ChainTarget,
                workspace: str) -> Located | None:

@@ -43,6 +43,7 @@ class TopicTail:
         self.topic = topic
         self._on_record = on_record
         self._positions: dict[int, int] = {}
+        self._waiters: dict[int, list[tuple[int, Callable[[], None]]]] = {}
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -90,7 +91,10 @@ class TopicTail:
         assert consumer is not None
         while not self._stop.is_set():
             try:
-                batch = consumer.consume(500, 0.1)
+                # consume() waits for a full batch or its timeout: wait for one record, then
+                # take what else is already fetched, so a record is handed on at once.
+                first = consumer.poll(0.1)
+                batch = [] if first is None else [first, *consumer.consume(500, 0)]
             except KafkaException as exc:  # the consumer retries on its own
                 log.warning("following %s: %s", self.topic, exc)
                 time.sleep(0.1)
@@ -104,11 +108,19 @@ class TopicTail:
                     continue
                 self._hand_on(msg)
                 reached[msg.partition() or 0] = (msg.offset() or 0) + 1
+            ready: list[Callable[[], None]] = []
             with self._changed:
                 for partition, position in reached.items():
                     if position > self._positions.get(partition, 0):
                         self._positions[partition] = position
+                    waiting = self._waiters.get(partition)
+                    if waiting:
+                        ready += [call for offset, call in waiting if offset < position]
+                        self._waiters[partition] = [(o, c) for o, c in waiting
+                                                    if o >= position]
                 self._changed.notify_all()
+            for call in ready:
+                call()
 
     def _hand_on(self, msg: Message) -> None:
         try:
@@ -117,6 +129,20 @@ class TopicTail:
         except Exception:  # a bad record must not stop the tail
             log.exception("record %s/%s of %s not applied", msg.partition(), msg.offset(),
                           self.topic)
+
+    def when_past(self, partition: int, offset: int, call: Callable[[], None]) -> None:
+        """Call `call` (in the tail's thread, or here if it is so already) once the record at
+        `offset` of `partition` has been handed on: for waiters that must not hold a
+        thread."""
+        with self._changed:
+            if self._positions.get(partition, 0) <= offset:
+                self._waiters.setdefault(partition, []).append((offset, call))
+                return
+        call()
+
+    def position(self, partition: int) -> int:
+        """The offset after the last record of `partition` handed on."""
+        return self._positions.get(partition, 0)
 
     def wait_past(self, partition: int, offset: int, timeout: float) -> bool:
         """Block until the record at `offset` of `partition` has been handed on; False if that
