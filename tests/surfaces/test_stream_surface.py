@@ -46,3 +46,22 @@ def test_streams_mcp_without_a_key_says_how_to_get_one() -> None:
     result = CliRunner().invoke(app, ["mcp"], env={"STREAMS_MCP_KEY": ""})
     assert result.exit_code == 2
     assert "STREAMS_MCP_KEY" in result.output
+
+
+def test_the_stream_of_a_service_still_starting_answers_unavailable_and_try_again_later(
+        ) -> None:
+    from fastapi.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
+
+    from streams.surfaces.http.app import create_app
+
+    with TestClient(create_app()) as client, client.websocket_connect(
+            "/v1/workspaces/acme.prod/stream") as ws:
+        frame = ws.receive_json()
+        assert frame["error"]["code"] == "unavailable"
+        try:
+            ws.receive_text()
+        except WebSocketDisconnect as closed:
+            assert closed.code == 1013
+        else:
+            raise AssertionError("the connection stayed open")
