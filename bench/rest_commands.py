@@ -9,9 +9,11 @@
    concurrent HTTP clients (one connection each, kept alive): commands/s, p50, p99.
 3. Latency at a fixed rate: `--rate` commands/s, sent on schedule (open loop) for
    `--seconds`: p50, p99 and the rate achieved.
-4. The floor: the same feedback given directly through the workspace handle in this process,
-   `--clients` calls at a time, with command ids (what the service does per command after
-   HTTP and auth) and without (the plain append). Ratios are service / floor.
+4. The floors: the same feedback given directly through the workspace handle in this
+   process, `--clients` calls at a time, with command ids (what the service does per command
+   after HTTP and auth) and without (the plain append); and the HTTP ceiling: the same
+   clients posting the same frames to an empty FastAPI endpoint under uvicorn (what HTTP
+   alone costs here). Ratios are service / floor.
 
 Every command is checked: a non-200 answer fails the run. The load generator runs on the
 same machine as the server and the broker, so it competes with them for the cores.
@@ -164,6 +166,54 @@ async def _floor(client: StreamsClient, runs: list[str], commands: int, clients:
             "p99_ms": _pct(latencies, 0.99)}
 
 
+_EMPTY_ENDPOINT = """
+import sys
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+app = FastAPI()
+@app.post("/v1/workspaces/{workspace_id}/commands")
+async def command(workspace_id: str, request: Request) -> JSONResponse:
+    body = await request.body()
+    return JSONResponse({"type": "outcome", "size": len(body)})
+@app.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
+            access_log=False)
+"""
+
+
+async def _ready(base: str) -> None:
+    async with httpx.AsyncClient(timeout=1) as probe:
+        for _ in range(300):
+            try:
+                if (await probe.get(f"{base}/healthz")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"{base} did not become ready")
+
+
+def _spawn_empty_endpoint(port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", _EMPTY_ENDPOINT, str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def _http_ceiling(runs: list[str], commands: int, clients: int) -> dict[str, float]:
+    port = _free_port()
+    server = _spawn_empty_endpoint(port)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await _ready(base)
+        return await _throughput(f"{base}/v1/workspaces/{TENANT}.prod/commands", "x", runs,
+                                 commands, clients)
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 def _start_server(settings: Settings, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "streams", "serve", "--port", str(port)],
@@ -186,20 +236,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         port = _free_port()
         server = _start_server(settings, port)
         base = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(timeout=1) as probe:
-            for _ in range(300):
-                try:
-                    if (await probe.get(f"{base}/healthz")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.2)
+        await _ready(base)
         url = f"{base}/v1/workspaces/{TENANT}.prod/commands"
         await _throughput(url, token, runs, min(500, args.commands), args.clients)  # warm up
         rest = await _throughput(url, token, runs, args.commands, args.clients)
         rate = await _fixed_rate(url, token, runs, args.rate, args.seconds)
         floor_ids = await _floor(client, runs, args.commands, args.clients, True)
         floor_plain = await _floor(client, runs, args.commands, args.clients, False)
+        ceiling = await _http_ceiling(runs, args.commands, args.clients)
     finally:
         if server is not None:
             server.terminate()
@@ -211,6 +255,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "commands": args.commands, "clients": args.clients,
         "rest": rest, "rest_at_fixed_rate": {"rate": args.rate, **rate},
         "floor_handle_with_command_ids": floor_ids, "floor_handle_plain": floor_plain,
+        "http_ceiling_empty_endpoint": ceiling,
+        "ratio_rest_to_http_ceiling": round(rest["per_s"] / ceiling["per_s"], 3),
         "ratio_rest_to_handle_with_ids": round(rest["per_s"] / floor_ids["per_s"], 3),
         "ratio_rest_to_handle_plain": round(rest["per_s"] / floor_plain["per_s"], 3),
         "http_retries_after_connection_errors": RETRIES["transport"],

@@ -181,10 +181,12 @@ class CommandFailed(StreamsError):
         self.code: ErrorCode = code
         self.message = message
         self.fields = fields or []
+        # The frame's command_id when it could be read, so the error frame carries it.
+        self.command_id: str | None = None
 
     def frame(self, command_id: str | None = None) -> ErrorFrame:
         """The error frame answering this failure."""
-        return ErrorFrame(command_id=command_id,
+        return ErrorFrame(command_id=command_id or self.command_id,
                           error=ErrorBody(code=self.code, message=self.message,
                                           fields=self.fields))
 
@@ -220,6 +222,15 @@ def parse_frame(body: bytes | str | Mapping[str, Any]) -> CommandFrame:
                                 [FieldProblem(path="$", message=str(exc))]) from exc
     else:
         data = body
+    try:
+        return _parse_mapping(data)
+    except CommandFailed as exc:
+        if isinstance(data, Mapping) and isinstance(data.get("command_id"), str):
+            exc.command_id = data["command_id"][:128]
+        raise
+
+
+def _parse_mapping(data: Any) -> CommandFrame:
     if not isinstance(data, Mapping):
         raise CommandFailed("validation_failed", "a frame is a JSON object such as "
                             '{"type": "command", "command_id": "fb_1", "command": {...}}',

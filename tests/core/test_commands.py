@@ -80,6 +80,12 @@ def test_malformed_frames_are_validation_failed_with_a_path(body: str | bytes,
     assert any(p.path.startswith(path) for p in failed.fields), failed.fields
 
 
+def test_an_error_frame_carries_the_command_id_when_it_can_be_read() -> None:
+    failed = failure(json.dumps(frame(type="delete_everything")))
+    assert failed.frame().command_id == "fb_1"
+    assert failure(b"{not json").frame().command_id is None
+
+
 def test_an_oversized_body_is_too_large() -> None:
     failed = failure(b" " * (MAX_BODY_BYTES + 1))
     assert failed.code == "too_large"
