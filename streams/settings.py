@@ -180,6 +180,15 @@ class Settings:
     feedback_timeout: float = _setting(
         30.0, "STREAMS_FEEDBACK_TIMEOUT", "seconds give_feedback and append may take in all "
         "(index look-up, schema registry, delivery) before they raise", positive=True)
+    stream_buffer: int = _setting(
+        1000, "STREAMS_STREAM_BUFFER", "events a WebSocket subscription delivers ahead of the "
+        "client's acks; when it is full the server waits for acks", minimum=1)
+    stream_slow_timeout: float = _setting(
+        10.0, "STREAMS_STREAM_SLOW_TIMEOUT", "seconds a WebSocket subscriber may leave its "
+        "buffer full (or a frame unsent) before it is disconnected as too slow", positive=True)
+    mcp_key: str = _setting(
+        "", "STREAMS_MCP_KEY", "the API key `streams mcp` (MCP over stdio) acts with: its "
+        "tenant, actor and capabilities", secret=True)
     index_partitions: int = _setting(
         32, "STREAMS_INDEX_PARTITIONS", "partitions of a tenant's compacted index topic; a "
         "look-up reads one of them", minimum=1)
@@ -251,6 +260,24 @@ class Settings:
     llm_backoff: float = _setting(0.5, "STREAMS_LLM_BACKOFF",
                                   "first pause, in seconds, between judge attempts",
                                   minimum=0)
+    # -- the service (streams serve) -----------------------------------------------------------
+    serve_port: int = _setting(8700, "STREAMS_SERVE_PORT", "port `streams serve` listens on "
+                               "(on 127.0.0.1)", minimum=1)
+    command_retention: float = _setting(
+        7 * 24 * 3600.0, "STREAMS_COMMAND_RETENTION", "seconds a command id is remembered "
+        "(retention of a tenant's command ledger topic, set when the topic is created)",
+        positive=True)
+    command_partitions: int = _setting(8, "STREAMS_COMMAND_PARTITIONS",
+                                       "partitions of a tenant's command ledger topic",
+                                       minimum=1)
+    command_lease: float = _setting(
+        330.0, "STREAMS_COMMAND_LEASE", "seconds after which a command claimed by a process "
+        "that never recorded it may be taken over by a retry (above the producer's 300 s "
+        "message timeout, so the first attempt's record can no longer land)", positive=True)
+    serve_fault: str = _setting(
+        "", "STREAMS_SERVE_FAULT", "failure tests only: `kill_after_produce` makes the server "
+        "SIGKILL itself after a command's feedback is delivered and before it answers",
+        choices=("", "kill_after_produce"))
 
     # -- traces -------------------------------------------------------------------------------
     otlp_traces_endpoint: str | None = _setting(

@@ -46,3 +46,20 @@ class AccessDenied(Forbidden):
     """The broker refused this principal an operation its ACLs do not allow (another
     tenant's topic or group, or wrong credentials); retrying does not help. A Forbidden, so
     one handler serves refusals by the handle's capabilities and by the broker."""
+
+
+class TooLarge(ValidationFailed):
+    """An input or the record it makes is over a size limit; the message names the limit."""
+
+
+class Unauthorized(StreamsError):
+    """No valid API key was given (missing, unknown, malformed or revoked)."""
+
+
+class Conflict(StreamsError):
+    """A command id already names a different command of the same actor and workspace."""
+
+
+class SlowConsumer(StreamsError):
+    """A stream subscriber left its bounded buffer full for too long; it is disconnected and
+    resumes from the last seq it acknowledged."""

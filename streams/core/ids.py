@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 
 __all__ = [
     "SCORE_ID_NAMESPACE",
+    "command_event_id",
     "count_key",
     "fired_event_id",
     "firing_id",
@@ -118,3 +119,10 @@ def score_id(feedback_event_id: str, score_name: str) -> str:
     digest[8] = (digest[8] & 0x3F) | 0x80
     h = digest.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def command_event_id(tenant: str, workspace: str, participant: str, command_id: str) -> str:
+    """The event id of the feedback a command records: derived from who sent which command
+    id where, so every attempt of one command (a retry, another server process) names the
+    same event and a lost answer can be recovered from the log."""
+    return "evt_" + _digest(f"cmd\n{tenant}\n{workspace}\n{participant}\n{command_id}")

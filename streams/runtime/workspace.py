@@ -27,6 +27,12 @@ from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
 from streams.adapters.tracing import current_trace
 from streams.core.actors import Actor, AnyActor, SystemActor
 from streams.core.capabilities import Capability, Grants, builtin_grants
+from streams.core.commands import (
+    COMMAND_ID_PATTERN,
+    GiveFeedback,
+    LedgerEntry,
+    command_digest,
+)
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
 from streams.core.events import (
     ArtifactCreated,
@@ -47,6 +53,7 @@ from streams.core.feedback import (
     validate_feedback,
     value_record,
 )
+from streams.core.ids import command_event_id
 from streams.core.proposals.checks import (
     artifact_to_create,
     change_of,
@@ -59,6 +66,7 @@ from streams.core.runs import RunRecord, latest_runs, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
 from streams.core.view import (
+    IndexEntry,
     Located,
     LogIndex,
     event_key,
@@ -66,6 +74,7 @@ from streams.core.view import (
     not_found,
     target_key,
 )
+from streams.runtime.commands import CommandLedger
 from streams.runtime.proposal_folds import ProposalFolds
 from streams.settings import Settings
 
@@ -148,6 +157,7 @@ class StreamsClient:
         self.log = EventLog(self.settings, self.serde, producer=producer)
         self._tenants: dict[str, _TenantLog] = {}
         self._indexes: dict[str, TenantIndex] = {}
+        self._ledgers: dict[str, CommandLedger] = {}
         self._made = threading.Lock()
 
     @classmethod
@@ -207,9 +217,26 @@ class StreamsClient:
                     ensure_topic=lambda: TenantAdmin(self.settings).ensure_index_topic(tenant))
             return index
 
+    async def ledger(self, tenant: str) -> CommandLedger:
+        """The tenant's command ledger (idempotent command ids), followed from first use; its
+        topic is created when missing."""
+        ledger = self._ledgers.get(tenant)
+        if ledger is not None and ledger.running:
+            return ledger
+        with self._made:
+            ledger = self._ledgers.get(tenant)
+            if ledger is None:
+                ledger = self._ledgers[tenant] = CommandLedger(self.settings,
+                                                               self.log.producer, tenant)
+        await self.log.require_tenant(tenant)
+        await asyncio.to_thread(ledger.start)
+        return ledger
+
     def close(self) -> None:
         """Flush pending writes and leave the broker."""
         self.log.close()
+        for ledger in self._ledgers.values():
+            ledger.close()
 
         for log in self._tenants.values():
             log.reader.close()
@@ -250,9 +277,11 @@ class Workspace:
         correlation_id: str | None = None,
         causation_id: str | None = None,
         trace: TraceContext | None = None,
+        event_id: str | None = None,
     ) -> Recorded:
         """Append an event as this actor; without a correlation id it starts a new chain.
         Without `trace` it carries the active span's trace context, if there is one.
+        `event_id` (default: a new random id) is for ids derived from what caused the event.
 
         Forbidden if the actor (or this handle) may not append events of this type."""
         self._check_append(event.type_name)
@@ -260,6 +289,7 @@ class Workspace:
             event, tenant=self.tenant, workspace=self.workspace, actor=self.actor,
             correlation_id=correlation_id, causation_id=causation_id,
             trace=trace if trace is not None else current_trace(),
+            event_id=event_id,
         )
         return await self.append_envelope(envelope)
 
@@ -370,6 +400,7 @@ class Workspace:
         *,
         on: RunTarget | FiringTarget | ChainTarget,
         feedback_type: str | None = None,
+        command_id: str | None = None,
     ) -> Recorded:
         """Record feedback on a run, firing or chain, in the target's causal chain.
 
@@ -379,6 +410,11 @@ class Workspace:
         (a KafkaUnavailable) if the schema registry cannot be reached, and KafkaUnavailable if
         the broker does not answer, within STREAMS_FEEDBACK_TIMEOUT. Concurrent calls share
         the producer's batches; each returns its own seq and id once delivered.
+
+        With a `command_id` (1-128 letters, digits and `_.:-`), the call records once: the
+        same id from the same actor in this workspace returns the first call's seq and id
+        every time (across processes and restarts, for STREAMS_COMMAND_RETENTION), and
+        raises Conflict if the id was used for different feedback (see docs/api.md).
         """
         if not isinstance(on, RunTarget | FiringTarget | ChainTarget):
             raise ValidationFailed(
@@ -386,6 +422,85 @@ class Workspace:
                 f"{type(on).__name__} (e.g. on=RunTarget(run_id=...))")
         self._check_append(FeedbackGiven.event_type)
         feedback = validate_feedback(value, feedback_type, self.client.types)
+        if command_id is None:
+            return await self._give(feedback, on, None)
+        return await self._give_once(feedback, on, command_id)
+
+    async def record_command(
+        self,
+        value: Mapping[str, Any],
+        *,
+        on: RunTarget | FiringTarget | ChainTarget,
+        feedback_type: str,
+        command_id: str | None,
+    ) -> tuple[Seq, str]:
+        """give_feedback for surfaces: the same checks and idempotency, answering only the
+        seq and event id, so a repeated command id costs no read of the earlier event."""
+        feedback = validate_feedback(value, feedback_type, self.client.types)
+        if command_id is None:
+            recorded = await self._give(feedback, on, None)
+            return recorded.seq, recorded.id
+        entry, mine = await self._record_once(feedback, on, command_id)
+        if mine is not None:
+            return mine.seq, mine.id
+        assert entry.partition is not None and entry.offset is not None
+        assert entry.event_id is not None
+        return Seq(partition=entry.partition, offset=entry.offset), entry.event_id
+
+    async def _give_once(self, feedback: Feedback, on: RunTarget | FiringTarget | ChainTarget,
+                         command_id: str) -> Recorded:
+        entry, mine = await self._record_once(feedback, on, command_id)
+        if mine is not None:
+            return mine
+        assert entry.partition is not None and entry.offset is not None
+        assert entry.event_id is not None
+        return await self._recorded_before(entry.event_id, entry.partition, entry.offset)
+
+    async def _record_once(self, feedback: Feedback,
+                           on: RunTarget | FiringTarget | ChainTarget,
+                           command_id: str) -> tuple[LedgerEntry, Recorded | None]:
+        if not isinstance(command_id, str) or not COMMAND_ID_PATTERN.fullmatch(command_id):
+            raise ValidationFailed(
+                f"invalid command id {command_id!r}: use 1-128 letters, digits and _.:- "
+                "starting with a letter or digit")
+        name = type(feedback).feedback_name
+        digest = command_digest(GiveFeedback(feedback_type=name, target=on,
+                                             value=feedback.model_dump(mode="json")))
+        event_id = command_event_id(self.tenant, self.workspace, self.actor.participant,
+                                    command_id)
+        ledger = await self.client.ledger(self.tenant)
+        mine: list[Recorded] = []
+
+        async def record() -> tuple[int, int, str]:
+            recorded = await self._give(feedback, on, event_id)
+            mine.append(recorded)
+            return recorded.seq.partition, recorded.seq.offset, recorded.id
+
+        async def find_event() -> tuple[int, int, str] | None:
+            index = await self._index()
+            await asyncio.to_thread(index.catch_up)
+            entry = await asyncio.to_thread(index.lookup, event_key(event_id))
+            return None if entry is None else (entry.partition, entry.offset, event_id)
+
+        entry = await ledger.run(workspace=self.workspace, participant=self.actor.participant,
+                                 command_id=command_id, digest=digest, record=record,
+                                 find_event=find_event)
+        return entry, (mine[0] if mine else None)
+
+    async def _recorded_before(self, event_id: str, partition: int, offset: int) -> Recorded:
+        """The Recorded of an event appended by an earlier attempt, read back at its seq."""
+        index = await self._index()
+        at = await asyncio.to_thread(index.message_at, IndexEntry(
+            Located(self.workspace, "", event_id, None), partition, offset))
+        found = self._decoded([at]) if at is not None else []
+        if not found:
+            raise KafkaUnavailable(f"the recorded event {event_id} at {partition}:{offset} "
+                                   "could not be read back; retry")
+        seq = Seq(partition=partition, offset=offset)
+        return Recorded(seq=seq, id=event_id, envelope=found[0].model_copy(update={"seq": seq}))
+
+    async def _give(self, feedback: Feedback, on: RunTarget | FiringTarget | ChainTarget,
+                    event_id: str | None) -> Recorded:
         cls = type(feedback)
         attributes = {"streams.tenant": self.tenant, "streams.workspace": self.workspace,
                       "streams.feedback_type": cls.feedback_name,
@@ -414,7 +529,8 @@ class Workspace:
                 value=value_record(feedback),
             )
             recorded = await self.append(event, correlation_id=where.correlation_id,
-                                         causation_id=where.event_id, trace=current_trace())
+                                         causation_id=where.event_id, trace=current_trace(),
+                                         event_id=event_id)
             span.set_attribute("streams.seq", str(recorded.seq))
             span.set_attribute("streams.event_id", recorded.id)
         _feedback_counter.add(1, attributes)

@@ -1,6 +1,6 @@
 """The operators' command line: `streams worker`, `streams tenant ...`, `streams schemas ...`,
 `streams sink langfuse | duckdb`, `streams rules ...` (cli_rules), `streams report`,
-`streams demo`."""
+`streams demo`, `streams keys ...`, `streams serve`, `streams mcp`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from streams.core.errors import ConfigError, StreamsError, ValidationFailed
 from streams.settings import Settings, markdown_table
+from streams.surfaces import cli_mcp
 from streams.surfaces.cli_rules import rules_app
 from streams.surfaces.tenants import tenant_app
 
@@ -457,9 +458,19 @@ def show_settings(
         print(f"{variable}={value}")
 
 
+from streams.surfaces.cli_keys import keys_app  # noqa: E402  (uses this module's helpers)
+from streams.surfaces.cli_serve import serve  # noqa: E402
+
+app.add_typer(keys_app, name="keys")
+app.command("serve")(serve)
+
+
 def main() -> None:
     """Entry point of the `streams` command."""
     app()
+
+
+app.command("mcp")(cli_mcp.mcp)
 
 
 if __name__ == "__main__":

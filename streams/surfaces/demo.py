@@ -6,9 +6,11 @@ workspace's report (report.json, report.html) in a folder it names."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from confluent_kafka import Consumer
 from rich.console import Console
 from rich.live import Live
@@ -44,11 +47,11 @@ from streams.core.proposals import EVALUATOR as OUTCOME_EVALUATOR
 from streams.core.proposals import PROPOSAL_OUTCOME, ProposalRates, proposal_rates
 from streams.core.runs import rule_actor
 from streams.core.scores import scores_of
-from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.drafting import DRAFT_RULE, DraftRequested
-from streams.examples.ops import IncidentOpened, Resolution, ShouldHaveFired, TriageQuality
+from streams.examples.ops import IncidentOpened, Resolution, TriageQuality
 from streams.examples.ops_rules import TriageInput
+from streams.runtime.keys import KeyStore
 from streams.runtime.root import Runtime
 from streams.runtime.workspace import Workspace
 from streams.settings import Settings
@@ -78,8 +81,45 @@ class TenantView:
                    if isinstance(e.event, FeedbackGiven))
 
 
-async def _people(ws: Workspace, incidents: int, rng: random.Random, view: TenantView) -> None:
-    """Raise error spikes, wait for their triage runs, and judge them as people would."""
+@dataclass
+class People:
+    """The demo's people, giving their feedback over the REST surface (`streams serve`), each
+    with an API key of their own; the judge gives its verdicts through the Python handle."""
+
+    url: str
+    tokens: dict[tuple[str, str], str]  # (tenant, person) -> bearer token
+    sent: int = 0
+
+    async def give(self, http: httpx.AsyncClient, tenant: str, workspace: str, person: str,
+                   command_id: str, feedback_type: str, target: dict[str, str],
+                   value: dict[str, Any]) -> None:
+        """POST one give_feedback command; a lost connection or a 503 is retried with the same
+        command id, which records once."""
+        frame = {"type": "command", "command_id": command_id,
+                 "command": {"type": "give_feedback", "feedback_type": feedback_type,
+                             "target": target, "value": value}}
+        url = f"{self.url}/v1/workspaces/{tenant}.{workspace}/commands"
+        headers = {"Authorization": f"Bearer {self.tokens[(tenant, person)]}"}
+        for attempt in range(10):
+            try:
+                answer = await http.post(url, json=frame, headers=headers)
+            except httpx.TransportError:
+                await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            if answer.status_code == 503:
+                await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            if answer.status_code != 200:
+                raise StreamsError(f"the REST surface refused {command_id}: {answer.text}")
+            self.sent += 1
+            return
+        raise StreamsError(f"the REST surface did not record {command_id} after 10 attempts")
+
+
+async def _people(ws: Workspace, incidents: int, rng: random.Random, view: TenantView,
+                  people: People) -> None:
+    """Raise error spikes, wait for their triage runs, and judge them as people would, over
+    REST."""
     for i in range(incidents):
         service = f"svc-{i:03d}"
         for _ in range(3):
@@ -87,30 +127,36 @@ async def _people(ws: Workspace, incidents: int, rng: random.Random, view: Tenan
                                      data={"service": service, "errors": rng.randint(3, 20)}))
     judged: set[str] = set()
     deadline = time.monotonic() + 120
-    while len(judged) < incidents and time.monotonic() < deadline:
-        envelopes = await ws.read()
-        view.envelopes = envelopes
-        for envelope in envelopes:
-            run = envelope.event
-            if not (isinstance(run, RunSucceeded) and run.rule == "ops:error-spike") \
-                    or run.run_id in judged:
-                continue
-            judged.add(run.run_id)
-            person = ws.as_actor(UserActor(id=rng.choice(PEOPLE)))
-            started = next(e for e in envelopes if isinstance(e.event, RunStarted)
-                           and e.event.run_id == run.run_id)
-            assert isinstance(started.event, RunStarted)
-            await person.give_feedback(
-                TriageQuality(correct=rng.random() > 0.25,
-                              severity=rng.choice(["low", "high", "critical"]),
-                              note="missed the deploy" if rng.random() < 0.2 else None),
-                on=RunTarget(run_id=run.run_id))
-            await person.give_feedback(ShouldHaveFired(fired_rightly=rng.random() > 0.1),
-                                       on=FiringTarget(firing_id=started.event.firing_id))
-            await person.give_feedback(
-                Resolution(resolved=rng.random() > 0.1, minutes_to_mitigate=rng.randint(1, 240)),
-                on=ChainTarget(correlation_id=started.correlation_id))
-        await asyncio.sleep(0.3)
+    async with httpx.AsyncClient(timeout=60) as http:
+        while len(judged) < incidents and time.monotonic() < deadline:
+            envelopes = await ws.read()
+            view.envelopes = envelopes
+            for envelope in envelopes:
+                run = envelope.event
+                if not (isinstance(run, RunSucceeded) and run.rule == "ops:error-spike") \
+                        or run.run_id in judged:
+                    continue
+                judged.add(run.run_id)
+                person = rng.choice(PEOPLE)
+                started = next(e for e in envelopes if isinstance(e.event, RunStarted)
+                               and e.event.run_id == run.run_id)
+                assert isinstance(started.event, RunStarted)
+                give = functools.partial(people.give, http, ws.tenant, ws.workspace, person)
+                await give(f"{run.run_id}:triage", "triage_quality",
+                           {"kind": "run", "run_id": run.run_id},
+                           TriageQuality(correct=rng.random() > 0.25,
+                                         severity=rng.choice(["low", "high", "critical"]),
+                                         note="missed the deploy" if rng.random() < 0.2
+                                         else None).model_dump(mode="json"))
+                await give(f"{run.run_id}:fired", "should_have_fired",
+                           {"kind": "firing", "firing_id": started.event.firing_id},
+                           {"fired_rightly": rng.random() > 0.1})
+                await give(f"{run.run_id}:resolution", "resolution",
+                           {"kind": "chain", "correlation_id": started.correlation_id},
+                           Resolution(resolved=rng.random() > 0.1,
+                                      minutes_to_mitigate=rng.randint(1, 240)
+                                      ).model_dump(mode="json"))
+            await asyncio.sleep(0.3)
     view.people_done = True
 
 
@@ -161,6 +207,26 @@ def _rates_line(rates: ProposalRates) -> str:
     return (f"  {rates.rule}: {rates.resolved} proposals resolved: accepted "
             f"{100 * rates.acceptance_rate:.0f}%, edited {100 * rates.edit_rate:.0f}%, "
             f"rejected {100 * rates.rejection_rate:.0f}%")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise StreamsError(f"streams serve exited ({server.returncode})")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise StreamsError(f"streams serve not ready at {url} within {timeout:.0f}s")
 
 
 def _ends(consumer: Consumer, topic: str) -> int:
@@ -315,18 +381,35 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                   f"accept, edit or reject them, and the proposal-outcome rule scores the runs; "
                   f"{chains} incidents per tenant (the judge's budget is per tenant "
                   f"and hour, so demo runs within one hour share it)")
+    # The people give feedback over REST: a `streams serve` and a key per tenant and person.
+    serve_port = _free_port()
+    serve_log = os.path.join(tempfile.gettempdir(), f"streams-demo-serve-{os.getpid()}.log")
+    server = _spawn(["serve", "--types", "streams.examples.ops", "--port", str(serve_port)],
+                    env, serve_log)
+    keys = KeyStore(settings, runtime.producer)
+    people = People(f"http://127.0.0.1:{serve_port}", {})
     client = runtime.client
     # A workspace of its own per demo run: a tenant's earlier runs stay out of the view.
     workspace = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.monotonic()
     ok = False
     finished = threading.Event()
+    producer: _Background | None = None
     try:
+        keys.start()
+        people.tokens.update({(t, p): keys.create(t, UserActor(id=p), {"give_feedback", "read"},
+                                                  note="demo")[1]
+                              for t in tenants for p in PEOPLE})
+        _wait_ready(people.url, server)
+        console.print(f"REST service started (pid {server.pid}) at {people.url}: the people "
+                      f"give feedback with POST /v1/workspaces/<tenant>.<workspace>/commands, "
+                      f"each with a key of their own; the judge through the Python handle")
+
         async def produce() -> None:
             rng = random.Random(7)
             await asyncio.gather(*(
                 _people(client.workspace(t, workspace, actor=UserActor(id="ops-bot")), chains,
-                        rng, views[t]) for t in tenants), *(
+                        rng, views[t], people) for t in tenants), *(
                 _drafts(client.workspace(t, workspace, actor=UserActor(id="ops-bot")),
                         max(3, chains // 3), random.Random(11), views[t]) for t in tenants))
             # Keep the view fresh while the judge and escalations finish.
@@ -350,12 +433,14 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                 if settled_at is not None and time.monotonic() - settled_at > 2.0:
                     ok = True
                     break
-                if worker.poll() is not None or sink.poll() is not None:
+                if any(p.poll() is not None for p in (worker, sink, server)):
                     break
                 time.sleep(0.5)
         console.print()
         crashed = [(n, p, f) for n, p, f in (("worker", worker, log_path),
-                                             ("sink", sink, sink_log)) if p.poll() is not None]
+                                             ("sink", sink, sink_log),
+                                             ("serve", server, serve_log))
+                   if p.poll() is not None]
         for name, proc, path in crashed:
             with open(path, errors="replace") as log:
                 tail = log.read()[-3000:]
@@ -382,10 +467,13 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                 ok = False
     finally:
         finished.set()
-        producer.thread.join(timeout=10)
+        if producer is not None:
+            producer.thread.join(timeout=10)
         consumer.close()
         runtime.close()
-        for name, proc, path in (("sink", sink, sink_log), ("worker", worker, log_path)):
+        keys.close()
+        for name, proc, path in (("serve", server, serve_log), ("sink", sink, sink_log),
+                                 ("worker", worker, log_path)):
             _stop(proc)
             console.print(f"{name} stopped (exit {proc.returncode}); its log: {path}")
         standin.stop()

@@ -264,3 +264,31 @@ async def test_the_registry_unavailable_is_one_typed_error_after_the_timeout(
                                on=RunTarget(run_id="run_1"))
     assert isinstance(raised.value, KafkaUnavailable)
     assert "STREAMS_FEEDBACK_TIMEOUT" in str(raised.value)
+
+
+async def test_targets_looked_up_once_are_not_read_again_when_many_partitions_are_hot(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+) -> None:
+    """Feedback on runs spread over more index partitions than a process keeps loaded: the
+    second round of look-ups reads no index record (entries never change once written)."""
+    tenant = tenant_factory()
+    writer_client = client_factory()
+    writer = writer_client.workspace(tenant, "prod")
+    runs = [f"run_{i}" for i in range(40)]
+    for run_id in runs:
+        await _incident(writer, run_id)
+    _flush(writer_client)
+
+    fresh = client_factory()
+    ada = fresh.workspace(tenant, "prod", actor=UserActor(id="ada"))
+    index = fresh.tenant_index(tenant)
+
+    async def round_of_feedback() -> None:
+        await asyncio.gather(*(ada.give_feedback(TriageQuality(correct=True, severity="low"),
+                                                 on=RunTarget(run_id=r)) for r in runs))
+
+    await round_of_feedback()
+    read = index.index_records_read
+    assert read > 0 and index.catch_ups == 0
+    await round_of_feedback()
+    assert index.index_records_read == read

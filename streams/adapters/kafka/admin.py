@@ -150,6 +150,19 @@ class TenantAdmin:
             raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
         return topic
 
+    def ensure_compacted_topic(self, topic: str, partitions: int,
+                               config: dict[str, str] | None = None) -> int:
+        """Create a compacted topic if it is missing (the key store, a tenant's command
+        ledger); returns its partition count. `config` adds to or overrides compaction."""
+        try:
+            self._create([NewTopic(topic, num_partitions=partitions,
+                                   replication_factor=self.settings.replication_factor,
+                                   config={"cleanup.policy": "compact", "retention.ms": "-1",
+                                           **(config or {})})])
+            return self._wait_visible({topic: 1})[topic]
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+
     def _create(self, topics: list[NewTopic]) -> None:
         """Create topics; one that exists already is left as it is. The replication factor is
         checked against the cluster first."""
@@ -195,7 +208,8 @@ class TenantAdmin:
         """Delete a tenant's topics (tests and demos clean up with this)."""
         topics = tenant_topics(tenant, self.settings.topic_prefix)
         names = [*topics.all(), index_topic(tenant, self.settings.topic_prefix),
-                 rulebook_topic(tenant, self.settings.topic_prefix)]
+                 rulebook_topic(tenant, self.settings.topic_prefix),
+                 f"{self.settings.topic_prefix}.{tenant}.commands"]
         for future in self.client.delete_topics(names).values():
             try:
                 future.result()

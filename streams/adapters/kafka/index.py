@@ -105,6 +105,7 @@ class TenantIndex:
         self._entries: OrderedDict[int, dict[bytes, bytes]] = OrderedDict()
         self._cursors: dict[int, int] = {}
         self._own: dict[str, IndexEntry] = {}
+        self._found: dict[str, IndexEntry] = {}
         self._lock = threading.RLock()
         self._own_lock = threading.Lock()
         self._catch_up_lock = threading.Lock()
@@ -217,15 +218,32 @@ class TenantIndex:
         partition it read), without asking the broker. Entries never change once written
         (a repeated run keeps its first place), so a cached one is current."""
         with self._own_lock:
-            own = self._own.get(key)
+            own = self._own.get(key) or self._found.get(key)
         if own is not None:
             return own
         if not self._partitions:
             return None
-        with self._lock:
+        # Called on event loops: never wait for a look-up that is reading a partition (the
+        # caller then looks up in a thread).
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
             loaded = self._entries.get(index_partition(key, self._partitions))
             value = None if loaded is None else loaded.get(key.encode())
-        return self._decoded(key, value)
+        finally:
+            self._lock.release()
+        return self._keep(key, self._decoded(key, value))
+
+    def _keep(self, key: str, found: IndexEntry | None) -> IndexEntry | None:
+        # Entries never change once written (last: entries excepted): keep the ones found,
+        # so a process that looks up more targets than LOADED_PARTITIONS partitions hold
+        # (a server giving feedback on many runs) does not read partitions again for them.
+        if found is not None and not key.startswith("last:"):
+            with self._own_lock:
+                self._found[key] = found
+                while len(self._found) > OWN_ENTRIES:
+                    del self._found[next(iter(self._found))]
+        return found
 
     def lookup(self, key: str) -> IndexEntry | None:
         """The entry under `key`: this process's own writes, then the key's index partition
@@ -233,13 +251,17 @@ class TenantIndex:
         with self._own_lock:
             own = self._own.get(key)
         with self._lock:
+            with self._own_lock:  # found meanwhile by a look-up this one waited for
+                kept = self._found.get(key)
+            if kept is not None:
+                return kept if own is None else merge_entry(key, kept, own)
             self._open()
             value = self._read_partition(index_partition(key, self._partitions)).get(
                 key.encode())
         found = self._decoded(key, value)
-        if own is None:
-            return found
-        return own if found is None else merge_entry(key, found, own)
+        if own is not None:
+            found = own if found is None else merge_entry(key, found, own)
+        return self._keep(key, found)
 
     def locate(self, target: RunTarget | FiringTarget | ChainTarget,
                workspace: str) -> Located | None:

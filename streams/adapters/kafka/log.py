@@ -28,7 +28,12 @@ from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.access import denied
 from streams.adapters.kafka.config import producer_config, reader_config
 from streams.core.access import reader_group
-from streams.core.errors import KafkaUnavailable, NotFound, SchemaError, ValidationFailed
+from streams.core.errors import (
+    KafkaUnavailable,
+    NotFound,
+    SchemaError,
+    TooLarge,
+)
 from streams.core.events import Envelope, Seq
 from streams.core.tenancy import tenant_topics
 from streams.settings import Settings
@@ -148,7 +153,7 @@ class EventLog:
         limit = self.settings.max_record_bytes
         if len(value) > limit:
             name, size = largest_field(envelope)
-            raise ValidationFailed(
+            raise TooLarge(
                 f"the {envelope.event_type} event is {len(value)} bytes encoded, over the "
                 f"maximum record size of {limit} bytes (STREAMS_MAX_RECORD_BYTES); its "
                 f"largest field is {name} ({size} bytes): shorten it, or store the content "

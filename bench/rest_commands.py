@@ -1,0 +1,274 @@
+"""The REST surface's give_feedback commands: throughput, latency, and the floor.
+
+    export KAFKA_BOOTSTRAP_SERVERS=... SCHEMA_REGISTRY_URL=...
+    .venv/bin/python -m bench.rest_commands --commands 5000 --clients 50 --rate 500 --seconds 10
+
+1. Seeds a fresh tenant (a topic prefix of its own) with `--runs` runs and starts
+   `python -m streams serve` on a free loopback port, with a key of the tenant.
+2. Throughput: `--commands` commands, each with its own command id, from `--clients`
+   concurrent HTTP clients (one connection each, kept alive): commands/s, p50, p99.
+3. Latency at a fixed rate: `--rate` commands/s, sent on schedule (open loop) for
+   `--seconds`: p50, p99 and the rate achieved.
+4. The floors: the same feedback given directly through the workspace handle in this
+   process, `--clients` calls at a time, with command ids (what the service does per command
+   after HTTP and auth) and without (the plain append); and the HTTP ceiling: the same
+   clients posting the same frames to an empty FastAPI endpoint under uvicorn (what HTTP
+   alone costs here). Ratios are service / floor.
+
+Every command is checked: a non-200 answer fails the run. The load generator runs on the
+same machine as the server and the broker, so it competes with them for the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, RunStarted
+from streams.core.targets import RunTarget
+from streams.examples.ops import TriageQuality
+from streams.runtime.keys import KeyStore
+from streams.runtime.workspace import StreamsClient
+from streams.settings import Settings
+
+TENANT = "bench"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def _seed(client: StreamsClient, runs: int) -> list[str]:
+    ws = client.workspace(TENANT, "prod")
+    ids = []
+    for i in range(runs):
+        spike = await ws.append(AppEvent(name="ops:error_spike", data={"n": i}))
+        run_id = f"run_{i}"
+        await ws.append(RunStarted(run_id=run_id, rule="ops:error-spike", action="triage",
+                                   firing_id=f"fir_{i}"), correlation_id=spike.id,
+                        causation_id=spike.id)
+        ids.append(run_id)
+    return ids
+
+
+RETRIES = {"transport": 0}
+
+
+async def _post(http: httpx.AsyncClient, url: str, frame: dict[str, Any]) -> None:
+    """One command; a connection error is retried with the same command id (it records
+    once), and counted."""
+    for attempt in range(5):
+        try:
+            answer = await http.post(url, json=frame)
+        except httpx.TransportError:
+            if attempt == 4:
+                raise
+            RETRIES["transport"] += 1
+            continue
+        if answer.status_code != 200:
+            raise SystemExit(f"command {frame['command_id']} failed: {answer.text}")
+        return
+
+
+def _frame(command_id: str, run_id: str) -> dict[str, Any]:
+    return {"type": "command", "command_id": command_id,
+            "command": {"type": "give_feedback", "feedback_type": "triage_quality",
+                        "target": {"kind": "run", "run_id": run_id},
+                        "value": {"correct": True, "severity": "high"}}}
+
+
+async def _throughput(url: str, token: str, runs: list[str], commands: int,
+                      clients: int) -> dict[str, float]:
+    latencies: list[float] = []
+    tag = uuid.uuid4().hex[:6]  # new command ids each phase
+    queue = iter(range(commands))
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async def client() -> None:
+        async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+            for n in queue:
+                started = time.perf_counter()
+                await _post(http, url, _frame(f"tp_{tag}_{n}", runs[n % len(runs)]))
+                latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    elapsed = time.perf_counter() - started
+    return {"per_s": commands / elapsed, "p50_ms": _pct(latencies, 0.5),
+            "p99_ms": _pct(latencies, 0.99)}
+
+
+async def _fixed_rate(url: str, token: str, runs: list[str], rate: float,
+                      seconds: float) -> dict[str, float]:
+    latencies: list[float] = []
+    headers = {"Authorization": f"Bearer {token}"}
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    async with httpx.AsyncClient(headers=headers, timeout=60, limits=limits) as http:
+        async def one(n: int) -> None:
+            started = time.perf_counter()
+            await _post(http, url, _frame(f"fr_{n}", runs[n % len(runs)]))
+            latencies.append(time.perf_counter() - started)
+
+        total = int(rate * seconds)
+        start = time.perf_counter()
+        tasks = []
+        for n in range(total):
+            due = start + n / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(n)))
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - start
+    return {"sent_per_s": total / (elapsed if elapsed > 0 else 1), "p50_ms": _pct(latencies, 0.5),
+            "p99_ms": _pct(latencies, 0.99)}
+
+
+async def _floor(client: StreamsClient, runs: list[str], commands: int, clients: int,
+                 with_ids: bool) -> dict[str, float]:
+    ws = client.workspace(TENANT, "prod", actor=UserActor(id="floor"))
+    latencies: list[float] = []
+    queue = iter(range(commands))
+    tag = uuid.uuid4().hex[:6]
+
+    async def caller() -> None:
+        for n in queue:
+            started = time.perf_counter()
+            await ws.give_feedback(TriageQuality(correct=True, severity="high"),
+                                   on=RunTarget(run_id=runs[n % len(runs)]),
+                                   command_id=f"fl_{tag}_{n}" if with_ids else None)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(clients)))
+    elapsed = time.perf_counter() - started
+    return {"per_s": commands / elapsed, "p50_ms": _pct(latencies, 0.5),
+            "p99_ms": _pct(latencies, 0.99)}
+
+
+_EMPTY_ENDPOINT = """
+import sys
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+app = FastAPI()
+@app.post("/v1/workspaces/{workspace_id}/commands")
+async def command(workspace_id: str, request: Request) -> JSONResponse:
+    body = await request.body()
+    return JSONResponse({"type": "outcome", "size": len(body)})
+@app.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
+            access_log=False)
+"""
+
+
+async def _ready(base: str) -> None:
+    async with httpx.AsyncClient(timeout=1) as probe:
+        for _ in range(300):
+            try:
+                if (await probe.get(f"{base}/healthz")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"{base} did not become ready")
+
+
+def _spawn_empty_endpoint(port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", _EMPTY_ENDPOINT, str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def _http_ceiling(runs: list[str], commands: int, clients: int) -> dict[str, float]:
+    port = _free_port()
+    server = _spawn_empty_endpoint(port)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await _ready(base)
+        return await _throughput(f"{base}/v1/workspaces/{TENANT}.prod/commands", "x", runs,
+                                 commands, clients)
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def _start_server(settings: Settings, port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "streams", "serve", "--port", str(port)],
+        env=settings.child_env(STREAMS_FEEDBACK_MODULES="streams.examples.ops"),
+        cwd=str(REPO), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
+    admin = TenantAdmin(settings)
+    admin.create_tenant(TENANT)
+    client = StreamsClient(settings)
+    keys = KeyStore(settings)
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        runs = await _seed(client, args.runs)
+        keys.start()
+        _key, token = keys.create(TENANT, UserActor(id="ada"), {"give_feedback"})
+        port = _free_port()
+        server = _start_server(settings, port)
+        base = f"http://127.0.0.1:{port}"
+        await _ready(base)
+        url = f"{base}/v1/workspaces/{TENANT}.prod/commands"
+        await _throughput(url, token, runs, min(500, args.commands), args.clients)  # warm up
+        rest = await _throughput(url, token, runs, args.commands, args.clients)
+        rate = await _fixed_rate(url, token, runs, args.rate, args.seconds)
+        floor_ids = await _floor(client, runs, args.commands, args.clients, True)
+        floor_plain = await _floor(client, runs, args.commands, args.clients, False)
+        ceiling = await _http_ceiling(runs, args.commands, args.clients)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
+        keys.close()
+        client.close()
+        admin.delete_tenant(TENANT)
+    return {
+        "commands": args.commands, "clients": args.clients,
+        "rest": rest, "rest_at_fixed_rate": {"rate": args.rate, **rate},
+        "floor_handle_with_command_ids": floor_ids, "floor_handle_plain": floor_plain,
+        "http_ceiling_empty_endpoint": ceiling,
+        "ratio_rest_to_http_ceiling": round(rest["per_s"] / ceiling["per_s"], 3),
+        "ratio_rest_to_handle_with_ids": round(rest["per_s"] / floor_ids["per_s"], 3),
+        "ratio_rest_to_handle_plain": round(rest["per_s"] / floor_plain["per_s"], 3),
+        "http_retries_after_connection_errors": RETRIES["transport"],
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--commands", type=int, default=5000)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--runs", type=int, default=200)
+    result = asyncio.run(main(parser.parse_args()))
+    print(json.dumps(result, indent=2))

@@ -1,0 +1,189 @@
+"""Following a small compacted topic: every record, from the start, then as it is written.
+
+The key store and the command ledger are such topics: every server process holds their
+current state in memory and must see another process's writes within moments (a revoked key
+within 10 s, a rival claim on a command before it acts). A `TopicTail` is one consumer
+assigned to every partition of the topic (no group, nothing committed) read by one thread,
+handing each record to `on_record`; `wait_past(partition, offset)` blocks until the records
+up to that offset have been handed on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+
+from streams.adapters.kafka.config import reader_config
+from streams.adapters.kafka.log import watermarks
+from streams.core.errors import KafkaUnavailable
+from streams.settings import Settings
+
+__all__ = ["OnRecord", "TopicTail"]
+
+log = logging.getLogger(__name__)
+
+OnRecord = Callable[[int, int, bytes, bytes | None], None]
+"""Called as (partition, offset, key, value) for each record; value None is a tombstone."""
+
+# Fetches return at once when there is data and wait at most this long when there is none:
+# what a waiting command pays at most beyond the broker's own latency.
+_FETCH_WAIT_MS = 5
+
+
+class TopicTail:
+    """One thread following every partition of a topic from its start."""
+
+    def __init__(self, settings: Settings, topic: str, on_record: OnRecord) -> None:
+        self.settings = settings
+        self.topic = topic
+        self._on_record = on_record
+        self._positions: dict[int, int] = {}
+        self._waiters: dict[int, list[tuple[int, Callable[[], None]]]] = {}
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Consumer | None = None
+        self._meta: Consumer | None = None
+        self.failure: BaseException | None = None
+
+    def start(self) -> None:
+        """Assign every partition from its start and begin following (blocking: the topic is
+        looked up); then `sync()` gives the topic as of now."""
+        if self._thread is not None:
+            return
+        consumer = Consumer(reader_config(
+            self.settings, f"streams-tail-{uuid.uuid4().hex}",
+            **{"fetch.wait.max.ms": _FETCH_WAIT_MS, "fetch.error.backoff.ms": 50,
+               "auto.offset.reset": "earliest"}))
+        try:
+            found = watermarks(consumer, self.topic, timeout=self.settings.admin_timeout)
+            consumer.assign([TopicPartition(self.topic, p, 0) for p in found])
+        except KafkaException as exc:
+            consumer.close()
+            raise KafkaUnavailable(f"cannot follow {self.topic}: {exc}; check that the "
+                                   "brokers are up") from exc
+        except BaseException:
+            consumer.close()
+            raise
+        with self._changed:
+            self._positions = dict.fromkeys(found, 0)
+        self._consumer = consumer
+        # A second consumer for watermarks: a call on the one the thread consumes with can
+        # wait for that thread's consume() to return.
+        self._meta = Consumer(reader_config(self.settings,
+                                            f"streams-tail-{uuid.uuid4().hex}"))
+        self._thread = threading.Thread(target=self._run, name=f"tail-{self.topic}",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions the topic has."""
+        return len(self._positions)
+
+    def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while not self._stop.is_set():
+            try:
+                # consume() waits for a full batch or its timeout: wait for one record, then
+                # take what else is already fetched, so a record is handed on at once.
+                first = consumer.poll(0.1)
+                batch = [] if first is None else [first, *consumer.consume(500, 0)]
+            except KafkaException as exc:  # the consumer retries on its own
+                log.warning("following %s: %s", self.topic, exc)
+                time.sleep(0.1)
+                continue
+            if not batch:
+                continue
+            reached: dict[int, int] = {}
+            for msg in batch:
+                if msg.error():
+                    log.warning("following %s: %s", self.topic, msg.error())
+                    continue
+                self._hand_on(msg)
+                reached[msg.partition() or 0] = (msg.offset() or 0) + 1
+            ready: list[Callable[[], None]] = []
+            with self._changed:
+                for partition, position in reached.items():
+                    if position > self._positions.get(partition, 0):
+                        self._positions[partition] = position
+                    waiting = self._waiters.get(partition)
+                    if waiting:
+                        ready += [call for offset, call in waiting if offset < position]
+                        self._waiters[partition] = [(o, c) for o, c in waiting
+                                                    if o >= position]
+                self._changed.notify_all()
+            for call in ready:
+                call()
+
+    def _hand_on(self, msg: Message) -> None:
+        try:
+            self._on_record(msg.partition() or 0, msg.offset() or 0, msg.key() or b"",
+                            msg.value())
+        except Exception:  # a bad record must not stop the tail
+            log.exception("record %s/%s of %s not applied", msg.partition(), msg.offset(),
+                          self.topic)
+
+    def when_past(self, partition: int, offset: int, call: Callable[[], None]) -> None:
+        """Call `call` (in the tail's thread, or here if it is so already) once the record at
+        `offset` of `partition` has been handed on: for waiters that must not hold a
+        thread."""
+        with self._changed:
+            if self._positions.get(partition, 0) <= offset:
+                self._waiters.setdefault(partition, []).append((offset, call))
+                return
+        call()
+
+    def position(self, partition: int) -> int:
+        """The offset after the last record of `partition` handed on."""
+        return self._positions.get(partition, 0)
+
+    def wait_past(self, partition: int, offset: int, timeout: float) -> bool:
+        """Block until the record at `offset` of `partition` has been handed on; False if that
+        took longer than `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._positions.get(partition, 0) <= offset:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def sync(self, timeout: float | None = None) -> None:
+        """Block until every record written before the call has been handed on;
+        KafkaUnavailable if that takes longer than `timeout` (default STREAMS_ADMIN_TIMEOUT)."""
+        consumer = self._meta
+        if consumer is None:
+            raise RuntimeError("start() the tail first")
+        wait = self.settings.admin_timeout if timeout is None else timeout
+        try:
+            marks = {p: consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                       timeout=wait)
+                     for p in list(self._positions)}
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"cannot read the end of {self.topic}: {exc}") from exc
+        deadline = time.monotonic() + wait
+        for partition, (low, end) in marks.items():
+            if end > low and not self.wait_past(partition, end - 1,
+                                              max(0.0, deadline - time.monotonic())):
+                raise KafkaUnavailable(f"reading {self.topic} did not reach its end within "
+                                       f"{wait:g} s; check that the brokers are up")
+
+    def close(self) -> None:
+        """Stop following and leave the broker."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self._meta is not None:
+            self._meta.close()
+            self._meta = None

@@ -1,0 +1,395 @@
+"""Command frames: what every surface (REST, WebSocket, MCP) receives and answers, in pure code.
+
+A client sends a command frame:
+
+    {"type": "command", "command_id": "fb_1",
+     "command": {"type": "give_feedback", "feedback_type": "triage_quality",
+                 "target": {"kind": "run", "run_id": "run_..."},
+                 "value": {"correct": true, "severity": "high"}}}
+
+and gets one answer, an outcome frame
+
+    {"type": "outcome", "command_id": "fb_1",
+     "outcome": {"type": "recorded", "seq": {"partition": 3, "offset": 41}, "id": "evt_..."}}
+
+or an error frame with a stable code (ERROR_CODES; HTTP_STATUS gives the matching status):
+
+    {"type": "error", "command_id": "fb_1",
+     "error": {"code": "validation_failed", "message": "...",
+               "fields": [{"path": "command.value.severity", "message": "..."}]}}
+
+`parse_frame` turns a body (bytes, text or a decoded mapping) into a `CommandFrame` or raises
+`CommandFailed`; `check_value` validates a value against its registered feedback type with
+field paths; `error_frame_of` maps any project error onto its code. The ledger records of
+idempotent commands (`LedgerEntry`, `fold_ledger`) live here too, so the rule that decides
+which attempt of a command wins is tested without a broker.
+
+Workspace ids name a tenant's workspace in one path segment: `<tenant>.<workspace>`
+(`acme.prod`). A tenant name has no dot, so the first dot separates them; the workspace may
+contain dots (`acme.team.prod` is workspace `team.prod` of tenant `acme`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from streams.core.errors import (
+    Conflict,
+    Forbidden,
+    KafkaUnavailable,
+    NotFound,
+    StreamsError,
+    TooLarge,
+    Unauthorized,
+    ValidationFailed,
+)
+from streams.core.feedback import Feedback, FeedbackRegistry
+from streams.core.targets import Target
+from streams.core.tenancy import check_tenant, check_workspace
+
+__all__ = [
+    "COMMAND_ID_PATTERN",
+    "ERROR_CODES",
+    "HTTP_STATUS",
+    "MAX_BODY_BYTES",
+    "CommandFailed",
+    "CommandFrame",
+    "ErrorBody",
+    "ErrorFrame",
+    "FieldProblem",
+    "GiveFeedback",
+    "LedgerEntry",
+    "OutcomeFrame",
+    "RecordedOutcome",
+    "SeqOut",
+    "check_value",
+    "command_digest",
+    "error_frame_of",
+    "fold_ledger",
+    "ledger_key",
+    "parse_frame",
+    "parse_workspace_id",
+    "workspace_id",
+]
+
+ErrorCode = Literal["validation_failed", "not_found", "unauthorized", "forbidden", "conflict",
+                    "too_large", "unavailable"]
+
+HTTP_STATUS: Final[Mapping[str, int]] = {
+    "validation_failed": 422,
+    "not_found": 404,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "conflict": 409,
+    "too_large": 413,
+    "unavailable": 503,
+}
+"""The HTTP status of each error code; the WebSocket and MCP answer the same codes."""
+
+ERROR_CODES: Final = tuple(HTTP_STATUS)
+
+MAX_BODY_BYTES: Final = 1024 * 1024
+"""The largest frame a surface accepts (1 MiB); a larger one is `too_large`."""
+
+COMMAND_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
+
+
+class _Frame(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GiveFeedback(_Frame):
+    """The give_feedback command: a value of a registered feedback type on a target."""
+
+    type: Literal["give_feedback"] = "give_feedback"
+    feedback_type: str = Field(min_length=1, max_length=200)
+    target: Target
+    value: dict[str, Any]
+
+
+class CommandFrame(_Frame):
+    """A command and the client's optional id for it (retries with the same id record once)."""
+
+    type: Literal["command"] = "command"
+    command_id: str | None = Field(default=None, pattern=f"^{COMMAND_ID_PATTERN.pattern}$")
+    command: GiveFeedback  # the one command so far; parse_frame refuses other types first
+
+
+class SeqOut(_Frame):
+    """Where the recorded event sits in the tenant's events topic."""
+
+    partition: int
+    offset: int
+
+
+class RecordedOutcome(_Frame):
+    """The command was recorded: the feedback event's seq and id."""
+
+    type: Literal["recorded"] = "recorded"
+    seq: SeqOut
+    id: str
+
+
+class OutcomeFrame(_Frame):
+    """The answer to a command that succeeded (or had succeeded, for a repeated command id)."""
+
+    type: Literal["outcome"] = "outcome"
+    command_id: str | None = None
+    outcome: RecordedOutcome
+
+
+class FieldProblem(_Frame):
+    """One invalid field: its dotted path in the frame and what is wrong with it."""
+
+    path: str
+    message: str
+
+
+class ErrorBody(_Frame):
+    """A stable code (one of ERROR_CODES), a message saying what to fix, and field problems."""
+
+    code: ErrorCode
+    message: str
+    fields: list[FieldProblem] = Field(default_factory=list)
+
+
+class ErrorFrame(_Frame):
+    """The answer to a command that was not recorded."""
+
+    type: Literal["error"] = "error"
+    command_id: str | None = None
+    error: ErrorBody
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of this error's code."""
+        return HTTP_STATUS[self.error.code]
+
+
+class CommandFailed(StreamsError):
+    """A frame or command refused with a stable code; `frame(command_id)` is its answer."""
+
+    def __init__(self, code: ErrorCode, message: str,
+                 fields: list[FieldProblem] | None = None) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+        self.fields = fields or []
+        # The frame's command_id when it could be read, so the error frame carries it.
+        self.command_id: str | None = None
+
+    def frame(self, command_id: str | None = None) -> ErrorFrame:
+        """The error frame answering this failure."""
+        return ErrorFrame(command_id=command_id or self.command_id,
+                          error=ErrorBody(code=self.code, message=self.message,
+                                          fields=self.fields))
+
+
+def _path(loc: tuple[int | str, ...], prefix: str = "") -> str:
+    # Pydantic puts the tag of a tagged union in the path (target.run.run_id); clients know
+    # the field as target.run_id.
+    parts: list[str] = []
+    for part in loc:
+        if parts and parts[-1] == "target" and part in ("run", "firing", "chain"):
+            continue
+        parts.append(str(part))
+    return ".".join([prefix, *parts] if prefix else parts) or (prefix or "$")
+
+
+def _problems(exc: ValidationError, prefix: str = "") -> list[FieldProblem]:
+    return [FieldProblem(path=_path(tuple(e["loc"]), prefix), message=e["msg"])
+            for e in exc.errors()]
+
+
+def parse_frame(body: bytes | str | Mapping[str, Any]) -> CommandFrame:
+    """The command frame in a body, or CommandFailed: too_large over MAX_BODY_BYTES,
+    validation_failed for malformed JSON, a frame that is not a command, an unknown command
+    type or a bad field (with the field paths)."""
+    if isinstance(body, bytes | str):
+        if len(body) > MAX_BODY_BYTES:
+            raise CommandFailed("too_large", f"the frame is {len(body)} bytes, over the limit "
+                                f"of {MAX_BODY_BYTES} bytes (1 MiB): send a smaller value")
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CommandFailed("validation_failed", f"the body is not valid JSON: {exc}",
+                                [FieldProblem(path="$", message=str(exc))]) from exc
+    else:
+        data = body
+    try:
+        return _parse_mapping(data)
+    except CommandFailed as exc:
+        if isinstance(data, Mapping) and isinstance(data.get("command_id"), str):
+            exc.command_id = data["command_id"][:128]
+        raise
+
+
+def _parse_mapping(data: Any) -> CommandFrame:
+    if not isinstance(data, Mapping):
+        raise CommandFailed("validation_failed", "a frame is a JSON object such as "
+                            '{"type": "command", "command_id": "fb_1", "command": {...}}',
+                            [FieldProblem(path="$", message="expected an object")])
+    if data.get("type") != "command":
+        raise CommandFailed("validation_failed",
+                            f"unknown frame type {data.get('type')!r}: send a frame of type "
+                            "'command'", [FieldProblem(path="type", message="expected 'command'")])
+    command = data.get("command")
+    if isinstance(command, Mapping) and command.get("type") != "give_feedback":
+        raise CommandFailed(
+            "validation_failed",
+            f"unknown command type {command.get('type')!r}: the commands are ['give_feedback']",
+            [FieldProblem(path="command.type", message="expected 'give_feedback'")])
+    try:
+        return CommandFrame.model_validate(data)
+    except ValidationError as exc:
+        problems = _problems(exc)
+        raise CommandFailed("validation_failed", "invalid command frame: " + "; ".join(
+            f"{p.path}: {p.message}" for p in problems), problems) from exc
+
+
+def check_value(command: GiveFeedback, types: FeedbackRegistry) -> type[Feedback]:
+    """The registered type of a give_feedback command, once its value and target kind are
+    valid for it; CommandFailed (validation_failed, with paths under `command.`) otherwise."""
+    cls = types.get(command.feedback_type)
+    if cls is None or cls.feedback_abstract:
+        raise CommandFailed(
+            "validation_failed",
+            f"unknown feedback type {command.feedback_type!r}; the registered types are "
+            f"{types.names()}",
+            [FieldProblem(path="command.feedback_type", message="not a registered type")])
+    if command.target.kind not in cls.feedback_targets:
+        raise CommandFailed(
+            "validation_failed",
+            f"{cls.feedback_name} feedback cannot be given on a {command.target.kind}; it "
+            f"targets {sorted(cls.feedback_targets)}",
+            [FieldProblem(path="command.target.kind",
+                          message=f"expected one of {sorted(cls.feedback_targets)}")])
+    try:
+        cls.model_validate(command.value)
+    except ValidationError as exc:
+        problems = _problems(exc, "command.value")
+        raise CommandFailed("validation_failed", f"invalid {cls.feedback_name} value: "
+                            + "; ".join(f"{p.path}: {p.message}" for p in problems),
+                            problems) from exc
+    return cls
+
+
+def error_frame_of(exc: BaseException, command_id: str | None = None) -> ErrorFrame:
+    """The error frame answering a project error (an unexpected error is `unavailable`)."""
+    if isinstance(exc, CommandFailed):
+        return exc.frame(command_id)
+    code: ErrorCode
+    if isinstance(exc, TooLarge):
+        code = "too_large"
+    elif isinstance(exc, ValidationFailed):
+        code = "validation_failed"
+    elif isinstance(exc, NotFound):
+        code = "not_found"
+    elif isinstance(exc, Unauthorized):
+        code = "unauthorized"
+    elif isinstance(exc, Forbidden):
+        code = "forbidden"
+    elif isinstance(exc, Conflict):
+        code = "conflict"
+    elif isinstance(exc, KafkaUnavailable):
+        code = "unavailable"
+    else:
+        return CommandFailed("unavailable", f"internal error ({type(exc).__name__}); retry "
+                             "with the same command_id, it records at most once").frame(command_id)
+    return CommandFailed(code, str(exc)).frame(command_id)
+
+
+def workspace_id(tenant: str, workspace: str) -> str:
+    """The workspace id of a tenant's workspace: `<tenant>.<workspace>`."""
+    return f"{check_tenant(tenant)}.{check_workspace(workspace)}"
+
+
+def parse_workspace_id(value: str) -> tuple[str, str]:
+    """(tenant, workspace) of a workspace id `<tenant>.<workspace>`; ValidationFailed saying
+    the format otherwise."""
+    tenant, dot, workspace = value.partition(".")
+    if not dot:
+        raise ValidationFailed(f"invalid workspace id {value!r}: use <tenant>.<workspace>, "
+                               "e.g. acme.prod")
+    return check_tenant(tenant), check_workspace(workspace)
+
+
+def command_digest(command: GiveFeedback) -> str:
+    """A digest of what a command asks, to tell a retry (same digest) from a different command
+    under a reused id (a conflict). Canonical JSON, so key order does not matter."""
+    text = json.dumps(command.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def ledger_key(workspace: str, participant: str, command_id: str) -> str:
+    """The key of a command in its tenant's ledger topic. Workspaces and command ids carry no
+    newline, and a participant's id no control character, so keys cannot collide."""
+    return f"{workspace}\n{participant}\n{command_id}"
+
+
+class LedgerEntry(_Frame):
+    """One record of a tenant's command ledger (`<prefix>.<tenant>.commands`).
+
+    `claimed`: a process (`owner`) is about to record the command; `claim` names this attempt,
+    `supersedes` the stale claim it takes over. `recorded`: the command's outcome (its
+    feedback's seq and event id). `released`: the claim's attempt failed before it produced
+    anything (a validation error, a target not found), so the next claim may go ahead.
+    """
+
+    state: Literal["claimed", "recorded", "released"]
+    digest: str
+    claim: str = ""
+    supersedes: str | None = None
+    owner: str = ""
+    at_ms: int = 0
+    partition: int | None = None
+    offset: int | None = None
+    event_id: str | None = None
+
+    def outcome(self, command_id: str | None) -> OutcomeFrame:
+        """The outcome frame of a recorded entry."""
+        if self.state != "recorded" or self.event_id is None or self.partition is None \
+                or self.offset is None:
+            raise ValueError("only a recorded entry has an outcome")
+        return OutcomeFrame(command_id=command_id, outcome=RecordedOutcome(
+            seq=SeqOut(partition=self.partition, offset=self.offset), id=self.event_id))
+
+    def encode(self) -> bytes:
+        """The record value."""
+        return self.model_dump_json(exclude_defaults=True).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> LedgerEntry | None:
+        """The entry of a record value; None for one this version cannot read."""
+        try:
+            return cls.model_validate_json(value)
+        except ValidationError:
+            return None
+
+
+def fold_ledger(current: LedgerEntry | None, record: LedgerEntry) -> LedgerEntry | None:
+    """The state of a command after one more of its ledger records, in log order.
+
+    Every record of one command is in one partition, so every process folds them in the same
+    order and agrees on the winner: the first claim wins; a later claim counts only if it
+    supersedes the current claim by name (taking over an attempt whose owner died), so of two
+    processes taking over the same stale claim, the first again wins. A released claim lets
+    the next claim win. Once recorded, a command stays recorded: its outcome never changes.
+    """
+    if current is None or current.state == "released":
+        return record if record.state != "released" else current
+    if current.state == "recorded":
+        return current
+    if record.state == "recorded":
+        return record
+    if record.state == "released":
+        return record if record.claim == current.claim else current
+    if record.supersedes is not None and record.supersedes == current.claim:
+        return record
+    return current

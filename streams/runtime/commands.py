@@ -1,0 +1,465 @@
+"""Commands, transport-neutral: the idempotent command ledger and the CommandService.
+
+`CommandService.execute(token, workspace_id, frame)` is what every surface calls (REST here;
+the WebSocket and MCP the same way): it authenticates the bearer token, checks the key's
+tenant and capability, parses and validates the frame (streams.core.commands), gives the
+feedback through the workspace handle as the key's actor, and returns an `OutcomeFrame` or an
+`ErrorFrame`; it never raises for a client's mistake or an outage.
+
+    service = CommandService(client, keys)         # a StreamsClient and a started KeyStore
+    answer = await service.execute(token, "acme.prod", body)   # bytes, str or a mapping
+    status = 200 if answer.type == "outcome" else answer.status
+
+`CommandLedger` makes a command id record once: a tenant's compacted topic
+`<prefix>.<tenant>.commands`, keyed by (workspace, actor, command id), holding claims and
+outcomes, followed by every process that executes commands (see docs/api.md, "Idempotency").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+import weakref
+import zlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaException, Message, Producer
+
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.tail import TopicTail
+from streams.core.commands import (
+    CommandFrame,
+    ErrorFrame,
+    LedgerEntry,
+    OutcomeFrame,
+    RecordedOutcome,
+    SeqOut,
+    check_value,
+    error_frame_of,
+    fold_ledger,
+    ledger_key,
+    parse_frame,
+    parse_workspace_id,
+)
+from streams.core.errors import (
+    Conflict,
+    KafkaUnavailable,
+    NotFound,
+    Unauthorized,
+    ValidationFailed,
+)
+from streams.core.events import Envelope
+from streams.core.keys import ApiKey, authorize, parse_token
+from streams.core.runs import RunRecord
+from streams.core.scores import score_configs
+from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from streams.runtime.keys import KeyStore
+    from streams.runtime.workspace import StreamsClient, Workspace
+
+__all__ = [
+    "CommandLedger",
+    "CommandService",
+    "FindEvent",
+    "Recorder",
+    "envelope_json",
+    "ledger_topic",
+    "run_json",
+]
+
+log = logging.getLogger(__name__)
+
+Recorder = Callable[[], Awaitable[tuple[int, int, str]]]
+"""Gives a command's feedback; returns its (partition, offset, event id)."""
+
+FindEvent = Callable[[], Awaitable[tuple[int, int, str] | None]]
+"""Where the command's (derived) event is in the events topic, if it landed:
+(partition, offset, event id)."""
+
+# How often a command waiting on another process's claim looks at the ledger, and how often
+# it looks for the other attempt's event in the log.
+_POLL = 0.05
+_LOOK_FOR_EVENT = 2.0
+
+_OWNER = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def ledger_topic(settings: Settings, tenant: str) -> str:
+    """A tenant's command ledger topic: `<prefix>.<tenant>.commands`."""
+    return f"{settings.topic_prefix}.{tenant}.commands"
+
+
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+def _log_failure(err: Any, msg: Message) -> None:
+    if err is not None:
+        log.warning("a command outcome was not written to %s: %s (a retry finds the event "
+                    "in the log instead)", msg.topic(), err)
+
+
+class CommandLedger:
+    """One process's view of a tenant's command ledger, and its writer. Thread-safe.
+
+    `start()` (blocking) creates the topic if needed (compacted and deleted after
+    STREAMS_COMMAND_RETENTION) and reads it to its end; a tail then keeps it current.
+    """
+
+    def __init__(self, settings: Settings, producer: Producer, tenant: str) -> None:
+        self.settings = settings
+        self.tenant = tenant
+        self.topic = ledger_topic(settings, tenant)
+        self._producer = producer
+        self._state: dict[str, LedgerEntry] = {}
+        self._lock = threading.Lock()
+        self._tail = TopicTail(settings, self.topic, self._apply)
+        self._started = threading.Lock()
+        self._running = False
+        self._inflight: dict[tuple[int, str], asyncio.Future[LedgerEntry]] = {}
+        self._waiting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = \
+            weakref.WeakKeyDictionary()
+        self._pollers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
+        self._poll_lock = threading.Lock()
+        self.claims = 0
+
+    def _apply(self, _partition: int, _offset: int, key: bytes, value: bytes | None) -> None:
+        name = key.decode()
+        with self._lock:
+            if value is None:
+                self._state.pop(name, None)
+                return
+            record = LedgerEntry.decode(value)
+            if record is None:
+                return
+            folded = fold_ledger(self._state.get(name), record)
+            if folded is not None:
+                self._state[name] = folded
+
+    def start(self) -> None:
+        """Create the topic if missing and follow it (once; later calls return at once)."""
+        with self._started:
+            if self._running:
+                return
+            retention = str(int(self.settings.command_retention * 1000))
+            TenantAdmin(self.settings).ensure_compacted_topic(
+                self.topic, self.settings.command_partitions,
+                {"cleanup.policy": "compact,delete", "retention.ms": retention,
+                 # a claim must outlive every attempt that may still act on it
+                 "min.compaction.lag.ms": str(int(max(self.settings.command_lease,
+                                                      3600.0) * 1000))})
+            self._tail.start()
+            self._tail.sync()
+            self._running = True
+
+    @property
+    def running(self) -> bool:
+        """Whether the ledger has been read and is followed."""
+        return self._running
+
+    def get(self, key: str) -> LedgerEntry | None:
+        """The folded state of a command by its ledger key."""
+        with self._lock:
+            return self._state.get(key)
+
+    def _partition(self, key: str) -> int:
+        # Explicit, so every client (whatever its partitioner) puts a command's records in
+        # one partition.
+        return zlib.crc32(key.encode()) % max(1, self._tail.partitions)
+
+    def _produce(self, key: str, entry: LedgerEntry,
+                 on_delivery: Callable[[Any, Message], None]) -> None:
+        try:
+            self._producer.produce(self.topic, key=key.encode(), value=entry.encode(),
+                                   partition=self._partition(key), on_delivery=on_delivery)
+        except (KafkaException, BufferError) as exc:
+            raise KafkaUnavailable(f"writing to {self.topic} failed: {exc}; check the "
+                                   "brokers, then retry with the same command id") from exc
+
+    async def _write(self, key: str, entry: LedgerEntry) -> tuple[int, int]:
+        """Produce a record and return its (partition, offset) once acknowledged; nothing is
+        flushed, so concurrent commands share the producer's batches."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[tuple[int, int]] = loop.create_future()
+
+        def delivered(err: Any, msg: Message) -> None:
+            result: Any = KafkaUnavailable(f"writing to {self.topic} failed: {err}") \
+                if err is not None else (msg.partition() or 0, msg.offset() or 0)
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                loop.call_soon_threadsafe(_settle, done, result)
+
+        self._produce(key, entry, delivered)
+        self._need_reports(loop, +1)
+        timeout = self.settings.feedback_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(done)
+        except TimeoutError as exc:
+            raise KafkaUnavailable(f"{self.topic} did not acknowledge within {timeout:g} s "
+                                   "(STREAMS_FEEDBACK_TIMEOUT); check the brokers, then retry "
+                                   "with the same command id") from exc
+        finally:
+            self._need_reports(loop, -1)
+
+    def _need_reports(self, loop: asyncio.AbstractEventLoop, change: int) -> None:
+        # One task per loop polls the producer while some write of that loop awaits its
+        # report (as EventLog does for appends); reports served elsewhere are handed over.
+        with self._poll_lock:
+            waiting = self._waiting.get(loop, 0) + change
+            self._waiting[loop] = waiting
+            task = self._pollers.get(loop)
+            if waiting > 0 and (task is None or task.done()):
+                self._pollers[loop] = loop.create_task(self._poll(loop))
+
+    async def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        while self._waiting.get(loop, 0) > 0:
+            self._producer.poll(0)
+            await asyncio.sleep(0.001)
+
+    async def _read_back(self, partition: int, offset: int, wait_s: float) -> bool:
+        """Whether the tail handed on the record at `offset` within `wait_s` seconds."""
+        loop = asyncio.get_running_loop()
+        seen: asyncio.Future[Any] = loop.create_future()
+
+        def ready() -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, seen, True)
+
+        self._tail.when_past(partition, offset, ready)
+        try:
+            async with asyncio.timeout(wait_s):
+                await seen
+            return True
+        except TimeoutError:
+            return False
+
+    async def run(self, *, workspace: str, participant: str, command_id: str, digest: str,
+                  record: Recorder,
+                  find_event: FindEvent) -> LedgerEntry:
+        """Record a command once: the recorded entry of its first successful attempt.
+
+        `record()` gives the feedback (with the command's derived event id) and returns its
+        (partition, offset, event id); `find_event()` says whether that event is in the log,
+        for an attempt whose process died before writing the outcome. Conflict if the command
+        id names another command (a different digest); KafkaUnavailable if another attempt
+        holds the command and its outcome is not known within STREAMS_FEEDBACK_TIMEOUT.
+        """
+        key = ledger_key(workspace, participant, command_id)
+        loop = asyncio.get_running_loop()
+        flight = (id(loop), key)
+        running = self._inflight.get(flight)
+        if running is not None:  # the same command already running in this loop: share it
+            entry = await asyncio.shield(running)
+            return self._answer(entry, digest, command_id)
+        future: asyncio.Future[LedgerEntry] = loop.create_future()
+        self._inflight[flight] = future
+        try:
+            entry = await self._run(key, digest, command_id, record, find_event)
+            future.set_result(entry)
+            return entry
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            del self._inflight[flight]
+
+    def _answer(self, entry: LedgerEntry, digest: str, command_id: str) -> LedgerEntry:
+        if entry.digest != digest:
+            raise Conflict(f"command id {command_id!r} was already used for a different "
+                           "command by this actor in this workspace: use a new command id")
+        return entry
+
+    async def _run(self, key: str, digest: str, command_id: str,
+                   record: Recorder,
+                   find_event: FindEvent) -> LedgerEntry:
+        loop = asyncio.get_running_loop()
+        timeout = self.settings.feedback_timeout
+        deadline = loop.time() + timeout
+        looked_at = 0.0
+        while True:
+            current = self.get(key)
+            supersedes = None
+            if current is not None and current.state == "recorded":
+                return self._answer(current, digest, command_id)
+            if current is not None and current.state == "claimed":
+                self._answer(current, digest, command_id)
+                if loop.time() - looked_at >= _LOOK_FOR_EVENT:
+                    looked_at = loop.time()
+                    found = await find_event()
+                    if found is not None:  # its attempt recorded it and died before saying so
+                        return await self._recorded(key, current, found)
+                if time.time() * 1000 - current.at_ms < self.settings.command_lease * 1000:
+                    if loop.time() > deadline:
+                        raise KafkaUnavailable(
+                            f"command {command_id!r} is being recorded by another attempt "
+                            f"(process {current.owner}) whose outcome is not known yet; "
+                            "retry with the same command id")
+                    await asyncio.sleep(_POLL)
+                    continue
+                supersedes = current.claim  # its lease passed: its record can no longer land
+            mine = LedgerEntry(state="claimed", digest=digest, claim=uuid.uuid4().hex,
+                               supersedes=supersedes, owner=_OWNER,
+                               at_ms=int(time.time() * 1000))
+            partition, offset = await self._write(key, mine)
+            self.claims += 1
+            if not await self._read_back(partition, offset, max(0.0, deadline - loop.time())):
+                raise KafkaUnavailable(f"{self.topic} was not read back within {timeout:g} s; "
+                                       "check the brokers, then retry with the same command id")
+            winner = self.get(key)
+            if winner is None or winner.claim != mine.claim or winner.state != "claimed":
+                continue  # another attempt won: wait for its outcome
+            try:
+                at_partition, at_offset, event_id = await record()
+            except (ValidationFailed, NotFound):
+                # Refused before anything was produced: let a corrected retry go ahead.
+                released = mine.model_copy(update={"state": "released"})
+                await self._write(key, released)
+                raise
+            if self.settings.serve_fault == "kill_after_produce":
+                os.kill(os.getpid(), signal.SIGKILL)  # failure tests: die before answering
+            done = mine.model_copy(update={"state": "recorded", "partition": at_partition,
+                                           "offset": at_offset, "event_id": event_id})
+            # Not waited for: the answer is known. Should this record be lost, a retry finds
+            # the claim without an outcome and the event in the log (find_event).
+            self._produce(key, done, _log_failure)
+            self._apply(partition, offset, key.encode(), done.encode())
+            return done
+
+    async def _recorded(self, key: str, claimed: LedgerEntry,
+                        found: tuple[int, int, str]) -> LedgerEntry:
+        done = claimed.model_copy(update={"state": "recorded", "partition": found[0],
+                                          "offset": found[1], "event_id": found[2]})
+        await self._write(key, done)
+        return done
+
+    def close(self) -> None:
+        """Stop following the ledger."""
+        self._tail.close()
+
+
+class CommandService:
+    """The transport-neutral service every surface calls (REST, WebSocket, MCP).
+
+    Holds a StreamsClient (the workspace handle's) and a started KeyStore. Every method takes
+    the caller's bearer token (`fsk_...`, or None) and a workspace id (`<tenant>.<workspace>`);
+    the actor is always the key's, never something the client sends.
+    """
+
+    def __init__(self, client: StreamsClient, keys: KeyStore) -> None:
+        self.client = client
+        self.keys = keys
+
+    def authorize(self, token: str | None, workspace_id: str, capability: str,
+                  ) -> tuple[ApiKey, Workspace]:
+        """The key and a handle on the workspace acting as the key's actor; Unauthorized (no,
+        unknown, malformed or revoked key), Forbidden (another tenant's key, or a missing
+        capability) or ValidationFailed (a malformed workspace id)."""
+        if not token:
+            raise Unauthorized("missing API key: send `Authorization: Bearer fsk_...` with a "
+                               "key from `streams keys create`")
+        key_id, secret = parse_token(token)
+        # The key is checked against the id's tenant part before the id is parsed, so a bad
+        # key is unauthorized whatever the path says.
+        key = authorize(self.keys.get(key_id), secret, workspace_id.partition(".")[0],
+                        capability)
+        tenant, workspace = parse_workspace_id(workspace_id)
+        return key, self.client.workspace(tenant, workspace, actor=key.actor)
+
+    async def execute(self, token: str | None, workspace_id: str,
+                      frame: bytes | str | Mapping[str, Any]) -> OutcomeFrame | ErrorFrame:
+        """Run one command frame; the outcome frame, or an error frame with its code. Never
+        raises for a client's mistake or an outage (an unexpected error is `unavailable`)."""
+        command_id: str | None = None
+        if isinstance(frame, Mapping) and isinstance(frame.get("command_id"), str):
+            command_id = frame["command_id"]
+        try:
+            _key, ws = self.authorize(token, workspace_id, "give_feedback")
+            parsed: CommandFrame = parse_frame(frame)
+            command_id = parsed.command_id
+            command = parsed.command
+            check_value(command, self.client.types)
+            seq, event_id = await ws.record_command(command.value, on=command.target,
+                                                    feedback_type=command.feedback_type,
+                                                    command_id=parsed.command_id)
+        except Exception as exc:
+            answer = error_frame_of(exc, command_id)
+            if answer.error.message.startswith("internal error"):
+                log.exception("command on %s failed", workspace_id)
+            return answer
+        return OutcomeFrame(command_id=command_id, outcome=RecordedOutcome(
+            seq=SeqOut(partition=seq.partition, offset=seq.offset), id=event_id))
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def runs(self, token: str | None, workspace_id: str, *, rule: str | None = None,
+                   limit: int = 50, offset: int = 0) -> dict[str, Any]:
+        """A page of the workspace's runs (of `rule`), newest first: {"runs": [...],
+        "next_offset": int | None}."""
+        _key, ws = self.authorize(token, workspace_id, "read")
+        if not 1 <= limit <= 500 or offset < 0:
+            raise ValidationFailed("limit must be 1-500 and offset 0 or more")
+        await self.client.log.require_tenant(ws.tenant)
+        found = await ws.runs(rule=rule, limit=offset + limit + 1)
+        page = found[offset:offset + limit]
+        return {"runs": [run_json(r) for r in page],
+                "next_offset": offset + limit if len(found) > offset + limit else None}
+
+    async def run(self, token: str | None, workspace_id: str, run_id: str) -> dict[str, Any]:
+        """One run's record: its run_started, the matched envelopes and what it emitted."""
+        _key, ws = self.authorize(token, workspace_id, "read")
+        await self.client.log.require_tenant(ws.tenant)
+        return run_json(await ws.run_record(run_id))
+
+    async def feedback(self, token: str | None, workspace_id: str, *,
+                       feedback_type: str | None = None, participant: str | None = None,
+                       limit: int = 100, offset: int = 0) -> dict[str, Any]:
+        """A page of the workspace's feedback (by type and participant), in log order."""
+        _key, ws = self.authorize(token, workspace_id, "read")
+        if not 1 <= limit <= 1000 or offset < 0:
+            raise ValidationFailed("limit must be 1-1000 and offset 0 or more")
+        await self.client.log.require_tenant(ws.tenant)
+        found = await ws.feedback(feedback_type=feedback_type, participant=participant)
+        page = found[offset:offset + limit]
+        return {"feedback": [envelope_json(e) for e in page],
+                "next_offset": offset + limit if len(found) > offset + limit else None}
+
+    def feedback_types(self, token: str | None, workspace_id: str) -> dict[str, Any]:
+        """The registered feedback types: name, targets, JSON schema and score configs."""
+        self.authorize(token, workspace_id, "read")
+        return {"feedback_types": [
+            {"name": cls.feedback_name, "targets": sorted(cls.feedback_targets),
+             "json_schema": cls.model_json_schema(),
+             "score_configs": [asdict(c) for c in score_configs(cls)]}
+            for cls in sorted(self.client.types, key=lambda c: c.feedback_name)
+            if not cls.feedback_abstract]}
+
+
+def envelope_json(envelope: Envelope) -> dict[str, Any]:
+    """An envelope as JSON-ready data (the event's fields under `event`)."""
+    data = envelope.model_dump(mode="json", exclude={"event"})
+    data["event"] = envelope.event.model_dump(mode="json")
+    return data
+
+
+def run_json(record: RunRecord) -> dict[str, Any]:
+    """A run record as JSON-ready data."""
+    return {"id": record.id,
+            "run": envelope_json(record.started),
+            "matched": [envelope_json(e) for e in record.matched],
+            "emitted": [envelope_json(e) for e in record.emitted]}

@@ -1,0 +1,35 @@
+"""`streams serve`: the REST service (WebSocket and MCP join it on the same app)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+__all__ = ["serve"]
+
+
+def serve(
+    port: Annotated[int | None, typer.Option(
+        help="Port on 127.0.0.1. Default: $STREAMS_SERVE_PORT (8700).")] = None,
+    types: Annotated[list[str] | None, typer.Option(
+        "--types", help="Module that defines feedback types; repeatable. "
+        "Default: $STREAMS_FEEDBACK_MODULES (comma separated).")] = None,
+    print_openapi: Annotated[bool, typer.Option(
+        "--print-openapi", help="Print the OpenAPI document and exit.")] = False,
+    loglevel: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
+) -> None:
+    """Serve the REST API (commands, runs, feedback, feedback types) on 127.0.0.1."""
+    from streams.surfaces.cli import load_types, settings
+    from streams.surfaces.http.app import app_from_settings, openapi_document
+
+    if print_openapi:
+        print(json.dumps(openapi_document(), indent=2, sort_keys=True))
+        return
+    import uvicorn
+
+    load_types(types)
+    config = settings()
+    uvicorn.run(app_from_settings(config), host="127.0.0.1", port=port or config.serve_port,
+                log_level=loglevel, access_log=False)

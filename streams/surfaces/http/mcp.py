@@ -1,0 +1,127 @@
+"""MCP: the give_feedback, list_runs and read_feedback tools, with the official MCP SDK.
+
+`mcp_server(backend, key=...)` builds an `MCPServer` whose tools answer exactly what the REST
+and WebSocket surfaces answer: give_feedback takes the command's fields (and an optional
+command_id) and returns the same outcome frame, or the same error frame as an error result
+(`is_error`, the frame as structured content and as JSON text). `streams serve` mounts it at
+`/mcp` (streamable HTTP; each request carries `Authorization: Bearer <key>`); `streams mcp`
+serves it over stdio, acting with the key in STREAMS_MCP_KEY. A key of another tenant gets
+`forbidden` from every tool.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+from fastapi import FastAPI
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, TextContent
+from pydantic import Field
+
+from streams.core.commands import ErrorFrame, OutcomeFrame, error_frame_of
+from streams.runtime.commands import CommandService
+
+__all__ = ["INSTRUCTIONS", "MCP_PATH", "mcp_server", "mount_mcp"]
+
+MCP_PATH = "/mcp"
+"""Where `streams serve` serves the tools over streamable HTTP."""
+
+INSTRUCTIONS = (
+    "Give typed feedback on the runs, rule firings and causal chains of a feedback-streams "
+    "workspace, and read what exists. A workspace_id is '<tenant>.<workspace>' (acme.prod). "
+    "Find a run with list_runs, then give_feedback with target {\"kind\": \"run\", \"run_id\": "
+    "...}. Pass a command_id to make a retried give_feedback record once.")
+
+
+def _result(frame: OutcomeFrame | ErrorFrame | Mapping[str, Any]) -> CallToolResult:
+    data = (frame.model_dump(mode="json") if isinstance(frame, OutcomeFrame | ErrorFrame)
+            else dict(frame))
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))],
+                          structured_content=data, is_error=isinstance(frame, ErrorFrame))
+
+
+def _token(ctx: Context, key: str | None) -> str | None:
+    """The stdio process's key, or the bearer key of the HTTP request (None without one: the
+    service answers unauthorized)."""
+    if key is not None:
+        return key
+    headers = ctx.headers or {}
+    scheme, _, token = (headers.get("authorization") or "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def mcp_server(service: CommandService | Callable[[], CommandService], *,
+               key: str | None = None) -> MCPServer:
+    """The MCP server of the tools over the command service (or a function returning it, for
+    an app that builds its service at startup); with `key` every call acts with that key
+    (stdio), without it with the bearer key of each HTTP request."""
+    server = MCPServer("feedback-streams", instructions=INSTRUCTIONS)
+
+    def get() -> CommandService:
+        return service if isinstance(service, CommandService) else service()
+
+    @server.tool()
+    async def give_feedback(
+        workspace_id: str, feedback_type: str,
+        target: Annotated[dict[str, Any], Field(description=(
+            'what the feedback is about: {"kind": "run", "run_id": ...}, {"kind": "firing", '
+            '"firing_id": ...} or {"kind": "chain", "correlation_id": ...}'))],
+        value: Annotated[dict[str, Any], Field(description="the feedback's fields, as its "
+                                               "type declares them")],
+        ctx: Context,
+        command_id: str | None = None,
+    ) -> CallToolResult:
+        """Give feedback of a registered type on a run, a firing or a chain of the workspace,
+        as the API key's actor. Answers {"type": "outcome", "outcome": {"type": "recorded",
+        "seq": ..., "id": ...}} or an error frame {"type": "error", "error": {"code": ...,
+        "message": ..., "fields": [...]}}. The same command_id records once and answers the
+        same outcome."""
+        frame = {"type": "command", "command_id": command_id,
+                 "command": {"type": "give_feedback", "feedback_type": feedback_type,
+                             "target": target, "value": value}}
+        try:
+            ready = get()
+        except Exception as exc:  # the service is starting
+            return _result(error_frame_of(exc, command_id))
+        return _result(await ready.execute(_token(ctx, key), workspace_id, frame))
+
+    @server.tool()
+    async def list_runs(workspace_id: str, ctx: Context, rule: str | None = None, limit: int = 20,
+                        offset: int = 0) -> CallToolResult:
+        """The workspace's runs, newest first (of one rule when `rule` is given), `limit`
+        (1-500) from `offset`: {"runs": [{"id", "run", "matched", "emitted"}],
+        "next_offset": ...}. A run's id is what give_feedback's run target names."""
+        try:
+            page = await get().runs(_token(ctx, key), workspace_id, rule=rule, limit=limit,
+                                      offset=offset)
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+        return _result(page)
+
+    @server.tool()
+    async def read_feedback(workspace_id: str, ctx: Context,
+                            feedback_type: str | None = None, participant: str | None = None,
+                            limit: int = 100, offset: int = 0) -> CallToolResult:
+        """The workspace's feedback in log order, of one type and/or one participant
+        (`user:ada`, `evaluator:judge@v1`) when given, `limit` (1-1000) from `offset`:
+        {"feedback": [envelope, ...], "next_offset": ...}."""
+        try:
+            page = await get().feedback(_token(ctx, key), workspace_id,
+                                          feedback_type=feedback_type,
+                                          participant=participant, limit=limit, offset=offset)
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+        return _result(page)
+
+    return server
+
+
+def mount_mcp(app: FastAPI, service: Callable[[], CommandService], path: str = MCP_PATH,
+              ) -> MCPServer:
+    """Mount the tools over streamable HTTP at `path` on `app`. The app's lifespan must run
+    the returned server's `session_manager.run()` (an async context manager)."""
+    server = mcp_server(service)
+    app.mount(path, server.streamable_http_app(streamable_http_path="/"))
+    return server

@@ -1,0 +1,278 @@
+"""`streams serve` as real processes on the real broker, driven by real HTTP clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, FeedbackGiven, RunStarted
+from streams.runtime.keys import KeyStore
+from streams.runtime.workspace import StreamsClient, Workspace
+from streams.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """One `python -m streams serve` process."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 60.0, status: int = 200) -> Server:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"serve exited: {self.log.read_text(errors='replace')}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == status:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"serve not ready: {self.log.read_text(errors='replace')}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def serve_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    made: list[Server] = []
+
+    def make(ready: int = 200, **env: str) -> Server:
+        port = free_port()
+        log = tmp_path / f"serve{len(made)}.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", "serve", "--port", str(port)],
+            env=settings.child_env(STREAMS_FEEDBACK_MODULES="streams.examples.ops", **env),
+            stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=str(REPO))
+        server = Server(port, proc, log)
+        made.append(server)
+        return server.wait_ready(status=ready)
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+@pytest.fixture
+def keys(settings: Settings) -> Iterator[KeyStore]:
+    store = KeyStore(settings)
+    store.start()
+    yield store
+    store.close()
+
+
+async def start_run(ws: Workspace, run_id: str = "run_1") -> None:
+    spike = await ws.append(AppEvent(name="ops:error_spike", data={"service": "api"}))
+    await ws.append(RunStarted(run_id=run_id, rule="ops:error-spike", action="triage",
+                               firing_id="fir_1"), correlation_id=spike.id,
+                    causation_id=spike.id)
+
+
+def command(command_id: str | None = "fb_1", run_id: str = "run_1",
+            **value: Any) -> dict[str, Any]:
+    frame: dict[str, Any] = {
+        "type": "command",
+        "command": {"type": "give_feedback", "feedback_type": "triage_quality",
+                    "target": {"kind": "run", "run_id": run_id},
+                    "value": value or {"correct": True, "severity": "high"}}}
+    if command_id is not None:
+        frame["command_id"] = command_id
+    return frame
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def feedback_events(client: StreamsClient, tenant: str) -> list[str]:
+    return [e.event_id for e in await client.workspace(tenant, "prod").read()
+            if isinstance(e.event, FeedbackGiven)]
+
+
+async def test_every_error_code_over_rest(
+        tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+        serve_factory: Callable[..., Server], keys: KeyStore) -> None:
+    acme, globex = tenant_factory(), tenant_factory()
+    client: StreamsClient = client_factory()
+    await start_run(client.workspace(acme, "prod"))
+    _k, token = keys.create(acme, UserActor(id="ada"), {"give_feedback", "read"})
+    _k, reader = keys.create(acme, UserActor(id="rita"), {"read"})
+    _k, other = keys.create(globex, UserActor(id="gus"), {"give_feedback", "read"})
+    server = serve_factory()
+    url = f"{server.url}/v1/workspaces/{acme}.prod/commands"
+
+    async with httpx.AsyncClient(timeout=60) as http:
+        async def post(body: Any, headers: dict[str, str] | None = None,
+                       raw: bytes | None = None) -> httpx.Response:
+            return await http.post(url, headers=headers if headers is not None else auth(token),
+                                   content=raw if raw is not None else json.dumps(body))
+
+        ok = await post(command())
+        assert ok.status_code == 200, ok.text
+        outcome = ok.json()
+        assert outcome["type"] == "outcome" and outcome["command_id"] == "fb_1"
+        assert outcome["outcome"]["type"] == "recorded"
+        assert outcome["outcome"]["id"].startswith("evt_")
+        assert set(outcome["outcome"]["seq"]) == {"partition", "offset"}
+
+        def code(response: httpx.Response) -> tuple[int, str]:
+            body = response.json()
+            assert body["type"] == "error", body
+            return response.status_code, body["error"]["code"]
+
+        invalid = await post(command("fb_2", correct="maybe", severity="high"))
+        assert code(invalid) == (422, "validation_failed")
+        assert [f["path"] for f in invalid.json()["error"]["fields"]] == ["command.value.correct"]
+        assert code(await post(None, raw=b'{"type": "command", ')) == (422, "validation_failed")
+        unknown = await post({**command("fb_3"), "command": {**command()["command"],
+                                                              "type": "delete_run"}})
+        assert code(unknown) == (422, "validation_failed")
+        assert "give_feedback" in unknown.json()["error"]["message"]
+        assert code(await post(command("fb_4", run_id="run_nope"))) == (404, "not_found")
+        assert code(await post(command(), headers={})) == (401, "unauthorized")
+        assert code(await post(command(), headers=auth("fsk_nope"))) == (401, "unauthorized")
+        assert code(await post(command(), headers=auth(other))) == (403, "forbidden")
+        assert code(await post(command("fb_5"), headers=auth(reader))) == (403, "forbidden")
+        assert code(await post(command(correct=False, severity="low"))) == (409, "conflict")
+        huge = await post(command("fb_6", correct=True, severity="high",
+                                  note="x" * (1024 * 1024 + 10)))
+        assert code(huge) == (413, "too_large")
+        oversized_record = await post(command("fb_7", correct=True, severity="high",
+                                              note="x" * 950_000))
+        assert code(oversized_record) == (413, "too_large")
+
+        # A key of another tenant is forbidden on every route.
+        base = f"{server.url}/v1/workspaces/{acme}.prod"
+        for path in ("/runs", "/runs/run_1", "/feedback", "/feedback-types"):
+            assert code(await http.get(base + path, headers=auth(other))) == (403, "forbidden")
+            assert code(await http.get(base + path)) == (401, "unauthorized")
+
+    # unavailable: a server whose broker is unreachable answers 503 (and keeps trying)
+    down = serve_factory(503, KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
+                         STREAMS_FEEDBACK_TIMEOUT="3", STREAMS_ADMIN_TIMEOUT="3")
+    async with httpx.AsyncClient(timeout=60) as http:
+        answer = await http.post(f"{down.url}/v1/workspaces/{acme}.prod/commands",
+                                 headers=auth(token), json=command("fb_8"))
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "unavailable"
+    assert await feedback_events(client, acme) == [outcome["outcome"]["id"]]
+
+
+async def test_read_routes(
+        tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+        serve_factory: Callable[..., Server], keys: KeyStore) -> None:
+    tenant = tenant_factory()
+    client: StreamsClient = client_factory()
+    ws = client.workspace(tenant, "prod")
+    for n in range(3):
+        await start_run(ws, f"run_{n}")
+    _k, token = keys.create(tenant, UserActor(id="ada"), {"give_feedback", "read"})
+    server = serve_factory()
+    base = f"{server.url}/v1/workspaces/{tenant}.prod"
+    async with httpx.AsyncClient(timeout=60, headers=auth(token)) as http:
+        first = (await http.get(f"{base}/runs", params={"rule": "ops:error-spike",
+                                                        "limit": 2})).json()
+        assert [r["id"] for r in first["runs"]] == ["run_2", "run_1"]
+        assert first["next_offset"] == 2
+        rest = (await http.get(f"{base}/runs", params={"limit": 2, "offset": 2})).json()
+        assert [r["id"] for r in rest["runs"]] == ["run_0"] and rest["next_offset"] is None
+        one = (await http.get(f"{base}/runs/run_1")).json()
+        assert one["run"]["event"]["run_id"] == "run_1"
+        assert (await http.get(f"{base}/runs/run_x")).status_code == 404
+        given = await http.post(f"{base}/commands", json=command(run_id="run_1"))
+        assert given.status_code == 200
+        found = (await http.get(f"{base}/feedback", params={
+            "feedback_type": "triage_quality", "participant": "user:ada"})).json()
+        assert [f["event_id"] for f in found["feedback"]] == [given.json()["outcome"]["id"]]
+        assert (await http.get(f"{base}/feedback", params={"participant": "user:bob"})
+                ).json()["feedback"] == []
+        types = (await http.get(f"{base}/feedback-types")).json()["feedback_types"]
+        triage = next(t for t in types if t["name"] == "triage_quality")
+        assert triage["targets"] == ["run"]
+        assert "severity" in triage["json_schema"]["properties"]
+        assert {c["name"] for c in triage["score_configs"]} >= {"triage_quality.correct"}
+
+
+async def test_retries_record_once_across_two_servers_and_a_revoked_key_stops_on_both(
+        tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+        serve_factory: Callable[..., Server], keys: KeyStore) -> None:
+    tenant = tenant_factory()
+    client: StreamsClient = client_factory()
+    await start_run(client.workspace(tenant, "prod"))
+    key, token = keys.create(tenant, UserActor(id="ada"), {"give_feedback", "read"})
+    servers = [serve_factory(), serve_factory()]
+    async with httpx.AsyncClient(timeout=60, headers=auth(token)) as http:
+        async def send(n: int, command_id: str = "retry_me") -> httpx.Response:
+            server = servers[n % 2]
+            return await http.post(
+                f"{server.url}/v1/workspaces/{tenant}.prod/commands", json=command(command_id))
+
+        answers = await asyncio.gather(*(send(n) for n in range(100)))
+        assert {a.status_code for a in answers} == {200}, {a.text for a in answers}
+        assert len({a.text for a in answers}) == 1
+        assert await feedback_events(client, tenant) == [answers[0].json()["outcome"]["id"]]
+
+        keys.revoke(key.key_id)
+        started = time.monotonic()
+        refused: set[int] = set()
+        while len(refused) < 2:
+            assert time.monotonic() - started < 10, "a server still accepts a revoked key"
+            for n in range(2):
+                response = await send(n, f"after_revoke_{n}")
+                if response.status_code == 401:
+                    refused.add(n)
+            await asyncio.sleep(0.1)
+
+
+async def test_a_server_killed_between_produce_and_answer_records_once_on_retry(
+        tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+        serve_factory: Callable[..., Server], keys: KeyStore) -> None:
+    tenant = tenant_factory()
+    client: StreamsClient = client_factory()
+    await start_run(client.workspace(tenant, "prod"))
+    _k, token = keys.create(tenant, UserActor(id="ada"), {"give_feedback"})
+    doomed = serve_factory(STREAMS_SERVE_FAULT="kill_after_produce")
+    url = f"/v1/workspaces/{tenant}.prod/commands"
+    async with httpx.AsyncClient(timeout=60, headers=auth(token)) as http:
+        with pytest.raises(httpx.HTTPError):
+            await http.post(doomed.url + url, json=command("crash_1"))
+        assert doomed.proc.wait(timeout=30) == -9
+        [landed] = await feedback_events(client, tenant)  # produced before the kill
+
+        survivor = serve_factory()
+        retried = await http.post(survivor.url + url, json=command("crash_1"))
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["outcome"]["id"] == landed
+    assert await feedback_events(client, tenant) == [landed]
