@@ -3,7 +3,7 @@
 #   docker run IMAGE worker --types my_app.feedback
 #   docker run IMAGE sink langfuse        (LANGFUSE_* from the environment)
 #   docker run IMAGE sink duckdb --path /data/scores.duckdb
-#   docker run IMAGE serve                (STREAMS_API_PORT, default 8000)
+#   docker run IMAGE serve                (STREAMS_SERVE_PORT, default 8000)
 #   docker run IMAGE schemas register     (the committed schemas in /app/schemas)
 # Every setting is an environment variable (docs/running.md). Not built on the project's
 # machine (it has no Docker engine): tests/deploy/test_image.py checks this file's shape, that

@@ -176,8 +176,8 @@ app = FastAPI()
 async def command(workspace_id: str, request: Request) -> JSONResponse:
     body = await request.body()
     return JSONResponse({"type": "outcome", "size": len(body)})
-@app.get("/healthz")
-async def healthz() -> dict[str, str]:
+@app.get("/readyz")
+async def readyz() -> dict[str, str]:
     return {"status": "ok"}
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
             access_log=False)
@@ -188,7 +188,7 @@ async def _ready(base: str) -> None:
     async with httpx.AsyncClient(timeout=1) as probe:
         for _ in range(300):
             try:
-                if (await probe.get(f"{base}/healthz")).status_code == 200:
+                if (await probe.get(f"{base}/readyz")).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

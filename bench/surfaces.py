@@ -267,7 +267,7 @@ async def main_async(args: argparse.Namespace) -> None:
         async with httpx.AsyncClient() as http:
             for _ in range(600):
                 try:
-                    if (await http.get(f"http://{base}/healthz")).status_code == 200:
+                    if (await http.get(f"http://{base}/readyz")).status_code == 200:
                         break
                 except httpx.TransportError:
                     pass

@@ -262,7 +262,10 @@ class Settings:
                                   minimum=0)
     # -- the service (streams serve) -----------------------------------------------------------
     serve_port: int = _setting(8700, "STREAMS_SERVE_PORT", "port `streams serve` listens on "
-                               "(on 127.0.0.1)", minimum=1)
+                               "(on STREAMS_SERVE_HOST)", minimum=1)
+    serve_host: str = _setting(
+        "127.0.0.1", "STREAMS_SERVE_HOST", "address `streams serve` binds to: loopback by "
+        "default; 0.0.0.0 in a container, behind a Service")
     command_retention: float = _setting(
         7 * 24 * 3600.0, "STREAMS_COMMAND_RETENTION", "seconds a command id is remembered "
         "(retention of a tenant's command ledger topic, set when the topic is created)",

@@ -49,6 +49,7 @@ __all__ = [
     "registry_answers",
     "serve_sink",
     "serve_worker",
+    "server_checks",
 ]
 
 log = logging.getLogger(__name__)
@@ -258,8 +259,10 @@ class HealthServer:
         return Handler
 
 
-def _servers(runtime: Runtime) -> dict[str, Check]:
-    """The readiness checks every process shares: the broker and the registry answer."""
+def server_checks(registry_config: Mapping[str, Any],
+                  list_topics: Callable[[float], Any]) -> dict[str, Check]:
+    """The readiness checks every process shares: the broker answers (`list_topics`, a
+    client's metadata call) and the registry answers (a client of `registry_config`)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     registry: list[SchemaRegistryClient] = []
@@ -268,11 +271,15 @@ def _servers(runtime: Runtime) -> dict[str, Check]:
         # A client of its own, failing fast: the shared one retries, and a probe must not wait.
         if not registry:
             registry.append(SchemaRegistryClient({
-                **runtime.registry_config(), "timeout": CHECK_TIMEOUT, "max.retries": 0}))
+                **registry_config, "timeout": CHECK_TIMEOUT, "max.retries": 0}))
         return registry[0].get_subjects()
 
-    return {"broker": broker_answers(lambda t: runtime.admin.client.list_topics(timeout=t)),
-            "registry": registry_answers(subjects)}
+    return {"broker": broker_answers(list_topics), "registry": registry_answers(subjects)}
+
+
+def _servers(runtime: Runtime) -> dict[str, Check]:
+    return server_checks(runtime.registry_config(),
+                         lambda t: runtime.admin.client.list_topics(timeout=t))
 
 
 def serve_worker(worker: Worker) -> HealthServer | None:

@@ -12,7 +12,7 @@ __all__ = ["serve"]
 
 def serve(
     port: Annotated[int | None, typer.Option(
-        help="Port on 127.0.0.1. Default: $STREAMS_SERVE_PORT (8700).")] = None,
+        help="Port. Default: $STREAMS_SERVE_PORT (8700).")] = None,
     types: Annotated[list[str] | None, typer.Option(
         "--types", help="Module that defines feedback types; repeatable. "
         "Default: $STREAMS_FEEDBACK_MODULES (comma separated).")] = None,
@@ -20,7 +20,7 @@ def serve(
         "--print-openapi", help="Print the OpenAPI document and exit.")] = False,
     loglevel: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
-    """Serve the REST API (commands, runs, feedback, feedback types) on 127.0.0.1."""
+    """Serve the REST API, the WebSocket stream and MCP on $STREAMS_SERVE_HOST (127.0.0.1)."""
     from streams.surfaces.cli import load_types, settings
     from streams.surfaces.http.app import app_from_settings, openapi_document
 
@@ -31,5 +31,6 @@ def serve(
 
     load_types(types)
     config = settings()
-    uvicorn.run(app_from_settings(config), host="127.0.0.1", port=port or config.serve_port,
+    uvicorn.run(app_from_settings(config), host=config.serve_host,
+                port=port or config.serve_port,
                 log_level=loglevel, access_log=False)

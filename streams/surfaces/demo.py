@@ -221,7 +221,7 @@ def _wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 60.0
         if server.poll() is not None:
             raise StreamsError(f"streams serve exited ({server.returncode})")
         try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+            if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -67,9 +67,9 @@ def test_only_loopback_ports_are_published_and_the_api_port_is_its_setting() -> 
             assert interpolate(port).startswith("127.0.0.1:"), (name, port)
     serve = SERVICES["serve"]
     (published,) = serve["ports"]
-    assert interpolate(published).rsplit(":", 1)[1] == env(serve)["STREAMS_API_PORT"]
+    assert interpolate(published).rsplit(":", 1)[1] == env(serve)["STREAMS_SERVE_PORT"]
     check = " ".join(serve["healthcheck"]["test"])
-    assert f"http://127.0.0.1:{env(serve)['STREAMS_API_PORT']}/readyz" in check
+    assert f"http://127.0.0.1:{env(serve)['STREAMS_SERVE_PORT']}/readyz" in check
 
 
 def test_the_duckdb_file_is_on_a_volume() -> None:

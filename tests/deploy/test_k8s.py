@@ -26,9 +26,6 @@ from tests.deploy.manifests import REPO
 pytestmark = pytest.mark.timeout(600)
 
 VALIDATE = REPO / "deploy" / "k8s" / "validate.sh"
-# Settings the manifests set that the processes do not declare yet: the API's and the health
-# endpoints' port and bind address (being built on h-service and h-metrics).
-ASSUMED = {"STREAMS_API_PORT", "STREAMS_HEALTH_PORT", "STREAMS_API_HOST", "STREAMS_HEALTH_HOST"}
 # Not secret themselves, but a credential's other half: kept beside it in the Secret.
 CREDENTIAL_NAMES = {"KAFKA_SASL_USERNAME", "SCHEMA_REGISTRY_USERNAME", "LANGFUSE_PUBLIC_KEY"}
 
@@ -149,7 +146,7 @@ def test_secrets_are_in_the_secret_and_every_key_is_a_setting(
     variables = {var.env: var for _, var, _, _ in declared()}
     config = set(next(iter(by_kind(objects, "ConfigMap").values()))["data"])
     secret = set(next(iter(by_kind(objects, "Secret").values()))["stringData"])
-    assert config - set(variables) <= ASSUMED, config - set(variables) - ASSUMED
+    assert config <= set(variables), config - set(variables)
     assert secret <= set(variables)
     secret_vars = {name for name, var in variables.items() if var.secret}
     assert not config & (secret_vars | CREDENTIAL_NAMES)
@@ -162,7 +159,7 @@ def test_every_pod_is_non_root_read_only_sized_and_probed_on_its_port(
         rendered: dict[str, list[dict[str, Any]]], name: str) -> None:
     objects = rendered[name]
     env = env_of(objects)
-    ports = {"serve": int(env["STREAMS_API_PORT"])}
+    ports = {"serve": int(env["STREAMS_SERVE_PORT"])}
     seen = set()
     for deployment, container in containers(objects):
         pod = deployment["spec"]["template"]["spec"]

@@ -49,7 +49,7 @@ class Server:
             if self.proc.poll() is not None:
                 pytest.fail(f"serve exited: {self.log.read_text(errors='replace')}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == status:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == status:
                     return self
             except httpx.HTTPError:
                 pass

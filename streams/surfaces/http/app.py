@@ -5,9 +5,10 @@
     GET  /v1/workspaces/{workspace_id}/runs/{run_id}  one run's record
     GET  /v1/workspaces/{workspace_id}/feedback       feedback (feedback_type=, participant=, ...)
     GET  /v1/workspaces/{workspace_id}/feedback-types the registered types, schemas, score configs
-    GET  /healthz                                     no key needed
+    GET  /healthz                                     alive (the event loop answers); no key
+    GET  /readyz                                      ready: started, broker and registry answer
 
-Every route but /healthz needs `Authorization: Bearer fsk_...` (`streams keys create`).
+Every route but /healthz and /readyz needs `Authorization: Bearer fsk_...` (`streams keys create`).
 Errors are error frames (streams.core.commands) with the code's HTTP status. The OpenAPI
 document is committed as docs/openapi.json (tests/surfaces/test_http.py keeps it equal).
 `create_app(service)` builds the app on a ready service; `app_from_settings(settings)` makes
@@ -109,6 +110,8 @@ def create_app(service: CommandService | None = None, *,
                   "See docs/api.md.")
     app.state.service = service
     app.state.starting = "reading the key store"
+    # Readiness checks beyond "started" (the broker and registry answer): set by the lifespan.
+    app.state.checks = {}
 
     def svc() -> CommandService:
         found: CommandService | None = app.state.service
@@ -121,10 +124,20 @@ def create_app(service: CommandService | None = None, *,
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
-        # 503 until the service can serve: a readiness probe.
+        # Liveness: answering at all is the proof (no broker call: an outage is not death).
+        return JSONResponse({"status": "alive"})
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        # Readiness: started (the key store read) and the broker and registry answer.
         if app.state.service is None:
             return JSONResponse({"status": "starting", "detail": app.state.starting}, 503)
-        return JSONResponse({"status": "ok"})
+        checks = dict(app.state.checks)
+        answers = await asyncio.to_thread(lambda: {n: c() for n, c in checks.items()})
+        failing = {name: why for name, why in answers.items() if why is not None}
+        if failing:
+            return JSONResponse({"status": "not ready", "failing": failing}, 503)
+        return JSONResponse({"status": "ready"})
 
     @app.post(
         "/v1/workspaces/{workspace_id}/commands",
@@ -200,6 +213,8 @@ def openapi_document() -> dict[str, Any]:
 
 def app_from_settings(settings: Settings) -> FastAPI:
     """The app with its own StreamsClient and KeyStore, started in its lifespan."""
+    from streams.adapters.kafka.config import registry_config
+    from streams.runtime.health import server_checks
     from streams.runtime.keys import KeyStore
     from streams.runtime.workspace import StreamsClient
 
@@ -207,6 +222,9 @@ def app_from_settings(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = StreamsClient(settings)
         keys = KeyStore(settings, client.log.producer)
+        producer = client.log.producer
+        app.state.checks = server_checks(registry_config(settings),
+                                         lambda t: producer.list_topics(timeout=t))
 
         async def start() -> None:
             # The server answers (503, unavailable) while the broker cannot be reached, and
