@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -225,7 +226,22 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     serde = AvroSerde(settings)
-    TenantAdmin(settings).create_tenant("bench")
+    admin = TenantAdmin(settings)
+    admin.create_tenant("bench")
+    try:
+        measure(settings, serde, args)
+    finally:
+        # A shared broker holds a file per partition: leave no bench topics behind.
+        for tenant in ("bench", "action"):
+            admin.delete_tenant(tenant)
+        for future in admin.client.delete_topics(
+                [f"{settings.topic_prefix}._control"]).values():  # the worker's
+            with contextlib.suppress(Exception):
+                future.result()
+
+
+def measure(settings: Settings, serde: AvroSerde, args: argparse.Namespace) -> None:
+    """The four measurements, each printed as it finishes."""
     topic = tenant_topics("bench", settings.topic_prefix).events
     console.print(f"producing {args.proposals} traced proposals and their resolutions")
     values = produce(settings, serde, topic, story("bench", args.proposals))
@@ -234,13 +250,12 @@ def main() -> None:
     rate, startup = worker_rate(settings, args.proposals)
     console.print(f"  worker: {rate:,.0f} resolutions/s (start-up {startup:.1f}s)")
     print(f"proposals={args.proposals} worker_rate={rate:.0f}/s floor_rate={floor_rate:.0f}/s "
-          f"ratio={rate / floor_rate:.3f} goal=1000/s")
+          f"ratio={rate / floor_rate:.3f} goal=1000/s", flush=True)
     action = action_rate(settings, serde, args.proposals, args.in_flight)
-    print(f"action_in_process={action:.0f}/s in_flight={args.in_flight}")
+    print(f"action_in_process={action:.0f}/s in_flight={args.in_flight}", flush=True)
     for size, incremental, whole in scaling([int(s) for s in args.sizes.split(",")]):
         print(f"log={size} decision_incremental={incremental:.0f}us "
-              f"decision_whole_log={whole:.0f}us")
-
+              f"decision_whole_log={whole:.0f}us", flush=True)
 
 if __name__ == "__main__":
     main()
