@@ -2,6 +2,7 @@
 its type fixed, re-driven -> scored exactly once; again -> nothing more; --dry-run writes
 nothing; filters select exactly what they say."""
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -163,3 +164,41 @@ def test_unknown_tenant_and_bad_filters_are_refused_saying_what_to_fix(
     assert bad.returncode == 2 and "PARTITION:OFFSET" in bad.stderr
     when = dl(settings, "list", "--tenant", "no-such-tenant", "--since", "yesterday")
     assert when.returncode == 2 and "is not an ISO 8601 time" in when.stderr
+
+
+async def test_sink_letters_are_republished_once_and_the_sink_takes_them_after_the_fix(
+    settings: Settings, tenant_factory: Callable[..., str],
+    standin_factory: Callable[[], Any],
+) -> None:
+    from streams.adapters.langfuse import LangfuseScoreSink
+    from streams.runtime.sink_runner import SinkRunner
+    from tests.integration.test_sinks import client_for, make_scores, produce_scores
+
+    tenant = tenant_factory()
+    topics = tenant_topics(tenant, settings.topic_prefix)
+    scores = make_scores(tenant, 5)
+    produce_scores(settings, tenant, scores)
+    standin = standin_factory()
+    refused = {scores[1].id, scores[3].id}
+    standin.reject_ids(refused, "no thanks")
+    runner = SinkRunner(settings, LangfuseScoreSink(client_for(standin)), cursor="lf")
+    await asyncio.wait_for(runner.run(until=lambda s: s.records >= 5), 120)
+    assert {s["id"] for s in standin.scores()} == {s.id for s in scores} - refused
+    read_topic(settings, topics.deadletter, at_least=2)
+
+    standin.reject_ids(None)  # the fix: the sink takes them now
+    done = dl(settings, "redrive", "--tenant", tenant, "--stage", "sink:lf")
+    assert done.returncode == 0, done.stderr
+    assert [(x["outcome"], x["action"], x["destination"]) for x in lines(done)[:-1]] == \
+        [("redriven", "republish", topics.scores)] * 2
+    again = dl(settings, "redrive", "--tenant", tenant, "--stage", "sink:")
+    assert again.returncode == 0, again.stderr
+    assert [x["outcome"] for x in lines(again)[:-1]] == ["redriven_before"] * 2
+    # The scores topic holds each refused score once more, not twice more.
+    on_topic = Counter(r["id"] for _m, r in read_topic(settings, topics.scores, at_least=7,
+                                                       settle=2.0))
+    assert on_topic == {s.id: 2 if s.id in refused else 1 for s in scores}
+
+    runner = SinkRunner(settings, LangfuseScoreSink(client_for(standin)), cursor="lf")
+    await asyncio.wait_for(runner.run(until=lambda s: s.records >= 2), 120)
+    assert {s["id"] for s in standin.scores()} == {s.id for s in scores}
