@@ -200,8 +200,9 @@ def redrive(
                                until, at)
         topic, letters, redriven = _load(runtime, tenant, selection)
         plan = redrive_plan(letters, selection, dict.fromkeys(redriven))
-        return topic, plan, execute(runtime, plan, tenant, dry_run=dry_run,
-                                    progress=_progress("re-driving")), len(letters)
+        done = execute(runtime, plan, tenant, dry_run=dry_run,
+                       progress=_progress("checking" if dry_run else "re-driving"))
+        return topic, plan, done, len(letters)
 
     topic, plan, result, total = _run(work)
     if not (plan.todo or plan.done_before or plan.cannot):
