@@ -1,5 +1,6 @@
 """The operators' command line: `streams worker`, `streams tenant ...`, `streams schemas ...`,
-`streams sink langfuse | duckdb`, `streams rules ...` (cli_rules), `streams report`,
+`streams sink langfuse | duckdb`, `streams rules ...` (cli_rules), `streams deadletters ...`
+(cli_deadletters), `streams report`,
 `streams demo`."""
 
 from __future__ import annotations
