@@ -89,6 +89,13 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _nothing(topic: str, total: int) -> str:
+    if total == 0:
+        return f"{topic} has no dead letters"
+    return f"no dead letter of {topic} matches the filters ({total} in all; `streams " \
+        "deadletters list --tenant T` shows them)"
+
+
 def _run(work: Callable[[Runtime], _T]) -> _T:
     """Run `work(runtime)` on a Runtime from the environment; project errors become a
     message and an exit code."""
@@ -154,8 +161,7 @@ def list_(
 
     topic, chosen, redriven, total = _run(work)
     if not chosen:
-        raise _fail(f"no dead letter of {topic} matches the filters ({total} in all)",
-                    NOTHING_MATCHES)
+        raise _fail(_nothing(topic, total), NOTHING_MATCHES)
     shown = chosen[:limit] if limit is not None else chosen
     if as_json:
         for letter in shown:
@@ -206,8 +212,7 @@ def redrive(
 
     topic, plan, result, total = _run(work)
     if not (plan.todo or plan.done_before or plan.cannot):
-        raise _fail(f"no dead letter of {topic} matches the filters ({total} in all)",
-                    NOTHING_MATCHES)
+        raise _fail(_nothing(topic, total), NOTHING_MATCHES)
     failed = [*plan.cannot, *result.failed]
     outcome = "would_redrive" if dry_run else "redriven"
     for item, records in result.redriven:
