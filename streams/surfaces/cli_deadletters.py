@@ -147,7 +147,7 @@ def list_(
     source: SourceOption = None, from_offset: FromOption = None, to_offset: ToOption = None,
     since: SinceOption = None, until: UntilOption = None, at: AtOption = None,
     limit: Annotated[int | None, typer.Option(
-        "--limit", min=1, help="At most this many (the oldest first).")] = None,
+        "--limit", min=1, help="At most this many, in partition and offset order.")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="JSON lines instead of a table.")] = False,
 ) -> None:
