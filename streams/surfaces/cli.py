@@ -1,6 +1,7 @@
 """The operators' command line: `streams worker`, `streams tenant ...`, `streams schemas ...`,
-`streams sink langfuse | duckdb`, `streams rules ...` (cli_rules), `streams report`,
-`streams demo`, `streams keys ...`, `streams serve`, `streams mcp`."""
+`streams sink langfuse | duckdb`, `streams rules ...` (cli_rules), `streams deadletters ...`
+(cli_deadletters), `streams report`, `streams demo`, `streams keys ...`, `streams serve`,
+`streams mcp`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rich.markup import escape
 from streams.core.errors import ConfigError, StreamsError, ValidationFailed
 from streams.settings import Settings, markdown_table
 from streams.surfaces import cli_mcp
+from streams.surfaces.cli_deadletters import deadletters_app
 from streams.surfaces.cli_rules import rules_app
 from streams.surfaces.tenants import tenant_app
 
@@ -27,6 +29,7 @@ app.add_typer(schemas_app, name="schemas")
 sink_app = typer.Typer(no_args_is_help=True, help="Run score sinks; sync score configs.")
 app.add_typer(sink_app, name="sink")
 app.add_typer(rules_app, name="rules")
+app.add_typer(deadletters_app, name="deadletters")
 console = Console(stderr=True)
 
 TypesOption = Annotated[

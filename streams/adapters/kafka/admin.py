@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
 )
 
 from streams.adapters.kafka.config import admin_config
+from streams.core.deadletters import redriven_topic
 from streams.core.errors import ConfigError, KafkaUnavailable
 from streams.core.rulebook import rulebook_topic
 from streams.core.tenancy import TenantTopics, parse_topic, tenant_topics
@@ -35,6 +36,8 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     "index": {"cleanup.policy": "compact", "retention.ms": "-1"},
     # Installed rules (streams.core.rulebook): the newest entry per rule name is the word.
     "rulebook": {"cleanup.policy": "compact", "retention.ms": "-1"},
+    # Dead letters re-driven (streams.core.deadletters): one marker per letter, kept.
+    "redriven": {"cleanup.policy": "compact", "retention.ms": "-1"},
 }
 
 
@@ -163,6 +166,19 @@ class TenantAdmin:
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
 
+    def ensure_redriven_topic(self, tenant: str) -> str:
+        """Create the tenant's compacted one-partition topic of re-driven dead letters if it
+        is missing; `streams deadletters redrive` calls this; returns its name."""
+        topic = redriven_topic(tenant_topics(tenant, self.settings.topic_prefix).deadletter)
+        try:
+            self._create([NewTopic(topic, num_partitions=1,
+                                   replication_factor=self.settings.replication_factor,
+                                   config=self.topic_config("redriven"))])
+            self._wait_visible({topic: 1})
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+        return topic
+
     def _create(self, topics: list[NewTopic]) -> None:
         """Create topics; one that exists already is left as it is. The replication factor is
         checked against the cluster first."""
@@ -209,7 +225,8 @@ class TenantAdmin:
         topics = tenant_topics(tenant, self.settings.topic_prefix)
         names = [*topics.all(), index_topic(tenant, self.settings.topic_prefix),
                  rulebook_topic(tenant, self.settings.topic_prefix),
-                 f"{self.settings.topic_prefix}.{tenant}.commands"]
+                 f"{self.settings.topic_prefix}.{tenant}.commands",
+                 redriven_topic(topics.deadletter)]
         for future in self.client.delete_topics(names).values():
             try:
                 future.result()
