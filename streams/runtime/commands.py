@@ -381,6 +381,15 @@ class CommandService:
         tenant, workspace = parse_workspace_id(workspace_id)
         return key, self.client.workspace(tenant, workspace, actor=key.actor)
 
+    def whoami(self, token: str | None, workspace_id: str) -> dict[str, Any]:
+        """Who the key acts as in the workspace and what it may do (the page signs in with
+        it): Unauthorized or Forbidden as for any read."""
+        key, ws = self.authorize(token, workspace_id, "read")
+        return {"participant": key.actor.participant,
+                "actor": key.actor.model_dump(mode="json"), "tenant": ws.tenant,
+                "workspace": ws.workspace, "capabilities": sorted(key.capabilities),
+                "key_id": key.key_id}
+
     async def execute(self, token: str | None, workspace_id: str,
                       frame: bytes | str | Mapping[str, Any]) -> OutcomeFrame | ErrorFrame:
         """Run one command frame; the outcome frame, or an error frame with its code. Never

@@ -23,7 +23,8 @@ def test_the_document_names_every_route_and_the_command_frame() -> None:
         "/v1/workspaces/{workspace_id}/commands", "/v1/workspaces/{workspace_id}/runs",
         "/v1/workspaces/{workspace_id}/runs/{run_id}",
         "/v1/workspaces/{workspace_id}/feedback",
-        "/v1/workspaces/{workspace_id}/feedback-types"}
+        "/v1/workspaces/{workspace_id}/feedback-types",
+        "/v1/workspaces/{workspace_id}/me"}
     post = document["paths"]["/v1/workspaces/{workspace_id}/commands"]["post"]
     assert post["requestBody"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/CommandFrame"}

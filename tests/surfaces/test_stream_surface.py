@@ -65,3 +65,22 @@ def test_the_stream_of_a_service_still_starting_answers_unavailable_and_try_agai
             assert closed.code == 1013
         else:
             raise AssertionError("the connection stayed open")
+
+
+def test_an_event_frame_carries_the_events_own_fields() -> None:
+    # The envelope types its event as the base Event, whose dump is {}: the frame must dump
+    # the event itself (a subscriber that got {} could not tell one run from another).
+    from streams.core.actors import SystemActor
+    from streams.core.events import Envelope, RunStarted, Seq
+    from streams.surfaces.http.stream import event_frame
+
+    envelope = Envelope.new(RunStarted(run_id="run_1", rule="ops:error-spike",
+                                       action="triage", firing_id="fir_1"),
+                            tenant="acme", workspace="prod", actor=SystemActor()
+                            ).model_copy(update={"seq": Seq(partition=2, offset=7)})
+    frame = event_frame(envelope)
+    assert frame["type"] == "event"
+    assert frame["seq"] == {"partition": 2, "offset": 7}
+    assert frame["envelope"]["event_type"] == "run_started"
+    assert frame["envelope"]["event"]["run_id"] == "run_1"
+    assert frame["envelope"]["event"]["rule"] == "ops:error-spike"

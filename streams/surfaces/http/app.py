@@ -5,6 +5,8 @@
     GET  /v1/workspaces/{workspace_id}/runs/{run_id}  one run's record
     GET  /v1/workspaces/{workspace_id}/feedback       feedback (feedback_type=, participant=, ...)
     GET  /v1/workspaces/{workspace_id}/feedback-types the registered types, schemas, score configs
+    GET  /v1/workspaces/{workspace_id}/me             who the key acts as, its capabilities
+    GET  /ui/                                         the annotation page (docs/ui.md)
     GET  /healthz                                     alive (the event loop answers); no key
     GET  /readyz                                      ready: started, broker and registry answer
 
@@ -22,11 +24,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from streams.core.commands import (
     MAX_BODY_BYTES,
@@ -46,6 +50,9 @@ __all__ = ["app_from_settings", "create_app", "openapi_document"]
 log = logging.getLogger(__name__)
 
 API_VERSION = "1"
+
+UI_DIR = Path(__file__).resolve().parent / "ui"
+"""The annotation page's files (HTML, CSS, JavaScript modules), served at /ui/."""
 
 WorkspaceId = Annotated[str, "a workspace id: <tenant>.<workspace>, e.g. acme.prod"]
 
@@ -121,6 +128,8 @@ def create_app(service: CommandService | None = None, *,
         return found
 
     install_realtime(app, svc)  # the WebSocket stream and the MCP tools
+    # The annotation page: static files shipped in the package, no build step (docs/ui.md).
+    app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
@@ -181,6 +190,14 @@ def create_app(service: CommandService | None = None, *,
         return await _read(lambda: svc().feedback(
             _bearer(authorization), workspace_id, feedback_type=feedback_type,
             participant=participant, limit=limit, offset=offset))
+
+    @app.get("/v1/workspaces/{workspace_id}/me", responses=_ERRORS,
+             summary="Who the API key acts as here, and its capabilities")
+    async def me(workspace_id: str,
+                 authorization: Annotated[str | None, Header()] = None) -> JSONResponse:
+        async def call() -> dict[str, Any]:
+            return svc().whoami(_bearer(authorization), workspace_id)
+        return await _read(call)
 
     @app.get("/v1/workspaces/{workspace_id}/feedback-types", responses=_ERRORS,
              summary="The registered feedback types: JSON schemas and score configs")

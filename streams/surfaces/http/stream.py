@@ -44,7 +44,7 @@ from streams.core.commands import (
 from streams.core.errors import SlowConsumer, StreamsError, Unauthorized
 from streams.core.events import Envelope
 from streams.core.stream import AckFrame, SubscribeFrame, parse_cursor, parse_stream_frame
-from streams.runtime.commands import CommandService
+from streams.runtime.commands import CommandService, envelope_json
 from streams.runtime.subscription import Subscription
 
 __all__ = ["AUTH_TIMEOUT", "CLOSE_POLICY", "MAX_IN_FLIGHT", "STREAM_PATH", "add_stream_route",
@@ -66,8 +66,9 @@ CLOSE_POLICY = 1008
 
 
 def event_frame(envelope: Envelope) -> dict[str, Any]:
-    """The frame of one event: its seq and its envelope as JSON."""
-    data = envelope.model_dump(mode="json")
+    """The frame of one event: its seq and its envelope as JSON, the event's own fields under
+    `event` (as the REST routes give them)."""
+    data = envelope_json(envelope)
     seq = data.pop("seq")
     return {"type": "event", "seq": seq, "envelope": data}
 

@@ -1,0 +1,554 @@
+// The annotation page: sign in with an API key (kept in sessionStorage only), read the
+// workspace's runs and feedback over REST, follow new events over the WebSocket stream (no
+// polling), and give feedback with forms generated from the registered feedback types, as
+// give_feedback commands over the same socket. A command keeps its command_id until it is
+// answered, so a double click, a resend or a reconnect records it once (the service is
+// idempotent by command id).
+
+import { buildForm } from "./form.js";
+
+const $ = (selector) => document.querySelector(selector);
+const API = new URL("../v1/", location.href);
+const SESSION = "feedback-streams.session";
+const RUN_PAGE = 200;
+
+const state = {
+  key: null, workspaceId: null, me: null, types: [],
+  runs: new Map(),          // run_id -> {runId, rule, scope, time, status, output, firing}
+  feedback: new Map(),      // run_id -> [envelope of feedback_given on it]
+  seen: new Set(),          // event ids applied (REST pages and the stream overlap)
+  selected: null,
+  drafts: new Map(),        // `${run_id}|${type}` -> value being edited
+  pending: new Map(),       // command_id -> {frame, runId, type}
+  socket: null, cursor: null, retry: 0, connected: false, closedByUs: false,
+};
+let current = null;         // the open item's form: {runId, type, api, fieldIndex}
+
+// -- session --------------------------------------------------------------------------------
+
+function saveSession() {
+  sessionStorage.setItem(SESSION, JSON.stringify({ key: state.key,
+    workspaceId: state.workspaceId, cursor: state.cursor,
+    pending: [...state.pending.values()].map((p) => p.frame) }));
+}
+
+function loadSession() {
+  try { return JSON.parse(sessionStorage.getItem(SESSION) || "null"); } catch { return null; }
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(new URL(path, API), { ...options, headers: {
+    ...(options.headers || {}), authorization: `Bearer ${state.key}` } });
+  let body = null;
+  try { body = await response.json(); } catch { /* an empty or non-JSON answer */ }
+  if (!response.ok) {
+    const error = new Error(body?.error?.message || `HTTP ${response.status}`);
+    error.code = body?.error?.code || String(response.status);
+    throw error;
+  }
+  return body;
+}
+
+const wsPath = (rest) => `workspaces/${encodeURIComponent(state.workspaceId)}/${rest}`;
+
+// -- the log, folded into what the page shows -----------------------------------------------
+
+function runOf(envelope) {
+  const run = envelope.event || {};
+  return run.run_id;
+}
+
+function apply(envelope) {
+  if (state.seen.has(envelope.event_id)) return false;
+  state.seen.add(envelope.event_id);
+  const type = envelope.event_type;
+  const event = envelope.event || {};
+  if (type === "run_started") {
+    const known = state.runs.get(event.run_id);
+    state.runs.set(event.run_id, { ...(known || {}), runId: event.run_id, rule: event.rule,
+      action: event.action, scope: event.scope || {}, time: envelope.time,
+      firing: event.firing_id, correlation: envelope.correlation_id,
+      status: known?.status || "running", started: envelope });
+    return true;
+  }
+  if (type === "run_succeeded" || type === "run_dead_lettered") {
+    const known = state.runs.get(event.run_id) || { runId: event.run_id, rule: event.rule,
+      time: envelope.time, scope: {} };
+    known.status = type === "run_succeeded" ? "succeeded" : "dead-lettered";
+    known.output = event.output ?? event.error;
+    state.runs.set(event.run_id, known);
+    return true;
+  }
+  if (type === "feedback_given" && event.target?.kind === "run") {
+    const list = state.feedback.get(event.target.run_id) || [];
+    list.push(envelope);
+    state.feedback.set(event.target.run_id, list);
+    return true;
+  }
+  return false;
+}
+
+function judgedByMe(runId) {
+  return (state.feedback.get(runId) || []).some(
+    (f) => participantOf(f.actor) === state.me?.participant);
+}
+
+function participantOf(actor) {
+  if (!actor) return "?";
+  if (actor.kind === "system") return "system";
+  if (actor.kind === "evaluator") return `evaluator:${actor.name}@${actor.version ?? "0"}`;
+  return `${actor.kind}:${actor.id}`;
+}
+
+// -- the queue ------------------------------------------------------------------------------
+
+function visibleRuns() {
+  const rule = $("#rule-filter").value;
+  const unjudged = $("#unjudged-filter").checked;
+  return [...state.runs.values()]
+    .filter((r) => r.rule && (!rule || r.rule === rule) && (!unjudged || !judgedByMe(r.runId)))
+    .sort((a, b) => (b.time || "").localeCompare(a.time || ""));
+}
+
+function renderQueue(fresh = new Set()) {
+  const rules = [...new Set([...state.runs.values()].map((r) => r.rule).filter(Boolean))].sort();
+  const select = $("#rule-filter");
+  const chosen = select.value;
+  select.replaceChildren(new Option("all rules", ""), ...rules.map((r) => new Option(r, r)));
+  select.value = rules.includes(chosen) ? chosen : "";
+  const runs = visibleRuns();
+  $("#queue-count").textContent = `(${runs.length})`;
+  const list = $("#queue");
+  list.replaceChildren(...runs.map((run) => {
+    const item = document.createElement("li");
+    item.dataset.runId = run.runId;
+    item.tabIndex = -1;
+    item.setAttribute("role", "option");
+    item.setAttribute("aria-selected", String(run.runId === state.selected));
+    if (fresh.has(run.runId)) item.classList.add("new");
+    const judged = judgedByMe(run.runId);
+    item.innerHTML = `<div class="rule"></div><div class="meta"></div>` +
+      (judged ? `<div class="judged">judged by you</div>` : "");
+    item.querySelector(".rule").textContent = run.rule;
+    item.querySelector(".meta").textContent =
+      `${run.status || "running"} · ${(run.time || "").replace("T", " ").slice(0, 19)} · ${run.runId}`;
+    item.addEventListener("click", () => select_(run.runId));
+    return item;
+  }));
+  list.setAttribute("role", "listbox");
+}
+
+function move(step) {
+  const runs = visibleRuns();
+  if (!runs.length) return;
+  const at = runs.findIndex((r) => r.runId === state.selected);
+  const next = runs[Math.max(0, Math.min(runs.length - 1, at < 0 ? 0 : at + step))];
+  select_(next.runId);
+}
+
+// -- one item -------------------------------------------------------------------------------
+
+function pre(value) {
+  const node = document.createElement("pre");
+  node.textContent = JSON.stringify(value, null, 2);
+  return node;
+}
+
+function section(title, ...children) {
+  const node = document.createElement("section");
+  const h = document.createElement("h3");
+  h.textContent = title;
+  node.append(h, ...children);
+  return node;
+}
+
+async function select_(runId) {
+  state.selected = runId;
+  renderQueue();
+  $(`#queue li[data-run-id="${CSS.escape(runId)}"]`)?.scrollIntoView({ block: "nearest" });
+  const run = state.runs.get(runId);
+  const article = $("#item");
+  const title = document.createElement("h2");
+  title.textContent = `${run.rule} · ${runId}`;
+  article.replaceChildren(title);
+  let record = null;
+  try {
+    record = await api(wsPath(`runs/${encodeURIComponent(runId)}`));
+  } catch (error) {
+    const p = document.createElement("p");
+    p.className = "error";
+    p.textContent = `could not read the run: ${error.message}`;
+    article.append(p);
+  }
+  if (state.selected !== runId) return;
+  article.append(section("Scope", pre(run.scope || {})));
+  if (record) {
+    article.append(section("What made it fire", pre(record.matched.map(
+      (e) => ({ type: e.event_type, time: e.time, data: e.event })))));
+    article.append(section("What it emitted", pre(record.emitted.map(
+      (e) => ({ type: e.event_type, data: e.event })))));
+  }
+  article.append(section("Output", pre(run.output ?? "(still running)")));
+  article.append(renderFeedback(runId));
+  renderForm(article, runId);
+}
+
+function renderFeedback(runId) {
+  const given = state.feedback.get(runId) || [];
+  const table = document.createElement("table");
+  table.id = "given";
+  table.innerHTML = "<thead><tr><th scope='col'>who</th><th scope='col'>type</th>" +
+    "<th scope='col'>value</th></tr></thead><tbody></tbody>";
+  const people = given.filter((f) => f.actor?.kind === "user");
+  const others = given.filter((f) => f.actor?.kind !== "user");
+  for (const f of [...people, ...others]) {
+    const row = table.tBodies[0].insertRow();
+    row.insertCell().textContent = participantOf(f.actor);
+    row.insertCell().textContent = f.event.feedback_type;
+    row.insertCell().textContent = JSON.stringify(f.event.value);
+  }
+  if (!given.length) {
+    const row = table.tBodies[0].insertRow();
+    const cell = row.insertCell();
+    cell.colSpan = 3;
+    cell.textContent = "no feedback yet";
+  }
+  return section("Feedback given (people first, then each evaluator version)", table);
+}
+
+function renderForm(article, runId) {
+  const types = state.types.filter((t) => t.targets.includes("run"));
+  if (!types.length) return;
+  const box = document.createElement("section");
+  box.id = "give";
+  const h = document.createElement("h3");
+  h.textContent = "Your feedback";
+  const label = document.createElement("label");
+  label.htmlFor = "feedback-type";
+  label.textContent = "Feedback type";
+  const choose = document.createElement("select");
+  choose.id = "feedback-type";
+  for (const t of types) choose.append(new Option(t.name, t.name));
+  const preferred = current?.type && types.some((t) => t.name === current.type)
+    ? current.type : types[0].name;
+  choose.value = preferred;
+  const holder = document.createElement("div");
+  const status = document.createElement("p");
+  status.className = "status";
+  status.id = "submit-status";
+  status.setAttribute("role", "status");
+  box.append(h, label, choose, holder, status);
+  article.append(box);
+
+  function build(typeName) {
+    const type = types.find((t) => t.name === typeName);
+    const key = `${runId}|${typeName}`;
+    const built = buildForm(type.json_schema, { prefix: "fb", draft: state.drafts.get(key) || {} });
+    built.form.addEventListener("input", () => state.drafts.set(key, built.read().value));
+    built.form.addEventListener("change", () => state.drafts.set(key, built.read().value));
+    built.form.addEventListener("submit", (event) => { event.preventDefault(); submit(); });
+    holder.replaceChildren(built.form);
+    current = { runId, type: typeName, api: built, fieldIndex: 0, status };
+    focusField(0);
+    const waiting = [...state.pending.values()].find((p) => p.runId === runId && p.type === typeName);
+    if (waiting) setStatus("pending", "sending…");
+  }
+  choose.addEventListener("change", () => build(choose.value));
+  build(preferred);
+}
+
+function setStatus(kind, text) {
+  if (!current) return;
+  current.status.className = `status ${kind}`;
+  current.status.textContent = text;
+  const button = current.api.form.querySelector(".submit");
+  button.disabled = kind === "pending";
+}
+
+function focusField(index) {
+  if (!current) return;
+  const rows = [...current.api.form.querySelectorAll(".field")];
+  if (!rows.length) return;
+  current.fieldIndex = Math.max(0, Math.min(rows.length - 1, index));
+  rows.forEach((row, i) => row.classList.toggle("current", i === current.fieldIndex));
+}
+
+function submit() {
+  if (!current) return;
+  const { runId, type, api: form } = current;
+  // A command already on its way for this item: a second click sends nothing new.
+  if ([...state.pending.values()].some((p) => p.runId === runId && p.type === type)) return;
+  const { value, missing } = form.read();
+  if (missing.length) {
+    form.showErrors(missing.map((name) => ({ path: ["value", name], message: "required" })));
+    return;
+  }
+  form.clearErrors();
+  const commandId = `ui_${crypto.randomUUID()}`;
+  const frame = { type: "command", command_id: commandId, command: { type: "give_feedback",
+    feedback_type: type, target: { kind: "run", run_id: runId }, value } };
+  state.pending.set(commandId, { frame, runId, type });
+  saveSession();
+  setStatus("pending", "sending…");
+  send(frame);
+}
+
+function answered(frame) {
+  const pending = state.pending.get(frame.command_id);
+  if (!pending) return;
+  state.pending.delete(frame.command_id);
+  saveSession();
+  const here = current && current.runId === pending.runId && current.type === pending.type;
+  if (frame.type === "outcome") {
+    state.drafts.delete(`${pending.runId}|${pending.type}`);
+    if (here) {
+      const seq = frame.outcome.seq;
+      setStatus("recorded", `recorded as ${frame.outcome.id} (partition ${seq.partition}, ` +
+        `offset ${seq.offset})`);
+    }
+  } else if (here) {
+    current.api.showErrors(frame.error.fields?.length ? frame.error.fields
+      : [{ path: null, message: frame.error.message }]);
+    setStatus("failed", `${frame.error.code}: ${frame.error.message}`);
+  }
+}
+
+// -- the stream -----------------------------------------------------------------------------
+
+function send(frame) {
+  if (state.socket && state.socket.readyState === WebSocket.OPEN && state.connected) {
+    state.socket.send(JSON.stringify(frame));
+  } // else: sent again on (re)connect, from state.pending
+}
+
+function setConnection(text) { $("#connection").textContent = text; }
+
+function connect() {
+  const url = new URL(wsPath("stream"), API);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  const socket = new WebSocket(url);
+  state.socket = socket;
+  state.connected = false;
+  setConnection("connecting…");
+  socket.addEventListener("open", () => {
+    socket.send(JSON.stringify({ type: "auth", token: state.key }));
+    const from = state.cursor ? Object.fromEntries(
+      Object.entries(state.cursor).map(([p, o]) => [p, o])) : "end";
+    socket.send(JSON.stringify({ type: "subscribe", from }));
+  });
+  socket.addEventListener("message", (message) => {
+    let frame;
+    try { frame = JSON.parse(message.data); } catch { return; }
+    if (frame.type === "subscribed") {
+      state.connected = true;
+      state.retry = 0;
+      state.cursor = state.cursor || frame.from;
+      saveSession();
+      setConnection("live");
+      // What was sent before the drop (or never sent) goes again, with its command_id.
+      for (const pending of state.pending.values()) socket.send(JSON.stringify(pending.frame));
+      return;
+    }
+    if (frame.type === "event") {
+      const envelope = { ...frame.envelope, seq: frame.seq };
+      const changed = apply(envelope);
+      state.cursor = { ...(state.cursor || {}), [frame.seq.partition]: frame.seq.offset + 1 };
+      socket.send(JSON.stringify({ type: "ack", seq: frame.seq }));
+      saveSession();
+      if (changed) refreshAfter(envelope);
+      return;
+    }
+    if (frame.type === "outcome" || (frame.type === "error" && frame.command_id)) {
+      answered(frame);
+      return;
+    }
+    if (frame.type === "error") {
+      setConnection(`error: ${frame.error.code}: ${frame.error.message}`);
+      if (frame.error.code === "unauthorized" || frame.error.code === "forbidden") {
+        state.closedByUs = true;
+        signOut(`${frame.error.code}: ${frame.error.message}`);
+      }
+    }
+  });
+  socket.addEventListener("close", (event) => {
+    state.connected = false;
+    if (state.socket !== socket || state.closedByUs) return;
+    const delay = Math.min(10000, 250 * 2 ** state.retry++);
+    setConnection(`disconnected (${event.reason || event.code}); reconnecting in ` +
+      `${(delay / 1000).toFixed(1)} s`);
+    setTimeout(() => { if (state.socket === socket && !state.closedByUs) connect(); }, delay);
+  });
+}
+
+function refreshAfter(envelope) {
+  const runId = runOf(envelope) || envelope.event?.target?.run_id;
+  renderQueue(envelope.event_type === "run_started" ? new Set([runId]) : new Set());
+  if (runId && runId === state.selected) {
+    const article = $("#item");
+    const old = article.querySelector("section:has(#given)");
+    if (old) old.replaceWith(renderFeedback(runId));
+  }
+}
+
+// -- loading and signing in -----------------------------------------------------------------
+
+async function loadWorkspace() {
+  const [me, types] = await Promise.all([api(wsPath("me")), api(wsPath("feedback-types"))]);
+  state.me = me;
+  state.types = types.feedback_types;
+  $("#who").textContent = `${me.participant} in ${state.workspaceId}`;
+  // Subscribe first (from the end), then read what is there: the overlap is deduplicated by
+  // event id, so nothing between the two is missed.
+  connect();
+  for (let offset = 0; ; offset += RUN_PAGE) {
+    const page = await api(wsPath(`runs?limit=${RUN_PAGE}&offset=${offset}`));
+    for (const run of page.runs) {
+      apply(run.run);
+      for (const emitted of run.emitted) apply(emitted);   // its run_succeeded, say
+    }
+    if (!page.next_offset) break;
+  }
+  for (let offset = 0; ; offset += 1000) {
+    const page = await api(wsPath(`feedback?limit=1000&offset=${offset}`));
+    for (const f of page.feedback) apply(f);
+    if (!page.next_offset) break;
+  }
+  renderQueue();
+}
+
+function signOut(reason = "") {
+  state.closedByUs = true;
+  state.socket?.close();
+  sessionStorage.removeItem(SESSION);
+  location.hash = "";
+  $("#workbench").hidden = true;
+  $("#sign-in").hidden = false;
+  $("#sign-out").hidden = true;
+  $("#who").textContent = "";
+  $("#sign-in-error").textContent = reason;
+  setConnection("not connected");
+}
+
+async function signIn(key, workspaceId, restored = null) {
+  state.key = key;
+  state.workspaceId = workspaceId;
+  state.closedByUs = false;
+  state.cursor = restored?.cursor || null;
+  for (const frame of restored?.pending || []) {
+    state.pending.set(frame.command_id, { frame, runId: frame.command.target.run_id,
+      type: frame.command.feedback_type });
+  }
+  try {
+    $("#sign-in-error").textContent = "";
+    $("#sign-in").hidden = true;
+    $("#workbench").hidden = false;
+    $("#sign-out").hidden = false;
+    saveSession();
+    await loadWorkspace();
+  } catch (error) {
+    signOut(`${error.code || "error"}: ${error.message}`);
+  }
+}
+
+// -- agreement ------------------------------------------------------------------------------
+
+function agree(a, b, schema) {
+  if (typeof a === "number" && typeof b === "number") {
+    const range = (schema?.maximum ?? 1) - (schema?.minimum ?? 0) || 1;
+    return Math.abs(a - b) <= 0.1 * Math.abs(range);
+  }
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+function renderAgreement() {
+  const tally = new Map();   // `${evaluator}|${type}.${field}` -> [pairs, agreed]
+  for (const given of state.feedback.values()) {
+    const people = given.filter((f) => f.actor?.kind === "user");
+    const judges = given.filter((f) => f.actor?.kind === "evaluator");
+    for (const judge of judges) {
+      const type = state.types.find((t) => t.name === judge.event.feedback_type);
+      const props = type?.json_schema?.properties || {};
+      for (const person of people.filter((p) => p.event.feedback_type === judge.event.feedback_type)) {
+        for (const [field, value] of Object.entries(judge.event.value)) {
+          if (!(field in person.event.value) || value === null || person.event.value[field] === null) continue;
+          if (typeof value === "string" && !props[field]?.enum && !props[field]?.$ref) continue;
+          const key = `${participantOf(judge.actor)}|${judge.event.feedback_type}.${field}`;
+          const [pairs, agreed] = tally.get(key) || [0, 0];
+          tally.set(key, [pairs + 1, agreed + (agree(value, person.event.value[field], props[field]) ? 1 : 0)]);
+        }
+      }
+    }
+  }
+  const body = $("#agreement tbody");
+  body.replaceChildren();
+  for (const [key, [pairs, agreed]] of [...tally.entries()].sort()) {
+    const [evaluator, field] = key.split("|");
+    const row = body.insertRow();
+    row.insertCell().textContent = evaluator;
+    row.insertCell().textContent = field;
+    row.insertCell().textContent = String(pairs);
+    row.insertCell().textContent = `${Math.round((100 * agreed) / pairs)}%`;
+  }
+  if (!tally.size) {
+    const cell = body.insertRow().insertCell();
+    cell.colSpan = 4;
+    cell.textContent = "no run has both a person's and an evaluator's feedback yet";
+  }
+}
+
+function showView(name) {
+  $("#queue-view").hidden = name !== "queue";
+  $("#agreement-view").hidden = name !== "agreement";
+  $("#show-queue").setAttribute("aria-pressed", String(name === "queue"));
+  $("#show-agreement").setAttribute("aria-pressed", String(name === "agreement"));
+  if (name === "agreement") renderAgreement();
+}
+
+// -- keys -----------------------------------------------------------------------------------
+
+function onKey(event) {
+  if ($("#workbench").hidden) return;
+  const typing = event.target.matches("textarea, input[type=text], input[type=number], input[type=password], select");
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+    event.preventDefault();
+    submit();
+    return;
+  }
+  if (typing || event.altKey || event.ctrlKey || event.metaKey) return;
+  if (event.key === "j") { move(1); return; }
+  if (event.key === "k") { move(-1); return; }
+  if (!current) return;
+  const rows = [...current.api.form.querySelectorAll(".field")];
+  const row = rows[current.fieldIndex];
+  if (event.key === "Tab") {
+    event.preventDefault();
+    focusField(current.fieldIndex + (event.shiftKey ? -1 : 1));
+    return;
+  }
+  const option = row?.querySelector(`input[data-key="${CSS.escape(event.key)}"]`);
+  if (option) {
+    event.preventDefault();
+    option.checked = true;
+    option.dispatchEvent(new Event("change", { bubbles: true }));
+    focusField(current.fieldIndex + 1);
+  }
+}
+
+// -- start ----------------------------------------------------------------------------------
+
+$("#sign-in-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  signIn($("#api-key").value.trim(), $("#workspace-id").value.trim());
+});
+$("#sign-out").addEventListener("click", () => signOut());
+$("#rule-filter").addEventListener("change", () => renderQueue());
+$("#unjudged-filter").addEventListener("change", () => renderQueue());
+$("#show-queue").addEventListener("click", () => showView("queue"));
+$("#show-agreement").addEventListener("click", () => showView("agreement"));
+document.addEventListener("keydown", onKey);
+
+const restored = loadSession();
+if (restored?.key && restored?.workspaceId) signIn(restored.key, restored.workspaceId, restored);
+
+// For tests and people debugging: what the page holds.
+window.feedbackStreams = { state };

@@ -1,0 +1,198 @@
+"""The annotation page in a real browser (the system's Chromium, driven by Playwright) against
+`streams serve` on the real broker, with a worker creating the runs: sign in, a run appears
+live, feedback through the generated form reaches the scores topic, an out-of-range value is
+refused next to its field, a resend after a dropped connection records once, and a key of
+another tenant sees nothing.
+
+STREAMS_UI_SCREENSHOTS=docs refreshes docs/ui-queue.png and docs/ui-form.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from pydantic import Field
+
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, FeedbackGiven
+from streams.core.feedback import Feedback, registry
+from streams.core.tenancy import tenant_topics
+from streams.settings import Settings
+from tests.conftest import WorkerProcess, read_topic, wait_until
+from tests.integration.served import serve
+from tests.surfaces.test_report_browser import chromium
+
+pytestmark = pytest.mark.timeout(600)
+
+TYPES = "streams.examples.ops,streams.core.judges"
+WORKSPACE = "prod"
+
+
+class Effort(Feedback, name="ui_test_effort", targets={"run"}):
+    """How long the triage took a person (a test type: an unbounded number and a slider)."""
+
+    minutes: Annotated[int, Field(ge=0)]
+    confidence: Annotated[float, Field(ge=0, le=1)] = 0.5
+
+
+@pytest.fixture
+def effort_type() -> Iterator[None]:
+    # In this process only (the service validates with it); gone after the test.
+    registry.register(Effort)
+    yield
+    registry.unregister(Effort.feedback_name)
+
+
+async def _spike(ws: Any, service: str) -> None:
+    # Three spikes of a service fire the ops rule once: a triage run.
+    for _ in range(3):
+        await ws.append(AppEvent(name="ops:error_spike", data={"service": service, "errors": 7}))
+
+
+async def _sign_in(page: Any, base: str, key: str, workspace_id: str) -> None:
+    await page.goto(f"{base}/ui/")
+    await page.get_by_label("API key").fill(key)
+    await page.get_by_label("Workspace", exact=True).fill(workspace_id)
+    await page.get_by_role("button", name="Sign in").click()
+
+
+def _feedback_of(log: list[Any], run_id: str, feedback_type: str) -> list[Any]:
+    return [e for e in log if isinstance(e.event, FeedbackGiven)
+            and e.event.feedback_type == feedback_type and e.event.target.id == run_id]
+
+
+async def test_people_judge_runs_on_the_page(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
+    effort_type: None, tmp_path: Path,
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    tenant, other = tenant_factory(), tenant_factory()
+    worker_factory("--rules", "streams.examples.ops_rules", types=TYPES)
+    bot = client_factory().workspace(tenant, WORKSPACE, actor=UserActor(id="ops-bot"))
+    shots = Path(os.environ.get("STREAMS_UI_SCREENSHOTS") or tmp_path)
+    problems: list[str] = []
+    async with serve(settings) as served, async_playwright() as playwright:
+        base = f"http://127.0.0.1:{served.port}"
+        key = served.key(tenant, "ada")
+        browser = await playwright.chromium.launch(executable_path=chromium(),
+                                                   args=["--no-sandbox"])
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 900})
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            page.on("console", lambda message: problems.append(message.text)
+                    if message.type == "error" else None)
+
+            # Sign in; the page is live on the stream before any run exists.
+            await _sign_in(page, base, key, f"{tenant}.{WORKSPACE}")
+            await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
+            await expect(page.locator("#who")).to_contain_text("user:ada")
+            await expect(page.locator("#queue li")).to_have_count(0)
+
+            # A run appears live once the worker creates it (no reload, no polling).
+            await _spike(bot, "api")
+            item = page.locator("#queue li", has_text="ops:error-spike")
+            await expect(item).to_have_count(1, timeout=90_000)
+            run_id = await item.get_attribute("data-run-id")
+            assert run_id
+            await item.click()
+            await expect(page.locator("#item h2")).to_contain_text(run_id)
+            await expect(page.locator("#item")).to_contain_text("What made it fire")
+
+            # The form generated from triage_quality: yes/no, choices, an optional text.
+            await page.get_by_label("Feedback type").select_option("triage_quality")
+            form = page.locator("form.feedback-form")
+            await expect(form.locator('[data-field="correct"]')).to_have_attribute(
+                "data-kind", "bool")
+            await expect(form.locator('[data-field="severity"]')).to_have_attribute(
+                "data-kind", "choice")
+            await expect(form.get_by_label("Note (optional)")).to_be_visible()
+            if os.environ.get("STREAMS_UI_SCREENSHOTS"):
+                await page.screenshot(path=str(shots / "ui-queue.png"))
+            # Keyboard-first: y for yes, 3 for the third choice (critical), then submit.
+            await page.locator("body").click(position={"x": 5, "y": 5})
+            await page.keyboard.press("y")
+            await page.keyboard.press("3")
+            await expect(form.get_by_label("yes")).to_be_checked()
+            await expect(form.get_by_label("critical")).to_be_checked()
+            await form.get_by_label("Note (optional)").fill("checked on the page")
+            if os.environ.get("STREAMS_UI_SCREENSHOTS"):
+                await page.screenshot(path=str(shots / "ui-form.png"))
+            # A double click sends one command (the page keeps it until it is answered).
+            await form.get_by_role("button", name="Submit").dblclick()
+            await expect(page.locator("#submit-status")).to_contain_text("recorded",
+                                                                          timeout=30_000)
+
+            # The scores arrive on the scores topic, as ada's, on the run (the worker's judge
+            # scores the run too: only ada's are looked at).
+            scores_topic = tenant_topics(tenant, settings.topic_prefix).scores
+
+            def adas() -> dict[str, Any]:
+                records = read_topic(settings, scores_topic, at_least=1, settle=0.5)
+                found = {r["name"]: r for _m, r in records
+                         if r["source"]["participant"] == "user:ada"}
+                return found if len(found) >= 3 else {}
+
+            by_name = await asyncio.to_thread(wait_until, adas, 60, "ada's three scores")
+            assert by_name["triage_quality.correct"]["numeric_value"] == 1.0
+            assert by_name["triage_quality.severity"]["string_value"] == "critical"
+            assert by_name["triage_quality.note"]["string_value"] == "checked on the page"
+            assert len([n for n in by_name if n.startswith("triage_quality.")]) == 3
+
+            # An out-of-range value: the service refuses it and the page says so by the field.
+            await page.get_by_label("Feedback type").select_option("ui_test_effort")
+            await form.get_by_label("Minutes").fill("-5")
+            await form.get_by_role("button", name="Submit").click()
+            error = form.locator('[data-field="minutes"] .error')
+            await expect(error).to_contain_text("greater than or equal to 0", timeout=30_000)
+            await expect(form.get_by_label("Minutes")).to_have_attribute("aria-invalid", "true")
+
+            # A dropped connection: the command reaches the server, the answer never reaches
+            # the page; the page reconnects and sends it again with the same command id.
+            dropped: list[str] = []
+
+            async def route(ws: Any) -> None:
+                server = ws.connect_to_server()
+
+                def to_server(message: str | bytes) -> None:
+                    server.send(message)
+                    frame = json.loads(message)
+                    if frame.get("type") == "command" and not dropped:
+                        dropped.append(frame["command_id"])
+                        asyncio.get_running_loop().create_task(ws.close(code=1011))
+
+                ws.on_message(to_server)
+
+            await page.route_web_socket("**/stream", route)
+            await page.evaluate("window.feedbackStreams.state.socket.close()")
+            await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
+            await form.get_by_label("Minutes").fill("12")
+            await form.get_by_role("button", name="Submit").click()
+            await expect(page.locator("#submit-status")).to_contain_text("recorded",
+                                                                          timeout=60_000)
+            assert len(dropped) == 1
+            log = await bot.read()
+            efforts = _feedback_of(log, run_id, "ui_test_effort")
+            assert [e.event.value["minutes"] for e in efforts] == [12]
+            # The double click recorded once: ada's one triage_quality (the judge's is its own).
+            assert [e.actor for e in _feedback_of(log, run_id, "triage_quality")
+                    if e.actor.kind == "user"] == [UserActor(id="ada")]
+            assert efforts[0].actor == UserActor(id="ada")
+
+            # A key of another tenant sees nothing of this one.
+            stranger = await browser.new_page()
+            await _sign_in(stranger, base, served.key(other, "eve"), f"{tenant}.{WORKSPACE}")
+            await expect(stranger.locator("#sign-in-error")).to_contain_text(
+                "forbidden", timeout=30_000)
+            await expect(stranger.locator("#queue li")).to_have_count(0)
+            assert not await stranger.locator("#workbench").is_visible()
+        finally:
+            await browser.close()
+    assert problems == []
