@@ -214,9 +214,11 @@ async def _http_ceiling(runs: list[str], commands: int, clients: int) -> dict[st
         server.wait(30)
 
 
-def _start_server(settings: Settings, port: int) -> subprocess.Popen[bytes]:
+def _start_server(settings: Settings, port: int, workers: int = 1,
+                  ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "streams", "serve", "--port", str(port)],
+        [sys.executable, "-m", "streams", "serve", "--port", str(port), "--workers",
+         str(workers)],
         env=settings.child_env(STREAMS_FEEDBACK_MODULES="streams.examples.ops"),
         cwd=str(REPO), stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
@@ -234,7 +236,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         keys.start()
         _key, token = keys.create(TENANT, UserActor(id="ada"), {"give_feedback"})
         port = _free_port()
-        server = _start_server(settings, port)
+        server = _start_server(settings, port, args.workers)
         base = f"http://127.0.0.1:{port}"
         await _ready(base)
         url = f"{base}/v1/workspaces/{TENANT}.prod/commands"
@@ -252,7 +254,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         client.close()
         admin.delete_tenant(TENANT)
     return {
-        "commands": args.commands, "clients": args.clients,
+        "commands": args.commands, "clients": args.clients, "workers": args.workers,
         "rest": rest, "rest_at_fixed_rate": {"rate": args.rate, **rate},
         "floor_handle_with_command_ids": floor_ids, "floor_handle_plain": floor_plain,
         "http_ceiling_empty_endpoint": ceiling,
@@ -270,5 +272,6 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=1, help="streams serve --workers")
     result = asyncio.run(main(parser.parse_args()))
     print(json.dumps(result, indent=2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated
 
 import typer
@@ -19,6 +20,9 @@ def serve(
     print_openapi: Annotated[bool, typer.Option(
         "--print-openapi", help="Print the OpenAPI document and exit.")] = False,
     loglevel: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
+    workers: Annotated[int, typer.Option(
+        help="Server processes sharing the port (each follows the keys and command ledgers "
+        "itself, so idempotency and revocation hold across them).", min=1)] = 1,
 ) -> None:
     """Serve the REST API, the WebSocket stream and MCP on $STREAMS_SERVE_HOST (127.0.0.1)."""
     from streams.surfaces.cli import load_types, settings
@@ -29,8 +33,14 @@ def serve(
         return
     import uvicorn
 
-    load_types(types)
+    modules = load_types(types)
     config = settings()
-    uvicorn.run(app_from_settings(config), host=config.serve_host,
-                port=port or config.serve_port,
-                log_level=loglevel, access_log=False)
+    if workers == 1:
+        uvicorn.run(app_from_settings(config), host=config.serve_host,
+                    port=port or config.serve_port, log_level=loglevel, access_log=False)
+        return
+    # Each worker process builds its app from the environment: hand it the types given here.
+    os.environ["STREAMS_FEEDBACK_MODULES"] = ",".join(modules)
+    uvicorn.run("streams.surfaces.http.app:app_from_env", factory=True, workers=workers,
+                host=config.serve_host, port=port or config.serve_port, log_level=loglevel,
+                access_log=False)

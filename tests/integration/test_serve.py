@@ -70,11 +70,11 @@ class Server:
 def serve_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., Server]]:
     made: list[Server] = []
 
-    def make(ready: int = 200, **env: str) -> Server:
+    def make(ready: int = 200, *args: str, **env: str) -> Server:
         port = free_port()
         log = tmp_path / f"serve{len(made)}.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streams", "serve", "--port", str(port)],
+            [sys.executable, "-m", "streams", "serve", "--port", str(port), *args],
             env=settings.child_env(STREAMS_FEEDBACK_MODULES="streams.examples.ops", **env),
             stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=str(REPO))
         server = Server(port, proc, log)
@@ -276,3 +276,34 @@ async def test_a_server_killed_between_produce_and_answer_records_once_on_retry(
     assert retried.status_code == 200, retried.text
     assert retried.json()["outcome"]["id"] == landed
     assert await feedback_events(client, tenant) == [landed]
+
+
+async def test_several_worker_processes_behind_one_port_record_a_command_once(
+        tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+        serve_factory: Callable[..., Server], keys: KeyStore) -> None:
+    tenant = tenant_factory()
+    client: StreamsClient = client_factory()
+    await start_run(client.workspace(tenant, "prod"))
+    _k, token = keys.create(tenant, UserActor(id="ada"), {"give_feedback"})
+    server = serve_factory(200, "--workers", "2")
+    # Until both workers have read the key store, one of them answers 503: wait for 20
+    # fresh connections in a row to find a ready worker.
+    deadline = time.monotonic() + 60
+    ready = 0
+    while ready < 20:
+        assert time.monotonic() < deadline, "the workers did not all become ready"
+        async with httpx.AsyncClient(timeout=5) as fresh:
+            ok = (await fresh.get(f"{server.url}/readyz")).status_code == 200
+        ready = ready + 1 if ok else 0
+    async with httpx.AsyncClient(timeout=60, headers=auth(token)) as http:
+        async def send() -> httpx.Response:
+            # a connection each, so the kernel spreads them over the workers
+            async with httpx.AsyncClient(timeout=60, headers=auth(token)) as own:
+                return await own.post(
+                    f"{server.url}/v1/workspaces/{tenant}.prod/commands", json=command("w_1"))
+
+        answers = await asyncio.gather(*(send() for _ in range(40)))
+        assert {a.status_code for a in answers} == {200}, {a.text for a in answers}
+        assert len({a.text for a in answers}) == 1
+        assert (await http.get(f"{server.url}/readyz")).status_code == 200
+    assert await feedback_events(client, tenant) == [answers[0].json()["outcome"]["id"]]

@@ -45,7 +45,7 @@ from streams.runtime.commands import CommandService
 from streams.settings import Settings
 from streams.surfaces.http.realtime import install_realtime
 
-__all__ = ["app_from_settings", "create_app", "openapi_document"]
+__all__ = ["app_from_env", "app_from_settings", "create_app", "openapi_document"]
 
 log = logging.getLogger(__name__)
 
@@ -269,3 +269,15 @@ def app_from_settings(settings: Settings) -> FastAPI:
             client.close()
 
     return create_app(lifespan=lifespan)
+
+
+def app_from_env() -> FastAPI:
+    """The app from the environment (settings, and the feedback types of
+    STREAMS_FEEDBACK_MODULES): the factory each of `streams serve --workers N`'s processes
+    calls."""
+    import importlib
+
+    settings = Settings.from_env()
+    for module in settings.feedback_modules:
+        importlib.import_module(module)
+    return app_from_settings(settings)
