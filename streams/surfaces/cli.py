@@ -437,13 +437,16 @@ def demo(
     report_dir: Annotated[Path | None, typer.Option(
         help="Folder for each tenant's dataset and report. Default: streams-<demo "
         "workspace> in the temporary directory.")] = None,
+    ui: Annotated[bool, typer.Option(
+        "--ui", help="Then print the annotation page's address and a person's key, and keep "
+        "the demo running until Ctrl-C.")] = False,
 ) -> None:
     """Create demo tenants, run a worker and a producer, and show events in and scores out;
     then each tenant's dataset of people's verdicts, the judge's agreement, and its report."""
     from streams.surfaces.demo import run_demo
 
     ok = run_demo(settings(), tenants or ["acme", "globex"], chains=chains,
-                  timeout=timeout, console=Console(), report_dir=report_dir)
+                  timeout=timeout, console=Console(), report_dir=report_dir, ui=ui)
     raise typer.Exit(0 if ok else 1)
 
 

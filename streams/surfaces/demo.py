@@ -333,10 +333,11 @@ def evaluate_and_report(runtime: Runtime, tenant: str, workspace: str,
 
 def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
              timeout: float = 180.0, console: Console | None = None,
-             report_dir: Path | None = None) -> bool:
+             report_dir: Path | None = None, ui: bool = False) -> bool:
     """Run the demo end to end; True when every expected score arrived and each tenant's
     dataset, agreement and report were made (into `report_dir`, default a folder under the
-    temporary directory named after the demo's workspace)."""
+    temporary directory named after the demo's workspace). With `ui`, then print the
+    annotation page's address and a person's key, and keep everything running until Ctrl-C."""
     console = console or Console()
     runtime = Runtime(settings)
     admin = runtime.admin
@@ -465,6 +466,8 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
             except StreamsError as exc:
                 console.print(f"[red]the evaluation section failed: {exc}[/red]")
                 ok = False
+            if ui:
+                _keep_open(console, people, tenants[0], workspace)
     finally:
         finished.set()
         if producer is not None:
@@ -478,6 +481,23 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
             console.print(f"{name} stopped (exit {proc.returncode}); its log: {path}")
         standin.stop()
     return ok
+
+
+def _keep_open(console: Console, people: People, tenant: str, workspace: str) -> None:
+    """Print how to open the annotation page as one of the demo's people; wait for Ctrl-C
+    (the worker, sink and service keep running, so new runs appear on the page live)."""
+    person = PEOPLE[0]
+    console.print(
+        f"\n[bold]Annotation page[/bold]: {people.url}/ui/\n"
+        f"  sign in as {person} with API key {people.tokens[(tenant, person)]}\n"
+        f"  workspace {tenant}.{workspace}\n"
+        f"  the worker keeps running: the runs it makes from now on appear on the page live\n"
+        f"Press Ctrl-C to stop the demo.")
+    try:
+        while True:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        console.print("stopping")
 
 
 def _spawn(args: list[str], env: dict[str, str], log_path: str) -> subprocess.Popen[bytes]:
