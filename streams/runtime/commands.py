@@ -25,7 +25,6 @@ import signal
 import threading
 import time
 import uuid
-import weakref
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaException, Message, Producer
 
 from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.reports import ReportPoller
 from streams.adapters.kafka.tail import TopicTail
 from streams.core.commands import (
     CommandFrame,
@@ -120,7 +120,8 @@ class CommandLedger:
     STREAMS_COMMAND_RETENTION) and reads it to its end; a tail then keeps it current.
     """
 
-    def __init__(self, settings: Settings, producer: Producer, tenant: str) -> None:
+    def __init__(self, settings: Settings, producer: Producer, tenant: str,
+                 reports: ReportPoller | None = None) -> None:
         self.settings = settings
         self.tenant = tenant
         self.topic = ledger_topic(settings, tenant)
@@ -131,11 +132,8 @@ class CommandLedger:
         self._started = threading.Lock()
         self._running = False
         self._inflight: dict[tuple[int, str], asyncio.Future[LedgerEntry]] = {}
-        self._waiting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = \
-            weakref.WeakKeyDictionary()
-        self._pollers: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
-        self._poll_lock = threading.Lock()
+        # The producer's report poller (the event log's, when it shares the producer).
+        self._reports = reports or ReportPoller(producer, 0.001)
         self.claims = 0
 
     def _apply(self, _partition: int, _offset: int, key: bytes, value: bytes | None) -> None:
@@ -204,32 +202,16 @@ class CommandLedger:
                 loop.call_soon_threadsafe(_settle, done, result)
 
         self._produce(key, entry, delivered)
-        self._need_reports(loop, +1)
         timeout = self.settings.feedback_timeout
-        try:
-            async with asyncio.timeout(timeout):
-                return await asyncio.shield(done)
-        except TimeoutError as exc:
-            raise KafkaUnavailable(f"{self.topic} did not acknowledge within {timeout:g} s "
-                                   "(STREAMS_FEEDBACK_TIMEOUT); check the brokers, then retry "
-                                   "with the same command id") from exc
-        finally:
-            self._need_reports(loop, -1)
-
-    def _need_reports(self, loop: asyncio.AbstractEventLoop, change: int) -> None:
-        # One task per loop polls the producer while some write of that loop awaits its
-        # report (as EventLog does for appends); reports served elsewhere are handed over.
-        with self._poll_lock:
-            waiting = self._waiting.get(loop, 0) + change
-            self._waiting[loop] = waiting
-            task = self._pollers.get(loop)
-            if waiting > 0 and (task is None or task.done()):
-                self._pollers[loop] = loop.create_task(self._poll(loop))
-
-    async def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
-        while self._waiting.get(loop, 0) > 0:
-            self._producer.poll(0)
-            await asyncio.sleep(0.001)
+        with self._reports.awaiting(loop):
+            try:
+                async with asyncio.timeout(timeout):
+                    return await asyncio.shield(done)
+            except TimeoutError as exc:
+                raise KafkaUnavailable(
+                    f"{self.topic} did not acknowledge within {timeout:g} s "
+                    "(STREAMS_FEEDBACK_TIMEOUT); check the brokers, then retry with the same "
+                    "command id") from exc
 
     async def _read_back(self, partition: int, offset: int, wait_s: float) -> bool:
         """Whether the tail handed on the record at `offset` within `wait_s` seconds."""

@@ -226,8 +226,8 @@ class StreamsClient:
         with self._made:
             ledger = self._ledgers.get(tenant)
             if ledger is None:
-                ledger = self._ledgers[tenant] = CommandLedger(self.settings,
-                                                               self.log.producer, tenant)
+                ledger = self._ledgers[tenant] = CommandLedger(
+                    self.settings, self.log.producer, tenant, reports=self.log.reports)
         await self.log.require_tenant(tenant)
         await asyncio.to_thread(ledger.start)
         return ledger

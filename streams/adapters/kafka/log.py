@@ -6,9 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,6 +25,7 @@ from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.access import denied
 from streams.adapters.kafka.config import producer_config, reader_config
+from streams.adapters.kafka.reports import ReportPoller
 from streams.core.access import reader_group
 from streams.core.errors import (
     KafkaUnavailable,
@@ -88,15 +87,9 @@ class EventLog:
         self._owned = producer is None
         self._producer = producer or Producer(producer_config(settings))
         self._known: set[str] = set()
-        # Per event loop: how many of its appends await a report, and the task polling for
-        # them. Reports are served in the loops' own threads, so a report settles its
-        # future without a thread hop; a report served by another thread (a worker's
-        # flush, another loop) is handed over with call_soon_threadsafe.
-        self._waiting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = \
-            weakref.WeakKeyDictionary()
-        self._pollers: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
-        self._poll_lock = threading.Lock()
+        # Reports are served in the awaiting loops' own threads (see ReportPoller); other
+        # writers on this producer (the command ledger) share the same poller.
+        self.reports = ReportPoller(self._producer, POLL_INTERVAL)
 
     @property
     def producer(self) -> Producer:
@@ -225,31 +218,15 @@ class EventLog:
                 await asyncio.sleep(0.01)
             except KafkaException as exc:
                 raise KafkaUnavailable(f"append to {topic} failed: {exc}") from exc
-        self._await_report(loop, +1)
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await asyncio.shield(done)
-        except TimeoutError as exc:
-            raise KafkaUnavailable(
-                f"append to {topic} not acknowledged within {wait:g} s "
-                "(STREAMS_FEEDBACK_TIMEOUT); check that the brokers in "
-                "KAFKA_BOOTSTRAP_SERVERS are up") from exc
-        finally:
-            self._await_report(loop, -1)
-
-    def _await_report(self, loop: asyncio.AbstractEventLoop, change: int) -> None:
-        with self._poll_lock:
-            waiting = self._waiting.get(loop, 0) + change
-            self._waiting[loop] = waiting
-            task = self._pollers.get(loop)
-            if waiting > 0 and (task is None or task.done()):
-                self._pollers[loop] = loop.create_task(self._poll(loop))
-
-    async def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
-        # Serves delivery reports in this loop's thread while its appends wait for them.
-        while self._waiting.get(loop, 0) > 0:
-            self._producer.poll(0)
-            await asyncio.sleep(POLL_INTERVAL)
+        with self.reports.awaiting(loop):
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await asyncio.shield(done)
+            except TimeoutError as exc:
+                raise KafkaUnavailable(
+                    f"append to {topic} not acknowledged within {wait:g} s "
+                    "(STREAMS_FEEDBACK_TIMEOUT); check that the brokers in "
+                    "KAFKA_BOOTSTRAP_SERVERS are up") from exc
 
     def close(self) -> None:
         """Flush what is pending (a shared producer is flushed by its owner)."""
