@@ -119,13 +119,16 @@ class FastCodec:
         found = self._registered.get(name)
         if found is not None:
             return found
+        try:  # a schema Avro refuses is no registry outage: say so before asking
+            parsed = fastavro.parse_schema(without_logical_types(schema))
+        except (ValueError, fastavro.schema.SchemaParseException) as exc:
+            raise SchemaError(f"{name} is not a valid Avro schema: {exc}") from exc
         try:
             schema_id = self.client.register_schema(name, RegistrySchema(json.dumps(schema),
                                                                            "AVRO"))
         except Exception as exc:
             raise _registry_error(exc, f"registering {name}") from exc
-        writer = WriterSchema(schema_id, name,
-                              fastavro.parse_schema(without_logical_types(schema)))
+        writer = WriterSchema(schema_id, name, parsed)
         with self._lock:
             self._registered[name] = writer
             self._writers.setdefault(schema_id, writer)

@@ -219,7 +219,8 @@ def _avro_type(shape: Shape, name_hint: str, namespace: str, seen: set[str]) -> 
                 f"{name_hint}: enum symbols {bad} are not valid Avro names "
                 f"(letters, digits and _ only, not starting with a digit)"
             )
-        base = {"type": "enum", "name": _camel(name_hint), "symbols": list(shape.symbols)}
+        base = {"type": "enum", "name": _unique_name(_camel(name_hint), namespace, seen),
+                "symbols": list(shape.symbols)}
     elif kind == "list":
         assert shape.item is not None
         base = {"type": "array", "items": _avro_type(shape.item, name_hint + "_item",
@@ -247,6 +248,17 @@ def _bounds(shape: Shape) -> dict[str, Any]:
 
 def _camel(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part)
+
+
+def _unique_name(name: str, namespace: str, seen: set[str]) -> str:
+    """`name`, or `name2`, `name3`... when the namespace has it already: fields `b` and `b_`
+    (or a field `value` beside the record `Value`) camel-case to one name, and Avro refuses a
+    named type defined twice. Names without a clash are as they always were."""
+    candidate, n = name, 2
+    while f"{namespace}.{candidate}" in seen:
+        candidate, n = f"{name}{n}", n + 1
+    seen.add(f"{namespace}.{candidate}")
+    return candidate
 
 
 def model_record(model: type[BaseModel], name: str, namespace: str,

@@ -135,3 +135,24 @@ def test_score_roundtrip() -> None:
     assert scores is not None and len(scores) == 3
     for score in scores:
         assert score_from_record(_roundtrip(score_schema(), score_to_record(score))) == score
+
+
+def test_fields_that_camel_case_alike_get_enums_of_their_own() -> None:
+    # `b` and `b_` both camel-case to `B`, and a field `value` to the record's own name:
+    # Avro refuses a named type defined twice (hypothesis found it in the mirror's property
+    # test). Each gets a name of its own; a field without a clash keeps its usual name.
+    from streams.adapters.avro.schemas import feedback_given_schema
+    from streams.core.feedback import Feedback, FeedbackRegistry
+
+    class Alike(Feedback, name="alike_enums", targets={"run"},
+                registry=FeedbackRegistry()):
+        b: Literal["A", "B"]
+        b_: Literal["A", "B"]
+        value: Literal["x", "y"]
+        severity: Literal["low", "high"]
+
+    schema = feedback_given_schema(Alike)
+    fastavro.parse_schema(schema)   # no "redefined named type"
+    value = next(f["type"] for f in schema["fields"] if f["name"] == "value")
+    names = {f["name"]: f["type"]["name"] for f in value["fields"]}
+    assert names == {"b": "B", "b_": "B2", "value": "Value2", "severity": "Severity"}
