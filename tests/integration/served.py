@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -23,12 +22,7 @@ from streams.runtime.keys import KeyStore
 from streams.runtime.workspace import StreamsClient, Workspace
 from streams.settings import Settings
 from streams.surfaces.http.app import create_app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.conftest import _free_port as free_port
 
 
 @dataclass

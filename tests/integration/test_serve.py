@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -21,14 +20,9 @@ from streams.core.events import AppEvent, FeedbackGiven, RunStarted
 from streams.runtime.keys import KeyStore
 from streams.runtime.workspace import StreamsClient, Workspace
 from streams.settings import Settings
+from tests.conftest import _free_port as free_port
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

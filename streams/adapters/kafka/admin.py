@@ -104,13 +104,7 @@ class TenantAdmin:
         """Create the tenant's one-partition rules topic if it is missing (tenants created
         before rules existed have none); returns its name."""
         topic = tenant_topics(tenant, self.settings.topic_prefix).rules
-        try:
-            self._create([NewTopic(topic, num_partitions=1,
-                                   replication_factor=self.settings.replication_factor,
-                                   config=self.topic_config("rules"))])
-            self._wait_visible({topic: 1})
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+        self._ensure(topic, 1, self.topic_config("rules"))
         return topic
 
     def ensure_index_topic(self, tenant: str) -> str:
@@ -118,13 +112,7 @@ class TenantAdmin:
         the index existed have none; the workspace handle calls this on first use); returns
         its name."""
         topic = index_topic(tenant, self.settings.topic_prefix)
-        try:
-            self._create([NewTopic(topic, num_partitions=self.settings.index_partitions,
-                                   replication_factor=self.settings.replication_factor,
-                                   config=self.topic_config("index"))])
-            self._wait_visible({topic: 1})
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+        self._ensure(topic, self.settings.index_partitions, self.topic_config("index"))
         return topic
 
     def check_replication(self) -> int:
@@ -144,24 +132,22 @@ class TenantAdmin:
         """Create the tenant's compacted one-partition rulebook topic (its installed rules)
         if it is missing; `streams rules install` calls this; returns its name."""
         topic = rulebook_topic(tenant, self.settings.topic_prefix)
-        try:
-            self._create([NewTopic(topic, num_partitions=1,
-                                   replication_factor=self.settings.replication_factor,
-                                   config=self.topic_config("rulebook"))])
-            self._wait_visible({topic: 1})
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+        self._ensure(topic, 1, self.topic_config("rulebook"))
         return topic
 
     def ensure_compacted_topic(self, topic: str, partitions: int,
                                config: dict[str, str] | None = None) -> int:
         """Create a compacted topic if it is missing (the key store, a tenant's command
         ledger); returns its partition count. `config` adds to or overrides compaction."""
+        return self._ensure(topic, partitions, {"cleanup.policy": "compact",
+                                                "retention.ms": "-1", **(config or {})})
+
+    def _ensure(self, topic: str, partitions: int, config: dict[str, str]) -> int:
+        """Create `topic` if it is missing and wait until it is visible; its partition count."""
         try:
             self._create([NewTopic(topic, num_partitions=partitions,
                                    replication_factor=self.settings.replication_factor,
-                                   config={"cleanup.policy": "compact", "retention.ms": "-1",
-                                           **(config or {})})])
+                                   config=config)])
             return self._wait_visible({topic: 1})[topic]
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
@@ -170,13 +156,7 @@ class TenantAdmin:
         """Create the tenant's compacted one-partition topic of re-driven dead letters if it
         is missing; `streams deadletters redrive` calls this; returns its name."""
         topic = redriven_topic(tenant_topics(tenant, self.settings.topic_prefix).deadletter)
-        try:
-            self._create([NewTopic(topic, num_partitions=1,
-                                   replication_factor=self.settings.replication_factor,
-                                   config=self.topic_config("redriven"))])
-            self._wait_visible({topic: 1})
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"could not create {topic}: {exc}") from exc
+        self._ensure(topic, 1, self.topic_config("redriven"))
         return topic
 
     def _create(self, topics: list[NewTopic]) -> None:
