@@ -31,7 +31,7 @@ from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.runtime.workspace import StreamsClient
+from streams.runtime.client.workspace import StreamsClient
 from streams.settings import Settings
 
 console = Console(stderr=True)

@@ -41,7 +41,7 @@ from streams.core.feedback import value_record
 from streams.core.targets import ChainTarget, RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
-from streams.runtime.workspace import StreamsClient
+from streams.runtime.client.workspace import StreamsClient
 from streams.settings import Settings
 
 TENANT = "bench"

@@ -42,7 +42,7 @@ from streams.core.runs import rule_actor
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality  # noqa: F401  (registers triage_quality)
-from streams.runtime.log_read import read_workspace_log
+from streams.runtime.jobs.log_read import read_workspace_log
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 

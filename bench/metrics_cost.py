@@ -30,8 +30,8 @@ from streams.core.events import Envelope, FeedbackGiven
 from streams.core.feedback import value_record
 from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
-from streams.runtime.metrics import Metrics, provider_for
-from streams.runtime.mirror import MirrorStep
+from streams.runtime.observe.metrics import Metrics, provider_for
+from streams.runtime.worker.mirror import MirrorStep
 from streams.settings import Settings
 
 TOPIC = "fs.bench.events"

@@ -43,7 +43,7 @@ from streams.core.scores import score_configs
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.runtime.mirror import MirrorStep
+from streams.runtime.worker.mirror import MirrorStep
 from streams.settings import Settings
 
 console = Console(stderr=True)
@@ -147,7 +147,7 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
     if metrics:
         from prometheus_client import generate_latest
 
-        from streams.runtime.metrics import Metrics, provider_for
+        from streams.runtime.observe.metrics import Metrics, provider_for
 
         installed = provider_for(settings.replace(metrics="prometheus"))
         assert installed.provider is not None and installed.registry is not None

@@ -55,7 +55,7 @@ from streams.core.proposals import EVALUATOR, PROPOSAL_OUTCOME, ProposalFold, de
 from streams.core.rules import Rule, RuleEngine, on, run
 from streams.core.runs import fire_envelopes, rule_actor
 from streams.core.tenancy import tenant_topics
-from streams.runtime.workspace import StreamsClient
+from streams.runtime.client.workspace import StreamsClient
 from streams.settings import Settings
 
 console = Console(stderr=True)

@@ -39,8 +39,8 @@ from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
-from streams.runtime.keys import KeyStore
-from streams.runtime.workspace import StreamsClient
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.client.workspace import StreamsClient
 from streams.settings import Settings
 
 TENANT = "bench"

@@ -57,7 +57,7 @@ from streams.adapters.langfuse import (
 from streams.core.scores import Score, score_configs, scores_from_value
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.runtime.sink_runner import SinkRunner, SinkStats
+from streams.runtime.sink.runner import SinkRunner, SinkStats
 from streams.settings import Settings
 
 console = Console(stderr=True)

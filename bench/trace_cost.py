@@ -39,7 +39,7 @@ from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.config import consumer_config
 from streams.adapters.tracing import batch_span
 from streams.core.tenancy import tenant_topics
-from streams.runtime.mirror import MirrorStep
+from streams.runtime.worker.mirror import MirrorStep
 from streams.settings import Settings
 
 console = Console(stderr=True)

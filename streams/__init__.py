@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from streams.core.runs import Reaction, RunRecord
     from streams.core.scores import Score, ScoreConfig, ScoreConfigs, score_configs, scores_of
     from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+    from streams.runtime.client.workspace import Recorded, StreamsClient, Workspace
     from streams.runtime.root import Runtime
-    from streams.runtime.workspace import Recorded, StreamsClient, Workspace
     from streams.settings import Settings
 
 _HOMES: dict[str, str] = {
@@ -68,7 +68,7 @@ _HOMES: dict[str, str] = {
     "KafkaUnavailable": "streams.core.errors",
     "NotFound": "streams.core.errors",
     "Reaction": "streams.core.runs",
-    "Recorded": "streams.runtime.workspace",
+    "Recorded": "streams.runtime.client.workspace",
     "RetryPolicy": "streams.core.rules",
     "Rule": "streams.core.rules",
     "RuleEngine": "streams.core.rules",
@@ -89,14 +89,14 @@ _HOMES: dict[str, str] = {
     "Seq": "streams.core.events",
     "Settings": "streams.settings",
     "SinkError": "streams.core.errors",
-    "StreamsClient": "streams.runtime.workspace",
+    "StreamsClient": "streams.runtime.client.workspace",
     "StreamsError": "streams.core.errors",
     "SystemActor": "streams.core.actors",
     "TraceContext": "streams.core.events",
     "UserActor": "streams.core.actors",
     "ValidationFailed": "streams.core.errors",
     "Verdict": "streams.core.evaluators",
-    "Workspace": "streams.runtime.workspace",
+    "Workspace": "streams.runtime.client.workspace",
     "app_event_type": "streams.core.app_events",
     "chain_events": "streams.core.evaluation",
     "on": "streams.core.rules",

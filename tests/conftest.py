@@ -168,7 +168,7 @@ def tenant_factory(settings: Settings) -> Iterator[Callable[..., str]]:
 @pytest.fixture
 def client_factory(settings: Settings) -> Iterator[Callable[..., Any]]:
     """StreamsClients on the test's settings, closed at the end."""
-    from streams.runtime.workspace import StreamsClient
+    from streams.runtime.client.workspace import StreamsClient
 
     made: list[StreamsClient] = []
 

@@ -5,9 +5,9 @@ the original bytes of a record the pipeline gave up on, where they were (`source
 `partition`, `offset`), who gave up (`stage`: `mirror`, or `sink:<cursor>`) and why
 (`reason`, also in the `reason` header). Two stages write them today:
 
-- the feedback mirror (`streams.runtime.mirror`): an events record it could not decode, or
+- the feedback mirror (`streams.runtime.worker.mirror`): an events record it could not decode, or
   feedback whose value, or target kind, its type refuses;
-- a sink runner (`streams.runtime.sink_runner`): a score record it could not decode, or one
+- a sink runner (`streams.runtime.sink.runner`): a score record it could not decode, or one
   the sink refused.
 
 A run that exhausted its attempts is *not* a dead letter here: its `run_dead_lettered` event is
@@ -62,7 +62,7 @@ __all__ = [
 Kind = Literal["undecodable", "invalid", "rejected", "internal", "unknown"]
 KINDS: tuple[Kind, ...] = ("undecodable", "invalid", "rejected", "internal", "unknown")
 
-# Reason texts written by streams.adapters.avro.fast and streams.runtime.mirror/sink_runner
+# Reason texts written by streams.adapters.avro.fast and streams.runtime.worker.mirror/sink_runner
 # (see docs/guarantees.md's list): a letter's kind is read from them, since the record has no
 # field for it.
 _UNDECODABLE = ("not confluent-framed", "record has no value", "the record has no value",

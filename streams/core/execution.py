@@ -6,7 +6,7 @@ An exception from an action is a failed attempt (`run_failed`, then `run_retried
 `run_dead_lettered`), never a lost event. Every id is derived from the run, so a run repeated
 after a crash writes the same ids again. The executor writes through an `emit` function and
 builds each attempt's `Reaction` through a `reaction` function, so it knows nothing of Kafka:
-the worker (streams.runtime.executor) gives it the broker's, the in-memory replay
+the worker (streams.runtime.worker.executor) gives it the broker's, the in-memory replay
 (streams.core.replay) an isolated log's. Pure apart from asyncio.
 """
 

@@ -4,7 +4,7 @@ A key is bound to one tenant, one actor (a person, an evaluator name@version, an
 set of capabilities (CAPABILITIES: `give_feedback`, `read`). Its token, shown once when the
 key is created, is `fsk_<key id>_<secret>`; only the SHA-256 of the secret is stored (the
 secret is 256 random bits, so a fast hash cannot be searched). Records of keys are JSON in a
-compacted topic every server process reads (streams.runtime.keys.KeyStore).
+compacted topic every server process reads (streams.runtime.client.keys.KeyStore).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Matching decoded events against rules, and turning decisions into the events they write.
 
-Pure: no Kafka, no serde, no clock, so the worker (streams.runtime.matcher re-exports this
+Pure: no Kafka, no serde, no clock, so the worker (streams.core.matching re-exports this
 module) and the in-memory replay (streams.core.replay) share it. The reactor agent asks
 `match` for each decoded event: a stateless rule's decision is made here at once (the
 engine's own match, fire or throttle); a stateful rule's match comes back as a `Forward`, for

@@ -29,8 +29,9 @@ from streams.adapters.kafka import config
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.delivery import Delivery
 from streams.core.feedback import FeedbackRegistry, registry
-from streams.runtime.metrics import Metrics, process_metrics
-from streams.runtime.workspace import StreamsClient
+from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.observe.health import CHECK_TIMEOUT, Check, server_checks
+from streams.runtime.observe.metrics import Metrics, process_metrics
 from streams.settings import Settings
 
 __all__ = ["Runtime"]
@@ -123,8 +124,19 @@ class Runtime:
     @property
     def metrics(self) -> Metrics:
         """The process's instruments; the first use installs the meter provider that
-        STREAMS_METRICS chooses (one per process, streams.runtime.metrics)."""
+        STREAMS_METRICS chooses (one per process, streams.runtime.observe.metrics)."""
         return self._once("metrics", lambda: process_metrics(self.settings))
+
+    def probe_registry(self) -> SchemaRegistryClient:
+        """A registry client of its own that fails fast (2 s, no retries), for health probes:
+        the shared one retries, and a probe must not wait."""
+        return self._once("probe_registry", lambda: SchemaRegistryClient(
+            {**self.registry_config(), "timeout": CHECK_TIMEOUT, "max.retries": 0}))
+
+    def server_checks(self) -> dict[str, Check]:
+        """The readiness checks every process shares: the broker and the registry answer."""
+        return server_checks(lambda t: self.admin.client.list_topics(timeout=t),
+                             lambda: self.probe_registry().get_subjects())
 
     def consumer(self, group: str, **extra: Any) -> Consumer:
         """A new consumer-group member (each caller owns and closes its own)."""

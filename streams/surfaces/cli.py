@@ -79,7 +79,7 @@ def worker(
         "$STREAMS_PROPOSAL_OUTCOME.")] = None,
 ) -> None:
     """Run a worker: the feedback mirror, and the rules reactor when rules are given."""
-    from streams.runtime.worker import Worker
+    from streams.runtime.worker.app import Worker
 
     load_types(types)
     found_rules, actions, deps = load_rules(with_proposal_outcome(rules, proposal_outcome))
@@ -239,8 +239,7 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
     import signal
 
     from streams.adapters.tracing import configure_tracing
-    from streams.runtime.health import serve_sink
-    from streams.runtime.sink_runner import OutageTooLong, SinkRunner
+    from streams.runtime.sink.runner import OutageTooLong, SinkRunner, serve_sink
 
     configure_tracing(config.otlp_traces_endpoint, "streams-sink")
     runner = SinkRunner(config, sink, cursor=cursor, replay=replay, batch_size=batch_size)

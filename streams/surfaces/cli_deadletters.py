@@ -130,7 +130,7 @@ def _progress(what: str) -> Callable[[int, int], None]:
 def _load(runtime: Runtime, tenant: str, selection: Selection,
           ) -> tuple[str, list[DeadLetter], set[str]]:
     """The tenant's dead-letter topic, its letters and the keys re-driven before."""
-    from streams.runtime.deadletters import read_letters, read_redriven, require_tenant
+    from streams.runtime.jobs.deadletters import read_letters, read_redriven, require_tenant
 
     topic = require_tenant(runtime, tenant)
     letters, unreadable = read_letters(runtime, topic, _progress(f"reading {topic}"))
@@ -196,7 +196,7 @@ def redrive(
     events topic); a sink letter's score is re-published to its scores topic. Each letter
     is re-driven at most once: a letter re-driven before is skipped."""
     from streams.core.deadletters import redrive_plan
-    from streams.runtime.deadletters import RedriveResult, execute
+    from streams.runtime.jobs.deadletters import RedriveResult, execute
     from streams.surfaces.cli import load_types
 
     load_types(types)

@@ -15,7 +15,7 @@ from streams.core.actors import AgentActor, AnyActor, EvaluatorActor, UserActor
 from streams.core.errors import StreamsError
 
 if TYPE_CHECKING:
-    from streams.runtime.keys import KeyStore
+    from streams.runtime.client.keys import KeyStore
 
 __all__ = ["keys_app"]
 
@@ -40,7 +40,7 @@ def _actor(user: str | None, evaluator: str | None, agent: str | None) -> AnyAct
 
 
 def _store() -> KeyStore:
-    from streams.runtime.keys import KeyStore
+    from streams.runtime.client.keys import KeyStore
     from streams.surfaces.cli import settings
 
     store = KeyStore(settings())

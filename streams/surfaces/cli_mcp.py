@@ -33,9 +33,9 @@ def mcp(
     """Serve the MCP tools over stdio (for an MCP client that launches this command)."""
     import anyio
 
-    from streams.runtime.commands import CommandService
-    from streams.runtime.keys import KeyStore
-    from streams.runtime.workspace import StreamsClient
+    from streams.runtime.client.commands import CommandService
+    from streams.runtime.client.keys import KeyStore
+    from streams.runtime.client.workspace import StreamsClient
     from streams.surfaces.http.mcp import mcp_server
 
     try:

@@ -93,7 +93,7 @@ def rules_list(
     all_: Annotated[bool, typer.Option("--all", help="Archived rules too.")] = False,
 ) -> None:
     """The tenant's installed rules (newest entry per rule), as JSON."""
-    from streams.runtime.rulebook import Rulebook
+    from streams.runtime.jobs.rules import Rulebook
 
     async def main(runtime: Any) -> list[dict[str, Any]]:
         entries = await asyncio.to_thread(Rulebook(runtime).entries, tenant)
@@ -128,7 +128,7 @@ def rules_install(
     from streams.core.events import Envelope
     from streams.core.proposals import fold_ledger
     from streams.core.rules import InvalidRule
-    from streams.runtime.rulebook import Rulebook
+    from streams.runtime.jobs.rules import Rulebook
 
     if (file is None) == (from_artifact is None):
         raise typer.BadParameter("give a rule JSON file or --from-artifact ID (one of them)")
@@ -198,7 +198,7 @@ def rules_archive(
 ) -> None:
     """Archive an installed rule: running workers stop matching it within seconds.
     Recorded as rule_archived by the system."""
-    from streams.runtime.rulebook import Rulebook
+    from streams.runtime.jobs.rules import Rulebook
 
     async def main(runtime: Any) -> dict[str, Any]:
         entry = await Rulebook(runtime).archive(tenant, workspace, name)

@@ -51,9 +51,9 @@ from streams.core.tenancy import tenant_topics
 from streams.examples.drafting import DRAFT_RULE, DraftRequested
 from streams.examples.ops import IncidentOpened, Resolution, TriageQuality
 from streams.examples.ops_rules import TriageInput
-from streams.runtime.keys import KeyStore
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.client.workspace import Workspace
 from streams.runtime.root import Runtime
-from streams.runtime.workspace import Workspace
 from streams.settings import Settings
 from streams.surfaces.report.run import make_report
 from streams.testing.langfuse_standin import LangfuseStandIn

@@ -38,8 +38,8 @@ from streams.core.events import Envelope, FeedbackGiven
 from streams.core.feedback import LONG_MAX, LONG_MIN, Feedback, FeedbackRegistry, validate_feedback
 from streams.core.scores import score_configs
 from streams.core.targets import RunTarget
-from streams.runtime.mirror import MirrorStep
-from streams.runtime.workspace import value_record
+from streams.runtime.client.workspace import value_record
+from streams.runtime.worker.mirror import MirrorStep
 
 TOPIC = "fs.acme.events"
 _names = itertools.count()

@@ -113,7 +113,7 @@ def test_keda_scales_the_mirror_group_up_to_the_partition_count(
     cursor = args[args.index("--cursor") + 1]
     (trigger,) = scaled["triggers"]
     assert trigger["type"] == "kafka"
-    # The worker's mirror group is `<prefix>-<cursor>` (streams/runtime/worker.py).
+    # The worker's mirror group is `<prefix>-<cursor>` (streams/runtime/worker/app.py).
     assert trigger["metadata"]["consumerGroup"] == f"{env['STREAMS_TOPIC_PREFIX']}-{cursor}"
     assert trigger["metadata"]["bootstrapServersFromEnv"] == "KAFKA_BOOTSTRAP_SERVERS"
     assert "topic" not in trigger["metadata"]  # every tenant's events topic the group reads

@@ -15,7 +15,7 @@ from streams.core.errors import KafkaUnavailable
 from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
-from streams.runtime.workspace import StreamsClient
+from streams.runtime.client.workspace import StreamsClient
 from streams.settings import Settings
 from tests.conftest import unique
 from tests.deploy.test_stack import OwnStack, own_stack

@@ -22,7 +22,7 @@ from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
 from streams.core.tenancy import TenantTopics, tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.runtime.workspace import Workspace
+from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import Stack, WorkerProcess, _free_port, read_topic, wait_until
 from tests.faults.conftest import OwnStack, assert_alive, check_scores

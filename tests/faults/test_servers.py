@@ -24,7 +24,7 @@ from streams.core.events import AppEvent, Envelope, FeedbackGiven, RunStarted
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.runtime.workspace import Workspace
+from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import Stack, WorkerProcess, read_topic, wait_until
 from tests.faults.conftest import OwnStack, assert_alive, check_scores

@@ -17,9 +17,9 @@ import uvicorn
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
 from streams.examples import ops  # noqa: F401  (registers triage_quality)
-from streams.runtime.commands import CommandService
-from streams.runtime.keys import KeyStore
-from streams.runtime.workspace import StreamsClient, Workspace
+from streams.runtime.client.commands import CommandService
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.client.workspace import StreamsClient, Workspace
 from streams.settings import Settings
 from streams.surfaces.http.app import create_app
 from tests.conftest import _free_port as free_port

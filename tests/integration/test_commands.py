@@ -14,9 +14,9 @@ from streams.core.errors import Conflict, Unauthorized
 from streams.core.events import AppEvent, FeedbackGiven, RunStarted
 from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
-from streams.runtime.commands import CommandService
-from streams.runtime.keys import KeyStore
-from streams.runtime.workspace import StreamsClient, Workspace
+from streams.runtime.client.commands import CommandService
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.client.workspace import StreamsClient, Workspace
 from streams.settings import Settings
 
 

@@ -175,7 +175,7 @@ async def test_sink_letters_are_republished_once_and_the_sink_takes_them_after_t
     standin_factory: Callable[[], Any],
 ) -> None:
     from streams.adapters.langfuse import LangfuseScoreSink
-    from streams.runtime.sink_runner import SinkRunner
+    from streams.runtime.sink.runner import SinkRunner
     from tests.integration.test_sinks import client_for, make_scores, produce_scores
 
     tenant = tenant_factory()

@@ -16,8 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from streams.core.actors import UserActor
-from streams.runtime.keys import KeyStore
-from streams.runtime.workspace import StreamsClient
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.client.workspace import StreamsClient
 from streams.settings import Settings
 from tests.conftest import REPO
 from tests.integration.served import serve, start_run

@@ -14,7 +14,7 @@ from streams.core.feedback import Feedback, registry
 from streams.core.targets import ChainTarget, RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
-from streams.runtime.workspace import Workspace
+from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, read_topic, wait_until
 

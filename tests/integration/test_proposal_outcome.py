@@ -34,7 +34,7 @@ from streams.core.proposals.rule import proposal_outcome
 from streams.core.runs import rule_actor
 from streams.core.tenancy import tenant_topics
 from streams.examples.drafting import DRAFT_RULE, DraftRequested
-from streams.runtime.workspace import Workspace
+from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, read_topic, wait_until
 

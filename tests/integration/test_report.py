@@ -143,7 +143,7 @@ async def test_the_reader_counts_progress_against_the_end_offsets(
 ) -> None:
     import asyncio
 
-    from streams.runtime.log_read import read_workspace_log
+    from streams.runtime.jobs.log_read import read_workspace_log
     from streams.runtime.root import Runtime
 
     tenant = tenant_factory()

@@ -19,7 +19,7 @@ from streams.core.actors import SystemActor, UserActor
 from streams.core.events import AppEvent, Envelope, RuleFired, RuleInstalled, RunStarted
 from streams.core.proposals import rule_conversion
 from streams.core.rulebook import rulebook_topic
-from streams.runtime.workspace import Workspace
+from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import REPO, WorkerProcess, wait_until
 from tests.integration.test_rules_reactor import of, wait_log
@@ -236,9 +236,9 @@ async def test_a_rule_heard_of_late_is_caught_up_from_its_installation_point(
     from streams.core.rulebook import LiveRule, RulebookEntry
     from streams.core.rules import RuleSet, rule_from_dict
     from streams.core.tenancy import tenant_topics
-    from streams.runtime.reactor import Reactor
+    from streams.runtime.jobs.rules import Rulebook
     from streams.runtime.root import Runtime
-    from streams.runtime.rulebook import Rulebook
+    from streams.runtime.worker.reactor import Reactor
     from tests.integration.rules_data_fixture import ACTIONS
 
     tenant = tenant_factory()

@@ -25,7 +25,7 @@ from streams.core.events import (
 from streams.core.rules import Rule, RuleEngine, on, run
 from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
-from streams.runtime.workspace import Workspace
+from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from streams.testing.chat_standin import ChatStandIn
 from tests.conftest import WorkerProcess, wait_until

@@ -29,7 +29,7 @@ from streams import (
     StreamsClient,
     UserActor,
 )
-from streams.runtime.sink_runner import SinkRunner
+from streams.runtime.sink.runner import SinkRunner
 from streams.settings import Settings
 from tests.conftest import WorkerProcess
 from tests.integration.test_rules_reactor import of, wait_log

@@ -17,8 +17,8 @@ import pytest
 
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, FeedbackGiven, RunStarted
-from streams.runtime.keys import KeyStore
-from streams.runtime.workspace import StreamsClient, Workspace
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.client.workspace import StreamsClient, Workspace
 from streams.settings import Settings
 from tests.conftest import _free_port as free_port
 

@@ -26,7 +26,7 @@ from streams.core.scores import Score, score_configs, scores_from_value
 from streams.core.sinks.memory import InMemoryScoreSink
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.runtime.sink_runner import SinkRunner, cursor_group
+from streams.runtime.sink.runner import SinkRunner, cursor_group
 from streams.settings import Settings
 from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import REPO, wait_until

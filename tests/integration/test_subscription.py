@@ -11,8 +11,8 @@ import pytest
 
 from streams.core.errors import NotFound, SlowConsumer, ValidationFailed
 from streams.core.events import AppEvent, Envelope, Seq
-from streams.runtime.subscription import Subscription
-from streams.runtime.workspace import StreamsClient, Workspace
+from streams.runtime.client.subscription import Subscription
+from streams.runtime.client.workspace import StreamsClient, Workspace
 
 
 async def _append(ws: Workspace, n: int, tag: str) -> list[str]:

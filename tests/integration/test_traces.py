@@ -31,9 +31,9 @@ from streams.core.judges import ChatModel, RetrievalInput
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
-from streams.runtime.decider import start_decider
-from streams.runtime.sink_runner import SinkRunner
-from streams.runtime.worker import Worker
+from streams.runtime.sink.runner import SinkRunner
+from streams.runtime.worker.app import Worker
+from streams.runtime.worker.decider import start_decider
 from streams.settings import Settings
 from streams.testing.chat_standin import ChatStandIn
 from streams.testing.langfuse_standin import LangfuseStandIn

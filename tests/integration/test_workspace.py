@@ -8,7 +8,7 @@ from streams.core.errors import NotFound, ValidationFailed
 from streams.core.events import AppEvent, FeedbackGiven, RuleFired, RunStarted, TraceContext
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.examples.ops import Resolution, ShouldHaveFired, TriageQuality
-from streams.runtime.workspace import Workspace
+from streams.runtime.client.workspace import Workspace
 
 TRACE = TraceContext(traceparent=f"00-{'e' * 32}-{'f' * 16}-01")
 

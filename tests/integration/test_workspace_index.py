@@ -19,7 +19,7 @@ from streams.core.events import AppEvent, Envelope, FeedbackGiven, RuleFired, Ru
 from streams.core.targets import ChainTarget, RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
-from streams.runtime.workspace import StreamsClient, Workspace
+from streams.runtime.client.workspace import StreamsClient, Workspace
 from streams.settings import Settings
 
 

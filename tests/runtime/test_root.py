@@ -13,7 +13,7 @@ from faust.auth import SASLCredentials, SSLCredentials
 from streams.core.events import RunSucceeded
 from streams.core.rules import Rule, on, run
 from streams.runtime.root import Runtime
-from streams.runtime.worker import Worker
+from streams.runtime.worker.app import Worker
 from streams.settings import Settings
 from tests.tls import make_ca
 

@@ -3,7 +3,7 @@
 `ProposalFold` keeps a workspace's artifact ledger and the proposal ids the evaluator has
 scored (its own `proposal_outcome` feedback), so deciding on a resolution costs what was
 appended since the last fold, not the log: a worker keeps one per workspace and feeds it only
-new records (`streams.runtime.workspace.Workspace.proposal_fold`). `fold_proposals` is the
+new records (`streams.runtime.client.workspace.Workspace.proposal_fold`). `fold_proposals` is the
 whole-log fold; an incremental one fed the same envelopes in the same order, in any number of
 steps, is equal to it (tests/core/proposals/test_fold.py).
 

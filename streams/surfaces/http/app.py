@@ -41,7 +41,7 @@ from streams.core.commands import (
     error_frame_of,
 )
 from streams.core.errors import StreamsError
-from streams.runtime.commands import CommandService
+from streams.runtime.client.commands import CommandService
 from streams.settings import Settings
 from streams.surfaces.http.realtime import install_realtime
 
@@ -230,18 +230,18 @@ def openapi_document() -> dict[str, Any]:
 
 def app_from_settings(settings: Settings) -> FastAPI:
     """The app with its own StreamsClient and KeyStore, started in its lifespan."""
-    from streams.adapters.kafka.config import registry_config
-    from streams.runtime.health import server_checks
-    from streams.runtime.keys import KeyStore
-    from streams.runtime.workspace import StreamsClient
+    from streams.runtime.client.keys import KeyStore
+    from streams.runtime.client.workspace import StreamsClient
+    from streams.runtime.observe.health import server_checks
+    from streams.runtime.root import Runtime
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = StreamsClient(settings)
         keys = KeyStore(settings, client.log.producer)
         producer = client.log.producer
-        app.state.checks = server_checks(registry_config(settings),
-                                         lambda t: producer.list_topics(timeout=t))
+        app.state.checks = server_checks(lambda t: producer.list_topics(timeout=t),
+                                         Runtime(settings).probe_registry().get_subjects)
 
         async def start() -> None:
             # The server answers (503, unavailable) while the broker cannot be reached, and

@@ -21,7 +21,7 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
 from streams.core.commands import ErrorFrame, OutcomeFrame, error_frame_of
-from streams.runtime.commands import CommandService
+from streams.runtime.client.commands import CommandService
 
 __all__ = ["INSTRUCTIONS", "MCP_PATH", "mcp_server", "mount_mcp"]
 

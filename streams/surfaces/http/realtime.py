@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
 
-from streams.runtime.commands import CommandService
+from streams.runtime.client.commands import CommandService
 from streams.surfaces.http.mcp import mount_mcp
 from streams.surfaces.http.stream import add_stream_route
 

@@ -44,8 +44,8 @@ from streams.core.commands import (
 from streams.core.errors import SlowConsumer, StreamsError, Unauthorized
 from streams.core.events import Envelope
 from streams.core.stream import AckFrame, SubscribeFrame, parse_cursor, parse_stream_frame
-from streams.runtime.commands import CommandService, envelope_json
-from streams.runtime.subscription import Subscription
+from streams.runtime.client.commands import CommandService, envelope_json
+from streams.runtime.client.subscription import Subscription
 
 __all__ = ["AUTH_TIMEOUT", "CLOSE_POLICY", "MAX_IN_FLIGHT", "STREAM_PATH", "add_stream_route",
            "event_frame", "serve_stream"]

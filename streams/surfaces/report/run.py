@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from streams.runtime.log_read import Progress, read_workspace_log
+from streams.runtime.jobs.log_read import Progress, read_workspace_log
 from streams.runtime.root import Runtime
 from streams.surfaces.report.html import render_html
 from streams.surfaces.report.model import (

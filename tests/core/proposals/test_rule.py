@@ -92,7 +92,7 @@ async def test_a_retried_attempt_scores_nothing_more() -> None:
 
 def test_a_worker_loads_it_as_a_rules_module() -> None:
     # The command line's loader and the worker's checks, no broker needed (not a run on one).
-    from streams.runtime.worker import Worker
+    from streams.runtime.worker.app import Worker
     from streams.settings import Settings
     from streams.surfaces.cli import load_rules
 

@@ -1,15 +1,15 @@
-"""Rules on Kafka, the batch step: decode each event, match it (streams.runtime.matcher),
+"""Rules on Kafka, the batch step: decode each event, match it (streams.core.matching),
 write firings of stateless rules and forward matches of stateful ones, then run the actions
-this worker has (streams.runtime.executor) before the batch is committed.
+this worker has (streams.runtime.worker.executor) before the batch is committed.
 
 - Stateless rules (type, filters, sampling) fire straight from the step: it writes
   `rule_fired` and `run_started` into the chain of the event that matched.
 - Stateful rules (counts, rate limits, scopes) need every matching event of a tenant in one
   place and in one order. The step forwards each match to the tenant's `rules` topic, which
-  has one partition, so exactly one decider (streams.runtime.decider) owns it.
+  has one partition, so exactly one decider (streams.runtime.worker.decider) owns it.
 - Runs: for a `run_started` of an action registered in this worker, the step runs the action
   on the worker's event loop, with the rule's retry policy, before the batch is committed.
-- Rules installed as data (streams.runtime.rulebook): at the start of each batch the step
+- Rules installed as data (streams.runtime.worker.follower): at the start of each batch the step
   applies the tenants' live rules as the worker's rulebook follower has them now. A rule new
   to this step is first caught up over the events this step already took past its
   installation point (read again from the events topic), so no event after the
@@ -33,16 +33,16 @@ from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
 from streams.core.errors import StreamsError
 from streams.core.events import Envelope
+from streams.core.matching import Forward, Matcher, ReactorStats, is_stateful
 from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
 from streams.core.runs import ActionFn
 from streams.core.tenancy import tenant_topics
-from streams.runtime.decider import ConsumerFactory, Decider
-from streams.runtime.executor import RunExecutor
-from streams.runtime.matcher import Forward, Matcher, ReactorStats, is_stateful
-from streams.runtime.records import RuleRecords, firing_outputs
 from streams.runtime.root import Runtime
-from streams.runtime.rulebook import RulebookFollower
+from streams.runtime.worker.decider import ConsumerFactory, Decider
+from streams.runtime.worker.executor import RunExecutor
+from streams.runtime.worker.follower import RulebookFollower
+from streams.runtime.worker.records import RuleRecords, firing_outputs
 
 __all__ = ["Reactor", "ReactorStats", "is_stateful"]
 

@@ -23,10 +23,10 @@ from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
 from streams.core.errors import StreamsError
 from streams.core.events import Envelope
+from streams.core.matching import Decision, Matcher
 from streams.core.rules import RuleState
 from streams.core.tenancy import parse_topic
-from streams.runtime.matcher import Decision, Matcher
-from streams.runtime.records import HEADER_RULE, RuleRecords, firing_outputs
+from streams.runtime.worker.records import HEADER_RULE, RuleRecords, firing_outputs
 from streams.settings import Settings
 
 __all__ = ["ConsumerFactory", "Decider", "start_decider"]

@@ -10,7 +10,7 @@ from streams.core.errors import Forbidden
 from streams.core.events import Change, Envelope, ProposalMade
 from streams.core.proposals import EVALUATOR, ProposalOutcome
 from streams.core.targets import RunTarget
-from streams.runtime.workspace import StreamsClient
+from streams.runtime.client.workspace import StreamsClient
 from streams.settings import Settings
 from tests.conftest import _free_port
 

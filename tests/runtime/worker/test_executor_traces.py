@@ -16,7 +16,7 @@ from streams.core.actors import AgentActor
 from streams.core.app_events import app_event_type
 from streams.core.events import AppEvent, Envelope, Event, RunStarted, TraceContext
 from streams.core.rules import RuleSet
-from streams.runtime.executor import RunExecutor
+from streams.runtime.worker.executor import RunExecutor
 from tests.spans import named, spans
 
 __all__ = ["spans"]  # the fixture, imported for the tests below

@@ -7,7 +7,7 @@ from typing import Any
 from streams.core.actors import UserActor
 from streams.core.errors import KafkaUnavailable
 from streams.core.events import AppEvent, Envelope
-from streams.runtime.reactor import Reactor
+from streams.runtime.worker.reactor import Reactor
 
 
 def _envelope(n: int) -> Envelope:

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from streams.runtime import sink_runner
-from streams.runtime.sink_runner import OffsetLedger, OutageTooLong, SinkStats
+from streams.runtime.sink import runner as sink_runner
+from streams.runtime.sink.runner import OffsetLedger, OutageTooLong, SinkStats
 
 
 def test_a_later_batch_accepted_first_is_not_committed_before_the_earlier_one() -> None:
@@ -103,7 +103,7 @@ def test_an_outage_waits_until_the_limit_and_logs_boundedly(
     monkeypatch.setattr(sink_runner.time, "monotonic", lambda: now[0])
     stats = SinkStats()
     outage = sink_runner._Outage("kafka broker", 60.0, stats)
-    caplog.set_level(logging.WARNING, logger="streams.runtime.sink_runner")
+    caplog.set_level(logging.WARNING, logger="streams.runtime.sink.runner")
     pauses = []
     for _ in range(59):  # one try a second for 59 s: a wait, not a failure
         pauses.append(outage.waiting("commit failed: Local: Waiting for coordinator"))

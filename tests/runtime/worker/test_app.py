@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from streams.runtime import worker
+from streams.runtime.worker import app as worker
 
 
 def test_a_loop_that_stops_on_an_error_ends_the_process(

@@ -74,6 +74,7 @@ from streams.core.errors import SchemaError, SinkError, ValidationFailed
 from streams.core.scores import Score
 from streams.core.sinks.base import Rejected, ScoreSink, flush_sink, rejected_of
 from streams.runtime.batch import OutageTooLong
+from streams.runtime.observe.health import HealthServer, serve_health
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 
@@ -84,6 +85,7 @@ __all__ = [
     "SinkRunner",
     "SinkStats",
     "cursor_group",
+    "serve_sink",
     "sink_identity",
 ]
 
@@ -336,7 +338,7 @@ class SinkRunner:
         self._delivery: Delivery | None = None
         self._unknown_ids: dict[int, str] = {}
         self._draining = False
-        # Read by the metrics and health endpoints (streams.runtime.health), from their thread.
+        # Read by the metrics and health endpoints (streams.runtime.observe), from their thread.
         self.name = self.label = cursor or "no-cursor"
         self.lag = LagTracker(self.group)
         self.running = False
@@ -363,7 +365,7 @@ class SinkRunner:
     @property
     def consumer(self) -> Consumer:
         """The cursor's consumer-group member, made on first use (by `run`). Its librdkafka
-        log goes to the `streams.runtime.sink_runner.kafka` logger, each kind of line at most
+        log goes to the `streams.runtime.sink.runner.kafka` logger, each kind of line at most
         every 30 s (a broker that is away is otherwise reported every few milliseconds)."""
         if self._consumer is None:
             self._consumer = self.runtime.consumer(self.group, logger=kafka_log)
@@ -754,3 +756,11 @@ class SinkRunner:
                                     time=int(time.time() * 1000))
         return Output(dead_letter_topic(self.settings.topic_prefix, topic), msg.key(),
                       self.codec.encode(writer, record), reason_headers(reason))
+
+
+def serve_sink(runner: SinkRunner) -> HealthServer | None:
+    """Watch a sink runner in the process's metrics and serve its health (None when
+    STREAMS_HEALTH_PORT is 0 or the port is taken). Call before the runner starts."""
+    runner.runtime.metrics.watch_sink(runner)
+    runner.on_delays = runner.runtime.metrics.sink_delays
+    return serve_health(runner.settings, [runner], runner.runtime.server_checks())

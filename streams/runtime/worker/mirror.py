@@ -11,7 +11,7 @@ raises `RegistryUnavailable` when a schema cannot be fetched now: that is an out
 caller retries the batch later instead of dead-lettering good data.
 
 Its counts (`MirrorStats`, per tenant) are what the exported metrics read
-(streams.runtime.metrics): the hot path adds to plain integers, never to an instrument; the
+(streams.runtime.observe.metrics): the hot path adds to plain integers, never to an instrument; the
 one measurement made per feedback is its delay (`on_delay`, given by the worker).
 """
 

@@ -32,8 +32,8 @@ from streams.core.deadletters import (
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError, StreamsError
 from streams.core.feedback import FeedbackRegistry, registry
 from streams.core.tenancy import check_tenant, tenant_topics
-from streams.runtime.mirror import MirrorStep
 from streams.runtime.root import Runtime
+from streams.runtime.worker.mirror import MirrorStep
 
 __all__ = ["Progress", "RedriveResult", "execute", "read_letters", "read_redriven",
            "require_tenant"]

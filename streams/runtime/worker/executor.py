@@ -24,7 +24,7 @@ from streams.core.execution import RunExecutor as CoreRunExecutor
 from streams.core.matching import ReactorStats
 from streams.core.rules import RuleSet
 from streams.core.runs import ActionFn, Reaction, rule_actor
-from streams.runtime.workspace import StreamsClient
+from streams.runtime.client.workspace import StreamsClient
 
 __all__ = ["Emit", "RunExecutor", "scope_lock_key"]
 

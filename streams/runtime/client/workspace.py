@@ -74,8 +74,8 @@ from streams.core.view import (
     not_found,
     target_key,
 )
-from streams.runtime.commands import CommandLedger
-from streams.runtime.proposal_folds import ProposalFolds
+from streams.runtime.client.folds import ProposalFolds
+from streams.runtime.client.ledger import CommandLedger
 from streams.settings import Settings
 
 _feedback_counter = metrics.get_meter("streams").create_counter(

@@ -3,7 +3,7 @@ since the last one, per workspace, and gives what the whole-log fold gives."""
 
 from streams.core.events import Change, RunStarted
 from streams.core.proposals import EVALUATOR, fold_proposals
-from streams.runtime.proposal_folds import ProposalFolds
+from streams.runtime.client.folds import ProposalFolds
 from tests.core.proposals.log import Log
 
 

@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streams.core.matching import ReactorStats
 from streams.runtime.batch import BatchLoop
-from streams.runtime.metrics import INSTRUMENTS, DelayHistogram, Metrics, provider_for
-from streams.runtime.mirror import MirrorStats
-from streams.runtime.sink_runner import SinkStats
+from streams.runtime.observe.metrics import INSTRUMENTS, DelayHistogram, Metrics, provider_for
+from streams.runtime.sink.runner import SinkStats
+from streams.runtime.worker.mirror import MirrorStats
 from streams.settings import Settings
 
 

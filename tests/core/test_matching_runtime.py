@@ -11,8 +11,8 @@ import pytest
 from streams.core import matching as matcher_module  # the pure matcher the runtime re-exports
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted
+from streams.core.matching import Forward, Matcher, is_stateful
 from streams.core.rules import F, Fire, Rule, RuleSet, RuleState, Throttled, on, run
-from streams.runtime.matcher import Forward, Matcher, is_stateful
 
 PLAIN = Rule(name="t:plain", when=on("t:a").where(F.data.n.gt(1)), then=run("act"))
 ANY_APP = Rule(name="t:any", when=on(AppEvent).where(F.data.any.eq(True)), then=run("act"))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 
-from streams.runtime.health import (
+from streams.runtime.observe.health import (
     HealthServer,
     broker_answers,
     cached,

@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import metrics as otel
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -38,12 +38,78 @@ from streams.settings import Settings
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
 
-    from streams.runtime.batch import BatchLoop
-    from streams.runtime.mirror import MirrorStep
-    from streams.runtime.sink_runner import SinkRunner
+__all__ = ["DELAY_BUCKETS", "INSTRUMENTS", "DelayHistogram", "Installed", "Lag", "Metrics",
+           "WatchedLoop", "WatchedMirror", "WatchedSink", "install", "process_metrics",
+           "provider_for", "shared"]
 
-__all__ = ["DELAY_BUCKETS", "INSTRUMENTS", "DelayHistogram", "Installed", "Metrics", "install",
-           "process_metrics", "provider_for", "shared"]
+
+# What the instruments read of the loops they watch: small protocols, so this module sits
+# below the worker and the sink runner instead of importing them.
+class Lag(Protocol):
+    """A consumer's lag per partition (streams.adapters.kafka.lag.LagTracker)."""
+
+    group: str
+
+    def snapshot(self) -> Mapping[tuple[str, int], int]:
+        """The lag per (topic, partition)."""
+        ...
+
+
+class WatchedLoop(Protocol):
+    """A batch loop (streams.runtime.batch.BatchLoop)."""
+
+    name: str
+    records_per_topic: dict[str, int]
+    topics_seen: set[str]
+
+    @property
+    def stats(self) -> Any:
+        """The loop's counters (batches, rewinds, outage_waits)."""
+        ...
+
+    @property
+    def lag(self) -> Lag:
+        """The loop's consumer lag."""
+        ...
+
+
+class _MirrorStats(Protocol):
+    @property
+    def per_tenant(self) -> dict[str, dict[str, int]]: ...
+
+
+class WatchedMirror(Protocol):
+    """A mirror step (streams.runtime.worker.mirror.MirrorStep)."""
+
+    @property
+    def stats(self) -> _MirrorStats:
+        """The step's per-tenant counters."""
+        ...
+
+
+class _SinkStats(Protocol):
+    @property
+    def rejected(self) -> int: ...
+    @property
+    def undecodable(self) -> int: ...
+    @property
+    def per_tenant(self) -> dict[str, int]: ...
+
+
+class WatchedSink(Protocol):
+    """A sink runner (streams.runtime.sink.runner.SinkRunner)."""
+
+    label: str
+
+    @property
+    def stats(self) -> _SinkStats:
+        """The runner's counters."""
+        ...
+
+    @property
+    def lag(self) -> Lag:
+        """The runner's consumer lag."""
+        ...
 
 log = logging.getLogger(__name__)
 
@@ -243,10 +309,10 @@ class Metrics:
                 description=INSTRUMENTS["streams.mirror.delay"][2])
             self._sink_delay = meter.create_histogram(
                 "streams.sink.delay", unit="s", description=INSTRUMENTS["streams.sink.delay"][2])
-        self._loops: list[tuple[BatchLoop, str]] = []
-        self._mirrors: list[MirrorStep] = []
+        self._loops: list[tuple[WatchedLoop, str]] = []
+        self._mirrors: list[WatchedMirror] = []
         self._reactors: list[ReactorStats] = []
-        self._sinks: list[SinkRunner] = []
+        self._sinks: list[WatchedSink] = []
         observed: dict[str, Callable[[], Iterable[Observation]]] = {
             "streams.events.consumed": self._events,
             "streams.mirror.feedback": lambda: self._mirror("feedback"),
@@ -274,11 +340,11 @@ class Metrics:
 
     # -- what to watch -----------------------------------------------------------------------
 
-    def watch_loop(self, loop: BatchLoop, prefix: str) -> None:
+    def watch_loop(self, loop: WatchedLoop, prefix: str) -> None:
         """Export a batch loop's records per tenant, batches, rewinds, outages and lag."""
         self._loops.append((loop, prefix))
 
-    def watch_mirror(self, step: MirrorStep) -> None:
+    def watch_mirror(self, step: WatchedMirror) -> None:
         """Export a mirror step's per-tenant counts; its delays go to `mirror_delay`."""
         self._mirrors.append(step)
 
@@ -286,7 +352,7 @@ class Metrics:
         """Export a reactor's runs by outcome and its rule matches."""
         self._reactors.append(stats)
 
-    def watch_sink(self, runner: SinkRunner) -> None:
+    def watch_sink(self, runner: WatchedSink) -> None:
         """Export a sink runner's deliveries, retries, errors, outages and lag."""
         self._sinks.append(runner)
 

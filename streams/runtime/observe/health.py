@@ -6,7 +6,7 @@ schema registry answers, and each loop is subscribed, has been assigned its part
 member with none assigned is ready too) and is not waiting out an outage; 503 otherwise. Both
 answer JSON: `{"status": "ok" | "failing", "checks": {name: "ok" | what is wrong}}`.
 `GET /metrics` is the Prometheus exposition of the process's metrics when
-`STREAMS_METRICS=prometheus` (streams.runtime.metrics).
+`STREAMS_METRICS=prometheus` (streams.runtime.observe.metrics).
 
 So a broker outage makes a worker not ready but still alive (its loops wait and turn), and it
 becomes ready again by itself once the broker answers. The server is a stdlib
@@ -23,21 +23,20 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from streams.runtime.metrics import install
+from streams.runtime.observe.metrics import install
 
 if TYPE_CHECKING:
-    from streams.runtime.root import Runtime
-    from streams.runtime.sink_runner import SinkRunner
-    from streams.runtime.worker import Worker
+    from streams.settings import Settings
 
 __all__ = [
+    "CHECK_TIMEOUT",
     "Check",
     "HealthServer",
     "Verdict",
@@ -47,8 +46,7 @@ __all__ = [
     "loop_alive",
     "loop_ready",
     "registry_answers",
-    "serve_sink",
-    "serve_worker",
+    "serve_health",
     "server_checks",
 ]
 
@@ -259,67 +257,26 @@ class HealthServer:
         return Handler
 
 
-def server_checks(registry_config: Mapping[str, Any],
-                  list_topics: Callable[[float], Any]) -> dict[str, Check]:
+def server_checks(list_topics: Callable[[float], Any],
+                  get_subjects: Callable[[], Any]) -> dict[str, Check]:
     """The readiness checks every process shares: the broker answers (`list_topics`, a
-    client's metadata call) and the registry answers (a client of `registry_config`)."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-    registry: list[SchemaRegistryClient] = []
-
-    def subjects() -> Any:
-        # A client of its own, failing fast: the shared one retries, and a probe must not wait.
-        if not registry:
-            registry.append(SchemaRegistryClient({
-                **registry_config, "timeout": CHECK_TIMEOUT, "max.retries": 0}))
-        return registry[0].get_subjects()
-
-    return {"broker": broker_answers(list_topics), "registry": registry_answers(subjects)}
+    client's metadata call) and the registry answers (`get_subjects` on a registry client
+    that fails fast: the composition root's `probe_registry`)."""
+    return {"broker": broker_answers(list_topics), "registry": registry_answers(get_subjects)}
 
 
-def _servers(runtime: Runtime) -> dict[str, Check]:
-    return server_checks(runtime.registry_config(),
-                         lambda t: runtime.admin.client.list_topics(timeout=t))
-
-
-def serve_worker(worker: Worker) -> HealthServer | None:
-    """Export a worker's metrics and serve its health (None when STREAMS_HEALTH_PORT is 0 or
-    the port is taken). Call before the loops start."""
-    settings = worker.settings
-    metrics = worker.runtime.metrics
-    installed = install(settings)  # the same, installed by the line above
-    prefix = settings.topic_prefix
-    loops = [worker.mirror] + ([worker.reactor_loop] if worker.reactor_loop else [])
-    for loop in loops:
-        metrics.watch_loop(loop, prefix)
-    metrics.watch_mirror(worker.step)
-    worker.step.on_delay = metrics.mirror_delay
-    if worker.reactor is not None:
-        metrics.watch_reactor(worker.reactor.stats)
+def serve_health(settings: Settings, loops: Sequence[_Loop],
+                 servers: Mapping[str, Check]) -> HealthServer | None:
+    """Install the process's metrics exporter and serve /healthz (each loop turns), /readyz
+    (`servers` answer and each loop is ready) and /metrics; None when STREAMS_HEALTH_PORT is
+    0 or the port is taken. Call before the loops start."""
+    installed = install(settings)
     if not settings.health_port:
         return None
     stale = 3 * settings.flush_timeout + 30.0
     server = HealthServer(
         settings.health_port,
         live={loop.name: loop_alive(loop, stale) for loop in loops},
-        ready={**_servers(worker.runtime), **{loop.name: loop_ready(loop) for loop in loops}},
+        ready={**servers, **{loop.name: loop_ready(loop) for loop in loops}},
         registry=installed.registry, host=settings.health_host)
-    return server if server.start() else None
-
-
-def serve_sink(runner: SinkRunner) -> HealthServer | None:
-    """Export a sink runner's metrics and serve its health (None when STREAMS_HEALTH_PORT is
-    0 or the port is taken)."""
-    settings = runner.settings
-    metrics = runner.runtime.metrics
-    installed = install(settings)  # the same, installed by the line above
-    metrics.watch_sink(runner)
-    runner.on_delays = metrics.sink_delays
-    if not settings.health_port:
-        return None
-    stale = 3 * settings.flush_timeout + 30.0
-    server = HealthServer(settings.health_port,
-                          live={"sink": loop_alive(runner, stale)},
-                          ready={**_servers(runner.runtime), "sink": loop_ready(runner)},
-                          registry=installed.registry, host=settings.health_host)
     return server if server.start() else None

@@ -42,12 +42,12 @@ from streams.core.rules import Rule, RuleSet
 from streams.core.runs import ActionFn
 from streams.core.tenancy import parse_topic, tenant_topics
 from streams.runtime.batch import BatchLoop
-from streams.runtime.decider import start_decider
-from streams.runtime.health import serve_worker
-from streams.runtime.mirror import MirrorStep
-from streams.runtime.reactor import Reactor
+from streams.runtime.observe.health import HealthServer, serve_health
 from streams.runtime.root import Runtime
-from streams.runtime.rulebook import RulebookFollower
+from streams.runtime.worker.decider import start_decider
+from streams.runtime.worker.follower import RulebookFollower
+from streams.runtime.worker.mirror import MirrorStep
+from streams.runtime.worker.reactor import Reactor
 from streams.settings import Settings
 
 __all__ = ["MIRROR_CURSOR", "Worker", "control_topic", "events_pattern"]
@@ -301,7 +301,7 @@ class Worker:
             loops.append((self.rulebook.run, "rulebook"))
         threads = [threading.Thread(target=run_or_exit, args=(name, loop, stop),
                                     name=name, daemon=True) for loop, name in loops]
-        health = serve_worker(self)  # metrics exported, /healthz and /readyz served
+        health = self._serve_health()  # metrics exported, /healthz and /readyz served
         for thread in threads:
             thread.start()
         try:
@@ -315,3 +315,17 @@ class Worker:
             if decider_stop is not None:
                 decider_stop.set()
             self.runtime.close()
+
+    def _serve_health(self) -> HealthServer | None:
+        """Watch this worker's loops in the process's metrics and serve its health (None
+        when STREAMS_HEALTH_PORT is 0 or the port is taken). Call before the loops start."""
+        metrics = self.runtime.metrics
+        prefix = self.settings.topic_prefix
+        loops = [self.mirror] + ([self.reactor_loop] if self.reactor_loop else [])
+        for loop in loops:
+            metrics.watch_loop(loop, prefix)
+        metrics.watch_mirror(self.step)
+        self.step.on_delay = metrics.mirror_delay
+        if self.reactor is not None:
+            metrics.watch_reactor(self.reactor.stats)
+        return serve_health(self.settings, loops, self.runtime.server_checks())

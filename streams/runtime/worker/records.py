@@ -13,8 +13,8 @@ from streams.adapters.kafka.outputs import Output
 from streams.adapters.tracing import child_span, traced_as, tracing_enabled
 from streams.core.errors import SchemaError
 from streams.core.events import Envelope, Seq
+from streams.core.matching import Decision, Forward, Matcher, ReactorStats
 from streams.core.tenancy import tenant_topics
-from streams.runtime.matcher import Decision, Forward, Matcher, ReactorStats
 
 __all__ = ["HEADER_RULE", "RuleRecords", "firing_outputs"]
 

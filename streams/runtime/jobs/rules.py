@@ -1,6 +1,6 @@
 """Rules installed as data on the broker: installing, archiving and listing them (the
-`streams rules` commands), backfilling one over a tenant's history, and the follower a
-worker reads its tenants' live rules with (streams.core.rulebook says what the records are).
+`streams rules` commands) and backfilling one over a tenant's history (streams.core.rulebook
+says what the records are; a worker follows them with streams.runtime.worker.follower).
 
 - **Install**: check the JSON (schema, event types, the action in the registry of the given
   rules modules, the name), note the installation point (the end offset of each partition
@@ -12,8 +12,6 @@ worker reads its tenants' live rules with (streams.core.rulebook says what the r
   time order) and write the firings the log does not have yet (`rule_fired`, `run_started`,
   with ids derived from the rule and the causing event); workers with the action run them.
   Run again, it finds its firings in the log and writes nothing.
-- **Follow**: a worker reads every tenant's rulebook at start, then follows it in a
-  thread, so installs and archives reach its reactor within about a second.
 """
 
 from __future__ import annotations
@@ -21,14 +19,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
-import threading
-import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException
 
 from streams.adapters.kafka.log import TopicReader, watermarks
 from streams.core.actors import Actor, SystemActor
@@ -36,14 +31,10 @@ from streams.core.app_events import AppEventTypes
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
 from streams.core.events import RuleArchived, RuleFired, RuleInstalled
 from streams.core.rulebook import (
-    RULEBOOK,
-    LiveRule,
     RulebookEntry,
     backfill_firings,
     check_install,
     history_before,
-    live_rules,
-    rulebook_tenant,
     rulebook_topic,
 )
 from streams.core.rules import Rule
@@ -51,7 +42,7 @@ from streams.core.runs import fire_envelopes
 from streams.core.tenancy import tenant_topics
 from streams.runtime.root import Runtime
 
-__all__ = ["Backfilled", "Installed", "Rulebook", "RulebookFollower"]
+__all__ = ["Backfilled", "Installed", "Rulebook"]
 
 log = logging.getLogger(__name__)
 
@@ -220,150 +211,3 @@ class Rulebook:
             for envelope in fire_envelopes(fire, cause):
                 await ws.append_envelope(envelope)
         return Backfilled(events=len(history), written=len(firings), already=already)
-
-
-class RulebookFollower:
-    """A worker's view of its tenants' live rules: every tenant's rulebook read at start
-    (`load`), then followed in a thread (`run`), new tenants' rulebooks found by listing
-    topics every `discover_every` seconds.
-
-    `snapshot()` gives the live rules per tenant and a version that changes with them; the
-    reactor applies a new version at its next batch. An entry this worker cannot build (an
-    undeclared app event type, a name its rules modules use) is logged with the reason and
-    left out; a rule whose action this worker lacks is logged and kept live (another worker
-    may have the action; the run waits for it).
-    """
-
-    def __init__(self, runtime: Runtime, *, reserved: Collection[str] = (),
-                 actions: Collection[str] = (), types: AppEventTypes | None = None,
-                 discover_every: float = 2.0) -> None:
-        self.runtime = runtime
-        self.settings = runtime.settings
-        self.reserved = set(reserved)
-        self.actions = set(actions)
-        self.types = types
-        self.discover_every = discover_every
-        self.pattern = re.compile(
-            f"^{re.escape(self.settings.topic_prefix)}\\.[a-z][a-z0-9-]*\\.{RULEBOOK}$")
-        self.version = 0
-        self.refused: dict[tuple[str, str], str] = {}
-        self._entries: dict[str, dict[str, RulebookEntry]] = {}
-        self._live: dict[str, dict[str, LiveRule]] = {}
-        self._assigned: set[str] = set()
-        self._consumer: Consumer | None = None
-        self._warned: set[tuple[str, str, str]] = set()
-        self.on_change: Callable[[], None] | None = None
-
-    def snapshot(self) -> tuple[int, dict[str, dict[str, LiveRule]]]:
-        """The version and the live rules per tenant (not to be changed)."""
-        return self.version, self._live
-
-    def find(self, tenant: str, name: str) -> LiveRule | None:
-        """A tenant's live rule by name, as the follower has it now."""
-        return self._live.get(tenant, {}).get(name)
-
-    def _consumer_of(self) -> Consumer:
-        if self._consumer is None:
-            self._consumer = Consumer(self.runtime.reader_config(
-                f"{self.settings.topic_prefix}-rulebook-follower"))
-        return self._consumer
-
-    def _discover(self) -> list[str]:
-        consumer = self._consumer_of()
-        meta = consumer.list_topics(timeout=self.settings.admin_timeout)
-        new = sorted(t for t in meta.topics if self.pattern.match(t) and t not in self._assigned)
-        if new:
-            consumer.incremental_assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in new])
-            self._assigned.update(new)
-            log.info("following the rulebooks %s", ", ".join(new))
-        return new
-
-    def _apply(self, messages: list[Any]) -> None:
-        changed: set[str] = set()
-        for msg in messages:
-            if msg.error() is not None:
-                continue
-            tenant = rulebook_tenant(msg.topic() or "", self.settings.topic_prefix)
-            if tenant is None:
-                continue
-            key = (msg.key() or b"").decode()
-            book = self._entries.setdefault(tenant, {})
-            value = msg.value()
-            if value is None:
-                book.pop(key, None)
-            else:
-                try:
-                    book[key] = RulebookEntry.decode(value)
-                except ValidationFailed as exc:
-                    log.error("tenant %s: rulebook entry %r refused: %s", tenant, key, exc)
-                    continue
-            changed.add(tenant)
-        if not changed:
-            return
-        live = dict(self._live)
-        for tenant in changed:
-            rules, refused = live_rules(self._entries[tenant].values(), reserved=self.reserved,
-                                        types=self.types)
-            for name, reason in refused.items():
-                if self.refused.get((tenant, name)) != reason:
-                    log.error("tenant %s: installed rule %r is not live in this worker: %s",
-                              tenant, name, reason)
-                self.refused[(tenant, name)] = reason
-            for name, found in rules.items():
-                self.refused.pop((tenant, name), None)
-                action = found.rule.then.name
-                if action not in self.actions and (tenant, name, action) not in self._warned:
-                    self._warned.add((tenant, name, action))
-                    log.warning("tenant %s: installed rule %r runs action %r, which this "
-                                "worker does not have (its --rules modules' ACTIONS): its "
-                                "runs wait for a worker that has it", tenant, name, action)
-            live[tenant] = rules
-        self._live = live
-        self.version += 1
-        log.info("live rules now: %s", {t: sorted(r) for t, r in live.items() if t in changed})
-        if self.on_change is not None:
-            try:
-                self.on_change()
-            except Exception:  # the next batch applies them again; the follower goes on
-                log.exception("applying the live rules failed")
-
-    def load(self, timeout: float = 30.0) -> None:
-        """Read every tenant's rulebook to its end (the worker calls this before its loops
-        start, so it begins with the rules live now)."""
-        consumer = self._consumer_of()
-        self._discover()
-        ends: dict[str, int] = {}
-        for topic in self._assigned:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0),
-                                                        timeout=self.settings.admin_timeout)
-            if high > 0:
-                ends[topic] = high
-        deadline = time.monotonic() + timeout
-        while ends and time.monotonic() < deadline:
-            messages = consumer.consume(500, 0.2)
-            self._apply(messages)
-            for msg in messages:
-                if msg.error() is None and (msg.offset() or 0) + 1 >= ends.get(msg.topic() or "",
-                                                                                 0):
-                    ends.pop(msg.topic() or "", None)
-        if ends:
-            raise KafkaUnavailable(f"could not read the rulebooks {sorted(ends)} within "
-                                   f"{timeout} s; check the broker")
-
-    def run(self, stop: threading.Event) -> None:
-        """Follow the rulebooks until `stop` (blocking; the worker runs it in a thread)."""
-        last = 0.0
-        try:
-            while not stop.is_set():
-                now = time.monotonic()
-                if now - last >= self.discover_every:
-                    try:
-                        self._discover()
-                    except KafkaException:
-                        log.warning("rulebook discovery failed; trying again", exc_info=True)
-                    last = now
-                self._apply(self._consumer_of().consume(500, 0.2))
-        finally:
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
