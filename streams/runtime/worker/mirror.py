@@ -41,11 +41,15 @@ from streams.core.feedback import Feedback, FeedbackRegistry, check_plain_value,
 from streams.core.scores import ScoreConfigs, score_configs
 from streams.core.tenancy import parse_topic, tenant_topics
 
-__all__ = ["MirrorStats", "MirrorStep"]
+__all__ = ["BAD_DATA", "MirrorStats", "MirrorStep"]
 
 log = logging.getLogger(__name__)
 
 _FEEDBACK_HEADER = FEEDBACK_GIVEN.encode()
+
+BAD_DATA: tuple[type[Exception], ...] = (SchemaError, KeyError, TypeError, ValueError,
+                                         AttributeError)
+"""What a record that is not valid feedback raises while it is mapped to scores."""
 
 
 @dataclass
@@ -71,8 +75,12 @@ class MirrorStep:
 
     def __init__(self, codec: FastCodec, *, prefix: str = "fs",
                  types: FeedbackRegistry | None = None,
-                 on_delay: Callable[[str, float], None] | None = None) -> None:
+                 on_delay: Callable[[str, float], None] | None = None,
+                 workspace: str | None = None) -> None:
         self.codec = codec
+        # None: every workspace (the worker's mirror); a name: that workspace's feedback
+        # only, the rest passed over uncounted (the in-process mirror of one workspace).
+        self.workspace = workspace
         # Called per scored feedback with its tenant and the seconds from the feedback's
         # event time to now, when its scores are handed to the producer.
         self.on_delay = on_delay
@@ -133,64 +141,102 @@ class MirrorStep:
         self.stats.records += 1
         if event_type is not None and event_type != _FEEDBACK_HEADER:
             return []
-        route = self._route(topic)
-        tenant = route[0] if route else "?"
         try:
-            if value is None:
-                raise SchemaError("record has no value")
-            _writer, record = self.codec.decode(value)
-            head = record.get("envelope")
-            if not isinstance(head, dict) or "event_type" not in head:
-                raise SchemaError("not an event: the record has no envelope field (streams "
-                                  "events are records whose first field is the Envelope)")
-            if head["event_type"] != FEEDBACK_GIVEN:
+            mapped = self._mapped(topic, partition, offset, value)
+            if not mapped:
                 return []
-            if route is None:
-                raise SchemaError(f"{topic} is not a tenant events topic")
-            self.stats.feedback += 1
-            self.stats.bump(tenant, "feedback")
-            known = self._type(record["feedback_type"])
-            if known is None:
-                self.stats.skipped_unknown_type += 1
-                self.stats.bump(tenant, "skipped")
-                return []
-            cls, configs = known
-            target = record["target"]
-            if target["kind"] not in cls.feedback_targets:
-                raise SchemaError(
-                    f"{cls.feedback_name} feedback cannot be given on a {target['kind']}; "
-                    f"it targets {sorted(cls.feedback_targets)}")
-            try:
-                # The checks of give_feedback: the type's own, and the ones Pydantic does
-                # not make (finite numbers, 64-bit integers, valid text).
-                check_plain_value(cls, record["value"])
-            except ValidationFailed as exc:
-                raise SchemaError(str(exc)) from exc
-            actor = head["actor"]
-            scores = score_records(
-                configs, record["value"], feedback_event_id=head["event_id"],
-                timestamp=head["time"], tenant=head["tenant"], workspace=head["workspace"],
-                target_kind=target["kind"], target_id=target["id"],
-                participant=participant_of(actor["kind"], actor["id"], actor.get("version")),
-                trace_id=record.get("target_trace_id"), session_id=head["correlation_id"],
-                seq=f"{partition}:{offset}", rule=record.get("target_rule"),
-                action=record.get("target_action"),
-            )
+            head, scores = mapped
             writer = self._score_writer()
-        except (SchemaError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        except BAD_DATA as exc:
             return [self.dead_letter(topic, partition, offset, key, value, f"{exc}")]
-        scores_topic = route[1]
+        route = self._route(topic)
+        assert route is not None  # _mapped refused a record of another topic
+        tenant, scores_topic = route
         feedback_key = head["event_id"].encode()
         encode = self.codec.encode
         out = [Output(scores_topic, feedback_key, encode(writer, s), trace) for s in scores]
-        self.stats.scores += len(out)
-        self.stats.bump(tenant, "scores", len(out))
+        self._scored(tenant, head, len(out))
+        return out
+
+    def score_records(self, topic: str, partition: int, offset: int, value: bytes | None,
+                      event_type: bytes | None) -> list[dict[str, Any]]:
+        """The score records (Avro dicts, not encoded) of one consumed record, for a caller
+        that hands scores to a sink itself (streams.runtime.sink.mirror): the same checks
+        and counts as `handle`, but bad data raises (SchemaError, KeyError, TypeError,
+        ValueError, AttributeError: `BAD_DATA`) instead of becoming a dead letter, and
+        what is not feedback of this step's workspace, or of an unknown type, is []."""
+        self.stats.records += 1
+        if event_type is not None and event_type != _FEEDBACK_HEADER:
+            return []
+        mapped = self._mapped(topic, partition, offset, value)
+        if not mapped:
+            return []
+        head, scores = mapped
+        route = self._route(topic)
+        assert route is not None
+        self._scored(route[0], head, len(scores))
+        return scores
+
+    def _mapped(self, topic: str, partition: int, offset: int, value: bytes | None,
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """(envelope head, score records) of a feedback record; None for a record that is
+        not feedback (of this step's workspace), and for feedback of a type this process does
+        not register (counted). Raises one of `BAD_DATA` for a record that is not valid."""
+        route = self._route(topic)
+        tenant = route[0] if route else "?"
+        if value is None:
+            raise SchemaError("record has no value")
+        _writer, record = self.codec.decode(value)
+        head = record.get("envelope")
+        if not isinstance(head, dict) or "event_type" not in head:
+            raise SchemaError("not an event: the record has no envelope field (streams "
+                              "events are records whose first field is the Envelope)")
+        if head["event_type"] != FEEDBACK_GIVEN:
+            return None
+        if route is None:
+            raise SchemaError(f"{topic} is not a tenant events topic")
+        if self.workspace is not None and head["workspace"] != self.workspace:
+            return None
+        self.stats.feedback += 1
+        self.stats.bump(tenant, "feedback")
+        known = self._type(record["feedback_type"])
+        if known is None:
+            self.stats.skipped_unknown_type += 1
+            self.stats.bump(tenant, "skipped")
+            return None
+        cls, configs = known
+        target = record["target"]
+        if target["kind"] not in cls.feedback_targets:
+            raise SchemaError(
+                f"{cls.feedback_name} feedback cannot be given on a {target['kind']}; "
+                f"it targets {sorted(cls.feedback_targets)}")
+        try:
+            # The checks of give_feedback: the type's own, and the ones Pydantic does
+            # not make (finite numbers, 64-bit integers, valid text).
+            check_plain_value(cls, record["value"])
+        except ValidationFailed as exc:
+            raise SchemaError(str(exc)) from exc
+        actor = head["actor"]
+        scores = score_records(
+            configs, record["value"], feedback_event_id=head["event_id"],
+            timestamp=head["time"], tenant=head["tenant"], workspace=head["workspace"],
+            target_kind=target["kind"], target_id=target["id"],
+            participant=participant_of(actor["kind"], actor["id"], actor.get("version")),
+            trace_id=record.get("target_trace_id"), session_id=head["correlation_id"],
+            seq=f"{partition}:{offset}", rule=record.get("target_rule"),
+            action=record.get("target_action"),
+        )
+        return head, scores
+
+    def _scored(self, tenant: str, head: dict[str, Any], n: int) -> None:
+        """Count a feedback's `n` scores and report its delay."""
+        self.stats.scores += n
+        self.stats.bump(tenant, "scores", n)
         if self.on_delay is not None:
             # The codec keeps timestamps as epoch milliseconds (no logical types).
             sent = head["time"]
             seconds = sent.timestamp() if isinstance(sent, datetime) else sent / 1000
             self.on_delay(tenant, time.time() - seconds)
-        return out
 
     def _score_writer(self) -> WriterSchema:
         return self.codec.registered(score_schema())
