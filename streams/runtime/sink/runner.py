@@ -306,6 +306,7 @@ class SinkRunner:
         in_flight: int | None = None,
         codec: FastCodec | None = None,
         runtime: Runtime | None = None,
+        group: str | None = None,
     ) -> None:
         # A runner alone owns its clients; one handed a runtime leaves them to its owner.
         self._owns_runtime = runtime is None
@@ -322,8 +323,12 @@ class SinkRunner:
         self.identity = sink_identity(sink)
         self._codec = codec
         self.stats = SinkStats()
-        self.group = cursor_group(settings, cursor) if cursor else \
-            f"{settings.topic_prefix}.sink-nocursor.{uuid.uuid4().hex}"
+        if not cursor:
+            self.group = f"{settings.topic_prefix}.sink-nocursor.{uuid.uuid4().hex}"
+        else:
+            # `group` names the cursor's group when it is not `cursor_group` (the in-process
+            # mirror keeps one per workspace: streams.runtime.sink.mirror.mirror_group).
+            self.group = group or cursor_group(settings, cursor)
         self._stopping = asyncio.Event()
         self._replay_floor: dict[Partition, int] = {}
         self._error: BaseException | None = None
@@ -412,7 +417,7 @@ class SinkRunner:
                 self._replay_floor[(tp.topic, tp.partition)] = tp.offset
         if self.replay:
             for tp in partitions:
-                tp.offset = OFFSET_BEGINNING
+                tp.offset = self.start_offset(tp.topic, tp.partition)
         try:
             consumer.assign(partitions)
         except KafkaException as exc:
@@ -430,8 +435,7 @@ class SinkRunner:
         Raises OutageTooLong when the broker or registry stayed away longer than the outage
         limit, ValidationFailed when the cursor belongs to another sink.
         """
-        pattern = f"^{re.escape(self.settings.topic_prefix)}\\.[a-z][a-z0-9-]*\\.scores$"
-        self.consumer.subscribe([pattern], on_assign=self._on_assign)
+        self.consumer.subscribe(self.subscription(), on_assign=self._on_assign)
         ready: asyncio.Queue[_Batch] = asyncio.Queue(maxsize=1)
         fetching = asyncio.create_task(self._fetch_loop(ready))
         committing = asyncio.create_task(self._commit_loop())
@@ -482,6 +486,35 @@ class SinkRunner:
             if self._owns_runtime:
                 self.runtime.close()
         return self.stats
+
+    # -- what the runner reads: the in-process mirror (streams.runtime.sink.mirror) reads a
+    # workspace's feedback instead, through these four, and shares everything else --------
+
+    undecodable_reason = "undecodable score"
+    """How the dead letter (or log line) of a record `scores_of` refused begins."""
+
+    def subscription(self) -> list[str]:
+        """The topics (or ^patterns) the runner subscribes to: every tenant's scores topic."""
+        return [f"^{re.escape(self.settings.topic_prefix)}\\.[a-z][a-z0-9-]*\\.scores$"]
+
+    def start_offset(self, topic: str, partition: int) -> int:
+        """Where a replay starts reading a partition: its beginning."""
+        return OFFSET_BEGINNING
+
+    def scores_of(self, msg: Message, value: bytes) -> list[Score]:
+        """The scores of one consumed record (a Score record); SchemaError, KeyError,
+        TypeError, ValueError or AttributeError for one that is not, RegistryUnavailable when
+        its schema cannot be fetched now."""
+        writer, record = self.codec.decode(value)
+        if writer.name != _SCORE:
+            raise SchemaError(f"a {writer.name} record, not a {_SCORE}")
+        return [score_from_record(record)]
+
+    def refused(self, msg: Message, reason: str) -> Output | None:
+        """What to do with a record the runner cannot hand on (undecodable, or rejected by
+        the sink): its dead letter (RegistryUnavailable when the dead-letter schema cannot be
+        registered now); None when the record is only logged and counted."""
+        return self._dead_letter(msg, reason)
 
     # -- the stages ----------------------------------------------------------------------
 
@@ -602,10 +635,10 @@ class SinkRunner:
             self._unknown_ids[schema_id] = str(exc)
 
     def _decode(self, batch: _Batch, messages: list[Message]) -> None:
-        """Add the scores of the messages to the batch (fastavro, writer schemas cached per
-        id), undecodable ones as dead letters. Raises RegistryUnavailable when a schema cannot
-        be fetched now."""
-        decode = self.codec.decode
+        """Add the scores of the messages to the batch (`scores_of`: fastavro, writer schemas
+        cached per id), undecodable ones as `refused` says (dead letters). Raises
+        RegistryUnavailable when a schema cannot be fetched now."""
+        scores_of = self.scores_of
         unknown = self._unknown_ids
         scores, origin, ends = batch.scores, batch.origin, batch.ends
         for msg in messages:
@@ -617,18 +650,18 @@ class SinkRunner:
                     raise SchemaError("the record has no value")
                 if unknown and len(value) >= 5 and _schema_id(value) in unknown:
                     raise SchemaError(unknown[_schema_id(value)])
-                writer, record = decode(value)
-                if writer.name != _SCORE:
-                    raise SchemaError(f"a {writer.name} record, not a {_SCORE}")
-                score = score_from_record(record)
+                got = scores_of(msg, value)
             except RegistryUnavailable:
                 raise
-            except (SchemaError, KeyError, TypeError, ValueError) as exc:
+            except (SchemaError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 batch.undecodable += 1
-                batch.dead.append(self._dead_letter(msg, f"undecodable score: {exc}"))
+                dead = self.refused(msg, f"{self.undecodable_reason}: {exc}")
+                if dead is not None:
+                    batch.dead.append(dead)
                 continue
-            scores.append(score)
-            origin[score.id] = msg
+            for score in got:
+                scores.append(score)
+                origin[score.id] = msg
 
     async def _send(self, batch: _Batch) -> bool:
         """Stage 2: hand the batch to the sink, deliver its dead letters, accept it in the
@@ -647,9 +680,11 @@ class SinkRunner:
         dead = batch.dead
         if rejected:
             made = await self._with_registry(lambda: [
-                self._dead_letter(batch.origin[item.score.id],
-                                  f"rejected by {self.identity}: {item.reason}")
-                for item in rejected])
+                letter for letter in (
+                    self.refused(batch.origin[item.score.id],
+                                 f"rejected by {self.identity}: {item.reason}")
+                    for item in rejected)
+                if letter is not None])
             if made is None:
                 return False
             dead = dead + made
