@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from streams.core.targets import ChainTarget, FiringTarget, RunTarget
     from streams.runtime.client.workspace import Recorded, StreamsClient, Workspace
     from streams.runtime.root import Runtime
+    from streams.runtime.sink.mirror import FeedbackMirror
     from streams.settings import Settings
 
 _HOMES: dict[str, str] = {
@@ -61,6 +62,7 @@ _HOMES: dict[str, str] = {
     "Fallback": "streams.core.evaluators",
     "Feedback": "streams.core.feedback",
     "FeedbackGiven": "streams.core.events",
+    "FeedbackMirror": "streams.runtime.sink.mirror",
     "FeedbackRegistry": "streams.core.feedback",
     "FiringTarget": "streams.core.targets",
     "FunctionEvaluator": "streams.core.evaluators",
@@ -121,6 +123,7 @@ __all__ = [
     "Fallback",
     "Feedback",
     "FeedbackGiven",
+    "FeedbackMirror",
     "FeedbackRegistry",
     "FiringTarget",
     "FunctionEvaluator",
