@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from streams.core.rules import F, RetryPolicy, Rule, RuleEngine, on, run
     from streams.core.runs import Reaction, RunRecord
     from streams.core.scores import Score, ScoreConfig, ScoreConfigs, score_configs, scores_of
+    from streams.core.sinks.configs import sync_score_configs
     from streams.core.targets import ChainTarget, FiringTarget, RunTarget
     from streams.runtime.client.workspace import Recorded, StreamsClient, Workspace
     from streams.runtime.root import Runtime
@@ -107,6 +108,7 @@ _HOMES: dict[str, str] = {
     "run_record": "streams.core.evaluation",
     "score_configs": "streams.core.scores",
     "scores_of": "streams.core.scores",
+    "sync_score_configs": "streams.core.sinks.configs",
 }
 
 __all__ = [
@@ -168,6 +170,7 @@ __all__ = [
     "run_record",
     "score_configs",
     "scores_of",
+    "sync_score_configs",
 ]
 
 

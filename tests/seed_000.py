@@ -1,8 +1,9 @@
 """The module-level code of seed 000 ("Feedback and evaluation"), run as written: only the
 import lines differ (the seed's `reflexr`/`evalr` names are `streams` here), and the seed's
 placeholders `AppDeps` and `deps` are bound below. Its awaited examples (opening a workspace,
-giving and reading feedback) run in tests/test_seed_examples.py and
-tests/integration/test_seed_examples.py.
+giving and reading feedback, and its two mirror blocks: `FeedbackMirror` into the PrintingSink
+below and into Langfuse) run in tests/test_seed_examples.py and
+tests/integration/test_seed_examples.py, whose docstrings say what they bind.
 
 Importing this module registers `triage_quality`, `should_have_fired` and `resolution`, the
 names streams.examples.ops registers too: tests load it through `load_seed()`, which gives

@@ -1,6 +1,7 @@
 """Seed 000's examples that need no broker, run as written (tests/seed_000.py holds the seed's
-module-level code with only its imports changed); the awaited examples run against the real
-broker in tests/integration/test_seed_examples.py."""
+module-level code with only its imports changed); the awaited examples, the two mirror blocks
+(`FeedbackMirror` into the PrintingSink, and into Langfuse) among them, run against the real
+broker in tests/integration/test_seed_examples.py, whose docstring lists what differs."""
 
 from __future__ import annotations
 

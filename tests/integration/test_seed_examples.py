@@ -1,22 +1,37 @@
 """Seed 000's awaited examples, run as written on the real broker, with workers running its
 rules.
 
-The seed's placeholders are bound by the tests: `workspaces` is a StreamsClient, `latest`
-comes from the seed's own `[latest] = await ada.runs(...)`, and `AppDeps`/`deps` are bound in
-tests/seed_000.py. The seed's `Reactor(workspaces, actions=..., deps=deps)` is its product's
-in-process runtime; here a worker runs the rules (`streams worker --types tests.seed_000
---rules tests.integration.seed_000_rules ...`), so each test starts one.
+What differs from the seed, and nothing else:
+- the import lines: the seed's `reflexr`/`reflexr.scores` names come from `streams`
+  (`FeedbackMirror`, `sync_score_configs`, ...), and `evalr.langfuse`'s
+  `LangfuseScoreConfigStore` and `LangfuseScoreSink` from `streams.adapters.langfuse`;
+- the placeholders the seed leaves to the application, bound by the tests: `workspaces` is a
+  StreamsClient; `workspace` is a handle from `await workspaces.open(tenant, "prod", ...)`;
+  `latest` comes from the seed's own `[latest] = await ada.runs(...)`; the mirror block's
+  `sink` is the seed's own PrintingSink; the Langfuse block's `telemetry` is an object whose
+  `.langfuse` is a Langfuse client on the Langfuse stand-in (streams.testing.langfuse_standin,
+  an HTTP server that applies Langfuse's rules; not Langfuse), and `AppDeps`/`deps` are bound
+  in tests/seed_000.py;
+- the seed's `Reactor(workspaces, actions=..., deps=deps)` is its product's in-process
+  runtime; here a worker runs the rules (`streams worker --types tests.seed_000 --rules
+  tests.integration.seed_000_rules ...`), so the tests of rules start one. The mirror blocks
+  need no worker: the mirror reads the log itself;
+- the seed's mirror tasks run "until cancelled": the tests cancel them (`task.cancel()`) once
+  the scores are in, and check what the sink received and where the cursor stands.
+The seed's code is marked `# --- ... (the seed's code) ---` in each test.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from langfuse import Langfuse
 
 from streams import (
     AppEvent,
@@ -28,10 +43,17 @@ from streams import (
     RunTarget,
     StreamsClient,
     UserActor,
+    Workspace,
+    scores_of,
 )
+from streams.core.tenancy import tenant_topics
+from streams.runtime.sink.mirror import mirror_group
 from streams.runtime.sink.runner import SinkRunner
 from streams.settings import Settings
+from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import WorkerProcess
+from tests.integration.test_feedback_mirror import committed as group_committed
+from tests.integration.test_feedback_mirror import end_offsets, eventually
 from tests.integration.test_rules_reactor import of, wait_log
 from tests.integration.test_sinks import committed, make_scores, produce_scores
 from tests.seed_loader import load_seed
@@ -170,3 +192,132 @@ async def test_the_printing_sink_runs_in_the_sink_runner(
                                      for s in scores)
     # None from record means all accepted: the cursor moved past every score.
     assert sum(committed(settings, cursor).values()) == len(scores)
+
+
+async def triage_run(ws: Workspace, run_id: str) -> None:
+    """A triage run in the log, for feedback to be about (no worker needed for the mirror)."""
+    spike = await ws.append(AppEvent(name="ops:error_spike", data={"service": "api"}))
+    await ws.append(RunStarted(run_id=run_id, rule="ops:error-spike", action="triage",
+                               firing_id=f"fir_{run_id}"),
+                    correlation_id=spike.id, causation_id=spike.id)
+
+
+def printed_lines(envelopes: list[Any]) -> list[str]:
+    """What the seed's PrintingSink prints for these feedback envelopes' scores."""
+    return sorted(f"{s.name} {s.value} {s.trace_id or s.session_id}"
+                  for e in envelopes for s in scores_of(e) or [])
+
+
+async def printed_until(capsys: pytest.CaptureFixture[str], want: list[str],
+                        seen: list[str], within: float = 90) -> list[str]:
+    """The lines printed, once `want` are all among them."""
+    async with asyncio.timeout(within):
+        while True:
+            seen += capsys.readouterr().out.splitlines()
+            if sorted(seen) == want or len(seen) > len(want):
+                return sorted(seen)
+            await asyncio.sleep(0.1)
+
+
+async def cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel a task the seed runs "until cancelled", and wait for it to end."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_the_seeds_mirror_follows_a_workspace_into_its_printing_sink(
+    seed: ModuleType, settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., StreamsClient], capsys: pytest.CaptureFixture[str],
+) -> None:
+    TriageQuality = seed.TriageQuality
+    tenant = tenant_factory()
+    workspaces = client_factory()
+    workspace = await workspaces.open(tenant, "prod", actor=UserActor(id="ada"))
+    await triage_run(workspace, "run_1")
+    before = await workspace.give_feedback(
+        TriageQuality(correct=False, severity="critical", note="It missed the bad deploy."),
+        on=RunTarget(run_id="run_1"))
+    sink = seed.PrintingSink()
+
+    # --- Scores: the mirror (the seed's code) ---
+    import asyncio
+
+    from streams import FeedbackMirror
+
+    mirror = FeedbackMirror(workspace, sink, cursor="warehouse")
+    task = asyncio.create_task(mirror.follow())  # until cancelled
+    # ---
+
+    # Feedback from before the mirror started and while it runs, each printed once.
+    during = await workspace.as_actor(UserActor(id="bo")).give_feedback(
+        TriageQuality(correct=True, severity="high"), on=RunTarget(run_id="run_1"))
+    want = printed_lines([before.envelope, during.envelope])
+    assert len(want) == 5  # correct, severity and note; correct and severity
+    assert await printed_until(capsys, want, []) == want
+    await cancelled(task)
+    events = tenant_topics(tenant, settings.topic_prefix).events
+    group = mirror_group(settings, tenant, "prod", "warehouse")
+    assert group_committed(settings, group) == end_offsets(settings, events)
+
+    # The seed's block again, as a restarted process would run it: the cursor carries on,
+    # so only feedback given since is printed.
+    after = await workspace.give_feedback(TriageQuality(correct=True, severity="low"),
+                                          on=RunTarget(run_id="run_1"))
+    mirror = FeedbackMirror(workspace, sink, cursor="warehouse")
+    task = asyncio.create_task(mirror.follow())  # until cancelled
+    want = printed_lines([after.envelope])
+    assert await printed_until(capsys, want, []) == want
+    await asyncio.sleep(1)  # a repeat of the earlier feedback would be printed by now
+    await cancelled(task)
+    assert capsys.readouterr().out == ""
+    assert mirror.stats.feedback == 1
+
+
+async def test_the_seeds_langfuse_block_mirrors_feedback_into_langfuse(
+    seed: ModuleType, settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., StreamsClient],
+    standin_factory: Callable[[], LangfuseStandIn],
+) -> None:
+    TriageQuality = seed.TriageQuality
+    tenant = tenant_factory()
+    workspace = await client_factory().open(tenant, "prod", actor=UserActor(id="ada"))
+    await triage_run(workspace, "run_1")
+    given = await workspace.give_feedback(
+        TriageQuality(correct=False, severity="critical", note="It missed the bad deploy."),
+        on=RunTarget(run_id="run_1"))
+    standin = standin_factory()
+    telemetry = SimpleNamespace(langfuse=Langfuse(
+        public_key=standin.public_key, secret_key=standin.secret_key, host=standin.url,
+        tracing_enabled=False))
+
+    # --- Scores in Langfuse (the seed's code) ---
+    import asyncio  # noqa: I001  (the seed's imports, in its order)
+
+    from streams.adapters.langfuse import LangfuseScoreConfigStore, LangfuseScoreSink
+
+    from streams import FeedbackMirror, sync_score_configs
+
+    # From configure_telemetry(..., langfuse="traces" or "scores"), or langfuse_client(...):
+    langfuse = telemetry.langfuse
+    await sync_score_configs(LangfuseScoreConfigStore(langfuse))  # once, at startup
+    sink = LangfuseScoreSink(langfuse)
+    mirror = FeedbackMirror(workspace, sink, cursor="langfuse")
+    task = asyncio.create_task(mirror.follow())
+    # ---
+
+    later = await workspace.give_feedback(TriageQuality(correct=True, severity="high"),
+                                          on=RunTarget(run_id="run_1"))
+    want = {s.id: s for e in (given.envelope, later.envelope) for s in scores_of(e) or []}
+    await eventually(lambda: {s["id"] for s in standin.scores()} == set(want), tasks=[task])
+    await cancelled(task)
+    assert {c["name"] for c in standin.score_configs()} >= {
+        "triage_quality.correct", "triage_quality.severity", "triage_quality.note"}
+    stored = {s["id"]: s for s in standin.scores()}
+    for score_id, score in want.items():
+        assert stored[score_id]["name"] == score.name
+        assert stored[score_id]["sessionId"] == given.envelope.correlation_id
+    assert len(standin.scores()) == len(want) == 5
+    events = tenant_topics(tenant, settings.topic_prefix).events
+    assert group_committed(settings, mirror_group(settings, tenant, "prod", "langfuse")) == \
+        end_offsets(settings, events)
