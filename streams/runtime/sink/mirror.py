@@ -263,7 +263,7 @@ class FeedbackMirror:
     def stats(self) -> FollowStats:
         """What the current (or last) follow has done."""
         runner = self._runner
-        if runner is None:
+        if runner is None or "step" not in vars(runner):  # made, not started: nothing done
             return FollowStats()
         sent, seen = runner.stats, runner.step.stats
         return FollowStats(records=sent.records, feedback=seen.feedback, scores=sent.scores,
