@@ -29,6 +29,7 @@ from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 console = Console(stderr=True)
@@ -57,7 +58,7 @@ async def main_async(tenants: int) -> None:
     worker = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything is timed
         [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = StreamsClient(settings)
+    client = StreamsClient(Runtime(settings))
     watch = Consumer(reader_config(settings, f"watch-{uuid.uuid4().hex}"))
     try:
         await asyncio.sleep(8)  # let the worker start and join its group

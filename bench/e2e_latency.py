@@ -32,6 +32,7 @@ from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 console = Console(stderr=True)
@@ -87,7 +88,7 @@ async def offer(ws: object, run_id: str, rate: float, seconds: float,
 
 async def scenario(settings: Settings, tenant: str, rate: float, seconds: float,
                    arrivals: Arrivals) -> tuple[float, dict[str, float]]:
-    client = StreamsClient(settings)
+    client = StreamsClient(Runtime(settings))
     system = client.workspace(tenant, "bench")
     spike = await system.append(AppEvent(name="ops:error_spike", data={"service": "api"}))
     await system.append(RunStarted(run_id="run_bench", rule="ops:error-spike", action="triage",

@@ -42,6 +42,7 @@ from streams.core.targets import ChainTarget, RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 TENANT = "bench"
@@ -66,7 +67,7 @@ def seed(settings: Settings, envelopes: int, *, indexed: bool = True) -> dict[st
     """Write the tenant's log and (unless not `indexed`: a tenant from before the index) its
     index; returns the probe's targets."""
     TenantAdmin(settings).create_tenant(TENANT, 3)
-    client = StreamsClient(settings)
+    client = StreamsClient(Runtime(settings))
     index = client.tenant_index(TENANT)
     index.open()
     producer = client.log.producer
@@ -114,7 +115,7 @@ async def probe_async(settings: Settings, targets: dict[str, Any]) -> dict[str, 
     """What a fresh process pays for its first calls (run in its own process)."""
     out: dict[str, Any] = {}
     started = time.monotonic()
-    client = StreamsClient(settings)
+    client = StreamsClient(Runtime(settings))
     ada = client.workspace(TENANT, "prod", actor=UserActor(id="ada"))
     await ada.give_feedback(TriageQuality(correct=True, severity="low"),
                             on=RunTarget(run_id=targets["run"]["run"]))
@@ -144,7 +145,7 @@ async def probe_async(settings: Settings, targets: dict[str, Any]) -> dict[str, 
     out["catch_ups"] = index.catch_ups
 
     # A run appended by another client: how long until this process finds it.
-    writer = StreamsClient(settings).workspace(TENANT, "prod")
+    writer = StreamsClient(Runtime(settings)).workspace(TENANT, "prod")
     seen: list[float] = []
     for i in range(5):
         spike = await writer.append(AppEvent(name="ops:error_spike"))
@@ -167,7 +168,7 @@ async def first_use(settings: Settings, targets: dict[str, Any]) -> dict[str, An
     out: dict[str, Any] = {}
     for name in ("first_process", "next_process"):
         started = time.monotonic()
-        client = StreamsClient(settings.replace(feedback_timeout=3600.0))
+        client = StreamsClient(Runtime(settings.replace(feedback_timeout=3600.0)))
         ada = client.workspace(TENANT, "prod", actor=UserActor(id="ada"))
         await ada.give_feedback(TriageQuality(correct=True, severity="low"),
                                 on=RunTarget(run_id=targets["run"]["run"]))
@@ -183,7 +184,7 @@ async def throughput(settings: Settings, calls: int, concurrency: int) -> dict[s
     """give_feedback/s from one process against a raw produce of the same records."""
     tenant = "tput"
     TenantAdmin(settings).create_tenant(tenant, 3)
-    client = StreamsClient(settings)
+    client = StreamsClient(Runtime(settings))
     ws = client.workspace(tenant, "prod", actor=UserActor(id="ada"))
     spike = await ws.append(AppEvent(name="ops:error_spike"))
     await ws.append(RunStarted(run_id="run_1", rule="r", action="a", firing_id="f"),

@@ -134,14 +134,14 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
     from streams.adapters.avro.fast import FastCodec
     from streams.adapters.avro.serde import registry_client
     from streams.runtime.batch import BatchLoop
+    from streams.runtime.root import Runtime
 
     step = MirrorStep(FastCodec(registry_client(settings)),
                       prefix=settings.topic_prefix)
     events = tenant_topics(tenant, settings.topic_prefix).events
     loop = BatchLoop(
-        consumer_config=consumer_config(settings, f"bench-mirror-{uuid.uuid4().hex}"),
-        producer_config=producer_config(settings, **{"linger.ms": 20,
-                                                     "batch.num.messages": 10000}),
+        Runtime(settings), group=f"bench-mirror-{uuid.uuid4().hex}",
+        producer_extra={"linger.ms": 20, "batch.num.messages": 10000},
         subscription=[events], step=step.handle_batch, batch_size=batch)
     scrape: Callable[[], object] = lambda: None  # noqa: E731
     if metrics:

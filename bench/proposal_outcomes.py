@@ -56,6 +56,7 @@ from streams.core.rules import Rule, RuleEngine, on, run
 from streams.core.runs import fire_envelopes, rule_actor
 from streams.core.tenancy import tenant_topics
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 console = Console(stderr=True)
@@ -169,7 +170,7 @@ def action_rate(settings: Settings, serde: AvroSerde, n: int, in_flight: int) ->
     envelopes = story("action", n)
     produce(settings, serde, tenant_topics("action", settings.topic_prefix).events, envelopes)
     resolutions = [e for e in envelopes if isinstance(e.event, ProposalResolved)]
-    client = StreamsClient(settings, serde=serde)
+    client = StreamsClient(Runtime(settings))
     ws = client.workspace("action", "bench", actor=EVALUATOR)
 
     async def run_all() -> float:

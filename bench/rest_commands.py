@@ -41,6 +41,7 @@ from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 TENANT = "bench"
@@ -228,8 +229,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     admin = TenantAdmin(settings)
     admin.create_tenant(TENANT)
-    client = StreamsClient(settings)
-    keys = KeyStore(settings)
+    runtime = Runtime(settings)
+    client = StreamsClient(runtime)
+    keys = KeyStore(runtime)
     server: subprocess.Popen[bytes] | None = None
     try:
         runs = await _seed(client, args.runs)

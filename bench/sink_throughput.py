@@ -57,6 +57,7 @@ from streams.adapters.langfuse import (
 from streams.core.scores import Score, score_configs, scores_from_value
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
+from streams.runtime.root import Runtime
 from streams.runtime.sink.runner import SinkRunner, SinkStats
 from streams.settings import Settings
 
@@ -96,6 +97,7 @@ def produce(settings: Settings, tenant: str, scores: list[Score], *,
 STANDIN = """
 import sys, time
 from streams.testing.langfuse_standin import LangfuseStandIn
+from streams.runtime.root import Runtime
 server = LangfuseStandIn(public_key=sys.argv[1], scores_route=sys.argv[2]).start()
 print(server.url, flush=True)
 while True:
@@ -133,7 +135,7 @@ async def measure_runner(settings: Settings, standin: StandIn, total: int, batch
                          concurrency: int) -> float:
     """Scores per second through a SinkRunner (Kafka to the stand-in)."""
     sink = standin.sink(batch, concurrency)
-    runner = SinkRunner(settings, sink, cursor=f"bench-{uuid.uuid4().hex[:8]}",
+    runner = SinkRunner(Runtime(settings), sink, cursor=f"bench-{uuid.uuid4().hex[:8]}",
                         batch_size=batch * 5)
     first: list[float] = []
 

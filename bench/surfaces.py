@@ -52,6 +52,7 @@ from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient, Workspace
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 TENANT = "bench"
@@ -248,10 +249,10 @@ async def _warm(name: str, call: Callable[[], Awaitable[Result]]) -> None:
 async def main_async(args: argparse.Namespace) -> None:
     settings = Settings.from_env(topic_prefix=f"bs{uuid.uuid4().hex[:8]}")
     TenantAdmin(settings).create_tenant(TENANT)
-    seeding = StreamsClient(settings)
+    seeding = StreamsClient(Runtime(settings))
     runs = await _seed(seeding, args.runs)
     seeding.close()
-    keys = KeyStore(settings)
+    keys = KeyStore(Runtime(settings))
     keys.start()
     _key, token = keys.create(TENANT, UserActor(id="bench"), {"give_feedback", "read"})
     keys.close()
@@ -275,7 +276,7 @@ async def main_async(args: argparse.Namespace) -> None:
             else:
                 raise SystemExit("streams serve did not become ready in 60 s")
         results: dict[str, Result] = {}
-        handle = StreamsClient(settings)
+        handle = StreamsClient(Runtime(settings))
         ws = handle.workspace(TENANT, "prod", actor=UserActor(id="floor"))
         await _warm("floor", lambda: floor(ws, runs, 500, args.window, "floor_warm"))
         results["floor (handle)"] = await floor(ws, runs, args.commands, args.window)

@@ -169,11 +169,12 @@ def tenant_factory(settings: Settings) -> Iterator[Callable[..., str]]:
 def client_factory(settings: Settings) -> Iterator[Callable[..., Any]]:
     """StreamsClients on the test's settings, closed at the end."""
     from streams.runtime.client.workspace import StreamsClient
+    from streams.runtime.root import Runtime
 
     made: list[StreamsClient] = []
 
     def make(**overrides: Any) -> StreamsClient:
-        client = StreamsClient(settings.replace(**overrides))
+        client = StreamsClient(Runtime(settings.replace(**overrides)))
         made.append(client)
         return client
 

@@ -151,3 +151,55 @@ def test_the_package_has_no_import_cycle() -> None:
     found = cycles(import_graph())
     assert not found, "import cycles (each a set of modules that import each other): " + \
         "; ".join(" <-> ".join(c) for c in found)
+
+
+# The clients of the outside world, and the project's wrappers that build them inside: only
+# the composition root (streams/runtime/root.py) and the adapters construct these.
+CLIENTS = frozenset({
+    "Producer", "Consumer", "AdminClient", "SchemaRegistryClient", "AsyncClient", "Client",
+    "Langfuse", "AIOKafkaConsumer", "AIOKafkaProducer", "AIOKafkaAdminClient",
+    "TenantAdmin", "TenantAccess", "TopicReader", "TopicTail", "EventLog", "TenantIndex",
+    "AvroSerde", "Delivery", "FastCodec",
+})
+# Where clients may be built. faust.App is not among the clients: the worker makes it, from
+# the runtime's faust_settings().
+DOORS = ("runtime/root.py", "adapters/")
+
+
+def constructions(tree: ast.AST) -> list[tuple[int, str]]:
+    """The calls of a client's name in a module (`Producer(...)`, `httpx.AsyncClient(...)`,
+    `confluent_kafka.Consumer(...)`), with their lines. `Client` counts only as an attribute
+    (`httpx.Client`): a bare `Client` is too common a name."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in CLIENTS and func.id != "Client":
+            found.append((node.lineno, func.id))
+        elif isinstance(func, ast.Attribute) and func.attr in CLIENTS:
+            found.append((node.lineno, ast.unparse(func)))
+    return found
+
+
+def test_constructions_finds_every_spelling() -> None:
+    # So the test below cannot pass by finding nothing.
+    source = ("p = Producer(c)\nh = httpx.AsyncClient()\nk = confluent_kafka.Consumer(c)\n"
+              "s = Settings()\nClient()\nhttpx.Client()\n")
+    assert [name for _line, name in constructions(ast.parse(source))] == [
+        "Producer", "httpx.AsyncClient", "confluent_kafka.Consumer", "httpx.Client"]
+    root = constructions(ast.parse((PACKAGE / "runtime" / "root.py").read_text()))
+    assert {"Producer", "Consumer", "SchemaRegistryClient", "TenantAdmin", "AvroSerde",
+            "Delivery", "EventLog", "TopicReader", "TopicTail", "TenantIndex",
+            "FastCodec", "httpx.AsyncClient", "Langfuse"} <= {name for _l, name in root}
+
+
+def test_only_the_composition_root_and_the_adapters_construct_clients() -> None:
+    outside = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{line} {name}(...)"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not path.relative_to(PACKAGE).as_posix().startswith(DOORS)
+        for line, name in constructions(ast.parse(path.read_text()))
+    ]
+    assert not outside, ("clients constructed outside streams/runtime/root.py and "
+                         "streams/adapters/ (ask the Runtime for them): " + ", ".join(outside))

@@ -38,6 +38,7 @@ from streams.adapters.kafka.lag import LagTracker
 from streams.adapters.kafka.outputs import Output
 from streams.adapters.tracing import batch_span
 from streams.core.errors import KafkaUnavailable
+from streams.runtime.root import Runtime
 
 __all__ = ["BatchLoop", "BatchStats", "OutageTooLong", "Step"]
 
@@ -68,14 +69,17 @@ class BatchStats:
 class BatchLoop:
     """Runs one step over a consumer group's partitions, at least once, in batches.
 
-    Construction does no I/O; `run` subscribes and loops until `stop` is set.
+    Its consumer (a member of `group`) and its producer (one of its own, `producer_extra`
+    added to its configuration) come from the runtime. Construction does no I/O; `run`
+    makes them, subscribes and loops until `stop` is set.
     """
 
     def __init__(
         self,
+        runtime: Runtime,
         *,
-        consumer_config: dict[str, Any],
-        producer_config: dict[str, Any],
+        group: str,
+        producer_extra: dict[str, Any] | None = None,
         subscription: list[str],
         step: Step,
         batch_size: int = 1000,
@@ -86,9 +90,10 @@ class BatchLoop:
         outage_limit: float = 600.0,
         name: str = "batch-loop",
     ) -> None:
-        self.consumer_config = consumer_config
-        self.producer_config = {
-            **producer_config,
+        self.runtime = runtime
+        self.group = group
+        self.producer_extra = {
+            **(producer_extra or {}),
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
         }
@@ -101,7 +106,7 @@ class BatchLoop:
         self.flush_timeout = flush_timeout
         self.outage_limit = outage_limit
         self.name = name
-        self._group = consumer_config.get("group.id")
+        self._group = group
         self.stats = BatchStats()
         self.assigned: set[tuple[str, int]] = set()
         self._done: dict[tuple[str, int], int] = {}
@@ -111,7 +116,7 @@ class BatchLoop:
         self._outage_since: float | None = None
         self._ready = threading.Event()
         # What the metrics and health endpoints read (from another thread): written here only.
-        self.lag = LagTracker(str(consumer_config.get("group.id", name)))
+        self.lag = LagTracker(group)
         self.records_per_topic: dict[str, int] = {}
         self.topics_seen: set[str] = set()
         self.turned_at = time.monotonic()
@@ -256,8 +261,8 @@ class BatchLoop:
     def run(self, stop: threading.Event) -> None:
         """Subscribe and process batches until `stop` is set; commits what is delivered on
         the way out. Raises OutageTooLong after an outage longer than the limit."""
-        consumer = self._consumer = Consumer(self.consumer_config)
-        producer = self._producer = Producer(self.producer_config)
+        consumer = self._consumer = self.runtime.consumer(self.group)
+        producer = self._producer = self.runtime.producer_of_own(**self.producer_extra)
         consumer.subscribe(self.subscription, on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
         batches_since_commit = 0

@@ -3,36 +3,55 @@
     runtime = Runtime(Settings.from_env())
     runtime.delivery        # the one idempotent producer, for agents, decider and appends
     runtime.serde           # the one Avro serde and its registry client
+    runtime.codec           # the batch path's fastavro codec, on the same registry client
+    runtime.event_log       # appends and topic checks, on the shared producer and serde
     runtime.admin           # TenantAdmin
-    runtime.client          # StreamsClient, the workspace handle, on the same producer/serde
     runtime.consumer(group) # a consumer-group member
+    runtime.reader(group)   # a group-less reader (assigns partitions itself)
+    runtime.topic_reader(topic), runtime.tail(topic, on_record), runtime.index(tenant, decode)
     runtime.faust_settings()  # what faust.App needs for these brokers and this security
     runtime.metrics         # the process's instruments, exported as STREAMS_METRICS says
+    StreamsClient(runtime)  # the workspace handle (streams.runtime.client), on all of these
 
-Every client is created on first use, and none on construction, so building a Runtime (and
-the worker, sink runner or demo on top of it) does no network I/O. Every configuration comes
-from `streams.adapters.kafka.config`, so every client kind carries the same brokers, SASL,
-TLS and extra settings.
+This module and the adapters are the only places that construct a Kafka producer, consumer
+or admin client, a schema registry client or an HTTP client (tests/test_layers.py holds the
+rest of the package to it): everything else asks the Runtime. Every client is created on
+first use, and none on construction, so building a Runtime (and the worker, sink runner,
+server or demo on top of it) does no network I/O. Every configuration comes from
+`streams.adapters.kafka.config`, so every client kind carries the same brokers, SASL, TLS
+and extra settings.
+
+The root imports no other room of the runtime but observe/: the rooms above it (worker,
+sink, client, jobs) take a Runtime.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from streams.adapters.avro.fast import FastCodec
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka import config
+from streams.adapters.kafka.access import TenantAccess
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.delivery import Delivery
+from streams.adapters.kafka.index import Decode, TenantIndex
+from streams.adapters.kafka.log import EventLog, TopicReader
+from streams.adapters.kafka.tail import OnRecord, TopicTail
 from streams.core.feedback import FeedbackRegistry, registry
-from streams.runtime.client.workspace import StreamsClient
+from streams.core.tenancy import tenant_topics
 from streams.runtime.observe.health import CHECK_TIMEOUT, Check, server_checks
 from streams.runtime.observe.metrics import Metrics, process_metrics
 from streams.settings import Settings
+
+if TYPE_CHECKING:
+    import httpx
+    from langfuse import Langfuse
 
 __all__ = ["Runtime"]
 
@@ -48,6 +67,7 @@ class Runtime:
         self.types = types or registry
         self._lock = threading.RLock()
         self._made: dict[str, Any] = {}
+        self._closers: list[Callable[[], None]] = []
 
     # -- configurations (pure) ---------------------------------------------------------------
 
@@ -116,10 +136,21 @@ class Runtime:
         return self._once("admin", lambda: TenantAdmin(self.settings))
 
     @property
-    def client(self) -> StreamsClient:
-        """The workspace handle, on the shared producer and serde."""
-        return self._once("client", lambda: StreamsClient(
-            self.settings, types=self.types, serde=self.serde, producer=self.producer))
+    def codec(self) -> FastCodec:
+        """The batch path's codec (fastavro, writer schemas cached per id) on the shared
+        registry client."""
+        return self._once("codec", lambda: FastCodec(self.registry))
+
+    @property
+    def event_log(self) -> EventLog:
+        """Appends to the tenants' events topics, on the shared producer and serde."""
+        return self._once("event_log", lambda: EventLog(self.settings, self.serde,
+                                                        producer=self.producer))
+
+    @property
+    def access(self) -> TenantAccess:
+        """Tenant principals and ACLs (SCRAM users) through the admin API."""
+        return self._once("access", lambda: TenantAccess(self.settings))
 
     @property
     def metrics(self) -> Metrics:
@@ -146,10 +177,72 @@ class Runtime:
         """A new group-less reader (the caller owns and closes it)."""
         return Consumer(self.reader_config(group, **extra))
 
+    def consumer_of(self, configuration: dict[str, Any]) -> Consumer:
+        """A new consumer of a configuration made by one of the `*_config` methods (the
+        decider builds its members and replay readers this way)."""
+        return Consumer(configuration)
+
+    def producer_of_own(self, **extra: Any) -> Producer:
+        """A new producer of the caller's own, with `extra` configuration (a batch loop's
+        delivery-report callback, say); the caller flushes it. Most writers share
+        `producer` instead."""
+        return Producer(self.producer_config(**extra))
+
+    def delivery_of_own(self, **extra: Any) -> Delivery:
+        """Retrying batch delivery through a producer of its own (`extra`: its configuration,
+        a logger, say); the caller closes it."""
+        return Delivery(self.settings, producer=self.producer_of_own(**extra))
+
+    def topic_reader(self, topic: str) -> TopicReader:
+        """A new reader of `topic` up to its end, from positions it remembers (the caller
+        closes it)."""
+        return TopicReader(self.settings, topic)
+
+    def tail(self, topic: str, on_record: OnRecord) -> TopicTail:
+        """A new live tail of a (compacted) topic, handing every record to `on_record` once
+        started (the caller closes it)."""
+        return TopicTail(self.settings, topic, on_record)
+
+    def index(self, tenant: str, decode: Decode) -> TenantIndex:
+        """A new view of a tenant's index topic, writing entries through the shared
+        producer, creating the topic when the tenant has none (the caller closes it)."""
+        events = tenant_topics(tenant, self.settings.topic_prefix).events
+        return TenantIndex(self.settings, tenant, self.producer, events, decode,
+                           ensure_topic=lambda: self.admin.ensure_index_topic(tenant))
+
+    def http(self, **options: Any) -> httpx.AsyncClient:
+        """A new HTTP client (`options`: httpx.AsyncClient's, a timeout, say); the caller
+        closes it (e.g. with `async with`)."""
+        import httpx  # only the surfaces that call out over HTTP need it
+
+        return httpx.AsyncClient(**options)
+
+    def langfuse(self) -> Langfuse:
+        """A Langfuse SDK client for the settings' LANGFUSE_* variables (the caller flushes
+        it). Its tracing stays off: the pipeline sends its own scores."""
+        from langfuse import Langfuse  # only the Langfuse surfaces need the SDK
+
+        # base_url, not host: the SDK lets its own LANGFUSE_BASE_URL variable beat `host`.
+        return Langfuse(public_key=self.settings.langfuse_public_key,
+                        secret_key=self.settings.langfuse_secret_key,
+                        base_url=self.settings.langfuse_host or None, tracing_enabled=False)
+
+    def on_close(self, close: Callable[[], None]) -> None:
+        """Call `close` when the runtime closes, before its shared clients are flushed (a
+        workspace handle built on the runtime registers its own close here)."""
+        with self._lock:
+            self._closers.append(close)
+
     def close(self) -> None:
-        """Flush the producer and leave the broker; clients never created are not made."""
-        made = self._made
-        if "client" in made:
-            self.client.close()
-        if "producer" in made:
+        """Close what was built on the runtime (`on_close`), then flush the producer; clients
+        never created are not made."""
+        with self._lock:
+            closers, self._closers = self._closers, []
+        for close in reversed(closers):
+            close()
+        self.flush()
+
+    def flush(self) -> None:
+        """Wait until the shared producer has delivered what it holds (if it was made)."""
+        if "producer" in self._made:
             self.producer.flush(self.settings.flush_timeout)

@@ -79,11 +79,12 @@ def worker(
         "$STREAMS_PROPOSAL_OUTCOME.")] = None,
 ) -> None:
     """Run a worker: the feedback mirror, and the rules reactor when rules are given."""
+    from streams.runtime.root import Runtime
     from streams.runtime.worker.app import Worker
 
     load_types(types)
     found_rules, actions, deps = load_rules(with_proposal_outcome(rules, proposal_outcome))
-    Worker(settings(), cursor=cursor, batch_size=batch_size,
+    Worker(Runtime(settings()), cursor=cursor, batch_size=batch_size,
            stats_interval=stats_interval or None, rules=found_rules, actions=actions,
            deps=deps).run(loglevel=loglevel)
 
@@ -196,10 +197,10 @@ def schemas_check(
 @schemas_app.command("register")
 def schemas_register(types: SchemaTypesOption = None) -> None:
     """Register the schemas in the schema registry, with BACKWARD compatibility."""
-    from streams.adapters.avro.serde import AvroSerde
+    from streams.runtime.root import Runtime
 
     schemas = _schemas_of(types)
-    serde = AvroSerde(settings())
+    serde = Runtime(settings()).serde
     try:
         subjects = serde.register_schemas(schemas)
     except StreamsError as exc:
@@ -208,17 +209,14 @@ def schemas_register(types: SchemaTypesOption = None) -> None:
 
 
 def _langfuse_client(config: Settings) -> Any:
-    from langfuse import Langfuse
+    from streams.runtime.root import Runtime
 
     missing = [variable for variable, value in (
         ("LANGFUSE_PUBLIC_KEY", config.langfuse_public_key),
         ("LANGFUSE_SECRET_KEY", config.langfuse_secret_key)) if not value]
     if missing:
         raise typer.BadParameter(f"set {', '.join(missing)} (and LANGFUSE_HOST)")
-    # base_url, not host: the SDK lets its own LANGFUSE_BASE_URL variable beat `host`.
-    return Langfuse(public_key=config.langfuse_public_key,
-                    secret_key=config.langfuse_secret_key,
-                    base_url=config.langfuse_host or None, tracing_enabled=False)
+    return Runtime(config).langfuse()
 
 
 CursorOption = Annotated[str, typer.Option(help="Cursor (consumer group) name.")]
@@ -239,10 +237,12 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
     import signal
 
     from streams.adapters.tracing import configure_tracing
+    from streams.runtime.root import Runtime
     from streams.runtime.sink.runner import OutageTooLong, SinkRunner, serve_sink
 
     configure_tracing(config.otlp_traces_endpoint, "streams-sink")
-    runner = SinkRunner(config, sink, cursor=cursor, replay=replay, batch_size=batch_size)
+    runtime = Runtime(config)
+    runner = SinkRunner(runtime, sink, cursor=cursor, replay=replay, batch_size=batch_size)
     health = serve_sink(runner)  # metrics exported, /healthz and /readyz served
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -265,6 +265,7 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
             reporter.cancel()
         if health is not None:
             health.stop()
+        runtime.close()
     print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
 
 

@@ -41,9 +41,10 @@ def _actor(user: str | None, evaluator: str | None, agent: str | None) -> AnyAct
 
 def _store() -> KeyStore:
     from streams.runtime.client.keys import KeyStore
+    from streams.runtime.root import Runtime
     from streams.surfaces.cli import settings
 
-    store = KeyStore(settings())
+    store = KeyStore(Runtime(settings()))
     store.start()
     return store
 

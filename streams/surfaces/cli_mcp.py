@@ -7,6 +7,7 @@ streamable HTTP at `streams serve`'s `/mcp`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Annotated
 
@@ -33,10 +34,8 @@ def mcp(
     """Serve the MCP tools over stdio (for an MCP client that launches this command)."""
     import anyio
 
-    from streams.runtime.client.commands import CommandService
-    from streams.runtime.client.keys import KeyStore
-    from streams.runtime.client.workspace import StreamsClient
-    from streams.surfaces.http.mcp import mcp_server
+    from streams.runtime.root import Runtime
+    from streams.surfaces.http.mcp import serve_stdio
 
     try:
         config = Settings.from_env()
@@ -53,11 +52,8 @@ def mcp(
         console.print("[red]no API key:[/red] set STREAMS_MCP_KEY to a key from "
                       "`streams keys create`")
         raise typer.Exit(2)
-    client = StreamsClient(config)
-    keys = KeyStore(config, client.log.producer)
+    runtime = Runtime(config)  # every client comes from the composition root
     try:
-        keys.start()
-        anyio.run(mcp_server(CommandService(client, keys), key=token).run_stdio_async)
+        anyio.run(functools.partial(serve_stdio, runtime, key=token))
     finally:
-        keys.close()
-        client.close()
+        runtime.close()

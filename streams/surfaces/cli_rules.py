@@ -138,7 +138,9 @@ def rules_install(
     async def main(runtime: Any) -> dict[str, Any]:
         nonlocal definition
         if from_artifact is not None:
-            ws = runtime.client.workspace(tenant, workspace)
+            from streams.runtime.client.workspace import StreamsClient
+
+            ws = StreamsClient(runtime).workspace(tenant, workspace)
             envelopes: list[Envelope] = await ws.read()
             definition = accepted_definition(fold_ledger(envelopes), from_artifact)
         try:
@@ -232,7 +234,9 @@ def rules_propose(
         rule = rule_from_dict(definition, actions=actions)
         artifact_id = artifact or f"rule:{rule.name}"
         proposal_id = f"proposal:{uuid.uuid4().hex}"
-        ws = runtime.client.workspace(tenant, workspace, actor=actor_from_participant(by))
+        from streams.runtime.client.workspace import StreamsClient
+
+        ws = StreamsClient(runtime).workspace(tenant, workspace, actor=actor_from_participant(by))
         text = json.dumps(definition, indent=2, sort_keys=True)
         recorded = await ws.append(ProposalMade(
             proposal_id=proposal_id, artifact_id=artifact_id, kind="rule",
@@ -257,7 +261,9 @@ def rules_resolve(
     from streams.core.events import ProposalResolved
 
     async def main(runtime: Any) -> dict[str, Any]:
-        ws = runtime.client.workspace(tenant, workspace, actor=actor_from_participant(by))
+        from streams.runtime.client.workspace import StreamsClient
+
+        ws = StreamsClient(runtime).workspace(tenant, workspace, actor=actor_from_participant(by))
         resolution = "accepted" if accept else "rejected"
         recorded = await ws.append(ProposalResolved(proposal_id=proposal,
                                                     resolution=resolution))

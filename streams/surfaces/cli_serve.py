@@ -25,8 +25,9 @@ def serve(
         "itself, so idempotency and revocation hold across them).", min=1)] = 1,
 ) -> None:
     """Serve the REST API, the WebSocket stream and MCP on $STREAMS_SERVE_HOST (127.0.0.1)."""
+    from streams.runtime.root import Runtime
     from streams.surfaces.cli import load_types, settings
-    from streams.surfaces.http.app import app_from_settings, openapi_document
+    from streams.surfaces.http.app import create_app, openapi_document
 
     if print_openapi:
         print(json.dumps(openapi_document(), indent=2, sort_keys=True))
@@ -36,7 +37,7 @@ def serve(
     modules = load_types(types)
     config = settings()
     if workers == 1:
-        uvicorn.run(app_from_settings(config), host=config.serve_host,
+        uvicorn.run(create_app(Runtime(config)), host=config.serve_host,
                     port=port or config.serve_port, log_level=loglevel, access_log=False)
         return
     # Each worker process builds its app from the environment: hand it the types given here.

@@ -52,7 +52,7 @@ from streams.examples.drafting import DRAFT_RULE, DraftRequested
 from streams.examples.ops import IncidentOpened, Resolution, TriageQuality
 from streams.examples.ops_rules import TriageInput
 from streams.runtime.client.keys import KeyStore
-from streams.runtime.client.workspace import Workspace
+from streams.runtime.client.workspace import StreamsClient, Workspace
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 from streams.surfaces.report.run import make_report
@@ -116,8 +116,8 @@ class People:
         raise StreamsError(f"the REST surface did not record {command_id} after 10 attempts")
 
 
-async def _people(ws: Workspace, incidents: int, rng: random.Random, view: TenantView,
-                  people: People) -> None:
+async def _people(runtime: Runtime, ws: Workspace, incidents: int, rng: random.Random,
+                  view: TenantView, people: People) -> None:
     """Raise error spikes, wait for their triage runs, and judge them as people would, over
     REST."""
     for i in range(incidents):
@@ -127,7 +127,7 @@ async def _people(ws: Workspace, incidents: int, rng: random.Random, view: Tenan
                                      data={"service": service, "errors": rng.randint(3, 20)}))
     judged: set[str] = set()
     deadline = time.monotonic() + 120
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with runtime.http(timeout=60) as http:
         while len(judged) < incidents and time.monotonic() < deadline:
             envelopes = await ws.read()
             view.envelopes = envelopes
@@ -387,9 +387,9 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
     serve_log = os.path.join(tempfile.gettempdir(), f"streams-demo-serve-{os.getpid()}.log")
     server = _spawn(["serve", "--types", "streams.examples.ops", "--port", str(serve_port)],
                     env, serve_log)
-    keys = KeyStore(settings, runtime.producer)
+    keys = KeyStore(runtime)
     people = People(f"http://127.0.0.1:{serve_port}", {})
-    client = runtime.client
+    client = StreamsClient(runtime)
     # A workspace of its own per demo run: a tenant's earlier runs stay out of the view.
     workspace = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.monotonic()
@@ -409,8 +409,8 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
         async def produce() -> None:
             rng = random.Random(7)
             await asyncio.gather(*(
-                _people(client.workspace(t, workspace, actor=UserActor(id="ops-bot")), chains,
-                        rng, views[t], people) for t in tenants), *(
+                _people(runtime, client.workspace(t, workspace, actor=UserActor(id="ops-bot")),
+                        chains, rng, views[t], people) for t in tenants), *(
                 _drafts(client.workspace(t, workspace, actor=UserActor(id="ops-bot")),
                         max(3, chains // 3), random.Random(11), views[t]) for t in tenants))
             # Keep the view fresh while the judge and escalations finish.

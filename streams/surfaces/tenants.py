@@ -71,17 +71,17 @@ def tenant_create(
 ) -> None:
     """Create tenants' topics (idempotent), and on a secured cluster each tenant's SCRAM user
     `<prefix>.<tenant>` with ACLs on its own topics and groups only."""
-    from streams.adapters.kafka.access import TenantAccess
-    from streams.adapters.kafka.admin import TenantAdmin
     from streams.core.access import tenant_principal
+    from streams.runtime.root import Runtime
 
     config = _settings()
+    runtime = Runtime(config)  # every client comes from the composition root
     with_principal = config.security_protocol.startswith("SASL_") if principal is None \
         else principal
     if password_file is not None and len(names) > 1:
         raise typer.BadParameter("--password-file sets one tenant's password: create one "
                                  "tenant per call")
-    admin = TenantAdmin(config)
+    admin = runtime.admin
     for name in names:
         try:
             if with_principal:
@@ -95,7 +95,7 @@ def tenant_create(
             continue
         password, generated = _password(password_file)
         try:
-            made = TenantAccess(config).create_principal(name, password)
+            made = runtime.access.create_principal(name, password)
         except StreamsError as exc:
             raise _fail(exc) from exc
         console.print(f"principal User:{made.user}: " + "; ".join(
@@ -107,10 +107,10 @@ def tenant_create(
 @tenant_app.command("list")
 def tenant_list() -> None:
     """List tenants (those whose events topic exists)."""
-    from streams.adapters.kafka.admin import TenantAdmin
+    from streams.runtime.root import Runtime
 
     try:
-        names = TenantAdmin(_settings()).tenants()
+        names = Runtime(_settings()).admin.tenants()
     except StreamsError as exc:
         raise _fail(exc) from exc
     for name in names:
@@ -124,12 +124,13 @@ def tenant_rotate_password(
 ) -> None:
     """Give the tenant's principal a new password. Connections already open stay up; new ones
     need the new password; workers (the service principal) are not affected."""
-    from streams.adapters.kafka.access import TenantAccess
+    from streams.runtime.root import Runtime
 
     config = _settings()
+    runtime = Runtime(config)  # every client comes from the composition root
     password, generated = _password(password_file)
     try:
-        access = TenantAccess(config)
+        access = runtime.access
         if not access.has_principal(name):
             raise typer.BadParameter(f"tenant {name!r} has no principal: create it with "
                                      f"`streams tenant create {name} --principal`")
@@ -148,15 +149,15 @@ def tenant_delete(
         "--principal/--no-principal", help="Also remove the tenant's user and ACLs.")] = True,
 ) -> None:
     """Delete tenants: their topics (and records), their SCRAM user and its ACLs."""
-    from streams.adapters.kafka.access import TenantAccess
-    from streams.adapters.kafka.admin import TenantAdmin
+    from streams.runtime.root import Runtime
 
     config = _settings()
+    runtime = Runtime(config)  # every client comes from the composition root
     for name in names:
         try:
-            TenantAdmin(config).delete_tenant(name)
+            runtime.admin.delete_tenant(name)
             if principal:
-                TenantAccess(config).delete_principal(name)
+                runtime.access.delete_principal(name)
         except StreamsError as exc:
             raise _fail(exc) from exc
         console.print(f"deleted tenant [bold]{name}[/bold]"
@@ -171,11 +172,12 @@ def tenant_service_acls(
 ) -> None:
     """Grant the service principal what workers and sinks need across every tenant of this
     prefix (see docs/security.md); idempotent."""
-    from streams.adapters.kafka.access import TenantAccess
+    from streams.runtime.root import Runtime
 
     config = _settings()
+    runtime = Runtime(config)  # every client comes from the composition root
     try:
-        access = TenantAccess(config)
+        access = runtime.access
         if password_file is not None:
             access.set_user_password(user, _password(password_file)[0])
         grants = access.grant_service(user)

@@ -16,6 +16,7 @@ from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import unique
 from tests.deploy.test_stack import OwnStack, own_stack
@@ -33,7 +34,7 @@ async def test_a_stopped_registry_is_registry_unavailable_after_the_timeout(
                         schema_registry_url=own_stack.registry_url,
                         topic_prefix=unique("t"), feedback_timeout=3.0)
     TenantAdmin(settings).create_tenant("acme", 1)
-    writer = StreamsClient(settings)
+    writer = StreamsClient(Runtime(settings))
     ws = writer.workspace("acme", "prod")
     spike = await ws.append(AppEvent(name="ops:error_spike"))
     await ws.append(RunStarted(run_id="run_1", rule="r", action="a", firing_id="f"),
@@ -41,7 +42,7 @@ async def test_a_stopped_registry_is_registry_unavailable_after_the_timeout(
     writer.close()
 
     own_stack.must("stop-registry")
-    client = StreamsClient(settings)  # a fresh serde: no schema cached
+    client = StreamsClient(Runtime(settings))  # a fresh serde: no schema cached
     ada = client.workspace("acme", "prod", actor=UserActor(id="ada"))
     try:
         with pytest.raises(RegistryUnavailable, match="SCHEMA_REGISTRY_URL") as raised:

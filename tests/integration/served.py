@@ -20,6 +20,7 @@ from streams.examples import ops  # noqa: F401  (registers triage_quality)
 from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient, Workspace
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from streams.surfaces.http.app import create_app
 from tests.conftest import _free_port as free_port
@@ -52,13 +53,14 @@ class Served:
 @contextlib.asynccontextmanager
 async def serve(settings: Settings) -> AsyncIterator[Served]:
     """The surfaces on a free loopback port, stopped (by this process) on exit."""
-    client = StreamsClient(settings)
-    keys = KeyStore(settings)
+    runtime = Runtime(settings)
+    client = StreamsClient(runtime)
+    keys = KeyStore(runtime)
     await asyncio.to_thread(keys.start)
     service = CommandService(client, keys)
     port = free_port()
     # The service's own app: REST, the stream and the MCP mount (run by its lifespan).
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(create_app(service=service), host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
     try:

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from streams.adapters.kafka.config import admin_config, consumer_config, producer_config
 from streams.adapters.kafka.outputs import Output
 from streams.runtime.batch import BatchLoop
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import Stack, wait_until
 
@@ -90,8 +91,7 @@ def test_an_undelivered_output_is_never_committed_past(
     # delivery fails after message.timeout.ms; then the step is pointed at the real topic.
     target = [f"{source}.missing"]
     loop = BatchLoop(
-        consumer_config=consumer_config(settings, group),
-        producer_config=producer_config(settings, **{"message.timeout.ms": 1500}),
+        Runtime(settings), group=group, producer_extra={"message.timeout.ms": 1500},
         subscription=[source], step=copy_to(lambda: target[0]), batch_size=50,
         commit_every=1, commit_interval=0.2, flush_timeout=10, name="test-loop")
     thread, stop = start(loop)
@@ -118,8 +118,7 @@ def test_a_rebalance_commits_the_revoked_partitions_delivered_work(
     def make(name: str) -> BatchLoop:
         # No periodic commits: only the revoke (or the stop) commits.
         return BatchLoop(
-            consumer_config=consumer_config(settings, group),
-            producer_config=producer_config(settings), subscription=[source],
+            Runtime(settings), group=group, subscription=[source],
             step=copy_to(lambda: sink), batch_size=50, commit_every=10**9,
             commit_interval=10**9, flush_timeout=10, name=name)
 

@@ -17,6 +17,7 @@ from streams.examples.ops import TriageQuality
 from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient, Workspace
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 
@@ -25,7 +26,7 @@ def keys_factory(settings: Settings) -> Iterator[Callable[[], KeyStore]]:
     made: list[KeyStore] = []
 
     def make() -> KeyStore:
-        store = KeyStore(settings)
+        store = KeyStore(Runtime(settings))
         store.start()
         made.append(store)
         return store

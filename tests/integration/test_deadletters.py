@@ -19,6 +19,7 @@ from streams.core.events import RunStarted
 from streams.core.feedback import registry
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from streams.surfaces.cli_deadletters import NOT_ALL_REDRIVEN, NOTHING_MATCHES
 from tests.conftest import REPO, WorkerProcess, read_topic
@@ -185,7 +186,7 @@ async def test_sink_letters_are_republished_once_and_the_sink_takes_them_after_t
     standin = standin_factory()
     refused = {scores[1].id, scores[3].id}
     standin.reject_ids(refused, "no thanks")
-    runner = SinkRunner(settings, LangfuseScoreSink(client_for(standin)), cursor="lf")
+    runner = SinkRunner(Runtime(settings), LangfuseScoreSink(client_for(standin)), cursor="lf")
     await asyncio.wait_for(runner.run(until=lambda s: s.records >= 5), 120)
     assert {s["id"] for s in standin.scores()} == {s.id for s in scores} - refused
     read_topic(settings, topics.deadletter, at_least=2)
@@ -203,6 +204,6 @@ async def test_sink_letters_are_republished_once_and_the_sink_takes_them_after_t
                                                        settle=2.0))
     assert on_topic == {s.id: 2 if s.id in refused else 1 for s in scores}
 
-    runner = SinkRunner(settings, LangfuseScoreSink(client_for(standin)), cursor="lf")
+    runner = SinkRunner(Runtime(settings), LangfuseScoreSink(client_for(standin)), cursor="lf")
     await asyncio.wait_for(runner.run(until=lambda s: s.records >= 2), 120)
     assert {s["id"] for s in standin.scores()} == {s.id for s in scores}

@@ -18,6 +18,7 @@ from mcp_types import CallToolResult
 from streams.core.actors import UserActor
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import REPO
 from tests.integration.served import serve, start_run
@@ -140,7 +141,7 @@ async def test_the_tools_over_stdio_act_with_the_processes_key(
     tenant, other = tenant_factory(), tenant_factory()
     client: StreamsClient = client_factory()
     await start_run(client.workspace(tenant, "prod"))
-    keys = KeyStore(settings)
+    keys = KeyStore(Runtime(settings))
     keys.start()
     try:
         _key, token = keys.create(tenant, UserActor(id="grace"), {"give_feedback", "read"})

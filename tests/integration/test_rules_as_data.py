@@ -236,6 +236,7 @@ async def test_a_rule_heard_of_late_is_caught_up_from_its_installation_point(
     from streams.core.rulebook import LiveRule, RulebookEntry
     from streams.core.rules import RuleSet, rule_from_dict
     from streams.core.tenancy import tenant_topics
+    from streams.runtime.client.workspace import StreamsClient
     from streams.runtime.jobs.rules import Rulebook
     from streams.runtime.root import Runtime
     from streams.runtime.worker.reactor import Reactor
@@ -254,7 +255,7 @@ async def test_a_rule_heard_of_late_is_caught_up_from_its_installation_point(
             ends = {p: high for p, (_low, high) in watermarks(reader, events).items()}
         finally:
             reader.close()
-        reactor = Reactor(runtime, RuleSet([]), ACTIONS)
+        reactor = Reactor(runtime, RuleSet([]), ACTIONS, client=StreamsClient(runtime))
         # As if its step had taken everything there is before it heard of the rule.
         reactor.taken = {(events, p): end for p, end in ends.items()}
         definition = rule_json("t:late")

@@ -15,6 +15,7 @@ from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import Stack, WorkerProcess, read_topic, unique
 
@@ -39,7 +40,7 @@ async def test_feedback_is_mirrored_over_sasl(
     TenantAdmin(sasl_settings).create_tenant(tenant)
     env = sasl_settings.to_env()
     worker = worker_factory(**{name: env[name] for name in SECURITY})
-    client = StreamsClient(sasl_settings)
+    client = StreamsClient(Runtime(sasl_settings))
     try:
         ws = client.workspace(tenant, "prod", actor=UserActor(id="ada"))
         spike = await ws.append(AppEvent(name="ops:error_spike"))

@@ -20,6 +20,7 @@ from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import Stack, WorkerProcess, read_topic, unique, wait_until
 from tests.integration.test_duckdb_sink import DuckDBSinkProcess
@@ -57,7 +58,7 @@ async def test_feedback_is_mirrored_and_sunk_over_sasl_ssl(
     # is these settings (child_env), no PLAINTEXT listener named anywhere.
     env = tls_settings.child_env(STREAMS_FEEDBACK_MODULES="streams.examples.ops")
     tls_workers.append(WorkerProcess([], env, tmp_path / "worker.log").start())
-    client = StreamsClient(tls_settings)
+    client = StreamsClient(Runtime(tls_settings))
     try:
         ws = client.workspace(tenant, "prod", actor=UserActor(id="ada"))
         spike = await ws.append(AppEvent(name="ops:error_spike"))

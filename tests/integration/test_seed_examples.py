@@ -47,6 +47,7 @@ from streams import (
     scores_of,
 )
 from streams.core.tenancy import tenant_topics
+from streams.runtime.root import Runtime
 from streams.runtime.sink.mirror import mirror_group
 from streams.runtime.sink.runner import SinkRunner
 from streams.settings import Settings
@@ -184,7 +185,7 @@ async def test_the_printing_sink_runs_in_the_sink_runner(
     scores = make_scores(tenant, 20)
     produce_scores(settings, tenant, scores)
     cursor = f"printing-{uuid.uuid4().hex[:8]}"
-    runner = SinkRunner(settings, seed.PrintingSink(), cursor=cursor)
+    runner = SinkRunner(Runtime(settings), seed.PrintingSink(), cursor=cursor)
     stats = await asyncio.wait_for(runner.run(until=lambda s: s.scores >= len(scores)), 90)
     assert stats.scores == len(scores) and stats.rejected == 0 and stats.undecodable == 0
     printed = capsys.readouterr().out.splitlines()

@@ -19,6 +19,7 @@ from streams.core.actors import UserActor
 from streams.core.events import AppEvent, FeedbackGiven, RunStarted
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient, Workspace
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import _free_port as free_port
 
@@ -82,7 +83,7 @@ def serve_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., 
 
 @pytest.fixture
 def keys(settings: Settings) -> Iterator[KeyStore]:
-    store = KeyStore(settings)
+    store = KeyStore(Runtime(settings))
     store.start()
     yield store
     store.close()

@@ -26,6 +26,7 @@ from streams.core.scores import Score, score_configs, scores_from_value
 from streams.core.sinks.memory import InMemoryScoreSink
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
+from streams.runtime.root import Runtime
 from streams.runtime.sink.runner import SinkRunner, cursor_group
 from streams.settings import Settings
 from streams.testing.langfuse_standin import LangfuseStandIn
@@ -136,11 +137,11 @@ async def test_replay_adds_nothing_and_cursor_stays(
     produce_scores(settings, tenant, make_scores(tenant, 100))
     standin = standin_factory()
     sink = LangfuseScoreSink(client_for(standin))
-    await SinkRunner(settings, sink, cursor="lf").run(until=lambda s: s.scores >= 300)
+    await SinkRunner(Runtime(settings), sink, cursor="lf").run(until=lambda s: s.scores >= 300)
     first = committed(settings, "lf")
     assert sum(first.values()) == 300
     before = keys(standin)
-    replay = SinkRunner(settings, sink, cursor="lf", replay=True)
+    replay = SinkRunner(Runtime(settings), sink, cursor="lf", replay=True)
     stats = await replay.run(until=lambda s: s.scores >= 300)
     assert stats.commits == 0  # the replay never passed the cursor
     assert committed(settings, "lf") == first
@@ -156,9 +157,9 @@ async def test_two_cursors_each_receive_everything(
     produce_scores(settings, b, make_scores(b, 50))
     warehouse, langfuse = InMemoryScoreSink(), InMemoryScoreSink()
     await asyncio.gather(
-        SinkRunner(settings, warehouse, cursor="warehouse").run(
+        SinkRunner(Runtime(settings), warehouse, cursor="warehouse").run(
             until=lambda s: s.scores >= 300),
-        SinkRunner(settings, langfuse, cursor="langfuse").run(
+        SinkRunner(Runtime(settings), langfuse, cursor="langfuse").run(
             until=lambda s: s.scores >= 300))
     assert len(warehouse.scores) == len(langfuse.scores) == 300
     assert sum(committed(settings, "warehouse").values()) == 300
@@ -171,12 +172,12 @@ async def test_a_cursor_belongs_to_one_sink(
 ) -> None:
     tenant = tenant_factory()
     produce_scores(settings, tenant, make_scores(tenant, 10))
-    await SinkRunner(settings, InMemoryScoreSink(), cursor="shared").run(
+    await SinkRunner(Runtime(settings), InMemoryScoreSink(), cursor="shared").run(
         until=lambda s: s.scores >= 30)
     produce_scores(settings, tenant, make_scores(tenant + "x", 1))
     other = LangfuseScoreSink(client_for(standin_factory()), identity="langfuse:other")
     with pytest.raises(ValidationFailed, match="belongs to sink"):
-        await asyncio.wait_for(SinkRunner(settings, other, cursor="shared").run(), 60)
+        await asyncio.wait_for(SinkRunner(Runtime(settings), other, cursor="shared").run(), 60)
 
 
 async def test_no_cursor_reads_everything_every_time_and_commits_nothing(
@@ -186,7 +187,7 @@ async def test_no_cursor_reads_everything_every_time_and_commits_nothing(
     produce_scores(settings, tenant, make_scores(tenant, 20))
     for _ in range(2):
         sink = InMemoryScoreSink()
-        stats = await SinkRunner(settings, sink, cursor=None).run(
+        stats = await SinkRunner(Runtime(settings), sink, cursor=None).run(
             until=lambda s: s.scores >= 60)
         assert len(sink.scores) == 60 and stats.commits == 0
 
@@ -314,7 +315,7 @@ async def test_rejected_and_undecodable_records_are_dead_lettered_with_their_rea
     assert producer.flush(30) == 0
     standin = standin_factory()
     standin.reject_ids({scores[0].id, scores[4].id}, "no thanks")
-    runner = SinkRunner(settings, LangfuseScoreSink(client_for(standin)), cursor="lf")
+    runner = SinkRunner(Runtime(settings), LangfuseScoreSink(client_for(standin)), cursor="lf")
     stats = await asyncio.wait_for(runner.run(until=lambda s: s.records >= 62), 120)
     assert (stats.scores, stats.rejected, stats.undecodable) == (60, 2, 2)
     assert sum(committed(settings, "lf").values()) == 62  # handed on or dead-lettered

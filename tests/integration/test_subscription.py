@@ -33,7 +33,7 @@ async def subscriptions(client_factory: Callable[..., Any],
     client: StreamsClient = client_factory()
 
     def make(tenant: str, workspace: str = "prod", **kw: Any) -> Subscription:
-        sub = Subscription(client.settings, client.serde, tenant, workspace, **kw)
+        sub = Subscription(client.runtime, tenant, workspace, **kw)
         made.append(sub)
         return sub
 

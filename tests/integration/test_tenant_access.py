@@ -29,6 +29,7 @@ from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from streams.surfaces.cli import app
 from tests.conftest import Stack, WorkerProcess, read_topic, unique, wait_until
@@ -86,7 +87,7 @@ def _join(settings: Settings, group: str, topic: str) -> Any:
 
 
 async def _feedback(settings: Settings, tenant: str, run_id: str) -> str:
-    client = StreamsClient(settings)
+    client = StreamsClient(Runtime(settings))
     try:
         ws = client.workspace(tenant, "prod", actor=UserActor(id="ada"))
         spike = await ws.append(AppEvent(name="ops:error_spike"))
@@ -112,7 +113,7 @@ async def test_a_tenants_principal_uses_its_own_resources_and_nothing_of_another
 
     # Its own: give feedback (appends, index look-ups), read it back, join its own group.
     await _feedback(alice, a, "run_a")
-    client = StreamsClient(alice)
+    client = StreamsClient(Runtime(alice))
     try:
         envelopes = await client.workspace(a, "prod").read()
         assert len(envelopes) == 3
@@ -221,7 +222,7 @@ async def test_the_service_acls_suffice_for_a_worker_with_rules_and_a_sink(
         tenants.append(a)
         [made] = cli(admin, "tenant", "create", a)
         alice = as_user(admin, made["user"], made["password"])
-        client = StreamsClient(alice)
+        client = StreamsClient(Runtime(alice))
         try:
             ws = client.workspace(a, "prod", actor=UserActor(id="ada"))
             for _ in range(3):  # ops:error-spike fires on the third spike (a counting rule)

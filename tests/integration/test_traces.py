@@ -31,6 +31,7 @@ from streams.core.judges import ChatModel, RetrievalInput
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
+from streams.runtime.root import Runtime
 from streams.runtime.sink.runner import SinkRunner
 from streams.runtime.worker.app import Worker
 from streams.runtime.worker.decider import start_decider
@@ -105,13 +106,13 @@ async def test_one_feedback_is_one_trace_through_the_mirror_and_the_langfuse_sin
     assert recorded.envelope.trace.trace_id == hex_id(given)
 
     topics = tenant_topics(tenant, settings.topic_prefix)
-    with running(Worker(settings, batch_within=0.2)) as worker:
+    with running(Worker(Runtime(settings), batch_within=0.2)) as worker:
         wait_until(lambda: worker.step.stats.scores >= 3, 60, "the feedback's three scores")
     standin = standin_factory()
     sink = LangfuseScoreSink(Langfuse(public_key=standin.public_key,
                                       secret_key=standin.secret_key, host=standin.url,
                                       tracing_enabled=False))
-    await asyncio.wait_for(SinkRunner(settings, sink, cursor="traces").run(
+    await asyncio.wait_for(SinkRunner(Runtime(settings), sink, cursor="traces").run(
         until=lambda s: s.scores >= 3), 60)
     assert len(standin.scores()) == 3
 
@@ -154,7 +155,7 @@ async def test_feedback_of_several_traces_in_one_batch_is_linked_not_parented(
     given = named(spans, "streams.feedback triage_quality")
     assert len({s.context.trace_id for s in given}) == 3
     # Given before the mirror starts, so its first batches hold several of them.
-    with running(Worker(settings, batch_within=0.5)) as worker:
+    with running(Worker(Runtime(settings), batch_within=0.5)) as worker:
         wait_until(lambda: worker.step.stats.scores >= 9, 60, "the feedback's nine scores")
     events = tenant_topics(tenant, settings.topic_prefix).events
     batches = [s for s in named(spans, f"process {events}")
@@ -220,7 +221,7 @@ async def test_an_error_spike_is_one_trace_through_firing_run_judge_and_escalati
         rule_list, actions = rules(judge)
         tenant = tenant_factory()
         app = client_factory().workspace(tenant, "prod", actor=UserActor(id="app"))
-        worker = Worker(settings, rules=rule_list, actions=actions, batch_within=0.2)
+        worker = Worker(Runtime(settings), rules=rule_list, actions=actions, batch_within=0.2)
         with running(worker):
             from streams.adapters.tracing import tracer
 

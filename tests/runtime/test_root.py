@@ -12,6 +12,7 @@ from faust.auth import SASLCredentials, SSLCredentials
 
 from streams.core.events import RunSucceeded
 from streams.core.rules import Rule, on, run
+from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.runtime.worker.app import Worker
 from streams.settings import Settings
@@ -71,8 +72,9 @@ def test_every_client_kind_carries_the_sasl_settings() -> None:
 
 
 def test_the_faust_app_gets_sasl_credentials() -> None:
-    worker = Worker(sasl_settings(), rules=[Rule(name="r", when=on(RunSucceeded).at_most(
-        1, per=timedelta(hours=1)), then=run("a"))], actions={"a": _action})
+    worker = Worker(Runtime(sasl_settings()), rules=[Rule(
+        name="r", when=on(RunSucceeded).at_most(1, per=timedelta(hours=1)), then=run("a"))],
+        actions={"a": _action})
     credentials = worker.app.conf.broker_credentials
     assert isinstance(credentials, SASLCredentials)
     assert (credentials.username, credentials.password) == ("ada", "s3cret")
@@ -83,8 +85,9 @@ def test_the_faust_app_gets_sasl_credentials() -> None:
 
 
 def test_the_deciders_consumers_carry_the_sasl_settings() -> None:
-    worker = Worker(sasl_settings(), rules=[Rule(name="r", when=on(RunSucceeded).at_most(
-        1, per=timedelta(hours=1)), then=run("a"))], actions={"a": _action})
+    worker = Worker(Runtime(sasl_settings()), rules=[Rule(
+        name="r", when=on(RunSucceeded).at_most(1, per=timedelta(hours=1)), then=run("a"))],
+        actions={"a": _action})
     assert worker.reactor is not None
     FakeConsumer.made = []
     decider = worker.reactor.decider("fs-rule-decider", make_consumer=FakeConsumer)
@@ -114,19 +117,38 @@ def test_tls_reaches_faust_as_an_ssl_context() -> None:
 
 def test_building_a_worker_makes_no_client() -> None:
     runtime = Runtime(sasl_settings())
-    Worker(runtime=runtime, rules=[Rule(name="r", when=on(RunSucceeded), then=run("a"))],
+    Worker(runtime, rules=[Rule(name="r", when=on(RunSucceeded), then=run("a"))],
            actions={"a": _action})
-    # Only the serde (no I/O: the registry is asked on first encode or decode) exists; the
-    # producer, admin client and workspace handle wait for `run`.
-    assert set(runtime._made) <= {"serde", "registry"}
+    # Only the serde and the codec (no I/O: the registry is asked on first encode or decode)
+    # exist; the producer, admin client and the workspace handle's clients wait for `run`.
+    assert set(runtime._made) <= {"serde", "registry", "codec"}
 
 
 def test_one_producer_and_one_serde_are_shared() -> None:
     runtime = Runtime(sasl_settings())
+    client = StreamsClient(runtime)
     assert runtime.delivery._producer is runtime.producer
-    assert runtime.client.log._producer is runtime.producer
-    assert runtime.client.serde is runtime.serde
+    assert client.log._producer is runtime.producer
+    assert client.serde is runtime.serde
+    assert runtime.index("acme", lambda _m: None)._producer is runtime.producer
     runtime.close()
+    assert client._closed  # the runtime closes what was built on it
+
+
+def test_building_a_runtime_and_its_wrappers_makes_no_client() -> None:
+    runtime = Runtime(sasl_settings())
+    reader = runtime.topic_reader("fs.acme.events")
+    runtime.tail("fs._keys", lambda *_a: None)
+    StreamsClient(runtime).workspace("acme", "prod")
+    assert runtime.admin._client is None and reader._made is None
+    assert set(runtime._made) <= {"admin"}
+    reader.close()
+    runtime.close()
+
+
+def test_a_client_takes_a_runtime_and_says_so() -> None:
+    with pytest.raises(TypeError, match=r"StreamsClient\(Runtime\(settings\)\)"):
+        StreamsClient(sasl_settings())  # type: ignore[arg-type]
 
 
 async def _action(_reaction: Any) -> dict[str, Any]:
@@ -135,14 +157,15 @@ async def _action(_reaction: Any) -> dict[str, Any]:
 
 def test_a_worker_with_rules_shares_one_serde_and_one_producer() -> None:
     runtime = Runtime(sasl_settings())
-    worker = Worker(runtime=runtime, rules=[Rule(name="r", when=on(RunSucceeded), then=run("a"))],
+    worker = Worker(runtime, rules=[Rule(name="r", when=on(RunSucceeded), then=run("a"))],
                     actions={"a": _action})
     assert worker.reactor is not None
     assert worker.step.codec.client is runtime.registry
     assert worker.reactor.records.serde is runtime.serde
-    assert worker.reactor.executor.client is runtime.client
+    assert worker.reactor.executor.client is worker.client
+    assert worker.client.runtime is runtime
     assert worker.reactor.executor.client.serde is runtime.serde
-    assert runtime.client.log._producer is runtime.delivery._producer
+    assert worker.client.log._producer is runtime.delivery._producer
     runtime.close()
 
 

@@ -55,7 +55,14 @@ class TenantAdmin:
     def __init__(self, settings: Settings, timeout: float | None = None) -> None:
         self.settings = settings
         self.timeout = settings.admin_timeout if timeout is None else timeout
-        self.client = AdminClient(admin_config(settings))
+        self._client: AdminClient | None = None
+
+    @property
+    def client(self) -> AdminClient:
+        """The admin client, made on first use (so building a TenantAdmin does no I/O)."""
+        if self._client is None:
+            self._client = AdminClient(admin_config(self.settings))
+        return self._client
 
     def topic_config(self, kind: str) -> dict[str, str]:
         """The configs of a tenant topic of this kind: its retention and cleanup, and the

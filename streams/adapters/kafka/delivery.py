@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaException, Message, Producer
 
-from streams.adapters.kafka.config import producer_config
 from streams.adapters.kafka.log import Headers
 from streams.settings import Settings
 
@@ -45,11 +44,11 @@ class Delivery:
     whichever thread's poll or flush serves them.
     """
 
-    def __init__(self, settings: Settings, *, producer: Producer | None = None,
-                 max_backoff: float | None = None, flush_timeout: float | None = None,
-                 **extra: Any) -> None:
-        self._owned = producer is None
-        self._producer = producer or Producer(producer_config(settings, **extra))
+    def __init__(self, settings: Settings, *, producer: Producer,
+                 max_backoff: float | None = None, flush_timeout: float | None = None
+                 ) -> None:
+        # The composition root hands in the producer (streams.runtime.root).
+        self._producer = producer
         self.max_backoff = settings.delivery_max_backoff if max_backoff is None \
             else max_backoff
         self.flush_timeout = settings.flush_timeout if flush_timeout is None \

@@ -24,7 +24,7 @@ from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.access import denied
-from streams.adapters.kafka.config import producer_config, reader_config
+from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.reports import ReportPoller
 from streams.core.access import reader_group
 from streams.core.errors import (
@@ -79,13 +79,14 @@ class EventLog:
     reports (every POLL_INTERVAL); no thread is started.
     """
 
-    def __init__(self, settings: Settings, serde: AvroSerde, *,
-                 producer: Producer | None = None) -> None:
+    def __init__(self, settings: Settings, serde: AvroSerde, *, producer: Producer,
+                 owned: bool = False) -> None:
         self.settings = settings
         self.serde = serde
-        # A worker hands in its one shared producer; alone, the log makes its own.
-        self._owned = producer is None
-        self._producer = producer or Producer(producer_config(settings))
+        # The composition root hands in the producer (streams.runtime.root); `owned` says
+        # this log flushes it on close rather than the producer's owner.
+        self._owned = owned
+        self._producer = producer
         self._known: set[str] = set()
         # Reports are served in the awaiting loops' own threads (see ReportPoller); other
         # writers on this producer (the command ledger) share the same poller.
@@ -315,10 +316,17 @@ class TopicReader:
         # It reads to an end and stops, so it never long-polls: a fetch waiting at a
         # partition's end (500 ms by default) would hold back the next read's offset queries,
         # which the broker answers after it on the same connection.
-        self._consumer = Consumer(reader_config(
-            settings, reader_group(topic, "reader", settings.topic_prefix),
-            **{"fetch.wait.max.ms": 10}))
+        self._made: Consumer | None = None
         self._positions: dict[int, int] = {}
+
+    @property
+    def _consumer(self) -> Consumer:
+        # Made on first read, so building a reader does no I/O.
+        if self._made is None:
+            self._made = Consumer(reader_config(
+                self.settings, reader_group(self.topic, "reader", self.settings.topic_prefix),
+                **{"fetch.wait.max.ms": 10}))
+        return self._made
 
     def read_to_end(self) -> Iterator[Message]:
         """Messages from the remembered positions up to each partition's current end."""
@@ -350,8 +358,10 @@ class TopicReader:
             raise KafkaUnavailable(f"reading {self.topic} failed: {exc}") from exc
 
     def close(self) -> None:
-        """Leave the broker."""
-        self._consumer.close()
+        """Leave the broker (a reader that never read has nothing to close)."""
+        made, self._made = self._made, None
+        if made is not None:
+            made.close()
 
 
 def decode_envelopes(serde: AvroSerde, messages: Iterator[Message],

@@ -7,7 +7,7 @@ the topic (streams.adapters.kafka.tail.TopicTail), so a revocation reaches every
 process as soon as its tail reads the record: within the tail's fetch wait (milliseconds) on
 a reachable broker, which is what the 10 s guarantee of docs/api.md rests on.
 
-    keys = KeyStore(settings, producer)
+    keys = KeyStore(runtime)                       # on a Runtime's producer and admin client
     keys.start()                                   # blocking: follows the topic
     key, token = keys.create("acme", UserActor(id="ada"), {"give_feedback", "read"})
     keys.authorize(token, "acme", "give_feedback")   # the ApiKey, or Unauthorized/Forbidden
@@ -19,15 +19,13 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException, Message, Producer
+from confluent_kafka import KafkaException, Message
 
-from streams.adapters.kafka.admin import TenantAdmin
-from streams.adapters.kafka.config import producer_config
-from streams.adapters.kafka.tail import TopicTail
 from streams.core.actors import AnyActor
 from streams.core.errors import KafkaUnavailable, NotFound
 from streams.core.keys import ApiKey, authorize, check_capabilities, new_key, parse_token
 from streams.core.tenancy import check_tenant
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 __all__ = ["KeyStore", "keys_topic"]
@@ -45,14 +43,14 @@ class KeyStore:
     `start` and `close` answers from memory or writes one record.
     """
 
-    def __init__(self, settings: Settings, producer: Producer | None = None) -> None:
-        self.settings = settings
-        self.topic = keys_topic(settings)
-        self._owned = producer is None
-        self._producer = producer
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.topic = keys_topic(runtime.settings)
+        self._started = False
         self._keys: dict[str, ApiKey] = {}
         self._lock = threading.Lock()
-        self._tail = TopicTail(settings, self.topic, self._apply)
+        self._tail = runtime.tail(self.topic, self._apply)
 
     def _apply(self, _partition: int, _offset: int, key: bytes, value: bytes | None) -> None:
         with self._lock:
@@ -65,16 +63,15 @@ class KeyStore:
 
     def start(self) -> None:
         """Create the topic if missing, follow it, and return once it is read to its end."""
-        TenantAdmin(self.settings).ensure_compacted_topic(self.topic, 1)
-        if self._producer is None:
-            self._producer = Producer(producer_config(self.settings))
+        self.runtime.admin.ensure_compacted_topic(self.topic, 1)
         self._tail.start()
         self._tail.sync()
+        self._started = True
 
     def _write(self, key: ApiKey) -> None:
-        producer = self._producer
-        if producer is None:
+        if not self._started:
             raise RuntimeError("start() the key store first")
+        producer = self.runtime.producer
         failure: list[Any] = []
 
         def delivered(err: Any, _msg: Message) -> None:
@@ -137,7 +134,6 @@ class KeyStore:
         self._tail.sync()
 
     def close(self) -> None:
-        """Stop following; flush and drop an own producer."""
+        """Stop following (every write was flushed when made; the runtime owns the
+        producer)."""
         self._tail.close()
-        if self._owned and self._producer is not None:
-            self._producer.flush(5.0)

@@ -17,11 +17,9 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from confluent_kafka import KafkaException, Message, Producer
+from confluent_kafka import KafkaException, Message
 
-from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.reports import ReportPoller
-from streams.adapters.kafka.tail import TopicTail
 from streams.core.commands import (
     LedgerEntry,
     fold_ledger,
@@ -33,6 +31,7 @@ from streams.core.errors import (
     NotFound,
     ValidationFailed,
 )
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 __all__ = ["CommandLedger", "FindEvent", "Recorder", "ledger_topic"]
@@ -81,15 +80,17 @@ class CommandLedger:
     STREAMS_COMMAND_RETENTION) and reads it to its end; a tail then keeps it current.
     """
 
-    def __init__(self, settings: Settings, producer: Producer, tenant: str,
+    def __init__(self, runtime: Runtime, tenant: str,
                  reports: ReportPoller | None = None) -> None:
-        self.settings = settings
+        self.runtime = runtime
+        self.settings = settings = runtime.settings
         self.tenant = tenant
         self.topic = ledger_topic(settings, tenant)
-        self._producer = producer
+        # The runtime's shared producer: outcomes share its batches with the appends.
+        self._producer = producer = runtime.producer
         self._state: dict[str, LedgerEntry] = {}
         self._lock = threading.Lock()
-        self._tail = TopicTail(settings, self.topic, self._apply)
+        self._tail = runtime.tail(self.topic, self._apply)
         self._started = threading.Lock()
         self._running = False
         self._inflight: dict[tuple[int, str], asyncio.Future[LedgerEntry]] = {}
@@ -116,7 +117,7 @@ class CommandLedger:
             if self._running:
                 return
             retention = str(int(self.settings.command_retention * 1000))
-            TenantAdmin(self.settings).ensure_compacted_topic(
+            self.runtime.admin.ensure_compacted_topic(
                 self.topic, self.settings.command_partitions,
                 {"cleanup.policy": "compact,delete", "retention.ms": retention,
                  # a claim must outlive every attempt that may still act on it

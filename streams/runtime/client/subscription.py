@@ -1,6 +1,6 @@
 """A live tail of one workspace's events, from a cursor, bounded by the client's acks.
 
-    subscription = Subscription(settings, serde, "acme", "prod")
+    subscription = Subscription(runtime, "acme", "prod")
     cursor = await subscription.start("end")        # the concrete cursor it starts from
     while True:
         envelope = await subscription.next()        # SlowConsumer if acks stop coming
@@ -8,13 +8,14 @@
         ...
         subscription.ack(seq)                       # as the client acknowledges
 
-The tail reads the tenant's events topic with its own consumer (assigned partitions, no
-group, nothing committed), skips other workspaces' records by their `workspace` header
-without decoding them, and delivers each partition's events in offset order. What it holds
-is bounded: at most `STREAMS_STREAM_BUFFER` events delivered and unacknowledged (the
-`AckWindow`), one consumed batch, and the consumer's small prefetch. When the window is
-full `next()` waits for acks; if none frees room within `STREAMS_STREAM_SLOW_TIMEOUT` it
-raises `SlowConsumer`, and the surface disconnects the client with that reason.
+The tail reads the tenant's events topic with its own consumer (the runtime's reader:
+assigned partitions, no group, nothing committed), skips other workspaces' records by their
+`workspace` header without decoding them, and delivers each partition's events in offset
+order. What it holds is bounded: at most `STREAMS_STREAM_BUFFER` events delivered and
+unacknowledged (the `AckWindow`), one consumed batch, and the consumer's small prefetch.
+When the window is full `next()` waits for acks; if none frees room within
+`STREAMS_STREAM_SLOW_TIMEOUT` it raises `SlowConsumer`, and the surface disconnects the
+client with that reason.
 
 Partitions added to the events topic after `start()` are not followed (a new subscription
 sees them).
@@ -29,14 +30,12 @@ from collections import deque
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from streams.adapters.avro.serde import AvroSerde
-from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.log import decode_envelopes, header_value, watermarks
 from streams.core.errors import KafkaUnavailable, SlowConsumer
 from streams.core.events import Envelope, Seq
 from streams.core.stream import AckWindow, Cursor, StartFrom, resolve_start
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
-from streams.settings import Settings
+from streams.runtime.root import Runtime
 
 __all__ = ["Subscription"]
 
@@ -52,12 +51,13 @@ _PREFETCH = {"queued.max.messages.kbytes": 2048, "fetch.max.bytes": 4 * 1024 * 1
 class Subscription:
     """One client's tail of one workspace. Owned by one event loop; `close()` it."""
 
-    def __init__(self, settings: Settings, serde: AvroSerde, tenant: str, workspace: str, *,
+    def __init__(self, runtime: Runtime, tenant: str, workspace: str, *,
                  buffer: int | None = None, slow_timeout: float | None = None) -> None:
         check_tenant(tenant)
         check_workspace(workspace)
-        self.settings = settings
-        self.serde = serde
+        self.runtime = runtime
+        self.settings = settings = runtime.settings
+        self.serde = runtime.serde
         self.tenant = tenant
         self.workspace = workspace
         self.topic = tenant_topics(tenant, settings.topic_prefix).events
@@ -75,8 +75,7 @@ class Subscription:
     # -- starting -----------------------------------------------------------------------------
 
     def _open(self, start: StartFrom) -> Cursor:
-        consumer = Consumer(reader_config(self.settings, f"streams-tail-{uuid.uuid4().hex}",
-                                          **_PREFETCH))
+        consumer = self.runtime.reader(f"streams-tail-{uuid.uuid4().hex}", **_PREFETCH)
         try:
             cursor = resolve_start(start, watermarks(consumer, self.topic,
                                                      timeout=self.settings.admin_timeout))

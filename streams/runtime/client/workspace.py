@@ -1,6 +1,6 @@
 """The workspace handle: give feedback as an actor, append events, read the log.
 
-    client = StreamsClient.from_env()
+    client = StreamsClient.from_env()      # or StreamsClient(runtime), on a process's Runtime
     ada = await client.open("acme", "prod", actor=UserActor(id="ada"))
     [latest] = await ada.runs(rule="ops:error-spike", limit=1)
     recorded = await ada.give_feedback(TriageQuality(correct=False, severity="high"),
@@ -17,13 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import Message
 from opentelemetry import metrics, trace
 
 from streams.adapters.avro.serde import AvroSerde
-from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.index import TenantIndex
-from streams.adapters.kafka.log import EventLog, TopicReader, decode_envelopes
+from streams.adapters.kafka.log import EventLog, decode_envelopes
 from streams.adapters.tracing import current_trace
 from streams.core.actors import Actor, AnyActor, SystemActor
 from streams.core.capabilities import Capability, Grants, builtin_grants
@@ -48,8 +47,6 @@ from streams.core.events import (
 )
 from streams.core.feedback import (
     Feedback,
-    FeedbackRegistry,
-    registry,
     validate_feedback,
     value_record,
 )
@@ -76,6 +73,7 @@ from streams.core.view import (
 )
 from streams.runtime.client.folds import ProposalFolds
 from streams.runtime.client.ledger import CommandLedger
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 _feedback_counter = metrics.get_meter("streams").create_counter(
@@ -100,10 +98,11 @@ class _TenantLog:
     """A tenant's whole log as one process sees it, for the calls that need all of it
     (`Workspace.read`, `feedback`, `runs`): grows with the log, read incrementally."""
 
-    def __init__(self, settings: Settings, serde: AvroSerde, tenant: str) -> None:
+    def __init__(self, runtime: Runtime, tenant: str) -> None:
         self.tenant = tenant
-        self.serde = serde
-        self.reader = TopicReader(settings, tenant_topics(tenant, settings.topic_prefix).events)
+        self.serde = runtime.serde
+        self.reader = runtime.topic_reader(
+            tenant_topics(tenant, runtime.settings.topic_prefix).events)
         self.index = LogIndex()
         self.envelopes: list[Envelope] = []
         self.by_id: dict[str, Envelope] = {}
@@ -138,32 +137,49 @@ class _TenantLog:
 
 
 class StreamsClient:
-    """A process's connection to the pipeline: serde, producer and per-tenant views.
+    """A process's connection to the pipeline: per-tenant views on a Runtime's clients.
 
-    Usable from several event loops (and threads) at once: it holds no asyncio object
-    across calls.
+    `StreamsClient(runtime)` shares the runtime's producer, serde and registry client (and
+    its feedback types); `StreamsClient.from_env()` builds a Runtime of its own. Building one
+    does no I/O. Usable from several event loops (and threads) at once: it holds no asyncio
+    object across calls. Closed by `close()` or by its runtime's `close()`.
     """
 
-    def __init__(self, settings: Settings | None = None, *,
-                 types: FeedbackRegistry | None = None, serde: AvroSerde | None = None,
-                 producer: Producer | None = None, grants: Grants | None = None) -> None:
-        self.settings = settings or Settings.from_env()
-        self.types = types or registry
+    def __init__(self, runtime: Runtime, *, grants: Grants | None = None) -> None:
+        if not isinstance(runtime, Runtime):
+            raise TypeError(
+                f"StreamsClient takes a Runtime, not {type(runtime).__name__}: use "
+                "StreamsClient(Runtime(settings)) or StreamsClient.from_env()")
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.types = runtime.types
         # Who may do what (streams.core.capabilities); every handle checks it before I/O.
         self.grants = grants or builtin_grants()
-        # A worker's Runtime hands in its shared serde and producer; alone, the client makes
-        # its own.
-        self.serde = serde or AvroSerde(self.settings, types=self.types)
-        self.log = EventLog(self.settings, self.serde, producer=producer)
         self._tenants: dict[str, _TenantLog] = {}
         self._indexes: dict[str, TenantIndex] = {}
         self._ledgers: dict[str, CommandLedger] = {}
         self._made = threading.Lock()
+        self._owns_runtime = False
+        self._closed = False
+        runtime.on_close(self.close)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> StreamsClient:
-        """A client configured from the environment (see Settings.from_env)."""
-        return cls(Settings.from_env(**overrides))
+        """A client on a Runtime of its own, configured from the environment (see
+        Settings.from_env); its `close()` closes that runtime too."""
+        client = cls(Runtime(Settings.from_env(**overrides)))
+        client._owns_runtime = True
+        return client
+
+    @property
+    def serde(self) -> AvroSerde:
+        """The runtime's Avro serde."""
+        return self.runtime.serde
+
+    @property
+    def log(self) -> EventLog:
+        """The runtime's event log (appends, on its shared producer)."""
+        return self.runtime.event_log
 
     def workspace(self, tenant: str, workspace: str, *, actor: Actor | None = None) -> Workspace:
         """A handle on one workspace of a tenant, acting as `actor` (default: the system)."""
@@ -188,7 +204,7 @@ class StreamsClient:
         with self._made:
             log = self._tenants.get(tenant)
             if log is None:
-                log = self._tenants[tenant] = _TenantLog(self.settings, self.serde, tenant)
+                log = self._tenants[tenant] = _TenantLog(self.runtime, tenant)
             return log
 
     def tenant_log_if_kept(self, tenant: str) -> _TenantLog | None:
@@ -205,16 +221,13 @@ class StreamsClient:
         with self._made:
             index = self._indexes.get(tenant)
             if index is None:
-                events = tenant_topics(tenant, self.settings.topic_prefix).events
                 serde = self.serde
 
                 def decode(msg: Message) -> Envelope | None:
                     return next(decode_envelopes(serde, iter([msg]),
                                                  on_error=lambda _m, _e: None), None)
 
-                index = self._indexes[tenant] = TenantIndex(
-                    self.settings, tenant, self.log.producer, events, decode,
-                    ensure_topic=lambda: TenantAdmin(self.settings).ensure_index_topic(tenant))
+                index = self._indexes[tenant] = self.runtime.index(tenant, decode)
             return index
 
     async def ledger(self, tenant: str) -> CommandLedger:
@@ -227,21 +240,28 @@ class StreamsClient:
             ledger = self._ledgers.get(tenant)
             if ledger is None:
                 ledger = self._ledgers[tenant] = CommandLedger(
-                    self.settings, self.log.producer, tenant, reports=self.log.reports)
+                    self.runtime, tenant, reports=self.log.reports)
         await self.log.require_tenant(tenant)
         await asyncio.to_thread(ledger.start)
         return ledger
 
     def close(self) -> None:
-        """Flush pending writes and leave the broker."""
-        self.log.close()
+        """Flush pending writes and leave the broker (once; later calls do nothing). A
+        client from `from_env` closes its runtime too."""
+        if self._closed:
+            return
+        self._closed = True
         for ledger in self._ledgers.values():
             ledger.close()
-
         for log in self._tenants.values():
             log.reader.close()
         for index in self._indexes.values():
             index.close()
+        if self._owns_runtime:
+            self.runtime.close()
+        else:
+            # Index entries follow appends without being awaited: flush them now.
+            self.runtime.flush()
 
 
 class Workspace:

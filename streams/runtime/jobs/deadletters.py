@@ -17,7 +17,6 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from streams.adapters.avro.fast import FastCodec
 from streams.adapters.kafka.log import Headers, header_value, watermarks
 from streams.adapters.kafka.outputs import Output
 from streams.core.access import reader_group
@@ -100,7 +99,7 @@ def read_letters(runtime: Runtime, topic: str, progress: Progress | None = None,
                  ) -> tuple[list[DeadLetter], list[str]]:
     """The dead letters of a dead-letter topic, in partition and offset order, and a note for
     each record that is not a readable DeadLetter (it is left out)."""
-    codec = FastCodec(runtime.registry)
+    codec = runtime.codec
     letters: list[DeadLetter] = []
     unreadable: list[str] = []
     for partition, offset, _key, value, headers in _read(runtime, topic, "deadletters",
@@ -180,7 +179,7 @@ def execute(runtime: Runtime, plan: RedrivePlan, tenant: str, *,
         return RedriveResult()
     marks_topic = redriven_topic(tenant_topics(tenant, settings.topic_prefix).deadletter) \
         if dry_run else runtime.admin.ensure_redriven_topic(tenant)
-    step = MirrorStep(FastCodec(runtime.registry), prefix=settings.topic_prefix,
+    step = MirrorStep(runtime.codec, prefix=settings.topic_prefix,
                       types=types or registry)
     result = RedriveResult()
     total = len(plan.todo)

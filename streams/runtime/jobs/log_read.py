@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from confluent_kafka import TopicPartition
 
 from streams.adapters.avro.codec import envelope_from_record
-from streams.adapters.avro.fast import FastCodec
 from streams.adapters.kafka.log import header_value, watermarks
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError
 from streams.core.events import Envelope, Seq
@@ -84,7 +83,7 @@ def read_workspace_log(runtime: Runtime, tenant: str, workspace: str, *,
         wanted = workspace.encode()
         last = time.monotonic()
         since_report = 0
-        codec = FastCodec(runtime.registry)
+        codec = runtime.codec
         while todo:
             # Batches and fastavro against cached writer schemas: a report reads whole logs.
             messages = consumer.consume(1000, 0.5)

@@ -23,9 +23,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 
-from streams.adapters.kafka.log import TopicReader, watermarks
+from streams.adapters.kafka.log import watermarks
 from streams.core.actors import Actor, SystemActor
 from streams.core.app_events import AppEventTypes
 from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
@@ -40,6 +40,7 @@ from streams.core.rulebook import (
 from streams.core.rules import Rule
 from streams.core.runs import fire_envelopes
 from streams.core.tenancy import tenant_topics
+from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 
 __all__ = ["Backfilled", "Installed", "Rulebook"]
@@ -70,20 +71,21 @@ class Installed:
 class Rulebook:
     """Installs, archives and lists a tenant's rules as data (the `streams rules` commands).
 
-    The facts go to the tenant's log through the runtime's workspace handle, the entries to
-    the tenant's rulebook topic through the runtime's producer.
+    The facts go to the tenant's log through a workspace handle on the runtime (closed with
+    it), the entries to the tenant's rulebook topic through the runtime's producer.
     """
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
+        self.client = StreamsClient(runtime)
 
     def entries(self, tenant: str) -> dict[str, RulebookEntry]:
         """The tenant's rulebook, newest entry per rule ({} when nothing was installed)."""
         topic = rulebook_topic(tenant, self.settings.topic_prefix)
         if not self._exists(topic):
             return {}
-        reader = TopicReader(self.settings, topic)
+        reader = self.runtime.topic_reader(topic)
         found: dict[str, RulebookEntry] = {}
         try:
             for msg in reader.read_to_end():
@@ -111,7 +113,7 @@ class Rulebook:
     def installation_point(self, tenant: str) -> dict[int, int]:
         """The end offset of each partition of the tenant's events topic, now."""
         events = tenant_topics(tenant, self.settings.topic_prefix).events
-        consumer = Consumer(self.runtime.reader_config(f"{self.settings.topic_prefix}-rulebook"))
+        consumer = self.runtime.reader(f"{self.settings.topic_prefix}-rulebook")
         try:
             return {p: high for p, (_low, high) in watermarks(consumer, events).items()}
         finally:
@@ -132,7 +134,7 @@ class Rulebook:
     ) -> Installed:
         """Install a rule from its JSON form (see the module's docstring); InvalidRule when
         the checks refuse it, NotFound when the tenant does not exist."""
-        await self.runtime.client.log.require_tenant(tenant)
+        await self.client.log.require_tenant(tenant)
         installed = await asyncio.to_thread(self.entries, tenant)
         rule, repeat = check_install(definition, actions=actions, module_rules=module_rules,
                                      installed=installed, types=types)
@@ -142,7 +144,7 @@ class Rulebook:
         else:
             start = await asyncio.to_thread(self.installation_point, tenant)
             who = actor or SystemActor()
-            ws = self.runtime.client.workspace(tenant, workspace, actor=who)
+            ws = self.client.workspace(tenant, workspace, actor=who)
             recorded = await ws.append(RuleInstalled(
                 rule=rule.name, artifact_id=artifact_id,
                 definition=json.dumps(dict(definition), sort_keys=True),
@@ -168,7 +170,7 @@ class Rulebook:
             raise NotFound(f"tenant {tenant!r} has no live rule {name!r} to archive; live "
                            f"rules: {live} (streams rules list --tenant {tenant})")
         who = actor or SystemActor()
-        ws = self.runtime.client.workspace(tenant, workspace, actor=who)
+        ws = self.client.workspace(tenant, workspace, actor=who)
         recorded = await ws.append(RuleArchived(rule=name))
         assert recorded.envelope is not None
         entry = replace(current, state="archived", archived_event_id=recorded.id,
@@ -197,7 +199,7 @@ class Rulebook:
     async def backfill(self, tenant: str, rule: Rule, entry: RulebookEntry) -> Backfilled:
         """Replay `rule` over the tenant's events before its installation point and write
         the firings the log does not have yet."""
-        client = self.runtime.client
+        client = self.client
         view = client.tenant_log(tenant)
         await view.catch_up()
         envelopes = list(view.envelopes)

@@ -130,7 +130,7 @@ class _WorkspaceRunner(SinkRunner):
                  codec: FastCodec | None = None) -> None:
         settings = workspace.client.settings
         super().__init__(
-            settings, sink, cursor=cursor, replay=starts is not None, runtime=runtime,
+            runtime or workspace.client.runtime, sink, cursor=cursor, replay=starts is not None,
             batch_size=batch_size, batch_wait=batch_wait, codec=codec,
             group=mirror_group(settings, workspace.tenant, workspace.workspace, cursor)
             if cursor else None)
@@ -176,7 +176,7 @@ class FeedbackMirror:
 
     `cursor` names the mirror's cursor (a consumer group, see `mirror_group`; None keeps
     none). `runtime` gives the process's clients (streams.runtime.root.Runtime); without one,
-    each follow builds a Runtime from the workspace's settings and closes it when it ends.
+    the mirror uses the workspace handle's (its StreamsClient's runtime).
     `batch_size` and `batch_wait` default to STREAMS_SINK_BATCH_SIZE and
     STREAMS_SINK_BATCH_WAIT. Constructing one does no I/O; a handle whose actor may not read
     the workspace is Forbidden here.

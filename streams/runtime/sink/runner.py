@@ -294,7 +294,7 @@ class SinkRunner:
 
     def __init__(
         self,
-        settings: Settings,
+        runtime: Runtime,
         sink: ScoreSink,
         *,
         cursor: str | None,
@@ -305,13 +305,11 @@ class SinkRunner:
         outage_limit: float | None = None,
         in_flight: int | None = None,
         codec: FastCodec | None = None,
-        runtime: Runtime | None = None,
         group: str | None = None,
     ) -> None:
-        # A runner alone owns its clients; one handed a runtime leaves them to its owner.
-        self._owns_runtime = runtime is None
-        self.runtime = runtime or Runtime(settings)
-        self.settings = settings
+        # The runtime builds the runner's clients; its owner closes it.
+        self.runtime = runtime
+        self.settings = settings = runtime.settings
         self.sink = sink
         self.cursor = cursor
         self.replay = replay
@@ -362,9 +360,9 @@ class SinkRunner:
 
     @property
     def codec(self) -> FastCodec:
-        """The codec given, else one on the runtime's registry client (made on first use)."""
+        """The codec given, else the runtime's (on its registry client)."""
         if self._codec is None:
-            self._codec = FastCodec(self.runtime.registry)
+            self._codec = self.runtime.codec
         return self._codec
 
     @property
@@ -382,7 +380,7 @@ class SinkRunner:
         use, that retries until every record is acknowledged, its librdkafka log throttled
         like the consumer's."""
         if self._delivery is None:
-            self._delivery = Delivery(self.settings, logger=kafka_log)
+            self._delivery = self.runtime.delivery_of_own(logger=kafka_log)
         return self._delivery
 
     @property
@@ -483,8 +481,6 @@ class SinkRunner:
             await asyncio.to_thread(self.consumer.close)
             if self._delivery is not None:
                 await asyncio.to_thread(self._delivery.close)
-            if self._owns_runtime:
-                self.runtime.close()
         return self.stats
 
     # -- what the runner reads: the in-process mirror (streams.runtime.sink.mirror) reads a

@@ -34,14 +34,13 @@ import faust
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streams.adapters.avro.fast import FastCodec
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.tracing import configure_tracing
-from streams.core.feedback import FeedbackRegistry
 from streams.core.rules import Rule, RuleSet
 from streams.core.runs import ActionFn
 from streams.core.tenancy import parse_topic, tenant_topics
 from streams.runtime.batch import BatchLoop
+from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.observe.health import HealthServer, serve_health
 from streams.runtime.root import Runtime
 from streams.runtime.worker.decider import start_decider
@@ -95,10 +94,9 @@ class Worker:
 
     def __init__(
         self,
-        settings: Settings | None = None,
+        runtime: Runtime,
         *,
         cursor: str = MIRROR_CURSOR,
-        types: FeedbackRegistry | None = None,
         batch_size: int | None = None,
         batch_within: float | None = None,
         resubscribe_delay: float | None = None,
@@ -106,9 +104,9 @@ class Worker:
         rules: Iterable[Rule] = (),
         actions: Mapping[str, ActionFn] | None = None,
         deps: Mapping[str, Any] | None = None,
-        runtime: Runtime | None = None,
     ) -> None:
-        self.runtime = runtime or Runtime(settings, types=types)
+        # The composition root builds every client (and holds the feedback types).
+        self.runtime = runtime
         self.settings = self.runtime.settings
         self.rules = RuleSet(rules)
         # Refuse, before anything connects, a rule that would silently never fire.
@@ -117,12 +115,11 @@ class Worker:
         self.types = self.runtime.types
         self.cursor = cursor
         self.stats_interval = stats_interval
-        self.step = MirrorStep(FastCodec(self.runtime.registry), prefix=self.settings.topic_prefix,
+        self.step = MirrorStep(self.runtime.codec, prefix=self.settings.topic_prefix,
                                types=self.types)
         self.mirror_group = f"{self.settings.topic_prefix}-{cursor}"
         self.mirror = BatchLoop(
-            consumer_config=self.runtime.consumer_config(self.mirror_group),
-            producer_config=self.runtime.producer_config(),
+            self.runtime, group=self.mirror_group,
             subscription=[events_pattern(self.settings.topic_prefix)],
             step=self.step.handle_batch,
             batch_size=self.settings.mirror_batch_size if batch_size is None else batch_size,
@@ -139,7 +136,10 @@ class Worker:
         if missing:
             log.warning("no action registered in this worker for %s: another worker must run "
                         "them", ", ".join(missing))
-        self.reactor = Reactor(self.runtime, self.rules, self.actions, deps=deps) \
+        # The actions' workspace handle, on the runtime's clients (closed with the runtime).
+        self.client = StreamsClient(self.runtime)
+        self.reactor = Reactor(self.runtime, self.rules, self.actions, client=self.client,
+                               deps=deps) \
             if self.rules or self.actions else None
         # Rules installed as data (streams rules install) for every tenant, followed live.
         self.rulebook = RulebookFollower(self.runtime, reserved=self.rules.names(),
@@ -148,8 +148,7 @@ class Worker:
         if self.reactor is not None and self.rulebook is not None:
             self.reactor.follow(self.rulebook)
         self.reactor_loop = BatchLoop(
-            consumer_config=self.runtime.consumer_config(f"{self.mirror_group}-rules"),
-            producer_config=self.runtime.producer_config(),
+            self.runtime, group=f"{self.mirror_group}-rules",
             subscription=[events_pattern(self.settings.topic_prefix)],
             step=self.reactor.handle_batch, batch_size=self.settings.reactor_batch_size,
             poll_timeout=self.settings.batch_within if batch_within is None else batch_within,

@@ -34,7 +34,8 @@ __all__ = ["ConsumerFactory", "Decider", "start_decider"]
 log = logging.getLogger(__name__)
 
 ConsumerFactory = Callable[[dict[str, Any]], Any]
-"""Builds a consumer from its configuration (confluent_kafka.Consumer; tests pass fakes)."""
+"""Builds a consumer from its configuration (the runtime's `consumer_of`; tests pass
+fakes)."""
 
 
 class Decider:
@@ -44,7 +45,7 @@ class Decider:
                  delivery: Delivery, *, group: str,
                  consumer_config: Callable[[str], dict[str, Any]],
                  replay_reader_config: Callable[[str], dict[str, Any]],
-                 make_consumer: ConsumerFactory = Consumer) -> None:
+                 make_consumer: ConsumerFactory) -> None:
         self.settings = settings
         self.matcher = matcher
         self.records = records

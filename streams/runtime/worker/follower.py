@@ -71,8 +71,8 @@ class RulebookFollower:
 
     def _consumer_of(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(self.runtime.reader_config(
-                f"{self.settings.topic_prefix}-rulebook-follower"))
+            self._consumer = self.runtime.reader(
+                f"{self.settings.topic_prefix}-rulebook-follower")
         return self._consumer
 
     def _discover(self) -> list[str]:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
@@ -38,6 +38,7 @@ from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
 from streams.core.runs import ActionFn
 from streams.core.tenancy import tenant_topics
+from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.runtime.worker.decider import ConsumerFactory, Decider
 from streams.runtime.worker.executor import RunExecutor
@@ -58,15 +59,18 @@ class Reactor:
         rules: RuleSet,
         actions: Mapping[str, ActionFn],
         *,
+        client: StreamsClient,
         deps: Mapping[str, Any] | None = None,
     ) -> None:
         settings = runtime.settings
+        self.client = client
         self.runtime = runtime
         self.settings = settings
         self.rules = rules
         self.stats = ReactorStats()
         self.matcher = Matcher(rules, self.stats)
-        self.records = RuleRecords(runtime.serde, settings.topic_prefix, self.stats)
+        self.records = RuleRecords(runtime.serde, settings.topic_prefix, self.stats,
+                                   codec=runtime.codec)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.rulebook: RulebookFollower | None = None
         self._live_version = 0
@@ -76,7 +80,7 @@ class Reactor:
         self.taken: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self.executor = RunExecutor(
-            rules, actions, client=lambda: runtime.client, emit=self.emit, deps=deps,
+            rules, actions, client=lambda: client, emit=self.emit, deps=deps,
             action_timeout=settings.action_timeout,
             max_concurrent_runs=settings.max_concurrent_runs, stats=self.stats)
 
@@ -89,7 +93,7 @@ class Reactor:
         STREAMS_FEEDBACK_TIMEOUT) goes to the retrying delivery, which waits the outage out;
         a record written twice carries its derived event id twice, which readers fold once.
         """
-        events = self.runtime.client.log
+        events = self.client.log
         for i, envelope in enumerate(envelopes):
             try:
                 await events.append(envelope)
@@ -100,14 +104,16 @@ class Reactor:
                     [self.records.envelope(e) for e in envelopes[i:]])
                 return
 
-    def decider(self, group: str, *, make_consumer: ConsumerFactory = Consumer) -> Decider:
+    def decider(self, group: str, *, make_consumer: ConsumerFactory | None = None,
+                ) -> Decider:
         """A decider of this worker's stateful rules, its consumers configured by the
-        runtime (`make_consumer` builds them from those configs)."""
+        runtime and built by it (or by `make_consumer` from those configs: tests pass
+        fakes)."""
         runtime = self.runtime
         return Decider(self.settings, self.matcher, self.records, runtime.delivery,
                        group=group, consumer_config=runtime.consumer_config,
                        replay_reader_config=runtime.replay_reader_config,
-                       make_consumer=make_consumer)
+                       make_consumer=make_consumer or runtime.consumer_of)
 
     def outputs(self, envelope: Envelope, raw: bytes | None) -> list[Output]:
         """The records one event makes: forwards of stateful rules' matches, firings of
@@ -208,8 +214,7 @@ class Reactor:
         if not todo:
             return []
         out: list[Output] = []
-        consumer = Consumer(self.runtime.reader_config(
-            f"{self.settings.topic_prefix}-rules-catch-up"))
+        consumer = self.runtime.reader(f"{self.settings.topic_prefix}-rules-catch-up")
         try:
             consumer.assign([TopicPartition(events, p, lo) for p, (lo, _hi) in todo.items()])
             # consume(n, t) waits for n records or t: ask often, give up after a silence.

@@ -24,13 +24,14 @@ HEADER_RULE = "rule"
 class RuleRecords:
     """Decodes events for the rules, and encodes what they write as records."""
 
-    def __init__(self, serde: AvroSerde, prefix: str, stats: ReactorStats,
-                 codec: FastCodec | None = None) -> None:
+    def __init__(self, serde: AvroSerde, prefix: str, stats: ReactorStats, *,
+                 codec: FastCodec) -> None:
         self.serde = serde
         self.prefix = prefix
         self.stats = stats
-        # Decoding is the batch path's: fastavro against writer schemas cached per id.
-        self.codec = codec or FastCodec(serde.client)
+        # Decoding is the batch path's: fastavro against writer schemas cached per id (the
+        # runtime's codec, on the serde's registry client).
+        self.codec = codec
 
     def decode(self, value: bytes | None, topic: str, partition: int,
                offset: int) -> Envelope | None:

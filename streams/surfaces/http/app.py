@@ -13,8 +13,12 @@
 Every route but /healthz and /readyz needs `Authorization: Bearer fsk_...` (`streams keys create`).
 Errors are error frames (streams.core.commands) with the code's HTTP status. The OpenAPI
 document is committed as docs/openapi.json (tests/surfaces/test_http.py keeps it equal).
-`create_app(service)` builds the app on a ready service; `app_from_settings(settings)` makes
-the client and key store and starts the store in the app's lifespan (no I/O before).
+
+`create_app(runtime)` builds the app on a Runtime (streams.runtime.root, the only place
+clients are made): its lifespan makes the workspace handle and the key store on the runtime
+and starts the store (no I/O before). One router per resource (commands, runs, feedback, the
+key's identity, health) shares two dependencies: the service, once started, and the request's
+bearer key.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -42,10 +46,13 @@ from streams.core.commands import (
 )
 from streams.core.errors import StreamsError
 from streams.runtime.client.commands import CommandService
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from streams.surfaces.http.realtime import install_realtime
 
-__all__ = ["app_from_env", "app_from_settings", "create_app", "openapi_document"]
+__all__ = ["app_from_env", "create_app", "openapi_document"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +86,33 @@ def _bearer(authorization: str | None) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else authorization.strip()
 
 
+# -- the shared dependencies ---------------------------------------------------------------
+
+
+def bearer_key(authorization: Annotated[str | None, Header()] = None) -> str | None:
+    """The request's API key (`Authorization: Bearer fsk_...`), None without one: the service
+    answers unauthorized."""
+    return _bearer(authorization)
+
+
+def started_service(app: FastAPI) -> CommandService:
+    """The app's service; CommandFailed (unavailable) while it is starting."""
+    found: CommandService | None = app.state.service
+    if found is None:
+        raise CommandFailed("unavailable", f"the service is starting: "
+                            f"{app.state.starting}; retry")
+    return found
+
+
+def service_of(request: Request) -> CommandService:
+    """The service of the request's app, once started."""
+    return started_service(request.app)
+
+
+Key = Annotated[str | None, Depends(bearer_key)]
+Service = Annotated[CommandService, Depends(service_of)]
+
+
 def _answer(frame: OutcomeFrame | ErrorFrame) -> JSONResponse:
     status = 200 if isinstance(frame, OutcomeFrame) else frame.status
     return JSONResponse(frame.model_dump(mode="json"), status_code=status)
@@ -109,104 +143,184 @@ async def _body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(service: CommandService | None = None, *,
-               lifespan: Callable[[FastAPI], Any] | None = None) -> FastAPI:
-    """The REST app over `service` (set later as `app.state.service` when None)."""
-    app = FastAPI(title="feedback-streams", version=API_VERSION, lifespan=lifespan,
+# -- one router per resource ----------------------------------------------------------------
+
+WORKSPACE = "/v1/workspaces/{workspace_id}"
+
+health = APIRouter()
+"""Liveness and readiness (no key, not in the OpenAPI document)."""
+
+
+@health.get("/healthz", include_in_schema=False)
+async def _healthz() -> JSONResponse:
+    # Liveness: answering at all is the proof (no broker call: an outage is not death).
+    return JSONResponse({"status": "alive"})
+
+
+@health.get("/readyz", include_in_schema=False)
+async def _readyz(request: Request) -> JSONResponse:
+    # Readiness: started (the key store read) and the broker and registry answer.
+    state = request.app.state
+    if state.service is None:
+        return JSONResponse({"status": "starting", "detail": state.starting}, 503)
+    checks = dict(state.checks)
+    answers = await asyncio.to_thread(lambda: {n: c() for n, c in checks.items()})
+    failing = {name: why for name, why in answers.items() if why is not None}
+    if failing:
+        return JSONResponse({"status": "not ready", "failing": failing}, 503)
+    return JSONResponse({"status": "ready"})
+
+
+commands = APIRouter(prefix=WORKSPACE)
+"""Commands: one route that takes every command frame."""
+
+
+@commands.post(
+    "/commands",
+    response_model=OutcomeFrame, responses=_ERRORS,
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/CommandFrame"}}}}},
+    summary="Run a command (give_feedback); the answer is an outcome or error frame",
+    name="command",
+)
+async def _command(request: Request, workspace_id: str, key: Key,
+                   service: Service) -> JSONResponse:
+    # Run one command frame.
+    try:
+        body = await _body(request)
+    except CommandFailed as exc:
+        return _answer(exc.frame())
+    return _answer(await service.execute(key, workspace_id, body))
+
+
+runs = APIRouter(prefix=WORKSPACE)
+"""Runs: the workspace's runs and one run's record."""
+
+
+@runs.get("/runs", responses=_ERRORS, name="runs",
+          summary="The workspace's runs, newest first, paged")
+async def _runs_of(workspace_id: str, key: Key, service: Service,
+                   rule: str | None = None,
+                   limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                   offset: Annotated[int, Query(ge=0)] = 0) -> JSONResponse:
+    # The workspace's runs.
+    return await _read(lambda: service.runs(key, workspace_id, rule=rule, limit=limit,
+                                            offset=offset))
+
+
+@runs.get("/runs/{run_id}", responses=_ERRORS,
+          summary="One run's record: its start, matched events and emitted events",
+          name="run")
+async def _run(workspace_id: str, run_id: str, key: Key, service: Service) -> JSONResponse:
+    # One run's record.
+    return await _read(lambda: service.run(key, workspace_id, run_id))
+
+
+feedback = APIRouter(prefix=WORKSPACE)
+"""Feedback: what was given, and the types that can be."""
+
+
+@feedback.get("/feedback", responses=_ERRORS,
+              summary="Feedback given in the workspace, by type and participant, paged",
+              name="feedback")
+async def _feedback_given(workspace_id: str, key: Key, service: Service,
+                          feedback_type: str | None = None, participant: str | None = None,
+                          limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                          offset: Annotated[int, Query(ge=0)] = 0) -> JSONResponse:
+    # Feedback given in the workspace.
+    return await _read(lambda: service.feedback(
+        key, workspace_id, feedback_type=feedback_type, participant=participant,
+        limit=limit, offset=offset))
+
+
+@feedback.get("/feedback-types", responses=_ERRORS,
+              summary="The registered feedback types: JSON schemas and score configs",
+              name="feedback_types")
+async def _feedback_types(workspace_id: str, key: Key, service: Service) -> JSONResponse:
+    # The registered feedback types.
+    async def call() -> dict[str, Any]:
+        return service.feedback_types(key, workspace_id)
+    return await _read(call)
+
+
+keys = APIRouter(prefix=WORKSPACE)
+"""Keys: who the request's key acts as."""
+
+
+@keys.get("/me", responses=_ERRORS,
+          summary="Who the API key acts as here, and its capabilities", name="me")
+async def _me(workspace_id: str, key: Key, service: Service) -> JSONResponse:
+    # The key's actor and capabilities in the workspace.
+    async def call() -> dict[str, Any]:
+        return service.whoami(key, workspace_id)
+    return await _read(call)
+
+
+def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
+    """The lifespan that makes the service on the runtime: the workspace handle and the key
+    store, started in the background (the app answers unavailable until then)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = StreamsClient(runtime)
+        store = KeyStore(runtime)
+        app.state.checks = runtime.server_checks()
+
+        async def start() -> None:
+            # The server answers (503, unavailable) while the broker cannot be reached, and
+            # starts serving once the key store is read; it does not exit.
+            backoff = 0.5
+            while True:
+                try:
+                    await asyncio.to_thread(store.start)
+                    break
+                except StreamsError as exc:
+                    app.state.starting = f"cannot reach the broker yet ({exc})"
+                    log.warning("key store not started: %s; retrying in %.1f s", exc, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
+            app.state.service = CommandService(client, store)
+
+        starting = asyncio.create_task(start())
+        try:
+            yield
+        finally:
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            store.close()
+            client.close()
+
+    return lifespan
+
+
+def create_app(runtime: Runtime | None = None, *,
+               service: CommandService | None = None) -> FastAPI:
+    """The REST app (with the WebSocket stream and the MCP tools) on `runtime`: its lifespan
+    makes and starts the service on the runtime's clients, and readiness asks the runtime's
+    broker and registry. With `service` instead, the app serves that ready service (its
+    owner closes it); with neither, it stays starting (the OpenAPI document, tests)."""
+    app = FastAPI(title="feedback-streams", version=API_VERSION,
+                  lifespan=_serving(runtime) if runtime is not None and service is None
+                  else None,
                   description="Give and read feedback: command frames over REST. "
                   "See docs/api.md.")
     app.state.service = service
     app.state.starting = "reading the key store"
     # Readiness checks beyond "started" (the broker and registry answer): set by the lifespan.
-    app.state.checks = {}
+    app.state.checks = runtime.server_checks() if runtime is not None and service is not None \
+        else {}
 
-    def svc() -> CommandService:
-        found: CommandService | None = app.state.service
-        if found is None:
-            raise CommandFailed("unavailable", f"the service is starting: "
-                                f"{app.state.starting}; retry")
-        return found
+    @app.exception_handler(CommandFailed)
+    async def refused(_request: Request, exc: CommandFailed) -> JSONResponse:
+        # The service dependency refuses while starting: the same error frame as the routes'.
+        return _answer(exc.frame())
 
-    install_realtime(app, svc)  # the WebSocket stream and the MCP tools
+    install_realtime(app, lambda: started_service(app))  # the WebSocket stream, MCP tools
     # The annotation page: static files shipped in the package, no build step (docs/ui.md).
     app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
-
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> JSONResponse:
-        # Liveness: answering at all is the proof (no broker call: an outage is not death).
-        return JSONResponse({"status": "alive"})
-
-    @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> JSONResponse:
-        # Readiness: started (the key store read) and the broker and registry answer.
-        if app.state.service is None:
-            return JSONResponse({"status": "starting", "detail": app.state.starting}, 503)
-        checks = dict(app.state.checks)
-        answers = await asyncio.to_thread(lambda: {n: c() for n, c in checks.items()})
-        failing = {name: why for name, why in answers.items() if why is not None}
-        if failing:
-            return JSONResponse({"status": "not ready", "failing": failing}, 503)
-        return JSONResponse({"status": "ready"})
-
-    @app.post(
-        "/v1/workspaces/{workspace_id}/commands",
-        response_model=OutcomeFrame, responses=_ERRORS,
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/CommandFrame"}}}}},
-        summary="Run a command (give_feedback); the answer is an outcome or error frame",
-    )
-    async def command(request: Request, workspace_id: str,
-                      authorization: Annotated[str | None, Header()] = None) -> JSONResponse:
-        try:
-            body = await _body(request)
-            service = svc()
-        except CommandFailed as exc:
-            return _answer(exc.frame())
-        return _answer(await service.execute(_bearer(authorization), workspace_id, body))
-
-    @app.get("/v1/workspaces/{workspace_id}/runs", responses=_ERRORS,
-             summary="The workspace's runs, newest first, paged")
-    async def runs(workspace_id: str,
-                   authorization: Annotated[str | None, Header()] = None,
-                   rule: str | None = None,
-                   limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                   offset: Annotated[int, Query(ge=0)] = 0) -> JSONResponse:
-        return await _read(lambda: svc().runs(_bearer(authorization), workspace_id, rule=rule,
-                                              limit=limit, offset=offset))
-
-    @app.get("/v1/workspaces/{workspace_id}/runs/{run_id}", responses=_ERRORS,
-             summary="One run's record: its start, matched events and emitted events")
-    async def run(workspace_id: str, run_id: str,
-                  authorization: Annotated[str | None, Header()] = None) -> JSONResponse:
-        return await _read(lambda: svc().run(_bearer(authorization), workspace_id, run_id))
-
-    @app.get("/v1/workspaces/{workspace_id}/feedback", responses=_ERRORS,
-             summary="Feedback given in the workspace, by type and participant, paged")
-    async def feedback(workspace_id: str,
-                       authorization: Annotated[str | None, Header()] = None,
-                       feedback_type: str | None = None, participant: str | None = None,
-                       limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                       offset: Annotated[int, Query(ge=0)] = 0) -> JSONResponse:
-        return await _read(lambda: svc().feedback(
-            _bearer(authorization), workspace_id, feedback_type=feedback_type,
-            participant=participant, limit=limit, offset=offset))
-
-    @app.get("/v1/workspaces/{workspace_id}/me", responses=_ERRORS,
-             summary="Who the API key acts as here, and its capabilities")
-    async def me(workspace_id: str,
-                 authorization: Annotated[str | None, Header()] = None) -> JSONResponse:
-        async def call() -> dict[str, Any]:
-            return svc().whoami(_bearer(authorization), workspace_id)
-        return await _read(call)
-
-    @app.get("/v1/workspaces/{workspace_id}/feedback-types", responses=_ERRORS,
-             summary="The registered feedback types: JSON schemas and score configs")
-    async def feedback_types(workspace_id: str,
-                             authorization: Annotated[str | None, Header()] = None,
-                             ) -> JSONResponse:
-        async def call() -> dict[str, Any]:
-            return svc().feedback_types(_bearer(authorization), workspace_id)
-        return await _read(call)
+    for router in (health, commands, runs, feedback, keys):
+        app.include_router(router)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -228,51 +342,8 @@ def openapi_document() -> dict[str, Any]:
     return create_app().openapi()
 
 
-def app_from_settings(settings: Settings) -> FastAPI:
-    """The app with its own StreamsClient and KeyStore, started in its lifespan."""
-    from streams.runtime.client.keys import KeyStore
-    from streams.runtime.client.workspace import StreamsClient
-    from streams.runtime.observe.health import server_checks
-    from streams.runtime.root import Runtime
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = StreamsClient(settings)
-        keys = KeyStore(settings, client.log.producer)
-        producer = client.log.producer
-        app.state.checks = server_checks(lambda t: producer.list_topics(timeout=t),
-                                         Runtime(settings).probe_registry().get_subjects)
-
-        async def start() -> None:
-            # The server answers (503, unavailable) while the broker cannot be reached, and
-            # starts serving once the key store is read; it does not exit.
-            backoff = 0.5
-            while True:
-                try:
-                    await asyncio.to_thread(keys.start)
-                    break
-                except StreamsError as exc:
-                    app.state.starting = f"cannot reach the broker yet ({exc})"
-                    log.warning("key store not started: %s; retrying in %.1f s", exc, backoff)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
-            app.state.service = CommandService(client, keys)
-
-        starting = asyncio.create_task(start())
-        try:
-            yield
-        finally:
-            starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await starting
-            keys.close()
-            client.close()
-
-    return create_app(lifespan=lifespan)
-
-
 def app_from_env() -> FastAPI:
-    """The app from the environment (settings, and the feedback types of
+    """The app on a Runtime from the environment (settings, and the feedback types of
     STREAMS_FEEDBACK_MODULES): the factory each of `streams serve --workers N`'s processes
     calls."""
     import importlib
@@ -280,4 +351,4 @@ def app_from_env() -> FastAPI:
     settings = Settings.from_env()
     for module in settings.feedback_modules:
         importlib.import_module(module)
-    return app_from_settings(settings)
+    return create_app(Runtime(settings))

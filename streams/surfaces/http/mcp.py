@@ -4,8 +4,9 @@
 and WebSocket surfaces answer: give_feedback takes the command's fields (and an optional
 command_id) and returns the same outcome frame, or the same error frame as an error result
 (`is_error`, the frame as structured content and as JSON text). `streams serve` mounts it at
-`/mcp` (streamable HTTP; each request carries `Authorization: Bearer <key>`); `streams mcp`
-serves it over stdio, acting with the key in STREAMS_MCP_KEY. A key of another tenant gets
+`/mcp` (streamable HTTP; each request carries `Authorization: Bearer <key>`) on the app's
+service; `streams mcp` serves it over stdio with `serve_stdio(runtime, key)`, on a service it
+builds on the Runtime, acting with the key in STREAMS_MCP_KEY. A key of another tenant gets
 `forbidden` from every tool.
 """
 
@@ -22,8 +23,11 @@ from pydantic import Field
 
 from streams.core.commands import ErrorFrame, OutcomeFrame, error_frame_of
 from streams.runtime.client.commands import CommandService
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 
-__all__ = ["INSTRUCTIONS", "MCP_PATH", "mcp_server", "mount_mcp"]
+__all__ = ["INSTRUCTIONS", "MCP_PATH", "mcp_server", "mount_mcp", "serve_stdio"]
 
 MCP_PATH = "/mcp"
 """Where `streams serve` serves the tools over streamable HTTP."""
@@ -125,3 +129,19 @@ def mount_mcp(app: FastAPI, service: Callable[[], CommandService], path: str = M
     server = mcp_server(service)
     app.mount(path, server.streamable_http_app(streamable_http_path="/"))
     return server
+
+
+async def serve_stdio(runtime: Runtime, *, key: str) -> None:
+    """Serve the tools over stdio until the client hangs up, acting with `key`, on a
+    service built on the runtime's clients (the key store is read first; the caller closes
+    the runtime)."""
+    import anyio.to_thread
+
+    client = StreamsClient(runtime)
+    keys = KeyStore(runtime)
+    try:
+        await anyio.to_thread.run_sync(keys.start)
+        await mcp_server(CommandService(client, keys), key=key).run_stdio_async()
+    finally:
+        keys.close()
+        client.close()

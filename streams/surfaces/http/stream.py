@@ -141,8 +141,7 @@ class _Connection:
                                 "open another connection for another subscription",
                                 [FieldProblem(path="type", message="subscribed already")])
         start = parse_cursor(frame.from_) if isinstance(frame.from_, dict) else frame.from_
-        subscription = Subscription(self.settings, self.service.client.serde, self.tenant,
-                                    self.workspace)
+        subscription = Subscription(self.service.client.runtime, self.tenant, self.workspace)
         try:
             cursor = await subscription.start(start)
         except BaseException:

@@ -30,7 +30,7 @@ class FakeAdminClient:
 def admin(brokers: int, **settings: Any) -> tuple[TenantAdmin, FakeAdminClient]:
     made = TenantAdmin(Settings(bootstrap_servers="127.0.0.1:9", **settings))
     fake = FakeAdminClient(brokers)
-    made.client = fake  # type: ignore[assignment]
+    made._client = fake  # type: ignore[assignment]
     return made, fake
 
 

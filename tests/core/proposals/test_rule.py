@@ -15,6 +15,7 @@ from streams.core.proposals.rule import (
 )
 from streams.core.replay import Replay, Replayer
 from streams.core.runs import Reaction
+from streams.runtime.root import Runtime
 from tests.core.proposals.log import ADA, BOB, CHAT_MESSAGE, Log, agent
 
 RULE = "chat:draft-rule"
@@ -99,4 +100,4 @@ def test_a_worker_loads_it_as_a_rules_module() -> None:
     rules, actions, deps = load_rules(["streams.core.proposals.rule"])
     assert [r.name for r in rules] == ["streams:proposal-outcome"] and deps == {}
     settings = Settings(bootstrap_servers="127.0.0.1:9", schema_registry_url="http://127.0.0.1:9")
-    Worker(settings, rules=rules, actions=actions)
+    Worker(Runtime(settings), rules=rules, actions=actions)

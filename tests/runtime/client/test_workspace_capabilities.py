@@ -11,14 +11,15 @@ from streams.core.events import Change, Envelope, ProposalMade
 from streams.core.proposals import EVALUATOR, ProposalOutcome
 from streams.core.targets import RunTarget
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import _free_port
 
 
 def _client() -> StreamsClient:
     port = _free_port()
-    return StreamsClient(Settings(bootstrap_servers=f"127.0.0.1:{port}",
-                                  schema_registry_url=f"http://127.0.0.1:{port}"))
+    return StreamsClient(Runtime(Settings(bootstrap_servers=f"127.0.0.1:{port}",
+                                  schema_registry_url=f"http://127.0.0.1:{port}")))
 
 
 async def test_the_evaluator_cannot_append_anything_but_feedback() -> None:

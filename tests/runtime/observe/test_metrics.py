@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streams.core.matching import ReactorStats
 from streams.runtime.batch import BatchLoop
 from streams.runtime.observe.metrics import INSTRUMENTS, DelayHistogram, Metrics, provider_for
+from streams.runtime.root import Runtime
 from streams.runtime.sink.runner import SinkStats
 from streams.runtime.worker.mirror import MirrorStats
 from streams.settings import Settings
@@ -44,8 +45,8 @@ DELAYS = pytest.mark.parametrize("local_delays", [True, False], ids=["prometheus
 
 
 def _loop(name: str, group: str) -> BatchLoop:
-    return BatchLoop(consumer_config={"group.id": group}, producer_config={}, subscription=[],
-                     step=lambda _m: [], name=name)
+    return BatchLoop(Runtime(Settings()), group=group, subscription=[], step=lambda _m: [],
+                     name=name)
 
 
 @DELAYS

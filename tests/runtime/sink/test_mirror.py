@@ -22,6 +22,7 @@ from streams.core.feedback import Feedback, FeedbackRegistry, value_record
 from streams.core.sinks.memory import InMemoryScoreSink
 from streams.core.targets import RunTarget
 from streams.runtime.client.workspace import Workspace
+from streams.runtime.root import Runtime
 from streams.runtime.sink.mirror import FollowStats, _WorkspaceRunner, mirror_group, start_offsets
 from streams.runtime.sink.runner import cursor_group
 from streams.runtime.worker.mirror import BAD_DATA, MirrorStep
@@ -38,9 +39,10 @@ class Verdict(Feedback, name="mirror_verdict", targets={"run"}, registry=TYPES):
 
 
 def workspace(name: str = "prod", **handle: Any) -> Workspace:
-    """A handle on a client double: the mirror reads only its settings, types and grants
+    """A handle on a client double: the mirror reads only its settings, types, grants and runtime
     before it follows."""
-    client = SimpleNamespace(settings=SETTINGS, types=TYPES, grants=builtin_grants())
+    client = SimpleNamespace(settings=SETTINGS, types=TYPES, grants=builtin_grants(),
+                             runtime=Runtime(SETTINGS))  # builds no client until asked
     return Workspace(client, "acme", name, UserActor(id="ada"), **handle)  # type: ignore[arg-type]
 
 

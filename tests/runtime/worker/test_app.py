@@ -37,12 +37,13 @@ def test_a_loop_that_returns_does_not_end_the_process(monkeypatch: pytest.Monkey
 
 def test_a_worker_refuses_rules_watching_an_undeclared_event_type() -> None:
     from streams.core.rules import InvalidRule, Rule, on, run
+    from streams.runtime.root import Runtime
     from streams.settings import Settings
 
     rule = Rule(name="r:typo", when=on("ns:run_succeeded"), then=run("a"))
     # Refused before the worker builds any client: no broker is needed to see it.
     settings = Settings(bootstrap_servers="127.0.0.1:9", schema_registry_url="http://127.0.0.1:9")
     with pytest.raises(InvalidRule) as info:
-        worker.Worker(settings, rules=[rule], actions={})
+        worker.Worker(Runtime(settings), rules=[rule], actions={})
     assert "'r:typo' watches 'ns:run_succeeded'" in str(info.value)
     assert "Known event types: ['artifact_archived', 'artifact_created'" in str(info.value)

@@ -29,8 +29,8 @@ def _reactor(fail_at: int | None) -> tuple[Reactor, list[str], list[list[str]]]:
         retried.append(list(records))
 
     reactor = Reactor.__new__(Reactor)
-    reactor.runtime = SimpleNamespace(client=SimpleNamespace(log=SimpleNamespace(append=append)),
-                                      delivery=SimpleNamespace(deliver=deliver))  # type: ignore[assignment]
+    reactor.client = SimpleNamespace(log=SimpleNamespace(append=append))  # type: ignore[assignment]
+    reactor.runtime = SimpleNamespace(delivery=SimpleNamespace(deliver=deliver))  # type: ignore[assignment]
     reactor.records = SimpleNamespace(envelope=lambda e: e.event_id)  # type: ignore[assignment]
     return reactor, appended, retried
 
