@@ -20,7 +20,7 @@ from streams.core.feedback import registry
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.settings import Settings
-from streams.surfaces.cli_deadletters import NOT_ALL_REDRIVEN, NOTHING_MATCHES
+from streams.surfaces.cli.deadletters import NOT_ALL_REDRIVEN, NOTHING_MATCHES
 from tests.conftest import REPO, WorkerProcess, read_topic
 
 STRICT = "tests.integration.deadletters_strict"

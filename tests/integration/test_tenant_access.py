@@ -30,7 +30,7 @@ from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
 from streams.settings import Settings
-from streams.surfaces.cli import app
+from streams.surfaces.cli.app import app
 from tests.conftest import Stack, WorkerProcess, read_topic, unique, wait_until
 
 pytestmark = pytest.mark.timeout(600)

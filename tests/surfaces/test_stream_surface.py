@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope, Seq
-from streams.surfaces.cli import app
+from streams.surfaces.cli.app import app
 from streams.surfaces.http.mcp import mcp_server
 from streams.surfaces.http.stream import event_frame
 

@@ -43,6 +43,7 @@ from streams.core.commands import (
 from streams.core.errors import StreamsError
 from streams.runtime.client.commands import CommandService
 from streams.settings import Settings
+from streams.surfaces.cli.base import import_user_module
 from streams.surfaces.http.realtime import install_realtime
 
 __all__ = ["app_from_env", "app_from_settings", "create_app", "openapi_document"]
@@ -274,10 +275,8 @@ def app_from_settings(settings: Settings) -> FastAPI:
 def app_from_env() -> FastAPI:
     """The app from the environment (settings, and the feedback types of
     STREAMS_FEEDBACK_MODULES): the factory each of `streams serve --workers N`'s processes
-    calls."""
-    import importlib
-
+    calls. The modules are imported as the command line imports them (one-line errors)."""
     settings = Settings.from_env()
     for module in settings.feedback_modules:
-        importlib.import_module(module)
+        import_user_module("feedback", module, "STREAMS_FEEDBACK_MODULES")
     return app_from_settings(settings)
