@@ -31,12 +31,12 @@ __all__ = ["DISTRIBUTION", "app", "main", "package_version"]
 DISTRIBUTION = "feedback-streams"
 """The installed distribution whose metadata `streams --version` reads."""
 
-# Help as rich panels at the terminal's width (at least 100 columns, so variable names such
-# as $STREAMS_FEEDBACK_MODULES are never cut), flags shown as --x/--no-x.
-_CONTEXT = {"help_option_names": ["--help", "-h"], "max_content_width": 120,
-            "terminal_width": 120}
+# Help as click's plain text, wrapped at word boundaries to the terminal (up to 120
+# columns): rich's panels cut long words such as $STREAMS_FEEDBACK_MODULES at 80 columns and
+# show `<bool>` beside flags; plain help shows flags as --x / --no-x.
+_CONTEXT = {"help_option_names": ["--help", "-h"], "max_content_width": 120}
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   context_settings=_CONTEXT,
                   help="feedback-streams: typed feedback on Kafka, mirrored as scores.")
 

@@ -43,14 +43,17 @@ __all__ = [
     "ModuleFailed",
     "RegistryUnreachable",
     "TypesOption",
+    "check_broker",
     "console",
     "exit_code_of",
     "fail",
     "handled",
     "import_user_module",
+    "is_transport_error",
     "load_rules",
     "load_types",
     "no_such_tenant",
+    "require_broker",
     "require_tenant",
     "settings",
     "with_proposal_outcome",
@@ -106,6 +109,16 @@ class LangfuseUnreachable(StreamsError):
     """Langfuse at LANGFUSE_HOST did not answer."""
 
 
+def is_transport_error(exc: BaseException) -> bool:
+    """Whether an HTTP client could not reach its server: an httpx TransportError (or the
+    same class of httpx2, which confluent-kafka's registry client may use instead), or an
+    OSError. The registry client and the Langfuse SDK raise these unwrapped."""
+    if isinstance(exc, OSError):
+        return True
+    return any(kind.__name__ == "TransportError" and kind.__module__.startswith("httpx")
+               for kind in type(exc).__mro__)
+
+
 def exit_code_of(exc: BaseException) -> ExitCode:
     """The exit code of an error the project raises (most specific kind first)."""
     kinds: list[tuple[type[BaseException], ExitCode]] = [
@@ -128,10 +141,40 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _configured(variable: str) -> str:
+    """The value a setting has here, for a hint (empty if the settings do not load)."""
+    try:
+        shown = Settings.from_env().shown()
+    except ConfigError:
+        return ""
+    return f" ({shown[variable]})" if shown.get(variable) else ""
+
+
+def _unreachable(exc: KafkaUnavailable) -> tuple[str, ExitCode]:
+    """An unavailable broker or registry's message, with what to check, and its code."""
+    message = str(exc)
+    if isinstance(exc, RegistryUnreachable) or (
+            not isinstance(exc, BrokerUnreachable) and "registry" in message.lower()):
+        hint = (f"check SCHEMA_REGISTRY_URL{_configured('SCHEMA_REGISTRY_URL')} and that the "
+                "registry is up, or start the stack (deploy/stack.sh start)")
+        code = ExitCode.REGISTRY_UNREACHABLE
+    else:
+        hint = (f"check KAFKA_BOOTSTRAP_SERVERS{_configured('KAFKA_BOOTSTRAP_SERVERS')} and "
+                "that the broker is up, or start the stack (deploy/stack.sh start)")
+        code = ExitCode.BROKER_UNREACHABLE
+    if "deploy/stack.sh" not in message:
+        message = f"{message.rstrip('.; ')}; {hint}"
+    return message, code
+
+
 def fail(error: BaseException | str, code: int | None = None) -> typer.Exit:
     """Print one error line (brackets kept, never wrapped) and give the exit to raise; the
-    code is the error's kind's (`exit_code_of`) unless given."""
+    code is the error's kind's (`exit_code_of`) unless given. An unavailable broker or
+    registry's line says which setting to check and how to start the stack."""
     message = error if isinstance(error, str) else str(error)
+    if isinstance(error, KafkaUnavailable):
+        message, kind = _unreachable(error)
+        code = kind if code is None else code
     if code is None:
         code = exit_code_of(error) if isinstance(error, BaseException) else ExitCode.FAILED
     prefix = "configuration error" if code == ExitCode.CONFIG else "error"
@@ -146,10 +189,8 @@ def handled(default: int | None = None) -> Iterator[None]:
     try:
         yield
     except StreamsError as exc:
-        code = exit_code_of(exc)
-        if default is not None and code == ExitCode.USAGE:
-            code = ExitCode(default)
-        raise fail(exc, code) from exc
+        own = default is not None and exit_code_of(exc) == ExitCode.USAGE
+        raise fail(exc, default if own else None) from exc
 
 
 def settings() -> Settings:
@@ -268,3 +309,32 @@ def require_tenant(runtime: Runtime, tenant: str) -> None:
     tenants = runtime.admin.tenants()
     if tenant not in tenants:
         no_such_tenant(tenant, tenants, runtime.settings.topic_prefix)
+
+
+def require_broker(runtime: Runtime) -> None:
+    """BrokerUnreachable, within STREAMS_ADMIN_TIMEOUT, when no broker answers: a worker or
+    sink would otherwise wait for one, retrying, and say nothing useful."""
+    # Lazy: confluent-kafka is loaded by the commands that talk to the broker only.
+    from confluent_kafka import KafkaException
+
+    try:
+        runtime.admin.client.list_topics(timeout=runtime.settings.admin_timeout)
+    except KafkaException as exc:
+        raise BrokerUnreachable(
+            f"no Kafka broker answered at {runtime.settings.bootstrap_servers} within "
+            f"{runtime.settings.admin_timeout:g} s ({exc.args[0].str() if exc.args else exc})"
+        ) from exc
+
+
+def check_broker(config: Settings) -> None:
+    """`require_broker` on a Runtime of its own, closed after: the preflight of the
+    long-running commands (worker, sinks), ending the command with one line if it fails."""
+    # Lazy: the composition root loads the Kafka clients, which `--help` does not need.
+    from streams.runtime.root import Runtime
+
+    runtime = Runtime(config)
+    try:
+        with handled():
+            require_broker(runtime)
+    finally:
+        runtime.close()

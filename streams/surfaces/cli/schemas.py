@@ -15,6 +15,7 @@ from streams.surfaces.cli.base import (
     RegistryUnreachable,
     console,
     fail,
+    is_transport_error,
     settings,
 )
 
@@ -86,28 +87,29 @@ def schemas_check(
 def schemas_register(types: SchemaTypesOption = None) -> None:
     """Register the schemas in the schema registry (SCHEMA_REGISTRY_URL), with BACKWARD
     compatibility."""
-    # Lazy: the registry client and its HTTP stack are only needed here.
-    import httpx
-
+    # Lazy: the composition root loads the registry and Kafka clients.
     from streams.runtime.root import Runtime
 
     schemas = _schemas_of(types)
     config = settings()
     runtime = Runtime(config)
     try:
+        # A quick probe first (no retries): a registry that is down fails in seconds.
+        runtime.probe_registry().get_subjects()
         subjects = runtime.serde.register_schemas(schemas)
     except SchemaError as exc:  # the registry answered: an incompatible or invalid schema
         raise fail(exc, ExitCode.FAILED) from exc
     except KafkaUnavailable as exc:
         raise fail(RegistryUnreachable(
-            f"the schema registry at {config.schema_registry_url} did not answer ({exc}); "
-            "check SCHEMA_REGISTRY_URL, or start the stack (deploy/stack.sh start)")) from exc
-    except (httpx.TransportError, OSError) as exc:
+            f"the schema registry at {config.schema_registry_url} failed: {exc}")) from exc
+    except Exception as exc:
+        if not is_transport_error(exc):
+            raise
         # The registry client's transport errors come through unwrapped: say where it
         # looked and what to do, not 300 lines of traceback.
         raise fail(RegistryUnreachable(
-            f"cannot reach the schema registry at {config.schema_registry_url}: {exc}; check "
-            "SCHEMA_REGISTRY_URL, or start the stack (deploy/stack.sh start)")) from exc
+            f"cannot reach the schema registry at {config.schema_registry_url}: "
+            f"{exc}")) from exc
     finally:
         runtime.close()
     print(json.dumps(subjects, indent=2))

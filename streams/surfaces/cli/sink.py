@@ -17,9 +17,11 @@ from streams.surfaces.cli.base import (
     ExitCode,
     LangfuseUnreachable,
     TypesOption,
+    check_broker,
     console,
     fail,
     handled,
+    is_transport_error,
     load_types,
     settings,
 )
@@ -48,12 +50,11 @@ def _langfuse_client(config: Settings) -> Any:
 def _langfuse_reached(config: Settings) -> Iterator[None]:
     """A Langfuse that does not answer becomes one line naming LANGFUSE_HOST (the SDK's
     transport errors are not wrapped by it)."""
-    # Lazy: httpx comes with the Langfuse SDK, imported only by the commands that use it.
-    import httpx
-
     try:
         yield
-    except (httpx.TransportError, OSError) as exc:
+    except Exception as exc:
+        if not is_transport_error(exc):
+            raise
         where = config.langfuse_host or "the SDK's default host (LANGFUSE_BASE_URL)"
         raise LangfuseUnreachable(
             f"cannot reach Langfuse at {where}: {exc}; check LANGFUSE_HOST and that Langfuse "
@@ -80,6 +81,8 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
     from streams.adapters.tracing import configure_tracing
     from streams.runtime.sink.runner import OutageTooLong, SinkRunner, serve_sink
 
+    # Fail now, in one line, if no broker answers: the runner would wait for one.
+    await asyncio.to_thread(check_broker, config)
     configure_tracing(config.otlp_traces_endpoint, "streams-sink")
     runner = SinkRunner(config, sink, cursor=cursor, replay=replay, batch_size=batch_size)
     health = serve_sink(runner)  # metrics exported, /healthz and /readyz served

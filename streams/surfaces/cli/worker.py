@@ -8,6 +8,7 @@ import typer
 
 from streams.surfaces.cli.base import (
     TypesOption,
+    check_broker,
     handled,
     load_rules,
     load_types,
@@ -41,7 +42,9 @@ def worker(
 
     load_types(types)
     found_rules, actions, deps = load_rules(with_proposal_outcome(rules, proposal_outcome))
+    config = settings()
+    check_broker(config)
     with handled():
-        Worker(settings(), cursor=cursor, batch_size=batch_size,
+        Worker(config, cursor=cursor, batch_size=batch_size,
                stats_interval=stats_interval or None, rules=found_rules, actions=actions,
                deps=deps).run(loglevel=loglevel)
