@@ -66,7 +66,7 @@ async def test_report_reads_the_workspace_and_writes_json_and_html(
     assert narrow["events"] < written["events"]
 
 
-async def test_bad_input_is_a_clear_error_and_exit_2(
+async def test_bad_input_is_a_clear_error_and_its_exit_code(
     settings: Settings, tenant_factory: Callable[..., str],
     client_factory: Callable[..., Any], tmp_path: Path,
 ) -> None:
