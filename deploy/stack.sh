@@ -31,6 +31,10 @@
 #   STACK_START_TIMEOUT   seconds to wait for readiness (default: 120)
 #   REGISTRY_TOPIC    the registry's journal topic   (default: _registry-journal)
 #   REGISTRY_SNAPSHOTS_TOPIC  its snapshots topic    (default: _registry-snapshots)
+#
+# Exit codes: 0 done; 1 a failure (its line says what); 2 an unknown command; 3 one of the six
+# ports above is taken by another process (checked before anything starts; the line names the
+# port and its variable).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -129,6 +133,28 @@ spawn() {
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# A port another process holds ends the script with one line naming it and its variable, and
+# exit code 3 (before any download or java start: a busy SSL port used to fail 12 s in with
+# a Java trace).
+PORT_BUSY=3
+require_free() {
+  local var
+  for var in "$@"; do
+    if port_open "${!var}"; then
+      printf '[stack] error: port %s (%s) is taken by another process: stop it, or set %s to a free port\n' \
+        "${!var}" "$var" "$var" >&2
+      exit "$PORT_BUSY"
+    fi
+  done
+}
+KAFKA_PORT_VARS=(KAFKA_PORT KAFKA_CONTROLLER_PORT KAFKA_SASL_PORT KAFKA_SSL_PORT)
+REGISTRY_PORT_VARS=(REGISTRY_PORT REGISTRY_MANAGEMENT_PORT)
+# The ports of the parts not running yet (a running part holds its own ports).
+check_ports() {
+  pid_alive "$DATA/kafka.pid" || require_free "${KAFKA_PORT_VARS[@]}"
+  pid_alive "$DATA/registry.pid" || require_free "${REGISTRY_PORT_VARS[@]}"
+}
 
 # make_tls: a CA, a broker certificate for 127.0.0.1/localhost in a PKCS12 keystore, and a
 # client certificate (for mutual TLS), all signed by that CA, into $TLS. Idempotent: files that
@@ -261,7 +287,7 @@ registry_ready() {
 
 start_kafka() {
   if pid_alive "$DATA/kafka.pid"; then say "kafka already running (pid $(cat "$DATA/kafka.pid"))"; return; fi
-  port_open "$KAFKA_PORT" && die "port $KAFKA_PORT is taken by another process; set KAFKA_PORT"
+  require_free "${KAFKA_PORT_VARS[@]}"
   write_kafka_config
   if [ ! -f "$DATA/kafka/meta.properties" ]; then
     local cluster_id
@@ -288,9 +314,7 @@ start_kafka() {
 
 start_registry() {
   if pid_alive "$DATA/registry.pid"; then say "registry already running (pid $(cat "$DATA/registry.pid"))"; return; fi
-  port_open "$REGISTRY_PORT" && die "port $REGISTRY_PORT is taken by another process; set REGISTRY_PORT"
-  port_open "$REGISTRY_MANAGEMENT_PORT" \
-    && die "port $REGISTRY_MANAGEMENT_PORT is taken by another process; set REGISTRY_MANAGEMENT_PORT"
+  require_free "${REGISTRY_PORT_VARS[@]}"
   # The registry keeps its schemas in the broker: without Kafka it cannot load them.
   kafka_ready || die "kafka is not running on 127.0.0.1:$KAFKA_PORT: start it first (deploy/stack.sh start-kafka)"
   mkdir -p "$DATA"
@@ -347,7 +371,7 @@ status() {
 
 case "${1:-}" in
   fetch) fetch ;;
-  start) fetch; start_kafka; start_registry; status ;;
+  start) check_ports; fetch; start_kafka; start_registry; status ;;
   stop) stop_one registry "$DATA/registry.pid"; stop_one kafka "$DATA/kafka.pid" ;;
   status) status ;;
   env)
@@ -366,5 +390,5 @@ case "${1:-}" in
   start-registry) fetch; start_registry ;;
   stop-registry) stop_one registry "$DATA/registry.pid" ;;
   restart-registry) fetch; stop_one registry "$DATA/registry.pid"; start_registry ;;
-  *) sed -n '2,35p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,39p' "$0" >&2; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
 """`python -m streams` runs the command line."""
 
-from streams.surfaces.cli import main
+from streams.surfaces.cli.app import main
 
 main()

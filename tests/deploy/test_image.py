@@ -77,7 +77,7 @@ def test_the_entrypoint_is_the_projects_console_script() -> None:
     entry = [a for w, a in final if w == "ENTRYPOINT"]
     assert entry == ['["streams"]']
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["streams"] == "streams.surfaces.cli:main"
+    assert scripts["streams"] == "streams.surfaces.cli.app:main"
     env = " ".join(a for w, a in final if w == "ENV")
     assert "PATH=/opt/venv/bin:$PATH" in env
 

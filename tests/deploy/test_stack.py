@@ -13,6 +13,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,34 @@ def test_the_tls_listener_serves_scram_with_the_stacks_ca_across_restarts(
     # The certificates are made once: a restart keeps the CA clients already trust.
     assert own_stack.ca_location.read_bytes() == ca
     assert scram_over_tls().tenants() == ["acme"]
+
+
+PORT_VARIABLES = ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "KAFKA_SASL_PORT", "KAFKA_SSL_PORT",
+                  "REGISTRY_PORT", "REGISTRY_MANAGEMENT_PORT")
+
+
+@pytest.mark.parametrize("busy", PORT_VARIABLES)
+def test_start_refuses_any_busy_port_first_in_one_line(busy: str, tmp_path: Path) -> None:
+    # All six ports are checked before any download or java start: a busy one is one line
+    # naming it and its variable, and exit code 3, within a second or two.
+    import socket
+
+    def free() -> int:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return int(probe.getsockname()[1])
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        env = {**os.environ, "STACK_DATA_DIR": str(tmp_path / "data"),
+               **{name: str(taken if name == busy else free()) for name in PORT_VARIABLES}}
+        started = time.monotonic()
+        done = subprocess.run([str(SCRIPT), "start"], env=env, capture_output=True, text=True,
+                              timeout=60, check=False)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.splitlines() == [
+        f"[stack] error: port {taken} ({busy}) is taken by another process: stop it, or set "
+        f"{busy} to a free port"]
+    assert time.monotonic() - started < 10

@@ -21,7 +21,8 @@ from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.runtime.root import Runtime
 from streams.settings import Settings
-from streams.surfaces.cli_deadletters import NOT_ALL_REDRIVEN, NOTHING_MATCHES
+from streams.surfaces.cli.base import ExitCode
+from streams.surfaces.cli.deadletters import NOT_ALL_REDRIVEN, NOTHING_MATCHES
 from tests.conftest import REPO, WorkerProcess, read_topic
 
 STRICT = "tests.integration.deadletters_strict"
@@ -162,7 +163,7 @@ def test_unknown_tenant_and_bad_filters_are_refused_saying_what_to_fix(
     assert none.returncode == NOTHING_MATCHES
     assert f"{settings.topic_prefix}.{empty}.deadletter has no dead letters" in none.stderr
     missing = dl(settings, "list", "--tenant", "no-such-tenant")
-    assert missing.returncode == 2
+    assert missing.returncode == ExitCode.NOT_FOUND
     assert "no tenant 'no-such-tenant'" in missing.stderr
     assert "streams tenant list" in missing.stderr
     bad = dl(settings, "redrive", "--tenant", "no-such-tenant", "--at", "x")

@@ -14,6 +14,7 @@ from typing import Any
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent
 from streams.settings import Settings
+from streams.surfaces.cli.base import ExitCode
 from streams.surfaces.report import CHARTS, build_report
 from tests.conftest import REPO
 from tests.surfaces.report_log import sample_log
@@ -65,7 +66,7 @@ async def test_report_reads_the_workspace_and_writes_json_and_html(
     assert narrow["events"] < written["events"]
 
 
-async def test_bad_input_is_a_clear_error_and_exit_2(
+async def test_bad_input_is_a_clear_error_and_its_exit_code(
     settings: Settings, tenant_factory: Callable[..., str],
     client_factory: Callable[..., Any], tmp_path: Path,
 ) -> None:
@@ -90,7 +91,9 @@ async def test_bad_input_is_a_clear_error_and_exit_2(
     for args, messages in cases:
         done = streams_report(settings, *args, "--out", out)
         said = " ".join(done.stderr.split())
-        assert done.returncode == 2, (args, done.stderr)
+        # An unknown tenant is NotFound; the other refusals are usage errors.
+        code = ExitCode.NOT_FOUND if args[1] == "nosuchtenant" else ExitCode.USAGE
+        assert done.returncode == code, (args, done.stderr)
         for message in messages:
             assert message in said, (args, done.stderr)
         assert "Traceback" not in done.stderr

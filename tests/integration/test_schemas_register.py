@@ -13,8 +13,8 @@ from confluent_kafka.schema_registry import RegisteredSchema, SchemaRegistryClie
 from typer.testing import CliRunner
 
 from streams.settings import Settings
-from streams.surfaces.cli import app
-from tests.surfaces.test_cli_schemas import V1, V2, V3
+from streams.surfaces.cli.app import app
+from tests.surfaces.cli.test_schemas import V1, V2, V3
 from tests.user_modules import UserModules, user_modules
 
 runner = CliRunner()

@@ -31,7 +31,7 @@ from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.settings import Settings
-from streams.surfaces.cli import app
+from streams.surfaces.cli.app import app
 from tests.conftest import Stack, WorkerProcess, read_topic, unique, wait_until
 
 pytestmark = pytest.mark.timeout(600)

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope, Seq
-from streams.surfaces.cli import app
+from streams.surfaces.cli.app import app
+from streams.surfaces.cli.base import ExitCode
 from streams.surfaces.http.mcp import mcp_server
 from streams.surfaces.http.stream import event_frame
 
@@ -44,7 +45,7 @@ def test_the_mcp_tools_and_their_inputs() -> None:
 
 def test_streams_mcp_without_a_key_says_how_to_get_one() -> None:
     result = CliRunner().invoke(app, ["mcp"], env={"STREAMS_MCP_KEY": ""})
-    assert result.exit_code == 2
+    assert result.exit_code == ExitCode.CONFIG
     assert "STREAMS_MCP_KEY" in result.output
 
 

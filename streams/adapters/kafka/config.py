@@ -10,8 +10,10 @@ too. Building a configuration does no network I/O.
 from __future__ import annotations
 
 import hashlib
+import logging
 import ssl
 import threading
+import time
 from typing import Any
 
 from confluent_kafka import KafkaError
@@ -25,6 +27,7 @@ __all__ = [
     "client_config",
     "consumer_config",
     "faust_settings",
+    "librdkafka_log",
     "producer_config",
     "reader_config",
     "registry_config",
@@ -66,11 +69,49 @@ def _credentials_key(settings: Settings, password: str | None) -> tuple[str, str
     return settings.bootstrap_servers, settings.sasl_username or "", digest
 
 
-def _error_callback(key: tuple[str, str, str]) -> Any:
+class _RateLimit(logging.Filter):
+    """Lets through one record per (client, kind) every `interval` seconds, noting how many
+    were held back: an unreachable broker makes librdkafka repeat the same line every few
+    milliseconds, which buried the one line saying what to do."""
+
+    def __init__(self, interval: float = 30.0) -> None:
+        super().__init__()
+        self.interval = interval
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # confluent-kafka logs "%s [%s] %s" with (facility, client name, text); the error
+        # callback below logs with a kind and the client's brokers.
+        key = tuple(str(a) for a in record.args[:2]) if isinstance(record.args, tuple) \
+            and len(record.args) >= 2 else (record.msg, "")
+        now = time.monotonic()
+        with self._lock:
+            last, held = self._last.get((key[0], key[1]), (float("-inf"), 0))
+            if now - last < self.interval:
+                self._last[(key[0], key[1])] = (last, held + 1)
+                return False
+            self._last[(key[0], key[1])] = (now, 0)
+        if held:
+            record.msg = f"{record.msg} ({held} more like it in the last {self.interval:g} s)"
+        return True
+
+
+librdkafka_log = logging.getLogger("streams.librdkafka")
+"""Where librdkafka's own log lines and client errors go (every client's `logger` and
+`error_cb`), rate-limited per client and kind, instead of librdkafka's own stderr lines."""
+librdkafka_log.addFilter(_RateLimit())
+
+
+def _error_callback(key: tuple[str, str, str] | None, brokers: str) -> Any:
     def error_cb(error: KafkaError) -> None:
-        if error.code() in _AUTH_CODES:
+        if key is not None and error.code() in _AUTH_CODES:
             with _AUTH_LOCK:
                 _AUTH_FAILURES[key] = error.str()
+        # The client retries; the operation that needs the broker fails with its own error
+        # (KafkaUnavailable naming what to check). This line says why, once in a while.
+        librdkafka_log.warning("%s [%s] %s; check KAFKA_BOOTSTRAP_SERVERS, or start the stack "
+                               "(deploy/stack.sh start)", error.name(), brokers, error.str())
     return error_cb
 
 
@@ -89,13 +130,14 @@ def authentication_failure(settings: Settings) -> str | None:
 
 def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     """What every confluent-kafka client shares: brokers and security, then `extra`, then
-    the operator's KAFKA_EXTRA_CONFIG (last, so an operator can override anything). With SASL,
-    an error callback remembers authentication failures (`authentication_failure`)."""
+    the operator's KAFKA_EXTRA_CONFIG (last, so an operator can override anything). librdkafka's
+    log lines and client errors go to `librdkafka_log`, rate-limited; with SASL, the error
+    callback also remembers authentication failures (`authentication_failure`)."""
     security = security_config(settings)
-    if "sasl.password" in security:
-        extra = {"error_cb": _error_callback(_credentials_key(settings,
-                                                              security["sasl.password"])),
-                 **extra}
+    key = _credentials_key(settings, security["sasl.password"]) \
+        if "sasl.password" in security else None
+    extra = {"logger": librdkafka_log,
+             "error_cb": _error_callback(key, settings.bootstrap_servers), **extra}
     return {"bootstrap.servers": settings.bootstrap_servers, **security,
             **extra, **settings.kafka_extra}
 

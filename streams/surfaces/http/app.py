@@ -50,6 +50,7 @@ from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.settings import Settings
+from streams.surfaces.cli.base import import_user_module
 from streams.surfaces.http.realtime import install_realtime
 
 __all__ = ["app_from_env", "create_app", "openapi_document"]
@@ -345,10 +346,8 @@ def openapi_document() -> dict[str, Any]:
 def app_from_env() -> FastAPI:
     """The app on a Runtime from the environment (settings, and the feedback types of
     STREAMS_FEEDBACK_MODULES): the factory each of `streams serve --workers N`'s processes
-    calls."""
-    import importlib
-
+    calls. The modules are imported as the command line imports them (one-line errors)."""
     settings = Settings.from_env()
     for module in settings.feedback_modules:
-        importlib.import_module(module)
+        import_user_module("feedback", module, "STREAMS_FEEDBACK_MODULES")
     return create_app(Runtime(settings))

@@ -95,7 +95,7 @@ def test_a_worker_loads_it_as_a_rules_module() -> None:
     # The command line's loader and the worker's checks, no broker needed (not a run on one).
     from streams.runtime.worker.app import Worker
     from streams.settings import Settings
-    from streams.surfaces.cli import load_rules
+    from streams.surfaces.cli.base import load_rules
 
     rules, actions, deps = load_rules(["streams.core.proposals.rule"])
     assert [r.name for r in rules] == ["streams:proposal-outcome"] and deps == {}

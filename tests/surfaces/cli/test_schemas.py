@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from streams.surfaces.cli import app
+from streams.surfaces.cli.app import app
+from streams.surfaces.cli.base import ExitCode
 from tests.user_modules import UserModules, user_modules
 
 runner = CliRunner()
-REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+REPO_SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 
 V1 = '''
 from typing import Literal
@@ -104,16 +105,16 @@ def test_an_incompatible_change_is_refused(modules: UserModules, type_name: str,
 
 def test_modules_that_cannot_be_used_are_clear_errors(modules: UserModules) -> None:
     missing = schemas("check", "--types", "no_such_feedback_module")
-    assert missing.exit_code == 2
+    assert missing.exit_code == ExitCode.MODULE_FAILED
     assert "cannot import feedback module 'no_such_feedback_module'" in missing.output
     empty = modules.write("X = 1\n")
     none = schemas("write", "--types", empty)
-    assert none.exit_code == 2
+    assert none.exit_code == ExitCode.MODULE_FAILED
     assert f"module {empty!r} defines no feedback types" in none.output
     broken = modules.write("from streams import Feedback\n\n\n"
                            "class NoTargets(Feedback):\n    ok: bool\n")
     failed = schemas("check", "--types", broken)
-    assert failed.exit_code == 2
+    assert failed.exit_code == ExitCode.MODULE_FAILED
     assert f"importing feedback module {broken!r} failed: TypeError" in failed.output
     assert "declares no targets" in failed.output
 

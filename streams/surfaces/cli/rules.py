@@ -1,8 +1,9 @@
 """`streams rules ...`: rules as data. Draft a rule as a proposal (`propose`), resolve it
 (`resolve`), install it (`install FILE.json` or `install --from-artifact ID`, optionally
 `--backfill`), archive it (`archive NAME`), and list a tenant's installed rules (`list`).
-Each command prints one JSON object on stdout; a refusal is a message naming what to fix
-and exit code 2 (1 when the broker or registry cannot be reached).
+Each command prints one JSON object on stdout; a failure is one line naming what to fix and
+its kind's exit code (streams.surfaces.cli.base.ExitCode: 2 a refusal, 5 an unknown
+tenant, 6 a module that cannot be used, 10 the broker cannot be reached).
 """
 
 from __future__ import annotations
@@ -15,17 +16,21 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from streams.core.errors import KafkaUnavailable, StreamsError
+from streams.surfaces.cli.base import (
+    TypesOption,
+    fail,
+    handled,
+    load_rules,
+    load_types,
+    require_tenant,
+    settings,
+)
 
 __all__ = ["rules_app"]
 
 rules_app = typer.Typer(no_args_is_help=True,
                         help="Rules as data: propose, resolve, install, archive, list.")
-console = Console(stderr=True)
-
 _T = TypeVar("_T")
 
 TenantOption = Annotated[str, typer.Option("--tenant", help="The tenant.")]
@@ -34,9 +39,6 @@ WorkspaceOption = Annotated[str, typer.Option(
 RulesOption = Annotated[list[str] | None, typer.Option(
     "--rules", help="Rules module whose ACTIONS is the action registry (the workers' "
     "--rules); repeatable. Default: $STREAMS_RULE_MODULES.")]
-TypesOption = Annotated[list[str] | None, typer.Option(
-    "--types", help="Module declaring feedback or app event types; repeatable. Default: "
-    "$STREAMS_FEEDBACK_MODULES.")]
 ByOption = Annotated[str, typer.Option(
     "--by", help="Who does it, as a participant: user:<id>, agent:<id>, system.")]
 
@@ -44,18 +46,13 @@ ByOption = Annotated[str, typer.Option(
 def _run(make: Callable[[Any], Coroutine[Any, Any, _T]]) -> _T:
     """Run `make(runtime)` on a Runtime from the environment; project errors become a
     message and an exit code."""
+    # Lazy: the composition root loads the Kafka clients, which `rules --help` does not need.
     from streams.runtime.root import Runtime
-    from streams.surfaces.cli import settings
 
     runtime = Runtime(settings())
     try:
-        return asyncio.run(make(runtime))
-    except KafkaUnavailable as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(1) from exc
-    except StreamsError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from exc
+        with handled():
+            return asyncio.run(make(runtime))
     finally:
         runtime.close()
 
@@ -71,17 +68,13 @@ def _read_json(path: Path) -> Any:
     except OSError as exc:
         raise typer.BadParameter(f"cannot read {path}: {exc}") from exc
     except json.JSONDecodeError as exc:
-        message = f"{path}: rule JSON is not valid JSON: {exc.msg} at line {exc.lineno} " \
-                  f"column {exc.colno}"
-        console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
-        raise typer.Exit(2) from exc
+        raise fail(f"{path}: rule JSON is not valid JSON: {exc.msg} at line {exc.lineno} "
+                   f"column {exc.colno}", 2) from exc
 
 
 def _registry(rules: list[str] | None, types: list[str] | None) -> tuple[list[str], set[str]]:
     """The rules modules' rule names and action names (importing the types first, so app
     event types are declared)."""
-    from streams.surfaces.cli import load_rules, load_types
-
     load_types(types)
     found, actions, _deps = load_rules(rules)
     return [r.name for r in found], set(actions)
@@ -96,6 +89,8 @@ def rules_list(
     from streams.runtime.jobs.rules import Rulebook
 
     async def main(runtime: Any) -> list[dict[str, Any]]:
+        # An unknown tenant has no rulebook: say so, rather than print [] (a typo looks empty).
+        await asyncio.to_thread(require_tenant, runtime, tenant)
         entries = await asyncio.to_thread(Rulebook(runtime).entries, tenant)
         return [{"rule": e.rule, "state": e.state, "action": e.definition["then"]["action"],
                  "on": e.definition["when"]["on"], "workspace": e.workspace,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from streams.core.actors import AgentActor, AnyActor, EvaluatorActor, UserActor
-from streams.core.errors import StreamsError
+from streams.surfaces.cli.base import console, handled, require_tenant, settings
 
 if TYPE_CHECKING:
     from streams.runtime.client.keys import KeyStore
@@ -42,11 +42,22 @@ def _actor(user: str | None, evaluator: str | None, agent: str | None) -> AnyAct
 def _store() -> KeyStore:
     from streams.runtime.client.keys import KeyStore
     from streams.runtime.root import Runtime
-    from streams.surfaces.cli import settings
 
     store = KeyStore(Runtime(settings()))
     store.start()
     return store
+
+
+def _require_tenant(tenant: str) -> None:
+    """The tenant exists (`require_tenant`), checked before a key is made for it."""
+    # Lazy: the composition root loads the Kafka clients, which `keys --help` does not need.
+    from streams.runtime.root import Runtime
+
+    runtime = Runtime(settings())
+    try:
+        require_tenant(runtime, tenant)
+    finally:
+        runtime.close()
 
 
 @keys_app.command("create")
@@ -61,19 +72,15 @@ def create(
     note: Annotated[str, typer.Option(help="A note shown by `keys list`.")] = "",
 ) -> None:
     """Create a key bound to a tenant and an actor; prints its token once, on stdout."""
-    from streams.surfaces.cli import console
-
-    try:
-        actor = _actor(user, evaluator, agent)
+    actor = _actor(user, evaluator, agent)
+    with handled():
+        _require_tenant(tenant)
         store = _store()
         try:
             key, token = store.create(tenant, actor, set(can or ["give_feedback", "read"]),
                                       note)
         finally:
             store.close()
-    except StreamsError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
     console.print(f"key {key.key_id} for {key.actor.participant} in tenant {key.tenant} "
                   f"({', '.join(sorted(key.capabilities))}); the token is shown only now:")
     print(token)
@@ -84,7 +91,10 @@ def list_keys(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
 ) -> None:
     """List keys (never their secrets) as JSON lines."""
-    store = _store()
+    with handled():
+        if tenant is not None:
+            _require_tenant(tenant)
+        store = _store()
     try:
         for key in store.list(tenant):
             print(json.dumps({"key_id": key.key_id, "tenant": key.tenant,
@@ -99,14 +109,10 @@ def list_keys(
 @keys_app.command("revoke")
 def revoke(key_id: Annotated[str, typer.Argument(help="The key id (`keys list`).")]) -> None:
     """Revoke a key: every server refuses it within 10 s."""
-    from streams.surfaces.cli import console
-
-    store = _store()
-    try:
-        key = store.revoke(key_id)
-    except StreamsError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
-    finally:
-        store.close()
+    with handled():
+        store = _store()
+        try:
+            key = store.revoke(key_id)
+        finally:
+            store.close()
     console.print(f"revoked {key.key_id} ({key.actor.participant}, tenant {key.tenant})")

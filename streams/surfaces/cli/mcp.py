@@ -8,50 +8,34 @@ streamable HTTP at `streams serve`'s `/mcp`.
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from streams.core.errors import ConfigError
-from streams.settings import Settings
+from streams.surfaces.cli.base import ExitCode, TypesOption, fail, load_types, settings
 
 __all__ = ["mcp"]
 
 
-console = Console(stderr=True)
-
-
 def mcp(
-    types: Annotated[list[str] | None, typer.Option(
-        "--types", help="Module that defines feedback types; repeatable. Default: "
-        "$STREAMS_FEEDBACK_MODULES (comma separated).")] = None,
+    types: TypesOption = None,
     key: Annotated[str | None, typer.Option(
         help="The API key to act with. Default: $STREAMS_MCP_KEY (prefer it: an argument "
         "shows in the process list).")] = None,
 ) -> None:
     """Serve the MCP tools over stdio (for an MCP client that launches this command)."""
+    # Lazy: the MCP SDK and anyio are loaded by `mcp` only.
     import anyio
 
     from streams.runtime.root import Runtime
     from streams.surfaces.http.mcp import serve_stdio
 
-    try:
-        config = Settings.from_env()
-    except ConfigError as exc:
-        console.print(f"[red]configuration error:[/red] {exc}")
-        raise typer.Exit(2) from exc
-    for name in types or config.feedback_modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise typer.BadParameter(f"cannot import feedback module {name!r}: {exc}") from exc
+    config = settings()
+    load_types(types)
     token = key or config.mcp_key
     if not token:
-        console.print("[red]no API key:[/red] set STREAMS_MCP_KEY to a key from "
-                      "`streams keys create`")
-        raise typer.Exit(2)
+        raise fail("no API key: set STREAMS_MCP_KEY to a key from `streams keys create`",
+                   ExitCode.CONFIG)
     runtime = Runtime(config)  # every client comes from the composition root
     try:
         anyio.run(functools.partial(serve_stdio, runtime, key=token))

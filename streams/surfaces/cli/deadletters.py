@@ -6,9 +6,10 @@ lines with `--json`; `redrive` prints one JSON line per letter it re-drove (or, 
 `--dry-run`, would re-drive), could not re-drive, or had re-driven before, then a summary
 line. Progress and messages go to stderr.
 
-Exit codes: 0 done; 1 the broker or registry cannot be reached; 2 a refusal (unknown tenant,
-a bad filter, a module that cannot be imported); 3 nothing matches the filters; 4 `redrive`
-left some selected letters not re-driven (each listed with why).
+Exit codes (streams.surfaces.cli.base.ExitCode, tabled in docs/cli.md): 0 done; 2 a refusal
+(a bad filter); 3 nothing matches the filters; 4 `redrive` left some selected letters not
+re-driven (each listed with why); 5 an unknown tenant; 6 a module that cannot be imported;
+10 the broker cannot be reached.
 """
 
 from __future__ import annotations
@@ -24,21 +25,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from streams.core.deadletters import DeadLetter, Selection, parse_at, parse_source
-from streams.core.errors import KafkaUnavailable, StreamsError, ValidationFailed
+from streams.core.errors import StreamsError, ValidationFailed
+from streams.surfaces.cli.base import ExitCode, console, fail, load_types, settings
 
 if TYPE_CHECKING:
     from streams.runtime.root import Runtime
 
 __all__ = ["NOTHING_MATCHES", "NOT_ALL_REDRIVEN", "deadletters_app"]
 
-NOTHING_MATCHES = 3
-NOT_ALL_REDRIVEN = 4
+NOTHING_MATCHES = ExitCode.NOTHING_MATCHES
+NOT_ALL_REDRIVEN = ExitCode.NOT_ALL_REDRIVEN
 
 deadletters_app = typer.Typer(
     no_args_is_help=True,
     help="Dead letters: list a tenant's, re-drive the chosen ones after a fix.")
-console = Console(stderr=True)
-
 _T = TypeVar("_T")
 
 TenantOption = Annotated[str, typer.Option("--tenant", help="The tenant.")]
@@ -84,11 +84,6 @@ def _selection(reason: str | None, stage: str | None, kind: str | None, source: 
                      at=frozenset(parse_at(a) for a in at or ()))
 
 
-def _fail(message: str, code: int) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
-    return typer.Exit(code)
-
-
 def _nothing(topic: str, total: int) -> str:
     if total == 0:
         return f"{topic} has no dead letters"
@@ -99,16 +94,14 @@ def _nothing(topic: str, total: int) -> str:
 def _run(work: Callable[[Runtime], _T]) -> _T:
     """Run `work(runtime)` on a Runtime from the environment; project errors become a
     message and an exit code."""
+    # Lazy: the composition root loads the Kafka clients, which `--help` does not need.
     from streams.runtime.root import Runtime
-    from streams.surfaces.cli import settings
 
     runtime = Runtime(settings())
     try:
         return work(runtime)
-    except KafkaUnavailable as exc:
-        raise _fail(str(exc), 1) from exc
     except StreamsError as exc:
-        raise _fail(str(exc), 2) from exc
+        raise fail(exc) from exc
     finally:
         runtime.close()
 
@@ -161,7 +154,7 @@ def list_(
 
     topic, chosen, redriven, total = _run(work)
     if not chosen:
-        raise _fail(_nothing(topic, total), NOTHING_MATCHES)
+        raise fail(_nothing(topic, total), NOTHING_MATCHES)
     shown = chosen[:limit] if limit is not None else chosen
     if as_json:
         for letter in shown:
@@ -197,7 +190,6 @@ def redrive(
     is re-driven at most once: a letter re-driven before is skipped."""
     from streams.core.deadletters import redrive_plan
     from streams.runtime.jobs.deadletters import RedriveResult, execute
-    from streams.surfaces.cli import load_types
 
     load_types(types)
 
@@ -212,7 +204,7 @@ def redrive(
 
     topic, plan, result, total = _run(work)
     if not (plan.todo or plan.done_before or plan.cannot):
-        raise _fail(_nothing(topic, total), NOTHING_MATCHES)
+        raise fail(_nothing(topic, total), NOTHING_MATCHES)
     failed = [*plan.cannot, *result.failed]
     outcome = "would_redrive" if dry_run else "redriven"
     for item, records in result.redriven:

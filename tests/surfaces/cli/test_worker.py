@@ -3,7 +3,7 @@ proposal-outcome rule beside the worker's other rules modules; no broker needed.
 
 import pytest
 
-from streams.surfaces.cli import PROPOSAL_OUTCOME_MODULE, load_rules, with_proposal_outcome
+from streams.surfaces.cli.base import PROPOSAL_OUTCOME_MODULE, load_rules, with_proposal_outcome
 
 
 def test_the_flag_adds_the_shipped_rule_once(monkeypatch: pytest.MonkeyPatch) -> None:

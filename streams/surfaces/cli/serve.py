@@ -8,15 +8,15 @@ from typing import Annotated
 
 import typer
 
+from streams.surfaces.cli.base import TypesOption, load_types, settings
+
 __all__ = ["serve"]
 
 
 def serve(
     port: Annotated[int | None, typer.Option(
         help="Port. Default: $STREAMS_SERVE_PORT (8700).")] = None,
-    types: Annotated[list[str] | None, typer.Option(
-        "--types", help="Module that defines feedback types; repeatable. "
-        "Default: $STREAMS_FEEDBACK_MODULES (comma separated).")] = None,
+    types: TypesOption = None,
     print_openapi: Annotated[bool, typer.Option(
         "--print-openapi", help="Print the OpenAPI document and exit.")] = False,
     loglevel: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
@@ -25,8 +25,8 @@ def serve(
         "itself, so idempotency and revocation hold across them).", min=1)] = 1,
 ) -> None:
     """Serve the REST API, the WebSocket stream and MCP on $STREAMS_SERVE_HOST (127.0.0.1)."""
+    # Lazy: FastAPI and uvicorn are loaded by `serve` only.
     from streams.runtime.root import Runtime
-    from streams.surfaces.cli import load_types, settings
     from streams.surfaces.http.app import create_app, openapi_document
 
     if print_openapi:

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from streams.surfaces.cli import app
+from streams.surfaces.cli.app import app
+from streams.surfaces.cli.base import ExitCode
 
 runner = CliRunner()
 
@@ -21,13 +22,13 @@ def test_sink_needs_langfuse_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LANGFUSE_PUBLIC_KEY", raising=False)
     monkeypatch.delenv("LANGFUSE_SECRET_KEY", raising=False)
     result = runner.invoke(app, ["sink", "langfuse", "--no-cursor"])
-    assert result.exit_code == 2
+    assert result.exit_code == ExitCode.CONFIG
     assert "LANGFUSE_PUBLIC_KEY" in result.output
 
 
 def test_unknown_feedback_module_is_refused() -> None:
     result = runner.invoke(app, ["schemas", "check", "--types", "no.such.module"])
-    assert result.exit_code == 2
+    assert result.exit_code == ExitCode.MODULE_FAILED
     assert "cannot import feedback module" in result.output
 
 
@@ -41,7 +42,7 @@ def test_rules_watching_an_undeclared_event_type_are_refused(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     result = runner.invoke(app, ["worker", "--rules", "typo_rules_module"])
-    assert result.exit_code == 2
+    assert result.exit_code == ExitCode.MODULE_FAILED
     output = " ".join(result.output.split())
     assert "'r:typo' watches 'ns:run_succeeded'" in output
     assert "'run_succeeded'" in output
@@ -70,7 +71,7 @@ def test_a_bad_setting_stops_a_command_naming_the_variable(
 ) -> None:
     monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
     result = runner.invoke(app, ["tenant", "list"])
-    assert result.exit_code == 2
+    assert result.exit_code == ExitCode.CONFIG
     assert "KAFKA_SASL_MECHANISM" in result.output
 
 
@@ -78,7 +79,7 @@ def test_the_sink_reads_langfuse_keys_through_settings(monkeypatch: pytest.Monke
     monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk")
     monkeypatch.delenv("LANGFUSE_SECRET_KEY", raising=False)
     result = runner.invoke(app, ["sink", "langfuse", "--no-cursor"])
-    assert result.exit_code == 2
+    assert result.exit_code == ExitCode.CONFIG
     assert "LANGFUSE_SECRET_KEY" in result.output
     assert "LANGFUSE_PUBLIC_KEY" not in result.output.split("set ")[-1]
 

@@ -17,32 +17,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from streams.core.errors import StreamsError
-from streams.settings import Settings
+from streams.surfaces.cli.base import console, fail, settings
 
 __all__ = ["tenant_app"]
 
 tenant_app = typer.Typer(no_args_is_help=True,
                          help="Create, list and delete tenants, their principals and ACLs.")
-console = Console(stderr=True)
 
 PasswordFileOption = Annotated[Path | None, typer.Option(
     "--password-file", help="File whose first line is the password; default: a random one, "
     "printed once.")]
-
-
-def _settings() -> Settings:
-    from streams.surfaces.cli import settings
-
-    return settings()
-
-
-def _fail(exc: StreamsError) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-    return typer.Exit(2)
 
 
 def _password(path: Path | None) -> tuple[str, bool]:
@@ -74,7 +60,7 @@ def tenant_create(
     from streams.core.access import tenant_principal
     from streams.runtime.root import Runtime
 
-    config = _settings()
+    config = settings()
     runtime = Runtime(config)  # every client comes from the composition root
     with_principal = config.security_protocol.startswith("SASL_") if principal is None \
         else principal
@@ -88,7 +74,7 @@ def tenant_create(
                 tenant_principal(name, config.topic_prefix)  # refused before any topic
             info = admin.create_tenant(name, partitions)
         except StreamsError as exc:
-            raise _fail(exc) from exc
+            raise fail(exc) from exc
         console.print(f"tenant [bold]{name}[/bold]: " + ", ".join(
             f"{t} ({n} partitions)" for t, n in info.partitions.items()))
         if not with_principal:
@@ -97,7 +83,7 @@ def tenant_create(
         try:
             made = runtime.access.create_principal(name, password)
         except StreamsError as exc:
-            raise _fail(exc) from exc
+            raise fail(exc) from exc
         console.print(f"principal User:{made.user}: " + "; ".join(
             f"{g.resource} {g.prefix}* {','.join(g.operations)}" for g in made.grants))
         print(json.dumps({"tenant": name, "user": made.user,
@@ -110,9 +96,9 @@ def tenant_list() -> None:
     from streams.runtime.root import Runtime
 
     try:
-        names = Runtime(_settings()).admin.tenants()
+        names = Runtime(settings()).admin.tenants()
     except StreamsError as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
     for name in names:
         print(name)
 
@@ -126,7 +112,7 @@ def tenant_rotate_password(
     need the new password; workers (the service principal) are not affected."""
     from streams.runtime.root import Runtime
 
-    config = _settings()
+    config = settings()
     runtime = Runtime(config)  # every client comes from the composition root
     password, generated = _password(password_file)
     try:
@@ -136,7 +122,7 @@ def tenant_rotate_password(
                                      f"`streams tenant create {name} --principal`")
         user = access.set_password(name, password)
     except StreamsError as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
     console.print(f"new password set for User:{user}")
     print(json.dumps({"tenant": name, "user": user,
                       **({"password": password} if generated else {})}), flush=True)
@@ -151,7 +137,7 @@ def tenant_delete(
     """Delete tenants: their topics (and records), their SCRAM user and its ACLs."""
     from streams.runtime.root import Runtime
 
-    config = _settings()
+    config = settings()
     runtime = Runtime(config)  # every client comes from the composition root
     for name in names:
         try:
@@ -159,7 +145,7 @@ def tenant_delete(
             if principal:
                 runtime.access.delete_principal(name)
         except StreamsError as exc:
-            raise _fail(exc) from exc
+            raise fail(exc) from exc
         console.print(f"deleted tenant [bold]{name}[/bold]"
                       + (" and its principal" if principal else ""))
 
@@ -174,7 +160,7 @@ def tenant_service_acls(
     prefix (see docs/security.md); idempotent."""
     from streams.runtime.root import Runtime
 
-    config = _settings()
+    config = settings()
     runtime = Runtime(config)  # every client comes from the composition root
     try:
         access = runtime.access
@@ -182,6 +168,6 @@ def tenant_service_acls(
             access.set_user_password(user, _password(password_file)[0])
         grants = access.grant_service(user)
     except StreamsError as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
     for grant in grants:
         print(f"{grant.principal}\t{grant.resource}\t{grant.prefix}*\t{','.join(grant.operations)}")
