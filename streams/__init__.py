@@ -1,8 +1,24 @@
-"""feedback-streams: typed feedback on Kafka, mirrored as scores.
+"""feedback-streams: typed judgements of AI workflows on Kafka, mirrored as scores.
 
-The public API; everything else is importable from its module but may change. Names load on
-first use, so `from streams import Feedback` costs only the core: Kafka, Faust, HTTP and
-OpenTelemetry load when a runtime object (StreamsClient, a worker, a sink) is first used.
+The public API; everything else is importable from its module but may change. Read it in
+this order (the names below are grouped the same way):
+
+1. Declaring feedback: `Feedback` subclasses are the types people and evaluators give, on a
+   `RunTarget`, `FiringTarget` or `ChainTarget`, by a `UserActor`, `AgentActor`,
+   `EvaluatorActor` or `SystemActor`.
+2. Giving and reading it: `StreamsClient.from_env()` opens a `Workspace`; `give_feedback`
+   returns `Recorded`; `runs` gives `RunRecord`s; `read` the log's `Envelope`s.
+3. Events on the log: `AppEvent` (declare your own with `app_event_type`), the firings and
+   runs the rules write.
+4. Rules: `Rule(name=..., when=on(...), then=run(...))`, `F` for filters; a worker runs them.
+5. Evaluators: `FunctionEvaluator` and friends, run by a rule's `EvaluatorAction`.
+6. Scores and sinks: each feedback becomes `Score`s (`score_configs`); `FeedbackMirror` carries
+   one workspace's scores to a sink in process, `streams sink` every tenant's.
+7. Errors: every error is a `StreamsError` whose message says what to fix.
+
+Names load on first use, so `from streams import Feedback` costs only the core: Kafka, Faust,
+HTTP and OpenTelemetry load when a runtime object (StreamsClient, a worker, a sink) is first
+used. How the code is laid out: docs/design.md.
 """
 
 from __future__ import annotations
@@ -50,65 +66,72 @@ if TYPE_CHECKING:
     from streams.settings import Settings
 
 _HOMES: dict[str, str] = {
+    # -- Declaring feedback: the types people and evaluators give, and what they target
+    "Feedback": "streams.core.feedback",
+    "FeedbackRegistry": "streams.core.feedback",
+    "registry": "streams.core.feedback",
+    "RunTarget": "streams.core.targets",
+    "FiringTarget": "streams.core.targets",
+    "ChainTarget": "streams.core.targets",
+    "UserActor": "streams.core.actors",
     "AgentActor": "streams.core.actors",
+    "EvaluatorActor": "streams.core.actors",
+    "SystemActor": "streams.core.actors",
+    # -- Giving and reading feedback: the handle on a workspace's log
+    "StreamsClient": "streams.runtime.client.workspace",
+    "Workspace": "streams.runtime.client.workspace",
+    "Recorded": "streams.runtime.client.workspace",
+    "RunRecord": "streams.core.runs",
+    "Envelope": "streams.core.events",
+    "Seq": "streams.core.events",
+    "TraceContext": "streams.core.events",
+    "Settings": "streams.settings",
+    "Runtime": "streams.runtime.root",
+    # -- Events on the log
     "AppEvent": "streams.core.events",
     "AppEventType": "streams.core.app_events",
-    "ChainTarget": "streams.core.targets",
-    "ConfigError": "streams.core.errors",
-    "Envelope": "streams.core.events",
-    "Evaluator": "streams.core.evaluators",
-    "EvaluatorAction": "streams.core.evaluation",
-    "EvaluatorActor": "streams.core.actors",
-    "F": "streams.core.rules",
-    "Fallback": "streams.core.evaluators",
-    "Feedback": "streams.core.feedback",
+    "app_event_type": "streams.core.app_events",
     "FeedbackGiven": "streams.core.events",
-    "FeedbackMirror": "streams.runtime.sink.mirror",
-    "FeedbackRegistry": "streams.core.feedback",
-    "FiringTarget": "streams.core.targets",
-    "FunctionEvaluator": "streams.core.evaluators",
-    "HandOff": "streams.core.evaluators",
-    "KafkaUnavailable": "streams.core.errors",
-    "NotFound": "streams.core.errors",
-    "Reaction": "streams.core.runs",
-    "Recorded": "streams.runtime.client.workspace",
-    "RetryPolicy": "streams.core.rules",
-    "Rule": "streams.core.rules",
-    "RuleEngine": "streams.core.rules",
     "RuleFired": "streams.core.events",
-    "RunDeadLettered": "streams.core.events",
-    "RunFailed": "streams.core.events",
-    "RunRecord": "streams.core.runs",
-    "RunRetried": "streams.core.events",
     "RunStarted": "streams.core.events",
     "RunSucceeded": "streams.core.events",
-    "RunTarget": "streams.core.targets",
-    "Runtime": "streams.runtime.root",
-    "SchemaError": "streams.core.errors",
+    "RunFailed": "streams.core.events",
+    "RunRetried": "streams.core.events",
+    "RunDeadLettered": "streams.core.events",
+    # -- Rules and their actions (a worker runs them with --rules)
+    "Rule": "streams.core.rules",
+    "RuleEngine": "streams.core.rules",
+    "F": "streams.core.rules",
+    "on": "streams.core.rules",
+    "run": "streams.core.rules",
+    "RetryPolicy": "streams.core.rules",
+    "Reaction": "streams.core.runs",
+    # -- Evaluators (judges) and what they read
+    "Evaluator": "streams.core.evaluators",
+    "FunctionEvaluator": "streams.core.evaluators",
+    "Fallback": "streams.core.evaluators",
+    "HandOff": "streams.core.evaluators",
+    "Verdict": "streams.core.evaluators",
+    "EvaluatorAction": "streams.core.evaluation",
+    "chain_events": "streams.core.evaluation",
+    "run_record": "streams.core.evaluation",
+    # -- Scores and sinks: feedback mirrored as scores, carried to Langfuse or DuckDB
     "Score": "streams.core.scores",
     "ScoreConfig": "streams.core.scores",
-    "ScoreConfigError": "streams.core.errors",
     "ScoreConfigs": "streams.core.scores",
-    "Seq": "streams.core.events",
-    "Settings": "streams.settings",
-    "SinkError": "streams.core.errors",
-    "StreamsClient": "streams.runtime.client.workspace",
-    "StreamsError": "streams.core.errors",
-    "SystemActor": "streams.core.actors",
-    "TraceContext": "streams.core.events",
-    "UserActor": "streams.core.actors",
-    "ValidationFailed": "streams.core.errors",
-    "Verdict": "streams.core.evaluators",
-    "Workspace": "streams.runtime.client.workspace",
-    "app_event_type": "streams.core.app_events",
-    "chain_events": "streams.core.evaluation",
-    "on": "streams.core.rules",
-    "registry": "streams.core.feedback",
-    "run": "streams.core.rules",
-    "run_record": "streams.core.evaluation",
     "score_configs": "streams.core.scores",
     "scores_of": "streams.core.scores",
     "sync_score_configs": "streams.core.sinks.configs",
+    "FeedbackMirror": "streams.runtime.sink.mirror",
+    # -- Errors: one StreamsError base; each says what to fix
+    "StreamsError": "streams.core.errors",
+    "ConfigError": "streams.core.errors",
+    "KafkaUnavailable": "streams.core.errors",
+    "NotFound": "streams.core.errors",
+    "SchemaError": "streams.core.errors",
+    "ScoreConfigError": "streams.core.errors",
+    "SinkError": "streams.core.errors",
+    "ValidationFailed": "streams.core.errors",
 }
 
 __all__ = [
