@@ -203,3 +203,23 @@ def test_only_the_composition_root_and_the_adapters_construct_clients() -> None:
     ]
     assert not outside, ("clients constructed outside streams/runtime/root.py and "
                          "streams/adapters/ (ask the Runtime for them): " + ", ".join(outside))
+
+
+# The runtime's rooms, lowest first: each imports only the rooms before it (docs/design.md).
+RUNTIME_ROOMS = ["observe", "root", "batch", "client", "worker", "sink", "jobs"]
+
+
+def test_the_runtime_rooms_import_only_lower_rooms() -> None:
+    found = {p.relative_to(PACKAGE / "runtime").parts[0].removesuffix(".py")
+             for p in (PACKAGE / "runtime").iterdir() if p.name != "__init__.py"
+             and not p.name.startswith("__")}
+    assert found == set(RUNTIME_ROOMS), "a new runtime room: give it its place in the order"
+    rank = {room: i for i, room in enumerate(RUNTIME_ROOMS)}
+
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if parts[:2] == ["streams", "runtime"] and len(parts) > 2 else None
+
+    upward = sorted((m, t) for m, targets in import_graph().items() for t in targets
+                    if (a := room(m)) in rank and (b := room(t)) in rank and rank[b] > rank[a])
+    assert not upward, f"runtime modules importing a higher room: {upward}"
