@@ -1,8 +1,9 @@
 """The proposal-outcome evaluator's decision, as pure code.
 
 An online rule fires on `proposal_resolved`; its action
-(`streams.core.proposals.rule.score_proposal_outcome`, docs/proposals.md) asks `decide` whether to score the resolution and with what. The decision
-re-reads the proposal in the ledger rather than trust the triggering event, and scores only:
+(`streams.core.proposals.rule.score_proposal_outcome`, docs/proposals.md) asks `decide`
+whether to score the resolution and with what. The decision re-reads the proposal in the
+ledger rather than trust the triggering event, and scores only:
 
 - a proposal whose proposer is an external agent, a rule's participant (`agent:rule:<name>`);
 - that the ledger traces to a run (through the run's own events, never a client's ids);
