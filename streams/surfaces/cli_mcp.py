@@ -31,12 +31,15 @@ def mcp(
         "shows in the process list).")] = None,
 ) -> None:
     """Serve the MCP tools over stdio (for an MCP client that launches this command)."""
-    import anyio
-
+    from streams.extras import needs
     from streams.runtime.client.commands import CommandService
     from streams.runtime.client.keys import KeyStore
     from streams.runtime.client.workspace import StreamsClient
-    from streams.surfaces.http.mcp import mcp_server
+
+    with needs("mcp", "streams mcp"):
+        import anyio
+
+        from streams.surfaces.http.mcp import mcp_server
 
     try:
         config = Settings.from_env()

@@ -25,13 +25,15 @@ def serve(
         "itself, so idempotency and revocation hold across them).", min=1)] = 1,
 ) -> None:
     """Serve the REST API, the WebSocket stream and MCP on $STREAMS_SERVE_HOST (127.0.0.1)."""
+    from streams.extras import needs
     from streams.surfaces.cli import load_types, settings
     from streams.surfaces.http.app import app_from_settings, openapi_document
 
     if print_openapi:
         print(json.dumps(openapi_document(), indent=2, sort_keys=True))
         return
-    import uvicorn
+    with needs("serve", "streams serve"):
+        import uvicorn
 
     modules = load_types(types)
     config = settings()
