@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from streams.core.errors import ConfigError, StreamsError, ValidationFailed
+from streams.core.errors import ConfigError, MissingExtra, StreamsError, ValidationFailed
 from streams.settings import Settings, markdown_table
 from streams.surfaces import cli_mcp
 from streams.surfaces.cli_deadletters import deadletters_app
@@ -439,13 +439,22 @@ def demo(
     ui: Annotated[bool, typer.Option(
         "--ui", help="Then print the annotation page's address and a person's key, and keep "
         "the demo running until Ctrl-C.")] = False,
+    langfuse: Annotated[bool, typer.Option(
+        "--langfuse", help="Send the scores through `streams sink langfuse` into the Langfuse "
+        "stand-in (from a clone: standins/) instead of the embedded DuckDB sink.")] = False,
 ) -> None:
     """Create demo tenants, run a worker and a producer, and show events in and scores out;
     then each tenant's dataset of people's verdicts, the judge's agreement, and its report."""
     from streams.surfaces.demo import run_demo
 
-    ok = run_demo(settings(), tenants or ["acme", "globex"], chains=chains,
-                  timeout=timeout, console=Console(), report_dir=report_dir, ui=ui)
+    try:
+        ok = run_demo(settings(), tenants or ["acme", "globex"], chains=chains,
+                      timeout=timeout, console=Console(), report_dir=report_dir, ui=ui,
+                      langfuse=langfuse)
+    except MissingExtra:
+        raise  # main() prints it, with its own exit status
+    except StreamsError as exc:
+        raise _fail(exc, 2) from exc
     raise typer.Exit(0 if ok else 1)
 
 
@@ -472,7 +481,11 @@ app.command("serve")(serve)
 
 def main() -> None:
     """Entry point of the `streams` command."""
-    app()
+    try:
+        app()
+    except MissingExtra as exc:  # a command's optional libraries: one line, not a traceback
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise SystemExit(exc.exit_code) from exc
 
 
 app.command("mcp")(cli_mcp.mcp)
