@@ -335,9 +335,9 @@ def _agreement_line(row: FieldAgreement) -> str:
 
 KAPPA_NOTE = (
     "  (kappa is agreement corrected for chance: 1 is full agreement, 0 no better than two "
-    "raters guessing with their own label frequencies; when one label dominates, as 'correct' "
-    "does here, most agreement is expected by chance alone, so kappa can be 0.00 while they "
-    "agree 95% of the time)")
+    "raters guessing with their own label frequencies; when one label dominates, most "
+    "agreement is expected by chance alone, so a kappa of 0.00 can come with a high "
+    "'agreeing' percentage)")
 """Printed under the agreement rows: why a high percentage can come with a kappa of 0."""
 
 
@@ -555,8 +555,9 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
         if ok:
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
-            console.print(f"the demo failed: the worker's, sink's and service's logs are kept "
-                          f"in {run_dir}")
+            kept = ", ".join(sorted(path.name for path in run_dir.iterdir()))
+            console.print(f"the demo failed; its children's logs are kept in {run_dir} "
+                          f"({kept})")
     return ok
 
 
