@@ -20,12 +20,14 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/venv
 # Dependencies first, from pyproject.toml alone, so a change to the code reuses this layer.
+# The extras of the image's commands: serve (streams serve), duckdb and langfuse (the sinks),
+# judges (a worker whose rules call LLM judges); not demo or mcp (stdio is for a local client).
 # Every dependency ships binary wheels for linux/amd64 (confluent-kafka bundles librdkafka),
 # so no compiler is installed; tests/deploy/test_image.py checks this with pip's resolver.
 # Not for arm64: faust-streaming publishes no arm64 wheel, so build with --platform linux/amd64.
 COPY pyproject.toml README.md ./
 RUN mkdir streams && touch streams/__init__.py \
- && /opt/venv/bin/pip install --only-binary=:all: . \
+ && /opt/venv/bin/pip install --only-binary=:all: '.[serve,duckdb,langfuse,judges]' \
  && /opt/venv/bin/pip uninstall -y feedback-streams
 COPY streams ./streams
 RUN /opt/venv/bin/pip install --no-deps . \

@@ -96,7 +96,7 @@ def produce(settings: Settings, tenant: str, scores: list[Score], *,
 
 STANDIN = """
 import sys, time
-from streams.testing.langfuse_standin import LangfuseStandIn
+from standins.langfuse_standin import LangfuseStandIn
 from streams.runtime.root import Runtime
 server = LangfuseStandIn(public_key=sys.argv[1], scores_route=sys.argv[2]).start()
 print(server.url, flush=True)

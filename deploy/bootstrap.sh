@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the project into ./.venv (created if missing) with its dev tools, and fetches the
+# Installs the project into ./.venv (created if missing) with every extra and its dev tools
+# (`.[all,dev]`: the demo and the tests use them all), and fetches the
 # local stack's jars. Idempotent; safe to run before every demo or test run.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,7 +19,7 @@ stamp=.venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "[bootstrap] installing feedback-streams and its dependencies into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  .venv/bin/python -m pip install -q -e '.[all,dev]'
   touch "$stamp"
 fi
 "$here/stack.sh" fetch

@@ -34,7 +34,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 "$python" -m venv "$venv"
 cp "$ctx/pyproject.toml" "$ctx/README.md" "$src/"
 (cd "$src" && mkdir streams && touch streams/__init__.py \
-  && "$venv/bin/pip" install -q --only-binary=:all: . \
+  && "$venv/bin/pip" install -q --only-binary=:all: '.[serve,duckdb,langfuse,judges]' \
   && "$venv/bin/pip" uninstall -q -y feedback-streams)
 rm -rf "$src/streams" && cp -r "$ctx/streams" "$src/streams"
 (cd "$src" && "$venv/bin/pip" install -q --no-deps . && "$venv/bin/python" -m compileall -q "$venv/lib")

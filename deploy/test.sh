@@ -18,7 +18,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 echo "[test] ruff" >&2
-.venv/bin/ruff check streams tests bench
+.venv/bin/ruff check streams standins tests bench
 echo "[test] mypy" >&2
 .venv/bin/mypy
 echo "[test] schemas: drift and compatibility" >&2

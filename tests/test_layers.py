@@ -20,7 +20,7 @@ PACKAGE = Path(streams.__file__).parent
 SHELL_LIBRARIES = ("faust", "mode", "confluent_kafka", "aiokafka", "httpx", "requests",
                    "langfuse", "opentelemetry", "fastavro", "authlib", "typer", "rich")
 LAYERS = {
-    "core": ("streams.adapters", "streams.runtime", "streams.surfaces", "streams.testing",
+    "core": ("streams.adapters", "streams.runtime", "streams.surfaces", "standins",
              "streams.settings", "streams.examples"),
     "adapters": ("streams.runtime", "streams.surfaces"),
     "runtime": ("streams.surfaces",),

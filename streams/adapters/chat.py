@@ -49,7 +49,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-import httpx
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from pydantic import BaseModel, ValidationError
 
@@ -69,6 +68,10 @@ from streams.core.judges import (
     retrieval_messages,
     review_messages,
 )
+from streams.extras import needs
+
+with needs("judges", "the LLM judges"):
+    import httpx
 
 __all__ = ["ChatJudge", "RetrievalEvaluator", "WorkflowReviewer"]
 

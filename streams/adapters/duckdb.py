@@ -20,11 +20,13 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from streams.core.errors import SinkError
 from streams.core.scores import Score
 from streams.core.sinks.base import Rejected
+from streams.extras import needs
+
+with needs("duckdb", "the DuckDB sink"):
+    import duckdb
 
 __all__ = ["COLUMNS", "TABLE", "DuckDBScoreSink"]
 

@@ -36,15 +36,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-import httpx
-import orjson
-from langfuse import Langfuse
-from langfuse.api.commons.types.config_category import ConfigCategory
-from langfuse.api.scores.types.create_score_request import CreateScoreRequest
-
 from streams.core.errors import SinkError, ValidationFailed
 from streams.core.scores import Category, Score, ScoreConfig
 from streams.core.sinks.base import Rejected
+from streams.extras import needs
+
+with needs("langfuse", "the Langfuse sink"):
+    import httpx
+    import orjson
+    from langfuse import Langfuse
+    from langfuse.api.commons.types.config_category import ConfigCategory
+    from langfuse.api.scores.types.create_score_request import CreateScoreRequest
 
 __all__ = [
     "INGESTION_MAX_BYTES",

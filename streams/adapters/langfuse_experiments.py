@@ -39,14 +39,16 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from langfuse import Langfuse
-from langfuse.api.scores.types.create_score_request import CreateScoreRequest
-
 from streams.core.datasets import DATASET_FORMAT, Dataset, Example
 from streams.core.errors import StreamsError
 from streams.core.evaluators import Evaluator
 from streams.core.experiments import ExampleResult, ExperimentResult, Task, run_examples, summarize
 from streams.core.scores import score_configs, score_value
+from streams.extras import needs
+
+with needs("langfuse", "the Langfuse experiment tracker"):
+    from langfuse import Langfuse
+    from langfuse.api.scores.types.create_score_request import CreateScoreRequest
 
 __all__ = ["ExperimentTrackingError", "LangfuseExperimentTracker", "experiment_id",
            "item_id", "item_trace_id"]

@@ -63,3 +63,20 @@ class Conflict(StreamsError):
 class SlowConsumer(StreamsError):
     """A stream subscriber left its bounded buffer full for too long; it is disconnected and
     resumes from the last seq it acknowledged."""
+
+
+class MissingExtra(StreamsError, ImportError):
+    """A feature's optional libraries are not installed; the message names the extra that
+    installs them (`pip install 'feedback-streams[EXTRA]'`). Also an ImportError, so code
+    that guards an optional import with `except ImportError` keeps working."""
+
+    exit_code = 69
+    """The command line's exit status for it (EX_UNAVAILABLE: a support program is missing)."""
+
+    def __init__(self, extra: str, feature: str, missing: str | None = None) -> None:
+        self.extra = extra
+        self.feature = feature
+        self.missing = missing
+        detail = f" (module {missing!r} is not installed)" if missing else ""
+        super().__init__(f"{feature} needs the '{extra}' extra: "
+                         f"pip install 'feedback-streams[{extra}]'{detail}", name=missing)

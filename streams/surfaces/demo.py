@@ -1,14 +1,19 @@
 """The demo: tenants, a worker running the ops rules, people giving feedback, and a live view
 of events in, firings, runs, escalations, feedback and scores out, per tenant; then, per
 tenant, a dataset of the people's triage verdicts, the judge's agreement with them, and the
-workspace's report (report.json, report.html) in a folder it names."""
+workspace's report (report.json, report.html) in a folder it names.
+
+The scores go to an embedded DuckDB sink (the `duckdb` extra) in that folder, or with
+`langfuse=True` to the Langfuse stand-in of the repository's standins/ (not shipped in the
+package: run the demo from a clone). It needs the `demo` extra (serve, duckdb, httpx).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,9 +24,8 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from confluent_kafka import Consumer
 from rich.console import Console
 from rich.live import Live
@@ -30,7 +34,7 @@ from rich.table import Table
 from streams.adapters.kafka.log import watermarks
 from streams.core.actors import UserActor
 from streams.core.datasets import Dataset, FeedbackContext, LogFeedbackSource, collect
-from streams.core.errors import StreamsError
+from streams.core.errors import ConfigError, StreamsError
 from streams.core.events import (
     AppEvent,
     Envelope,
@@ -51,12 +55,19 @@ from streams.core.tenancy import tenant_topics
 from streams.examples.drafting import DRAFT_RULE, DraftRequested
 from streams.examples.ops import IncidentOpened, Resolution, TriageQuality
 from streams.examples.ops_rules import TriageInput
+from streams.extras import needs, require
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient, Workspace
 from streams.runtime.root import Runtime
+from streams.runtime.sink.runner import SinkRunner
 from streams.settings import Settings
 from streams.surfaces.report.run import make_report
-from streams.testing.langfuse_standin import LangfuseStandIn
+
+with needs("demo", "streams demo"):
+    import httpx
+
+if TYPE_CHECKING:
+    from streams.adapters.duckdb import DuckDBScoreSink
 
 PEOPLE = ("ada", "grace", "linus")
 DEMO_TYPES = ["--types", "streams.examples.ops", "--types", "streams.core.proposals.outcome"]
@@ -233,7 +244,8 @@ def _ends(consumer: Consumer, topic: str) -> int:
     return sum(high for _low, high in watermarks(consumer, topic).values())
 
 
-def _langfuse_counts(standin: LangfuseStandIn, workspace: str) -> dict[str, int]:
+def _standin_counts(standin: Any, workspace: str) -> dict[str, int]:
+    """Scores of `workspace` in the Langfuse stand-in, per tenant."""
     counts: dict[str, int] = {}
     for score in standin.scores():
         meta = score.get("metadata") or {}
@@ -242,12 +254,36 @@ def _langfuse_counts(standin: LangfuseStandIn, workspace: str) -> dict[str, int]
     return counts
 
 
+def _duckdb_counts(sink: DuckDBScoreSink, workspace: str) -> dict[str, int]:
+    """Scores of `workspace` in the DuckDB file, per tenant (one row per score: the sink
+    upserts by the score's key)."""
+    rows = sink.query("select tenant, count(*) from scores where workspace = ? group by tenant",
+                      [workspace])
+    return {str(tenant): int(count) for tenant, count in rows}
+
+
+ROWS = ("events in", "rule firings", "runs succeeded", "runs dead-lettered", "escalations",
+        "feedback: people / judge", "proposal outcomes / asked", "scores out",
+        "scores expected", "scores in {sink}", "dead letters")
+"""The live view's rows, one column per tenant: a table as narrow as its labels, so it fits
+80 columns with several tenants and no header is cut."""
+
+
+def view_table(title: str, sink: str, cells: dict[str, list[str]]) -> Table:
+    """The live view: a row per measure (ROWS), a column per tenant (`cells[tenant]`, in the
+    order of ROWS)."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("")
+    for tenant in cells:
+        table.add_column(tenant, justify="right", overflow="fold")
+    for i, label in enumerate(ROWS):
+        table.add_row(label.format(sink=sink), *(column[i] for column in cells.values()))
+    return table
+
+
 def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
-           started: float, langfuse: dict[str, int]) -> tuple[Table, bool]:
-    table = Table(title=f"feedback-streams demo ({time.monotonic() - started:.0f}s)")
-    for column in ("tenant", "events", "firings", "runs", "failed", "escal.",
-                   "feedback p/j", "outcomes", "scores", "expected", "langfuse", "dead"):
-        table.add_column(column, justify="left" if column == "tenant" else "right")
+           started: float, in_sink: dict[str, int], sink: str) -> tuple[Table, bool]:
+    cells: dict[str, list[str]] = {}
     done = True
     for tenant, view in views.items():
         topics = tenant_topics(tenant, settings.topic_prefix)
@@ -259,18 +295,18 @@ def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
         expected = view.expected_scores()
         settled = view.count(RunStarted) == view.count(RunSucceeded) + \
             view.count(RunDeadLettered)
-        in_langfuse = langfuse.get(tenant, 0)
+        arrived = in_sink.get(tenant, 0)
         outcomes = _outcomes(view.envelopes)
         done = done and view.people_done and settled and expected > 0 and \
-            scores >= expected and in_langfuse >= expected and view.drafts_done and \
+            scores >= expected and arrived >= expected and view.drafts_done and \
             outcomes >= view.drafts
-        table.add_row(
-            tenant, str(events), str(view.count(RuleFired)), str(view.count(RunSucceeded)),
+        cells[tenant] = [
+            str(events), str(view.count(RuleFired)), str(view.count(RunSucceeded)),
             str(view.count(RunDeadLettered)), str(view.count(RunSucceeded, action="escalate")),
-            f"{len(feedback) - judge}/{judge}", f"{outcomes}/{view.drafts}",
-            f"[green]{scores}[/green]", str(expected),
-            f"[green]{in_langfuse}[/green]", str(dead))
-    return table, done
+            f"{len(feedback) - judge} / {judge}", f"{outcomes} / {view.drafts}",
+            f"[green]{scores}[/green]", str(expected), f"[green]{arrived}[/green]", str(dead)]
+    title = f"feedback-streams demo ({time.monotonic() - started:.0f}s)"
+    return view_table(title, sink, cells), done
 
 
 def _triage_input(context: FeedbackContext[TriageQuality]) -> TriageInput:
@@ -297,11 +333,21 @@ def _agreement_line(row: FieldAgreement) -> str:
             f"of n={part.n} pairs")
 
 
+KAPPA_NOTE = (
+    "  (kappa is agreement corrected for chance: 1 is full agreement, 0 no better than two "
+    "raters guessing with their own label frequencies; when one label dominates, most "
+    "agreement is expected by chance alone, so a kappa of 0.00 can come with a high "
+    "'agreeing' percentage)")
+"""Printed under the agreement rows: why a high percentage can come with a kappa of 0."""
+
+
 def evaluate_and_report(runtime: Runtime, tenant: str, workspace: str,
-                        envelopes: list[Envelope], folder: Path, console: Console) -> None:
+                        envelopes: list[Envelope], folder: Path, console: Console, *,
+                        explain_kappa: bool = True) -> None:
     """The demo's last section for one tenant: a dataset of the people's triage verdicts
-    (saved as JSON lines), the judge's agreement with them, and the workspace's report (the
-    code of `streams report`), all in `folder`."""
+    (saved as JSON lines), the judge's agreement with them (with KAPPA_NOTE under the rows when
+    `explain_kappa`), and the workspace's report (the code of `streams report`), all in
+    `folder`."""
     source = LogFeedbackSource(envelopes, feedback_type=TriageQuality, input_type=TriageInput,
                                input=_triage_input, targets={"run"})
 
@@ -325,6 +371,8 @@ def evaluate_and_report(runtime: Runtime, tenant: str, workspace: str,
                   f"people answer at random, so kappa near 0 is what to expect):")
     for row in agreement:
         console.print(_agreement_line(row))
+    if agreement and explain_kappa:
+        console.print(KAPPA_NOTE)
     if not agreement:
         console.print("  no run judged by both the judge and a person (the judge's budget, "
                       "20 an hour per tenant, may be spent by earlier demo runs this hour)")
@@ -333,22 +381,32 @@ def evaluate_and_report(runtime: Runtime, tenant: str, workspace: str,
 
 def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
              timeout: float = 180.0, console: Console | None = None,
-             report_dir: Path | None = None, ui: bool = False) -> bool:
+             report_dir: Path | None = None, ui: bool = False, langfuse: bool = False) -> bool:
     """Run the demo end to end; True when every expected score arrived and each tenant's
     dataset, agreement and report were made (into `report_dir`, default a folder under the
-    temporary directory named after the demo's workspace). With `ui`, then print the
-    annotation page's address and a person's key, and keep everything running until Ctrl-C."""
+    temporary directory named after the demo's workspace). The scores go to an embedded DuckDB
+    sink (`scores.duckdb` in that folder), or with `langfuse` through `streams sink langfuse`
+    into the Langfuse stand-in. The children's logs go to one run directory, removed when the
+    demo succeeds and kept (and named) when it does not. With `ui`, then print the annotation
+    page's address and a person's key, and keep everything running until Ctrl-C.
+
+    Raises MissingExtra before any work when the `demo` extra is not installed."""
+    require("demo", "streams demo")
+    standin_type = _standin_type() if langfuse else None
     console = console or Console()
+    # A workspace of its own per demo run: a tenant's earlier runs stay out of the view.
+    workspace = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = report_dir or Path(tempfile.gettempdir()) / f"streams-{workspace}"
     runtime = Runtime(settings)
     admin = runtime.admin
     for tenant in tenants:
         info = admin.create_tenant(tenant)
         console.print(f"tenant [bold]{tenant}[/bold]: {', '.join(info.topics.all())}")
-    console.print("columns: events in; rule firings; runs succeeded; runs dead-lettered; "
-                  "escalations; feedback by people/judge; runs scored by how people received "
-                  "their proposals / proposals asked for; scores out; scores expected from "
-                  "the feedback; scores in Langfuse (a local stand-in, not Langfuse); "
-                  "dead letters")
+    sink_name = "Langfuse" if langfuse else "DuckDB"
+    console.print("the live view, per tenant: 'proposal outcomes' are the runs scored by how "
+                  "people received their proposals; 'scores in "
+                  + ("Langfuse' counts them in a local stand-in of Langfuse, not Langfuse"
+                     if langfuse else "DuckDB' counts them in the embedded sink's file"))
     consumer = runtime.reader(new_id("demo-watch"))
     views = {t: TenantView() for t in tenants}
     for tenant, view in views.items():
@@ -357,25 +415,31 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
 
     # The children get exactly these settings, whatever this process's environment says.
     env = settings.child_env()
-    # Logs go to files: an undrained pipe would block a process once full.
-    log_path = os.path.join(tempfile.gettempdir(), f"streams-demo-worker-{os.getpid()}.log")
+    # Logs go to files (an undrained pipe would block a process once full), all in one run
+    # directory.
+    run_dir = Path(tempfile.mkdtemp(prefix="streams-demo-run-"))
+    logs = {name: run_dir / f"{name}.log" for name in ("worker", "sink", "serve")}
     worker = _spawn(["worker", *DEMO_TYPES, "--rules", "streams.examples.ops_rules",
                      "--rules", "streams.examples.drafting", "--proposal-outcome"],
-                    env, log_path)
-    # Langfuse cannot run here; a stand-in applying its rules receives the scores.
-    standin = LangfuseStandIn().start()
-    sink_log = os.path.join(tempfile.gettempdir(), f"streams-demo-sink-{os.getpid()}.log")
-    sink = _spawn(["sink", "langfuse", *DEMO_TYPES,
-                   "--cursor", f"demo-{os.getpid()}"],
-                  settings.replace(langfuse_host=standin.url,
-                                   langfuse_public_key=standin.public_key,
-                                   langfuse_secret_key=standin.secret_key,
-                                   # The worker has the health port; the sink the next one.
-                                   health_port=settings.health_port + 1
-                                   if settings.health_port else 0).child_env(),
-                  sink_log)
-    console.print(f"Langfuse sink started (pid {sink.pid}) into the Langfuse stand-in at "
-                  f"{standin.url}")
+                    env, logs["worker"])
+    children: dict[str, subprocess.Popen[bytes]] = {"worker": worker}
+    standin: Any = None
+    embedded: _EmbeddedSink | None = None
+    if standin_type is not None:
+        # Langfuse cannot run here; a stand-in applying its rules receives the scores.
+        standin = standin_type().start()
+        children["sink"] = _spawn(
+            ["sink", "langfuse", *DEMO_TYPES, "--cursor", f"demo-{workspace}"],
+            settings.replace(langfuse_host=standin.url, langfuse_public_key=standin.public_key,
+                             langfuse_secret_key=standin.secret_key,
+                             # The worker has the health port; the sink the next one.
+                             health_port=settings.health_port + 1
+                             if settings.health_port else 0).child_env(), logs["sink"])
+        console.print(f"Langfuse sink started (pid {children['sink'].pid}) into the Langfuse "
+                      f"stand-in at {standin.url}")
+    else:
+        embedded = _EmbeddedSink(runtime, folder / "scores.duckdb", f"demo-{workspace}")
+        console.print(f"DuckDB sink running in this process into {embedded.sink.path}")
     console.print(f"worker started (pid {worker.pid}) with the ops rules: error spikes start "
                   f"triage runs, a judge reviews them (at most 20 an hour), wrong triages "
                   f"escalate; a drafting rule's runs propose changes to a runbook, people "
@@ -384,18 +448,24 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                   f"and hour, so demo runs within one hour share it)")
     # The people give feedback over REST: a `streams serve` and a key per tenant and person.
     serve_port = _free_port()
-    serve_log = os.path.join(tempfile.gettempdir(), f"streams-demo-serve-{os.getpid()}.log")
     server = _spawn(["serve", "--types", "streams.examples.ops", "--port", str(serve_port)],
-                    env, serve_log)
+                    env, logs["serve"])
+    children["serve"] = server
     keys = KeyStore(runtime)
     people = People(f"http://127.0.0.1:{serve_port}", {})
     client = StreamsClient(runtime)
-    # A workspace of its own per demo run: a tenant's earlier runs stay out of the view.
-    workspace = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.monotonic()
     ok = False
     finished = threading.Event()
     producer: _Background | None = None
+
+    def in_sink() -> dict[str, int]:
+        if embedded is not None:
+            if embedded.error is not None:
+                raise embedded.error
+            return _duckdb_counts(embedded.sink, workspace)
+        return _standin_counts(standin, workspace)
+
     try:
         keys.start()
         people.tokens.update({(t, p): keys.create(t, UserActor(id=p), {"give_feedback", "read"},
@@ -423,8 +493,7 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
             producer = _Background(produce)
             settled_at: float | None = None
             while time.monotonic() - started < timeout:
-                table, done = _table(settings, consumer, views, started,
-                                     _langfuse_counts(standin, workspace))
+                table, done = _table(settings, consumer, views, started, in_sink(), sink_name)
                 live.update(table)
                 if producer.error is not None:
                     raise producer.error
@@ -434,38 +503,38 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                 if settled_at is not None and time.monotonic() - settled_at > 2.0:
                     ok = True
                     break
-                if any(p.poll() is not None for p in (worker, sink, server)):
+                if any(p.poll() is not None for p in children.values()):
                     break
                 time.sleep(0.5)
         console.print()
-        crashed = [(n, p, f) for n, p, f in (("worker", worker, log_path),
-                                             ("sink", sink, sink_log),
-                                             ("serve", server, serve_log))
-                   if p.poll() is not None]
-        for name, proc, path in crashed:
-            with open(path, errors="replace") as log:
-                tail = log.read()[-3000:]
-            console.print(f"[red]{name} exited early ({proc.returncode}):[/red]\n{tail}")
+        crashed = [(n, p) for n, p in children.items() if p.poll() is not None]
+        for name, proc in crashed:
+            tail = logs[name].read_text(errors="replace")[-3000:]
+            console.print(f"[red]{name} exited early ({_status(proc.returncode)}):[/red]\n"
+                          f"{tail}")
         if crashed:
             ok = False
         elif not ok:
             console.print(f"[red]not every score arrived within {timeout:.0f}s[/red]")
         else:
             console.print(f"[green]every expected score arrived, on the scores topic and in "
-                          f"the Langfuse stand-in, in {time.monotonic() - started:.1f}s"
-                          f"[/green]")
+                          f"the {'Langfuse stand-in' if langfuse else 'DuckDB sink'}, in "
+                          f"{time.monotonic() - started:.1f}s[/green]")
             finished.set()
             producer.thread.join(timeout=10)
-            folder = report_dir or Path(tempfile.gettempdir()) / f"streams-{workspace}"
             console.print(f"\n[bold]Evaluation[/bold]: datasets, judge agreement and reports "
                           f"in {folder}")
             try:
-                for tenant in tenants:
+                for i, tenant in enumerate(tenants):
                     evaluate_and_report(runtime, tenant, workspace, views[tenant].envelopes,
-                                        folder / tenant, console)
+                                        folder / tenant, console, explain_kappa=i == 0)
             except StreamsError as exc:
                 console.print(f"[red]the evaluation section failed: {exc}[/red]")
                 ok = False
+            if embedded is not None:
+                console.print(f"  scores: {embedded.sink.path} (table scores; e.g. duckdb "
+                              f"{embedded.sink.path} \"select name, count(*) from scores "
+                              f"group by name\")")
             if ui:
                 _keep_open(console, people, tenants[0], workspace)
     finally:
@@ -475,12 +544,81 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
         consumer.close()
         runtime.close()
         keys.close()
-        for name, proc, path in (("serve", server, serve_log), ("sink", sink, sink_log),
-                                 ("worker", worker, log_path)):
-            _stop(proc)
-            console.print(f"{name} stopped (exit {proc.returncode}); its log: {path}")
-        standin.stop()
+        for name in ("serve", "sink", "worker"):
+            if name in children:
+                console.print(f"{name} {_stop(children[name])}")
+        if embedded is not None:
+            embedded.stop()
+            console.print(f"DuckDB sink stopped: {embedded.stats()}")
+        if standin is not None:
+            standin.stop()
+        if ok:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            kept = ", ".join(sorted(path.name for path in run_dir.iterdir()))
+            console.print(f"the demo failed; its children's logs are kept in {run_dir} "
+                          f"({kept})")
     return ok
+
+
+def _standin_type() -> Any:
+    """The Langfuse stand-in's class, from the repository's standins/ (not in the package)."""
+    try:
+        from standins.langfuse_standin import LangfuseStandIn
+    except ImportError as exc:
+        raise ConfigError("streams demo --langfuse needs the Langfuse stand-in of the "
+                          "repository's standins/ directory: run it from a clone of "
+                          "feedback-streams (deploy/demo.sh --langfuse)") from exc
+    return LangfuseStandIn
+
+
+class _EmbeddedSink:
+    """The demo's default sink: DuckDB in this process, under the same SinkRunner as `streams
+    sink duckdb`, on a thread of its own (the live view reads the file through the sink)."""
+
+    def __init__(self, runtime: Runtime, path: Path, cursor: str) -> None:
+        from streams.adapters.duckdb import DuckDBScoreSink
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.sink = DuckDBScoreSink(path)
+        self.sink.query("select count(*) from scores")  # open (and fail) now, not in the thread
+        self.error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_asked = threading.Event()
+        self._runner: SinkRunner | None = None
+        self._runtime = runtime
+        self._cursor = cursor
+        self._thread = threading.Thread(target=self._run, name="demo-duckdb-sink", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        async def run() -> None:
+            self._runner = SinkRunner(self._runtime, self.sink, cursor=self._cursor)
+            self._loop = asyncio.get_running_loop()
+            if self._stop_asked.is_set():  # asked before the loop was there to be told
+                self._runner.stop()
+            await self._runner.run()
+
+        try:
+            asyncio.run(run())
+        except BaseException as exc:
+            self.error = exc
+
+    def stats(self) -> str:
+        """What the runner handed on, for the last line about it."""
+        stats = self._runner.stats if self._runner is not None else None
+        return ", ".join(f"{k} {v}" for k, v in vars(stats).items()
+                         if isinstance(v, int) and v) if stats else "(never started)"
+
+    def stop(self) -> None:
+        """Stop the runner (it commits what it handed on) and close the file."""
+        self._stop_asked.set()
+        loop, runner = self._loop, self._runner
+        if loop is not None and runner is not None and not loop.is_closed():
+            # In the runner's own loop: its stop event is not thread-safe.
+            loop.call_soon_threadsafe(runner.stop)
+        self._thread.join(timeout=60)
+        self.sink.close()
 
 
 def _keep_open(console: Console, people: People, tenant: str, workspace: str) -> None:
@@ -500,22 +638,39 @@ def _keep_open(console: Console, people: People, tenant: str, workspace: str) ->
         console.print("stopping")
 
 
-def _spawn(args: list[str], env: dict[str, str], log_path: str) -> subprocess.Popen[bytes]:
+def _spawn(args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start `python -m streams ARGS` with its output in `log_path`."""
     with open(log_path, "wb") as log:
         return subprocess.Popen([sys.executable, "-m", "streams", *args], env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after 30 s."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+def _status(returncode: int | None) -> str:
+    """A child's exit status in words."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> str:
+    """SIGTERM, then SIGKILL after 30 s; says how it ended, for the demo's last lines."""
+    if proc.poll() is not None:
+        return f"had already ended ({_status(proc.returncode)})"
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return "did not stop within 30 s of SIGTERM: killed"
+    if proc.returncode in (0, -signal.SIGTERM):
+        return "stopped on the demo's SIGTERM, as asked (not a crash)"
+    return f"stopped on SIGTERM with {_status(proc.returncode)}: see its log"
 
 
 class _Background:

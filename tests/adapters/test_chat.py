@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from standins.chat_standin import ChatReply, ChatStandIn
 from streams.adapters.chat import RetrievalEvaluator, WorkflowReviewer
 from streams.core.evaluators import Evaluator, Fallback, FunctionEvaluator, HandOff
 from streams.core.feedback import registry
@@ -22,7 +23,6 @@ from streams.core.judges import (
     WorkflowReview,
 )
 from streams.core.scores import score_configs
-from streams.testing.chat_standin import ChatReply, ChatStandIn
 
 QUESTION = RetrievalInput(
     question="What is the refund window?",

@@ -23,6 +23,7 @@ from langfuse.api.core.serialization import convert_and_respect_annotation_metad
 from langfuse.api.scores.types.create_score_request import CreateScoreRequest
 from langfuse.api.scores.types.create_scores_request import CreateScoresRequest
 
+from standins.langfuse_standin import LangfuseStandIn
 from streams.adapters.langfuse import (
     INGESTION_MAX_BYTES,
     SCORES_MAX_BYTES,
@@ -36,7 +37,6 @@ from streams.adapters.langfuse import (
 from streams.core.errors import SinkError, ValidationFailed
 from streams.core.scores import Score
 from streams.core.sinks.contracts import check_score_config_store, check_score_sink, sample_scores
-from streams.testing.langfuse_standin import LangfuseStandIn
 
 ROUTES = {"batch": "/api/public/scores", "single": "/api/public/ingestion"}
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from langfuse import Langfuse
 
+from standins.langfuse_standin import LangfuseStandIn
 from streams.adapters.langfuse_experiments import (
     ExperimentTrackingError,
     LangfuseExperimentTracker,
@@ -20,7 +21,6 @@ from streams.core.datasets import Dataset, Example
 from streams.core.evaluators import FunctionEvaluator
 from streams.core.feedback import Feedback, FeedbackRegistry
 from streams.core.replay import Replay, replay_task
-from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.core import test_replay as story
 
 _TYPES = FeedbackRegistry()

@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from standins.chat_standin import ChatReply, ChatStandIn
 from streams.adapters import tracing
 from streams.adapters.chat import RetrievalEvaluator
 from streams.adapters.tracing import (
@@ -27,7 +28,6 @@ from streams.core.actors import UserActor
 from streams.core.evaluators import HandOff
 from streams.core.events import AppEvent, Envelope, TraceContext
 from streams.core.judges import ChatModel, RetrievalInput
-from streams.testing.chat_standin import ChatReply, ChatStandIn
 from tests.spans import named, spans
 
 __all__ = ["spans"]  # the fixture, imported for the tests below

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from standins.chat_standin import ChatReply, ChatStandIn
 from streams.adapters.chat import RetrievalEvaluator, WorkflowReviewer
 from streams.core.actors import EvaluatorActor
 from streams.core.app_events import AppEventType
@@ -27,7 +28,6 @@ from streams.core.workflow_review import (
     compare_reviews,
     corrective_rule,
 )
-from streams.testing.chat_standin import ChatReply, ChatStandIn
 
 
 @pytest.fixture

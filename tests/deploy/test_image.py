@@ -95,16 +95,34 @@ def test_the_build_context_holds_what_the_copies_need() -> None:
                 assert (REPO / source).exists(), source
 
 
+def image_extras() -> list[str]:
+    """The extras the build stage installs: `pip install --only-binary=:all: '.[a,b]'`."""
+    found = re.search(r"pip install --only-binary=:all: '\.\[([a-z,]+)\]'",
+                      (REPO / "Dockerfile").read_text())
+    assert found, "the build stage installs no extras"
+    return found.group(1).split(",")
+
+
+def test_the_image_installs_the_extras_of_its_commands() -> None:
+    # serve for `streams serve`, the sinks' extras for `streams sink duckdb | langfuse`.
+    assert {"serve", "duckdb", "langfuse"} <= set(image_extras())
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert set(image_extras()) <= set(declared)
+
+
 def test_every_dependency_installs_from_a_linux_amd64_wheel(tmp_path: Path) -> None:
-    # The build stage's `pip install --only-binary=:all: .`, resolved (not installed) for the
-    # image's platform and Python: a dependency without a wheel there fails the resolution.
+    # The build stage's `pip install --only-binary=:all: '.[extras]'`, resolved (not
+    # installed) for the image's platform and Python: a dependency without a wheel there
+    # fails the resolution.
     report = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
          "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
          *(f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
                                         "manylinux2014_x86_64")),
-         "--target", str(tmp_path / "target"), "--report", str(report), str(REPO)],
+         "--target", str(tmp_path / "target"), "--report", str(report),
+         f"{REPO}[{','.join(image_extras())}]"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     installed = {item["metadata"]["name"].lower(): item["download_info"]["url"]

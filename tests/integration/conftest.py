@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from standins.langfuse_standin import LangfuseStandIn
 from streams.settings import Settings
-from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import REPO, Stack
 
 

@@ -4,11 +4,11 @@ Langfuse stand-in (an HTTP server applying Langfuse's rules; not Langfuse)."""
 from collections.abc import Callable
 from typing import Any
 
+from standins.langfuse_standin import LangfuseStandIn
 from streams.core.actors import EvaluatorActor, UserActor
 from streams.core.events import AppEvent, RunStarted, TraceContext
 from streams.core.targets import ChainTarget, RunTarget
 from streams.examples.ops import Resolution, TriageQuality
-from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import WorkerProcess, wait_until
 from tests.integration.conftest import SinkProcess
 

@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
+from standins.chat_standin import ChatStandIn
 from streams.core.actors import UserActor
 from streams.core.events import (
     AppEvent,
@@ -27,7 +28,6 @@ from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
-from streams.testing.chat_standin import ChatStandIn
 from tests.conftest import WorkerProcess, wait_until
 
 RULES = "tests.integration.rules_fixture"

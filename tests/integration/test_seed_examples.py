@@ -9,7 +9,7 @@ What differs from the seed, and nothing else:
   StreamsClient; `workspace` is a handle from `await workspaces.open(tenant, "prod", ...)`;
   `latest` comes from the seed's own `[latest] = await ada.runs(...)`; the mirror block's
   `sink` is the seed's own PrintingSink; the Langfuse block's `telemetry` is an object whose
-  `.langfuse` is a Langfuse client on the Langfuse stand-in (streams.testing.langfuse_standin,
+  `.langfuse` is a Langfuse client on the Langfuse stand-in (standins/langfuse_standin.py,
   an HTTP server that applies Langfuse's rules; not Langfuse), and `AppDeps`/`deps` are bound
   in tests/seed_000.py;
 - the seed's `Reactor(workspaces, actions=..., deps=deps)` is its product's in-process
@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from langfuse import Langfuse
 
+from standins.langfuse_standin import LangfuseStandIn
 from streams import (
     AppEvent,
     EvaluatorActor,
@@ -51,7 +52,6 @@ from streams.runtime.root import Runtime
 from streams.runtime.sink.mirror import mirror_group
 from streams.runtime.sink.runner import SinkRunner
 from streams.settings import Settings
-from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import WorkerProcess
 from tests.integration.test_feedback_mirror import committed as group_committed
 from tests.integration.test_feedback_mirror import end_offsets, eventually

@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from standins.langfuse_standin import LangfuseStandIn
 from streams.adapters.avro.codec import score_to_record
 from streams.adapters.avro.fast import FastCodec
 from streams.adapters.avro.schemas import score_schema
@@ -28,7 +29,6 @@ from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.scores import Score
 from streams.core.tenancy import tenant_topics
 from streams.settings import Settings
-from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import unique, wait_until
 from tests.integration.conftest import SinkProcess
 from tests.integration.test_sinks import committed, keys, make_scores

@@ -18,6 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from langfuse import Langfuse
 
+from standins.langfuse_standin import LangfuseStandIn
 from streams.adapters.avro.codec import score_to_record
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.langfuse import LangfuseScoreSink
@@ -29,7 +30,6 @@ from streams.examples.ops import TriageQuality
 from streams.runtime.root import Runtime
 from streams.runtime.sink.runner import SinkRunner, cursor_group
 from streams.settings import Settings
-from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import REPO, wait_until
 from tests.integration.conftest import SinkProcess
 

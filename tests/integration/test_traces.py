@@ -20,6 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from standins.chat_standin import ChatStandIn
+from standins.langfuse_standin import LangfuseStandIn
 from streams import F, Reaction, Rule, on, run
 from streams.adapters.chat import RetrievalEvaluator
 from streams.adapters.langfuse import LangfuseScoreSink
@@ -36,8 +38,6 @@ from streams.runtime.sink.runner import SinkRunner
 from streams.runtime.worker.app import Worker
 from streams.runtime.worker.decider import start_decider
 from streams.settings import Settings
-from streams.testing.chat_standin import ChatStandIn
-from streams.testing.langfuse_standin import LangfuseStandIn
 from tests.conftest import wait_until
 from tests.spans import named, spans
 

@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from streams.core.errors import MissingExtra
+from streams.surfaces.cli.base import fail
 from streams.surfaces.cli.configuration import show_settings
 from streams.surfaces.cli.deadletters import deadletters_app
 from streams.surfaces.cli.demo import demo
@@ -80,7 +82,10 @@ app.command("mcp")(mcp)
 
 def main() -> None:
     """Entry point of the `streams` command."""
-    app()
+    try:
+        app()
+    except MissingExtra as exc:  # a command's optional libraries: one line, not a traceback
+        raise SystemExit(fail(exc).exit_code) from exc
 
 
 if __name__ == "__main__":

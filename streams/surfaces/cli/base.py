@@ -25,6 +25,7 @@ from rich.markup import escape
 from streams.core.errors import (
     ConfigError,
     KafkaUnavailable,
+    MissingExtra,
     NotFound,
     StreamsError,
     ValidationFailed,
@@ -87,6 +88,9 @@ class ExitCode(IntEnum):
     """The schema registry did not answer: check SCHEMA_REGISTRY_URL."""
     LANGFUSE_UNREACHABLE = 12
     """Langfuse did not answer: check LANGFUSE_HOST."""
+    MISSING_EXTRA = 69
+    """A command's optional libraries are not installed (EX_UNAVAILABLE): the line names the
+    extra to install."""
     OUTAGE_TOO_LONG = 75
     """A running sink's backend stayed down too long (EX_TEMPFAIL: start it again later)."""
     CONFIG = 78
@@ -122,6 +126,7 @@ def is_transport_error(exc: BaseException) -> bool:
 def exit_code_of(exc: BaseException) -> ExitCode:
     """The exit code of an error the project raises (most specific kind first)."""
     kinds: list[tuple[type[BaseException], ExitCode]] = [
+        (MissingExtra, ExitCode.MISSING_EXTRA),
         (ConfigError, ExitCode.CONFIG),
         (ModuleFailed, ExitCode.MODULE_FAILED),
         (NotFound, ExitCode.NOT_FOUND),

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from streams.surfaces.cli.base import ExitCode, settings
+from streams.surfaces.cli.base import ExitCode, handled, settings
 
 __all__ = ["demo"]
 
@@ -23,12 +23,17 @@ def demo(
     ui: Annotated[bool, typer.Option(
         "--ui", help="Then print the annotation page's address and a person's key, and keep "
         "the demo running until Ctrl-C.")] = False,
+    langfuse: Annotated[bool, typer.Option(
+        "--langfuse", help="Send the scores through `streams sink langfuse` into the Langfuse "
+        "stand-in (from a clone: standins/) instead of the embedded DuckDB sink.")] = False,
 ) -> None:
     """Create demo tenants, run a worker and a producer, and show events in and scores out;
     then each tenant's dataset of people's verdicts, the judge's agreement, and its report."""
     # Lazy: the demo pulls in the worker, the sinks and the report.
     from streams.surfaces.demo import run_demo
 
-    ok = run_demo(settings(), tenants or ["acme", "globex"], chains=chains,
-                  timeout=timeout, console=Console(), report_dir=report_dir, ui=ui)
+    with handled():
+        ok = run_demo(settings(), tenants or ["acme", "globex"], chains=chains,
+                      timeout=timeout, console=Console(), report_dir=report_dir, ui=ui,
+                      langfuse=langfuse)
     raise typer.Exit(ExitCode.OK if ok else ExitCode.FAILED)

@@ -24,11 +24,14 @@ def mcp(
         "shows in the process list).")] = None,
 ) -> None:
     """Serve the MCP tools over stdio (for an MCP client that launches this command)."""
-    # Lazy: the MCP SDK and anyio are loaded by `mcp` only.
-    import anyio
-
+    from streams.extras import needs
     from streams.runtime.root import Runtime
-    from streams.surfaces.http.mcp import serve_stdio
+
+    # Lazy: the MCP SDK and anyio are loaded by `mcp` only (the 'mcp' extra).
+    with needs("mcp", "streams mcp"):
+        import anyio
+
+        from streams.surfaces.http.mcp import serve_stdio
 
     config = settings()
     load_types(types)

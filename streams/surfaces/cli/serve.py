@@ -25,14 +25,18 @@ def serve(
         "itself, so idempotency and revocation hold across them).", min=1)] = 1,
 ) -> None:
     """Serve the REST API, the WebSocket stream and MCP on $STREAMS_SERVE_HOST (127.0.0.1)."""
-    # Lazy: FastAPI and uvicorn are loaded by `serve` only.
+    from streams.extras import needs
     from streams.runtime.root import Runtime
-    from streams.surfaces.http.app import create_app, openapi_document
+
+    # Lazy: FastAPI and uvicorn are loaded by `serve` only (the 'serve' extra).
+    with needs("serve", "streams serve"):
+        from streams.surfaces.http.app import create_app, openapi_document
 
     if print_openapi:
         print(json.dumps(openapi_document(), indent=2, sort_keys=True))
         return
-    import uvicorn
+    with needs("serve", "streams serve"):
+        import uvicorn
 
     modules = load_types(types)
     config = settings()

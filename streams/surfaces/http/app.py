@@ -31,11 +31,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
-from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
-from fastapi.staticfiles import StaticFiles
-
 from streams.core.commands import (
     MAX_BODY_BYTES,
     CommandFailed,
@@ -45,13 +40,21 @@ from streams.core.commands import (
     error_frame_of,
 )
 from streams.core.errors import StreamsError
+from streams.extras import needs
 from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 from streams.surfaces.cli.base import import_user_module
-from streams.surfaces.http.realtime import install_realtime
+
+with needs("serve", "streams serve"):
+    from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+    from fastapi.openapi.utils import get_openapi
+    from fastapi.responses import JSONResponse
+    from fastapi.staticfiles import StaticFiles
+
+    from streams.surfaces.http.realtime import install_realtime
 
 __all__ = ["app_from_env", "create_app", "openapi_document"]
 

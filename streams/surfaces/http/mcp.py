@@ -16,16 +16,19 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
-from fastapi import FastAPI
-from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
 from streams.core.commands import ErrorFrame, OutcomeFrame, error_frame_of
+from streams.extras import needs
 from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
+
+with needs("mcp", "the MCP tools"):
+    from fastapi import FastAPI
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp_types import CallToolResult, TextContent
 
 __all__ = ["INSTRUCTIONS", "MCP_PATH", "mcp_server", "mount_mcp", "serve_stdio"]
 

@@ -6,12 +6,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
-from mcp.server.mcpserver import MCPServer
-
+from streams.extras import needs
 from streams.runtime.client.commands import CommandService
-from streams.surfaces.http.mcp import mount_mcp
-from streams.surfaces.http.stream import add_stream_route
+
+with needs("serve", "streams serve"):
+    from fastapi import FastAPI
+    from mcp.server.mcpserver import MCPServer
+
+    from streams.surfaces.http.mcp import mount_mcp
+    from streams.surfaces.http.stream import add_stream_route
 
 __all__ = ["install_realtime"]
 

@@ -29,9 +29,6 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fastapi import FastAPI
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
-
 from streams.core.commands import (
     MAX_BODY_BYTES,
     CommandFailed,
@@ -44,8 +41,13 @@ from streams.core.commands import (
 from streams.core.errors import SlowConsumer, StreamsError, Unauthorized
 from streams.core.events import Envelope
 from streams.core.stream import AckFrame, SubscribeFrame, parse_cursor, parse_stream_frame
+from streams.extras import needs
 from streams.runtime.client.commands import CommandService, envelope_json
 from streams.runtime.client.subscription import Subscription
+
+with needs("serve", "the WebSocket stream"):
+    from fastapi import FastAPI
+    from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 __all__ = ["AUTH_TIMEOUT", "CLOSE_POLICY", "MAX_IN_FLIGHT", "STREAM_PATH", "add_stream_route",
            "event_frame", "serve_stream"]

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from streams.testing.chat_standin import ChatReply, ChatStandIn
+from standins.chat_standin import ChatReply, ChatStandIn
 
 
 def _ask(chat: ChatStandIn, content: str = "hello there", **extra: Any) -> httpx.Response:

@@ -141,7 +141,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Final, Literal, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from streams.testing._loopback import LoopbackServer, LoopbackService
+from standins._loopback import LoopbackServer, LoopbackService
 
 __all__ = [
     "CONFIG_DATA_TYPES",

@@ -12,7 +12,7 @@ from langfuse.api.commons.errors.error import Error as BadRequestError
 from langfuse.api.commons.errors.not_found_error import NotFoundError
 from langfuse.api.commons.errors.unauthorized_error import UnauthorizedError
 
-from streams.testing.langfuse_standin import LangfuseStandIn
+from standins.langfuse_standin import LangfuseStandIn
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, cast
 
-from streams.testing._loopback import LoopbackServer, LoopbackService
+from standins._loopback import LoopbackServer, LoopbackService
 
 __all__ = ["ChatReply", "ChatStandIn", "RecordedRequest", "Responder"]
 

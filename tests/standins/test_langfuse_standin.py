@@ -23,7 +23,7 @@ from langfuse.api.scores.types.create_score_batch_results import CreateScoreBatc
 from langfuse.api.scores.types.create_score_request import CreateScoreRequest
 from langfuse.api.scores.types.create_scores_request import CreateScoresRequest
 
-from streams.testing.langfuse_standin import LangfuseStandIn
+from standins.langfuse_standin import LangfuseStandIn
 
 NO_RETRY: Any = {"max_retries": 0}
 TS = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
