@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from streams.core.errors import ValidationFailed
-from streams.core.tenancy import EVENTS, SCORES, sibling_topic, topic_kind
+from streams.core.tenancy import EVENTS, SCORES, sibling_topic, tenant_topics, topic_kind
 
 __all__ = [
     "KINDS",
@@ -184,7 +184,7 @@ def parse_source(text: str) -> tuple[str, int | None]:
         return text, None
     if not topic or not partition.isdigit():
         raise ValidationFailed(f"--source {text!r}: write TOPIC or TOPIC:PARTITION, e.g. "
-                               "fs.acme.events:2")
+                               f"{tenant_topics('acme').events}:2")
     return topic, int(partition)
 
 

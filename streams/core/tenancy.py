@@ -372,7 +372,8 @@ def fresh_group(kind: str) -> str:
 
 
 def tail_group() -> str:
-    """A fresh group id for a live tail of a workspace's events: `streams-tail-<random>`."""
+    """A fresh group id for a live tail (of a workspace's events, of a compacted topic):
+    `streams-tail-<random>`."""
     return f"streams-tail-{uuid.uuid4().hex}"
 
 
