@@ -32,21 +32,18 @@ Pure: the Kafka adapter (`streams.adapters.kafka.access`) turns these into ACL b
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Literal
 
 from streams.core.errors import ValidationFailed
-from streams.core.tenancy import TENANT_PATTERN, check_tenant
+from streams.core.tenancy import check_tenant, tenant_prefix
 
 __all__ = [
     "RESERVED_TENANTS",
     "Grant",
     "parse_principal",
-    "reader_group",
     "service_grants",
     "tenant_grants",
-    "tenant_prefix",
     "tenant_principal",
 ]
 
@@ -91,12 +88,6 @@ def parse_principal(user: str, prefix: str = "fs") -> str | None:
     return tenant
 
 
-def tenant_prefix(tenant: str, prefix: str = "fs") -> str:
-    """The name prefix of a tenant's topics and consumer groups: `<prefix>.<tenant>.`."""
-    check_tenant(tenant)
-    return f"{prefix}.{tenant}."
-
-
 def tenant_grants(tenant: str, prefix: str = "fs") -> list[Grant]:
     """Everything a tenant's principal may do: its own topics and groups, nothing else."""
     principal = f"User:{tenant_principal(tenant, prefix)}"
@@ -119,13 +110,3 @@ def service_grants(user: str, prefix: str = "fs") -> list[Grant]:
         Grant(principal, "group", f"{prefix}.", ("READ", "DESCRIBE")),
     ]
 
-
-def reader_group(topic: str, kind: str, prefix: str = "fs") -> str:
-    """A fresh group id for a reader of `topic` (librdkafka wants one even for a consumer
-    that only assigns partitions, and looks its coordinator up, which the broker authorizes):
-    in the topic's tenant's group prefix, `<prefix>.<tenant>.<kind>-<random>`, so a tenant's
-    principal may read its own topics; `streams-<kind>-<random>` for other topics."""
-    parts = topic.split(".")
-    if len(parts) == 3 and parts[0] == prefix and TENANT_PATTERN.fullmatch(parts[1]):
-        return f"{prefix}.{parts[1]}.{kind}-{uuid.uuid4().hex}"
-    return f"streams-{kind}-{uuid.uuid4().hex}"

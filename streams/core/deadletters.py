@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from streams.core.errors import ValidationFailed
+from streams.core.tenancy import EVENTS, SCORES, sibling_topic, tenant_topics, topic_kind
 
 __all__ = [
     "KINDS",
@@ -56,7 +57,6 @@ __all__ = [
     "parse_source",
     "redrive_key",
     "redrive_plan",
-    "redriven_topic",
 ]
 
 Kind = Literal["undecodable", "invalid", "rejected", "internal", "unknown"]
@@ -168,14 +168,6 @@ def redrive_key(partition: int, offset: int) -> str:
     return f"{partition}:{offset}"
 
 
-def redriven_topic(deadletter_topic: str) -> str:
-    """The compacted topic recording re-drives of a tenant's letters: `<prefix>.<tenant>.
-    redriven` beside `<prefix>.<tenant>.deadletter`."""
-    if not deadletter_topic.endswith(".deadletter"):
-        raise ValidationFailed(f"{deadletter_topic} is not a dead-letter topic")
-    return deadletter_topic[: -len("deadletter")] + "redriven"
-
-
 def parse_at(text: str) -> tuple[int, int]:
     """`<partition>:<offset>` of a letter (as `list` prints it), or ValidationFailed."""
     parts = text.split(":")
@@ -192,7 +184,7 @@ def parse_source(text: str) -> tuple[str, int | None]:
         return text, None
     if not topic or not partition.isdigit():
         raise ValidationFailed(f"--source {text!r}: write TOPIC or TOPIC:PARTITION, e.g. "
-                               "fs.acme.events:2")
+                               f"{tenant_topics('acme').events}:2")
     return topic, int(partition)
 
 
@@ -295,8 +287,7 @@ class RedrivePlan:
 
 
 def _scores_topic(events_topic: str) -> str | None:
-    return events_topic[: -len("events")] + "scores" if events_topic.endswith(".events") \
-        else None
+    return sibling_topic(events_topic, SCORES) if topic_kind(events_topic) == EVENTS else None
 
 
 def redrive_plan(letters: Sequence[DeadLetter], selection: Selection,
@@ -324,7 +315,7 @@ def redrive_plan(letters: Sequence[DeadLetter], selection: Selection,
             else:
                 todo.append(Redrive(letter, "rescore", scores, key))
         elif letter.stage.startswith("sink:"):
-            if not letter.source_topic.endswith(".scores"):
+            if topic_kind(letter.source_topic) != SCORES:
                 cannot.append((letter, f"{letter.source_topic} is not a tenant scores topic"))
             else:
                 todo.append(Redrive(letter, "republish", letter.source_topic, key))

@@ -19,44 +19,21 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from streams.core.app_events import AppEventTypes
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, Seq
 from streams.core.rules import Fire, InvalidRule, Rule, RuleEngine, rule_from_dict
-from streams.core.tenancy import TENANT_PATTERN, tenant_topics
 
 __all__ = [
-    "RULEBOOK",
     "LiveRule",
     "RulebookEntry",
     "backfill_firings",
     "check_install",
     "history_before",
     "live_rules",
-    "rulebook_tenant",
-    "rulebook_topic",
 ]
-
-RULEBOOK: Final = "rulebook"
-"""The kind of a tenant's rulebook topic: `<prefix>.<tenant>.rulebook`."""
-
-
-def rulebook_topic(tenant: str, prefix: str = "fs") -> str:
-    """The name of a tenant's rulebook topic."""
-    events = tenant_topics(tenant, prefix).events
-    return events[: -len("events")] + RULEBOOK
-
-
-def rulebook_tenant(topic: str, prefix: str = "fs") -> str | None:
-    """The tenant whose rulebook `topic` is, or None when it is not a rulebook topic."""
-    parts = topic.split(".")
-    if len(parts) != 3 or parts[0] != prefix or parts[2] != RULEBOOK \
-            or not TENANT_PATTERN.fullmatch(parts[1]):
-        return None
-    return parts[1]
-
 
 @dataclass(frozen=True)
 class RulebookEntry:

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from streams.core.errors import NotFound, ValidationFailed
 from streams.core.events import Envelope, RuleFired, RunStarted
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
-from streams.core.tenancy import tenant_topics
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +96,6 @@ def not_found(target: RunTarget | FiringTarget | ChainTarget, tenant: str,
 # -- the index topic's entries (pure) ----------------------------------------------------------
 
 CURSOR_PARTITION = 0
-
-
-def index_topic(tenant: str, prefix: str = "fs") -> str:
-    """The name of a tenant's compacted index topic: `<prefix>.<tenant>.index`."""
-    events = tenant_topics(tenant, prefix).events
-    return events[: -len("events")] + "index"
 
 
 def index_partition(key: str, partitions: int) -> int:
@@ -236,7 +229,6 @@ __all__ = [
     "event_key",
     "index_entries",
     "index_partition",
-    "index_topic",
     "located_or_refused",
     "merge_entry",
     "not_found",

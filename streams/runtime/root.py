@@ -44,7 +44,7 @@ from streams.adapters.kafka.index import Decode, TenantIndex
 from streams.adapters.kafka.log import EventLog, TopicReader
 from streams.adapters.kafka.tail import OnRecord, TopicTail
 from streams.core.feedback import FeedbackRegistry, registry
-from streams.core.tenancy import tenant_topics
+from streams.core.tenancy import replay_group, tenant_topics
 from streams.runtime.observe.health import CHECK_TIMEOUT, Check, server_checks
 from streams.runtime.observe.metrics import Metrics, process_metrics
 from streams.settings import Settings
@@ -85,7 +85,7 @@ class Runtime:
 
     def replay_reader_config(self, topic: str) -> dict[str, Any]:
         """The configuration of the reader a decider replays a rules topic with."""
-        return self.reader_config(f"{topic}.rebuild")
+        return self.reader_config(replay_group(topic))
 
     def admin_config(self) -> dict[str, Any]:
         """The admin client's configuration."""

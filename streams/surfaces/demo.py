@@ -44,14 +44,13 @@ from streams.core.events import (
     RunDeadLettered,
     RunStarted,
     RunSucceeded,
-    new_id,
 )
 from streams.core.measures import FieldAgreement, judge_agreement
 from streams.core.proposals import EVALUATOR as OUTCOME_EVALUATOR
 from streams.core.proposals import PROPOSAL_OUTCOME, ProposalRates, proposal_rates
 from streams.core.runs import rule_actor
 from streams.core.scores import scores_of
-from streams.core.tenancy import tenant_topics
+from streams.core.tenancy import fresh_group, tenant_topics
 from streams.examples.drafting import DRAFT_RULE, DraftRequested
 from streams.examples.ops import IncidentOpened, Resolution, TriageQuality
 from streams.examples.ops_rules import TriageInput
@@ -407,7 +406,7 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                   "people received their proposals; 'scores in "
                   + ("Langfuse' counts them in a local stand-in of Langfuse, not Langfuse"
                      if langfuse else "DuckDB' counts them in the embedded sink's file"))
-    consumer = runtime.reader(new_id("demo-watch"))
+    consumer = runtime.reader(fresh_group("demo-watch"))
     views = {t: TenantView() for t in tenants}
     for tenant, view in views.items():
         for topic in tenant_topics(tenant, settings.topic_prefix).all():

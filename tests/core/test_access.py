@@ -6,13 +6,12 @@ import pytest
 
 from streams.core.access import (
     parse_principal,
-    reader_group,
     service_grants,
     tenant_grants,
-    tenant_prefix,
     tenant_principal,
 )
 from streams.core.errors import ValidationFailed
+from streams.core.tenancy import reader_group, tenant_prefix
 
 
 def test_a_tenants_grants_cover_its_own_topics_and_groups_only() -> None:

@@ -19,9 +19,9 @@ from streams.core.deadletters import (
     parse_source,
     redrive_key,
     redrive_plan,
-    redriven_topic,
 )
 from streams.core.errors import ValidationFailed
+from streams.core.tenancy import redriven_topic
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 

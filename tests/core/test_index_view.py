@@ -6,6 +6,7 @@ from streams.core.actors import UserActor
 from streams.core.errors import ValidationFailed
 from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted, TraceContext
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+from streams.core.tenancy import index_topic
 from streams.core.view import (
     CURSOR_PARTITION,
     IndexEntry,
@@ -14,7 +15,6 @@ from streams.core.view import (
     cursor_key,
     index_entries,
     index_partition,
-    index_topic,
     located_or_refused,
     merge_entry,
     target_key,

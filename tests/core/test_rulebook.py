@@ -19,8 +19,6 @@ from streams.core.rulebook import (
     check_install,
     history_before,
     live_rules,
-    rulebook_tenant,
-    rulebook_topic,
 )
 from streams.core.rules import (
     F,
@@ -33,6 +31,7 @@ from streams.core.rules import (
     rule_to_dict,
     run,
 )
+from streams.core.tenancy import rulebook_tenant, rulebook_topic
 from tests.core.rules.samples import T0, WRONG_TRIAGE, feedback, spike
 
 SPIKES = Rule(name="ops:spikes", when=on("ops:error_spike").count(2, within=timedelta(hours=1))

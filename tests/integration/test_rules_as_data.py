@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer
 from streams.core.actors import SystemActor, UserActor
 from streams.core.events import AppEvent, Envelope, RuleFired, RuleInstalled, RunStarted
 from streams.core.proposals import rule_conversion
-from streams.core.rulebook import rulebook_topic
+from streams.core.tenancy import rulebook_topic
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import REPO, WorkerProcess, wait_until

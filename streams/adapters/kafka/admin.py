@@ -16,28 +16,40 @@ from confluent_kafka.admin import (
 )
 
 from streams.adapters.kafka.config import admin_config
-from streams.core.deadletters import redriven_topic
 from streams.core.errors import ConfigError, KafkaUnavailable
-from streams.core.rulebook import rulebook_topic
-from streams.core.tenancy import TenantTopics, parse_topic, tenant_topics
-from streams.core.view import index_topic
+from streams.core.tenancy import (
+    DEADLETTER,
+    EVENTS,
+    INDEX,
+    KINDS,
+    REDRIVEN,
+    RULEBOOK,
+    RULES,
+    SCORES,
+    TenantTopics,
+    index_topic,
+    parse_topic,
+    redriven_topic,
+    rulebook_topic,
+    tenant_topics,
+)
 from streams.settings import Settings
 
 # Events are the system of record: kept until deleted by policy. Scores are a derived,
 # re-buildable view; dead letters are kept for inspection.
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {
-    "events": {"retention.ms": "-1", "cleanup.policy": "delete"},
-    "scores": {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"},
-    "deadletter": {"retention.ms": "-1", "cleanup.policy": "delete"},
+    EVENTS: {"retention.ms": "-1", "cleanup.policy": "delete"},
+    SCORES: {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"},
+    DEADLETTER: {"retention.ms": "-1", "cleanup.policy": "delete"},
     # The decider rebuilds its counts and rate windows from this topic: keep it.
-    "rules": {"retention.ms": "-1", "cleanup.policy": "delete"},
+    RULES: {"retention.ms": "-1", "cleanup.policy": "delete"},
     # The handle's view of what exists (streams.core.view): one record per key, the newest
     # kept, so compacted.
-    "index": {"cleanup.policy": "compact", "retention.ms": "-1"},
+    INDEX: {"cleanup.policy": "compact", "retention.ms": "-1"},
     # Installed rules (streams.core.rulebook): the newest entry per rule name is the word.
-    "rulebook": {"cleanup.policy": "compact", "retention.ms": "-1"},
+    RULEBOOK: {"cleanup.policy": "compact", "retention.ms": "-1"},
     # Dead letters re-driven (streams.core.deadletters): one marker per letter, kept.
-    "redriven": {"cleanup.policy": "compact", "retention.ms": "-1"},
+    REDRIVEN: {"cleanup.policy": "compact", "retention.ms": "-1"},
 }
 
 
@@ -77,9 +89,9 @@ class TenantAdmin:
         topic is created."""
         topics = tenant_topics(tenant, self.settings.topic_prefix)
         wanted = partitions or self.settings.partitions
-        kinds = dict(zip(("events", "scores", "deadletter", "rules"), topics.all(),
+        kinds = dict(zip(KINDS, topics.all(),
                          strict=True))
-        sizes = {name: 1 if kind == "rules" else wanted for kind, name in kinds.items()}
+        sizes = {name: 1 if kind == RULES else wanted for kind, name in kinds.items()}
         new = [
             NewTopic(name, num_partitions=sizes[name],
                      replication_factor=self.settings.replication_factor,
@@ -111,7 +123,7 @@ class TenantAdmin:
         """Create the tenant's one-partition rules topic if it is missing (tenants created
         before rules existed have none); returns its name."""
         topic = tenant_topics(tenant, self.settings.topic_prefix).rules
-        self._ensure(topic, 1, self.topic_config("rules"))
+        self._ensure(topic, 1, self.topic_config(RULES))
         return topic
 
     def ensure_index_topic(self, tenant: str) -> str:
@@ -119,7 +131,7 @@ class TenantAdmin:
         the index existed have none; the workspace handle calls this on first use); returns
         its name."""
         topic = index_topic(tenant, self.settings.topic_prefix)
-        self._ensure(topic, self.settings.index_partitions, self.topic_config("index"))
+        self._ensure(topic, self.settings.index_partitions, self.topic_config(INDEX))
         return topic
 
     def check_replication(self) -> int:
@@ -139,7 +151,7 @@ class TenantAdmin:
         """Create the tenant's compacted one-partition rulebook topic (its installed rules)
         if it is missing; `streams rules install` calls this; returns its name."""
         topic = rulebook_topic(tenant, self.settings.topic_prefix)
-        self._ensure(topic, 1, self.topic_config("rulebook"))
+        self._ensure(topic, 1, self.topic_config(RULEBOOK))
         return topic
 
     def ensure_compacted_topic(self, topic: str, partitions: int,
@@ -163,7 +175,7 @@ class TenantAdmin:
         """Create the tenant's compacted one-partition topic of re-driven dead letters if it
         is missing; `streams deadletters redrive` calls this; returns its name."""
         topic = redriven_topic(tenant_topics(tenant, self.settings.topic_prefix).deadletter)
-        self._ensure(topic, 1, self.topic_config("redriven"))
+        self._ensure(topic, 1, self.topic_config(REDRIVEN))
         return topic
 
     def _create(self, topics: list[NewTopic]) -> None:
@@ -203,17 +215,14 @@ class TenantAdmin:
         found = set()
         for name in meta.topics:
             parsed = parse_topic(name, self.settings.topic_prefix)
-            if parsed and parsed[1] == "events":
+            if parsed and parsed[1] == EVENTS:
                 found.add(parsed[0])
         return sorted(found)
 
     def delete_tenant(self, tenant: str) -> None:
         """Delete a tenant's topics (tests and demos clean up with this)."""
         topics = tenant_topics(tenant, self.settings.topic_prefix)
-        names = [*topics.all(), index_topic(tenant, self.settings.topic_prefix),
-                 rulebook_topic(tenant, self.settings.topic_prefix),
-                 f"{self.settings.topic_prefix}.{tenant}.commands",
-                 redriven_topic(topics.deadletter)]
+        names = list(topics.every())
         for future in self.client.delete_topics(names).values():
             try:
                 future.result()

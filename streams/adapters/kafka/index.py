@@ -33,10 +33,10 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 
 from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.log import watermarks
-from streams.core.access import reader_group
 from streams.core.errors import KafkaUnavailable, ValidationFailed
 from streams.core.events import Envelope
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+from streams.core.tenancy import index_topic, reader_group
 from streams.core.view import (
     CURSOR_PARTITION,
     IndexEntry,
@@ -45,7 +45,6 @@ from streams.core.view import (
     event_key,
     index_entries,
     index_partition,
-    index_topic,
     located_or_refused,
     merge_entry,
     target_key,

@@ -26,7 +26,6 @@ from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.access import denied
 from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.reports import ReportPoller
-from streams.core.access import reader_group
 from streams.core.errors import (
     KafkaUnavailable,
     NotFound,
@@ -34,7 +33,7 @@ from streams.core.errors import (
     TooLarge,
 )
 from streams.core.events import Envelope, Seq
-from streams.core.tenancy import tenant_topics
+from streams.core.tenancy import reader_group, tenant_topics
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from typing import Any
 
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.log import Headers
-from streams.core.tenancy import parse_topic, tenant_topics
+from streams.core.tenancy import dead_letter_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,14 +19,6 @@ class Output:
     key: bytes | None
     value: bytes
     headers: Headers | None = None
-
-
-def dead_letter_topic(prefix: str, topic: str) -> str:
-    """The dead-letter topic for a record of `topic`: its tenant's, or
-    `<prefix>.unrouted.deadletter` when `topic` is no tenant's."""
-    parsed = parse_topic(topic, prefix)
-    return tenant_topics(parsed[0], prefix).deadletter if parsed else \
-        f"{prefix}.unrouted.deadletter"
 
 
 def dead_letter_record(*, topic: str, partition: int, offset: int, key: bytes | None,

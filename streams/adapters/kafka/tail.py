@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -21,6 +20,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.log import watermarks
 from streams.core.errors import KafkaUnavailable
+from streams.core.tenancy import tail_group
 from streams.settings import Settings
 
 __all__ = ["OnRecord", "TopicTail"]
@@ -57,7 +57,7 @@ class TopicTail:
         if self._thread is not None:
             return
         consumer = Consumer(reader_config(
-            self.settings, f"streams-tail-{uuid.uuid4().hex}",
+            self.settings, tail_group(),
             **{"fetch.wait.max.ms": _FETCH_WAIT_MS, "fetch.error.backoff.ms": 50,
                "auto.offset.reset": "earliest"}))
         try:
@@ -75,8 +75,7 @@ class TopicTail:
         self._consumer = consumer
         # A second consumer for watermarks: a call on the one the thread consumes with can
         # wait for that thread's consume() to return.
-        self._meta = Consumer(reader_config(self.settings,
-                                            f"streams-tail-{uuid.uuid4().hex}"))
+        self._meta = Consumer(reader_config(self.settings, tail_group()))
         self._thread = threading.Thread(target=self._run, name=f"tail-{self.topic}",
                                         daemon=True)
         self._thread.start()

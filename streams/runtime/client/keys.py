@@ -24,16 +24,10 @@ from confluent_kafka import KafkaException, Message
 from streams.core.actors import AnyActor
 from streams.core.errors import KafkaUnavailable, NotFound
 from streams.core.keys import ApiKey, authorize, check_capabilities, new_key, parse_token
-from streams.core.tenancy import check_tenant
+from streams.core.tenancy import check_tenant, keys_topic
 from streams.runtime.root import Runtime
-from streams.settings import Settings
 
-__all__ = ["KeyStore", "keys_topic"]
-
-
-def keys_topic(settings: Settings) -> str:
-    """The key store's topic: `<prefix>._keys` (no tenant name starts with `_`)."""
-    return f"{settings.topic_prefix}._keys"
+__all__ = ["KeyStore"]
 
 
 class KeyStore:
@@ -46,7 +40,7 @@ class KeyStore:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
-        self.topic = keys_topic(runtime.settings)
+        self.topic = keys_topic(runtime.settings.topic_prefix)
         self._started = False
         self._keys: dict[str, ApiKey] = {}
         self._lock = threading.Lock()

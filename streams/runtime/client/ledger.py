@@ -31,10 +31,10 @@ from streams.core.errors import (
     NotFound,
     ValidationFailed,
 )
+from streams.core.tenancy import commands_topic
 from streams.runtime.root import Runtime
-from streams.settings import Settings
 
-__all__ = ["CommandLedger", "FindEvent", "Recorder", "ledger_topic"]
+__all__ = ["CommandLedger", "FindEvent", "Recorder"]
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,6 @@ _POLL = 0.05
 _LOOK_FOR_EVENT = 2.0
 
 _OWNER = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-def ledger_topic(settings: Settings, tenant: str) -> str:
-    """A tenant's command ledger topic: `<prefix>.<tenant>.commands`."""
-    return f"{settings.topic_prefix}.{tenant}.commands"
 
 
 def _settle(future: asyncio.Future[Any], result: Any) -> None:
@@ -85,7 +80,7 @@ class CommandLedger:
         self.runtime = runtime
         self.settings = settings = runtime.settings
         self.tenant = tenant
-        self.topic = ledger_topic(settings, tenant)
+        self.topic = commands_topic(tenant, settings.topic_prefix)
         # The runtime's shared producer: outcomes share its batches with the appends.
         self._producer = producer = runtime.producer
         self._state: dict[str, LedgerEntry] = {}

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections import deque
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -34,7 +33,7 @@ from streams.adapters.kafka.log import decode_envelopes, header_value, watermark
 from streams.core.errors import KafkaUnavailable, SlowConsumer
 from streams.core.events import Envelope, Seq
 from streams.core.stream import AckWindow, Cursor, StartFrom, resolve_start
-from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
+from streams.core.tenancy import check_tenant, check_workspace, tail_group, tenant_topics
 from streams.runtime.root import Runtime
 
 __all__ = ["Subscription"]
@@ -75,7 +74,7 @@ class Subscription:
     # -- starting -----------------------------------------------------------------------------
 
     def _open(self, start: StartFrom) -> Cursor:
-        consumer = self.runtime.reader(f"streams-tail-{uuid.uuid4().hex}", **_PREFETCH)
+        consumer = self.runtime.reader(tail_group(), **_PREFETCH)
         try:
             cursor = resolve_start(start, watermarks(consumer, self.topic,
                                                      timeout=self.settings.admin_timeout))

@@ -19,18 +19,23 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from streams.adapters.kafka.log import Headers, header_value, watermarks
 from streams.adapters.kafka.outputs import Output
-from streams.core.access import reader_group
 from streams.core.deadletters import (
     DeadLetter,
     Redrive,
     RedriveMarker,
     RedrivePlan,
     describe,
-    redriven_topic,
 )
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError, StreamsError
 from streams.core.feedback import FeedbackRegistry, registry
-from streams.core.tenancy import check_tenant, tenant_topics
+from streams.core.tenancy import (
+    DEADLETTER,
+    check_tenant,
+    reader_group,
+    redriven_topic,
+    tenant_topics,
+    topic_kind,
+)
 from streams.runtime.root import Runtime
 from streams.runtime.worker.mirror import MirrorStep
 
@@ -152,7 +157,7 @@ def _rescore(step: MirrorStep, item: Redrive) -> tuple[list[Output], str | None]
     skipped = step.stats.skipped_unknown_type
     outputs = step.handle(letter.source_topic, letter.source_partition, letter.source_offset,
                           letter.key, letter.value, None)
-    dead = [o for o in outputs if o.topic.endswith(".deadletter")]
+    dead = [o for o in outputs if topic_kind(o.topic) == DEADLETTER]
     if dead:
         reason = header_value(dead[0].headers, "reason") or b"?"
         return [], f"the mirror still refuses it: {reason.decode(errors='replace')}"

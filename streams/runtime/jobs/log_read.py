@@ -24,8 +24,7 @@ from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.kafka.log import header_value, watermarks
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError
 from streams.core.events import Envelope, Seq
-from streams.core.ids import new_id
-from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
+from streams.core.tenancy import check_tenant, check_workspace, fresh_group, tenant_topics
 from streams.runtime.root import Runtime
 
 __all__ = ["Progress", "WorkspaceLogRead", "read_workspace_log"]
@@ -64,7 +63,7 @@ def read_workspace_log(runtime: Runtime, tenant: str, workspace: str, *,
     topic = tenant_topics(tenant, settings.topic_prefix).events
     wait = stall_timeout if stall_timeout is not None else settings.flush_timeout
     out = WorkspaceLogRead(tenant=tenant, workspace=workspace, topic=topic)
-    consumer = runtime.reader(new_id("report"))
+    consumer = runtime.reader(fresh_group("report"))
     try:
         try:
             marks = watermarks(consumer, topic, timeout=settings.admin_timeout)

@@ -35,11 +35,10 @@ from streams.core.rulebook import (
     backfill_firings,
     check_install,
     history_before,
-    rulebook_topic,
 )
 from streams.core.rules import Rule
 from streams.core.runs import fire_envelopes
-from streams.core.tenancy import tenant_topics
+from streams.core.tenancy import rulebook_group, rulebook_topic, tenant_topics
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 
@@ -113,7 +112,7 @@ class Rulebook:
     def installation_point(self, tenant: str) -> dict[int, int]:
         """The end offset of each partition of the tenant's events topic, now."""
         events = tenant_topics(tenant, self.settings.topic_prefix).events
-        consumer = self.runtime.reader(f"{self.settings.topic_prefix}-rulebook")
+        consumer = self.runtime.reader(rulebook_group(self.settings.topic_prefix))
         try:
             return {p: high for p, (_low, high) in watermarks(consumer, events).items()}
         finally:

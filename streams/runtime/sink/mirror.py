@@ -50,10 +50,10 @@ from streams.core.errors import ValidationFailed
 from streams.core.events import Seq
 from streams.core.scores import Score
 from streams.core.sinks.base import ScoreSink
-from streams.core.tenancy import tenant_topics
+from streams.core.tenancy import tenant_topics, workspace_sink_group
 from streams.runtime.client.workspace import Workspace
 from streams.runtime.root import Runtime
-from streams.runtime.sink.runner import SinkRunner, cursor_group
+from streams.runtime.sink.runner import SinkRunner
 from streams.runtime.worker.mirror import MirrorStep
 from streams.settings import Settings
 
@@ -68,9 +68,9 @@ AfterSeq = int | Seq | Iterable[Seq] | None
 
 def mirror_group(settings: Settings, tenant: str, workspace: str, cursor: str) -> str:
     """The consumer group of an in-process mirror's cursor: the sink cursor's group
-    (`cursor_group`, which checks the name) of this workspace, so one cursor name in two
-    workspaces is two cursors."""
-    return f"{cursor_group(settings, cursor)}.{tenant}.{workspace}"
+    (which checks the name) of this workspace, so one cursor name in two workspaces is two
+    cursors (streams.core.tenancy.workspace_sink_group)."""
+    return workspace_sink_group(cursor, tenant, workspace, settings.topic_prefix)
 
 
 def start_offsets(after_seq: AfterSeq) -> dict[int, int] | None:

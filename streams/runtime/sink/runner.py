@@ -43,7 +43,6 @@ import logging
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -66,13 +65,19 @@ from streams.adapters.kafka.lag import LagTracker
 from streams.adapters.kafka.outputs import (
     Output,
     dead_letter_record,
-    dead_letter_topic,
     reason_headers,
 )
 from streams.adapters.tracing import batch_span, tracing_enabled
 from streams.core.errors import SchemaError, SinkError, ValidationFailed
 from streams.core.scores import Score
 from streams.core.sinks.base import Rejected, ScoreSink, flush_sink, rejected_of
+from streams.core.tenancy import (
+    CURSOR_PATTERN,
+    SCORES,
+    dead_letter_topic,
+    sink_group,
+    tenants_pattern,
+)
 from streams.runtime.batch import OutageTooLong
 from streams.runtime.observe.health import HealthServer, serve_health
 from streams.runtime.root import Runtime
@@ -90,8 +95,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-CURSOR_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 Partition = tuple[str, int]
 _T = TypeVar("_T")
@@ -157,10 +160,8 @@ def sink_identity(sink: ScoreSink) -> str:
 
 
 def cursor_group(settings: Settings, cursor: str) -> str:
-    """The consumer group id of a sink cursor."""
-    if not CURSOR_PATTERN.match(cursor):
-        raise ValidationFailed(f"invalid cursor name {cursor!r} (pattern {CURSOR_PATTERN.pattern})")
-    return f"{settings.topic_prefix}.sink.{cursor}"
+    """The consumer group id of a sink cursor (streams.core.tenancy.sink_group)."""
+    return sink_group(cursor, settings.topic_prefix)
 
 
 @dataclass
@@ -322,7 +323,7 @@ class SinkRunner:
         self._codec = codec
         self.stats = SinkStats()
         if not cursor:
-            self.group = f"{settings.topic_prefix}.sink-nocursor.{uuid.uuid4().hex}"
+            self.group = sink_group(None, settings.topic_prefix)
         else:
             # `group` names the cursor's group when it is not `cursor_group` (the in-process
             # mirror keeps one per workspace: streams.runtime.sink.mirror.mirror_group).
@@ -491,7 +492,7 @@ class SinkRunner:
 
     def subscription(self) -> list[str]:
         """The topics (or ^patterns) the runner subscribes to: every tenant's scores topic."""
-        return [f"^{re.escape(self.settings.topic_prefix)}\\.[a-z][a-z0-9-]*\\.scores$"]
+        return [tenants_pattern(SCORES, self.settings.topic_prefix)]
 
     def start_offset(self, topic: str, partition: int) -> int:
         """Where a replay starts reading a partition: its beginning."""

@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -38,7 +37,17 @@ from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.tracing import configure_tracing
 from streams.core.rules import Rule, RuleSet
 from streams.core.runs import ActionFn
-from streams.core.tenancy import parse_topic, tenant_topics
+from streams.core.tenancy import (
+    EVENTS,
+    control_topic,
+    decider_group,
+    parse_topic,
+    tenant_topics,
+    tenants_pattern,
+    worker_app_group,
+    worker_group,
+    worker_rules_group,
+)
 from streams.runtime.batch import BatchLoop
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.observe.health import HealthServer, serve_health
@@ -47,23 +56,12 @@ from streams.runtime.worker.decider import start_decider
 from streams.runtime.worker.follower import RulebookFollower
 from streams.runtime.worker.mirror import MirrorStep
 from streams.runtime.worker.reactor import Reactor
-from streams.settings import Settings
 
-__all__ = ["MIRROR_CURSOR", "Worker", "control_topic", "events_pattern"]
+__all__ = ["MIRROR_CURSOR", "Worker"]
 
 log = logging.getLogger(__name__)
 
 MIRROR_CURSOR = "feedback-mirror"
-
-
-def events_pattern(prefix: str) -> str:
-    """The pattern subscription of every tenant's events topic under `prefix`."""
-    return f"^{re.escape(prefix)}\\.[a-z][a-z0-9-]*\\.events$"
-
-
-def control_topic(settings: Settings) -> str:
-    """A topic every worker subscribes to, so its channel is never empty before tenants exist."""
-    return f"{settings.topic_prefix}._control"
 
 
 def _ensure_control_topic(admin: AdminClient, name: str, replication_factor: int) -> None:
@@ -117,10 +115,10 @@ class Worker:
         self.stats_interval = stats_interval
         self.step = MirrorStep(self.runtime.codec, prefix=self.settings.topic_prefix,
                                types=self.types)
-        self.mirror_group = f"{self.settings.topic_prefix}-{cursor}"
+        self.mirror_group = worker_group(cursor, self.settings.topic_prefix)
         self.mirror = BatchLoop(
             self.runtime, group=self.mirror_group,
-            subscription=[events_pattern(self.settings.topic_prefix)],
+            subscription=[tenants_pattern(EVENTS, self.settings.topic_prefix)],
             step=self.step.handle_batch,
             batch_size=self.settings.mirror_batch_size if batch_size is None else batch_size,
             # A batch is what arrived within this window (or batch_size records): the window
@@ -148,8 +146,8 @@ class Worker:
         if self.reactor is not None and self.rulebook is not None:
             self.reactor.follow(self.rulebook)
         self.reactor_loop = BatchLoop(
-            self.runtime, group=f"{self.mirror_group}-rules",
-            subscription=[events_pattern(self.settings.topic_prefix)],
+            self.runtime, group=worker_rules_group(cursor, self.settings.topic_prefix),
+            subscription=[tenants_pattern(EVENTS, self.settings.topic_prefix)],
             step=self.reactor.handle_batch, batch_size=self.settings.reactor_batch_size,
             poll_timeout=self.settings.batch_within if batch_within is None else batch_within,
             commit_interval=self.settings.commit_interval,
@@ -171,7 +169,7 @@ class Worker:
         and the worker's own choices. The app's own group, `<prefix>-<cursor>-app`, only
         holds the control topic: the mirror's loop owns `<prefix>-<cursor>` and the
         reactor's loop `<prefix>-<cursor>-rules`."""
-        group = f"{self.settings.topic_prefix}-{self.cursor}-app"
+        group = worker_app_group(self.cursor, self.settings.topic_prefix)
         datadir = os.path.join(tempfile.gettempdir(), "feedback-streams", group)
         return {
             **self.runtime.faust_settings(),
@@ -201,7 +199,7 @@ class Worker:
         # Faust waits 45 s before resubscribing after topics change; tenants arrive rarely,
         # and an operator who creates one expects it served within seconds.
         app.topics._resubscribe_sleep_lock_seconds = resubscribe_delay  # type: ignore[attr-defined]
-        ctl = control_topic(settings)
+        ctl = control_topic(settings.topic_prefix)
         self.channel = app.topic(ctl, value_serializer="raw", key_serializer="raw")
         self.subscribed.add(ctl)
 
@@ -265,7 +263,7 @@ class Worker:
     def start(self) -> None:
         """What the worker needs from the broker before Faust starts: the control topic,
         and the tenants (with their rules topics) that exist now."""
-        _ensure_control_topic(self.tenant_admin.client, control_topic(self.settings),
+        _ensure_control_topic(self.tenant_admin.client, control_topic(self.settings.topic_prefix),
                               self.settings.replication_factor)
         if self.reactor is None:
             return  # the loops find tenants by pattern
@@ -283,7 +281,7 @@ class Worker:
             # Start with the rules live now, so the decider rebuilds their state too.
             self.rulebook.load()
         if reactor is not None and (reactor.matcher.has_stateful or self.rulebook is not None):
-            group = f"{self.settings.topic_prefix}-rule-decider"
+            group = decider_group(self.settings.topic_prefix)
             _thread, decider_stop = start_decider(lambda: reactor.decider(group))
         worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
         if reactor is not None:

@@ -25,7 +25,7 @@ from streams.core.errors import StreamsError
 from streams.core.events import Envelope
 from streams.core.matching import Decision, Matcher
 from streams.core.rules import RuleState
-from streams.core.tenancy import parse_topic
+from streams.core.tenancy import RULES, parse_topic, tenants_pattern
 from streams.runtime.worker.records import HEADER_RULE, RuleRecords, firing_outputs
 from streams.settings import Settings
 
@@ -109,8 +109,7 @@ class Decider:
 
     def run(self, stop: threading.Event) -> None:
         """Decide until `stop` is set (blocking; the worker runs it in a thread)."""
-        prefix = self.settings.topic_prefix.replace(".", "\\.")
-        self.consumer.subscribe([f"^{prefix}\\.[a-z][a-z0-9-]*\\.rules$"],
+        self.consumer.subscribe([tenants_pattern(RULES, self.settings.topic_prefix)],
                                 on_assign=self._on_assign)
         try:
             while not stop.is_set():

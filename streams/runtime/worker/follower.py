@@ -15,13 +15,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from streams.core.app_events import AppEventTypes
 from streams.core.errors import KafkaUnavailable, ValidationFailed
-from streams.core.rulebook import (
-    RULEBOOK,
-    LiveRule,
-    RulebookEntry,
-    live_rules,
-    rulebook_tenant,
-)
+from streams.core.rulebook import LiveRule, RulebookEntry, live_rules
+from streams.core.tenancy import RULEBOOK, rulebook_follower_group, rulebook_tenant, tenants_pattern
 from streams.runtime.root import Runtime
 
 __all__ = ["RulebookFollower"]
@@ -50,8 +45,7 @@ class RulebookFollower:
         self.actions = set(actions)
         self.types = types
         self.discover_every = discover_every
-        self.pattern = re.compile(
-            f"^{re.escape(self.settings.topic_prefix)}\\.[a-z][a-z0-9-]*\\.{RULEBOOK}$")
+        self.pattern = re.compile(tenants_pattern(RULEBOOK, self.settings.topic_prefix))
         self.version = 0
         self.refused: dict[tuple[str, str], str] = {}
         self._entries: dict[str, dict[str, RulebookEntry]] = {}
@@ -72,7 +66,7 @@ class RulebookFollower:
     def _consumer_of(self) -> Consumer:
         if self._consumer is None:
             self._consumer = self.runtime.reader(
-                f"{self.settings.topic_prefix}-rulebook-follower")
+                rulebook_follower_group(self.settings.topic_prefix))
         return self._consumer
 
     def _discover(self) -> list[str]:

@@ -31,7 +31,6 @@ from streams.adapters.kafka.log import Headers
 from streams.adapters.kafka.outputs import (
     Output,
     dead_letter_record,
-    dead_letter_topic,
     reason_headers,
 )
 from streams.core.actors import participant_of
@@ -39,7 +38,7 @@ from streams.core.errors import SchemaError, ValidationFailed
 from streams.core.events import FEEDBACK_GIVEN
 from streams.core.feedback import Feedback, FeedbackRegistry, check_plain_value, registry
 from streams.core.scores import ScoreConfigs, score_configs
-from streams.core.tenancy import parse_topic, tenant_topics
+from streams.core.tenancy import dead_letter_topic, parse_topic, tenant_topics
 
 __all__ = ["BAD_DATA", "MirrorStats", "MirrorStep"]
 

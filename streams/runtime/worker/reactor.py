@@ -37,7 +37,7 @@ from streams.core.matching import Forward, Matcher, ReactorStats, is_stateful
 from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
 from streams.core.runs import ActionFn
-from streams.core.tenancy import tenant_topics
+from streams.core.tenancy import rules_catch_up_group, tenant_topics
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.runtime.worker.decider import ConsumerFactory, Decider
@@ -214,7 +214,7 @@ class Reactor:
         if not todo:
             return []
         out: list[Output] = []
-        consumer = self.runtime.reader(f"{self.settings.topic_prefix}-rules-catch-up")
+        consumer = self.runtime.reader(rules_catch_up_group(self.settings.topic_prefix))
         try:
             consumer.assign([TopicPartition(events, p, lo) for p, (lo, _hi) in todo.items()])
             # consume(n, t) waits for n records or t: ask often, give up after a silence.
