@@ -122,3 +122,21 @@ def test_the_docs_show_import_paths() -> None:
 def test_every_import_path_in_the_docs_imports(doc: str, path: str, name: str | None) -> None:
     problem = resolves(path, name)
     assert problem is None, f"{doc} shows {path}{' import ' + name if name else ''}: {problem}"
+
+
+TEST_PATH = re.compile(r"\btests/[A-Za-z0-9_/]+\.py\b")
+
+
+def named_test_files() -> list[tuple[str, str]]:
+    """(doc or module, test file) for every test file README.md, docs/*.md and the package's
+    docstrings name."""
+    sources = [*DOCS, *sorted((ROOT / "streams").rglob("*.py"))]
+    return sorted({(s.relative_to(ROOT).as_posix(), path) for s in sources
+                   for path in TEST_PATH.findall(s.read_text())})
+
+
+def test_every_test_file_the_docs_name_exists() -> None:
+    named = named_test_files()
+    assert any(path == "tests/test_layers.py" for _, path in named)  # not vacuous
+    missing = [(where, path) for where, path in named if not (ROOT / path).is_file()]
+    assert not missing, f"docs name test files that do not exist: {missing}"

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 from langfuse import Langfuse
 
 from standins.langfuse_standin import LangfuseStandIn
@@ -32,6 +31,7 @@ from streams.runtime.sink.runner import SinkRunner, cursor_group
 from streams.settings import Settings
 from tests.conftest import REPO, wait_until
 from tests.integration.conftest import SinkProcess
+from tests.integration.test_feedback_mirror import committed as group_committed
 
 FEEDBACK = 400
 SCORES = FEEDBACK * 3
@@ -71,17 +71,8 @@ def keys(standin: LangfuseStandIn) -> list[tuple[str, str, str]]:
 
 
 def committed(settings: Settings, cursor: str) -> dict[tuple[str, int], int]:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    group = cursor_group(settings, cursor)
-    futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-    try:
-        result = futures[group].result()
-    except Exception:
-        return {}
-    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
-            if tp.offset >= 0}
+    """The sink cursor's committed offsets ({} when it has none)."""
+    return group_committed(settings, cursor_group(settings, cursor))
 
 
 def test_sigkill_mid_stream_loses_and_duplicates_nothing(

@@ -14,7 +14,7 @@ becomes ready again by itself once the broker answers. The server is a stdlib
 (127.0.0.1 by default; port 0: none).
 The broker and registry checks make one request each, at most once a second (cached), with a
 2-second timeout, so probing never loads the servers; the checks are functions, so the
-readiness logic is tested without a broker (tests/runtime/test_health.py).
+readiness logic is tested without a broker (tests/runtime/observe/test_health.py).
 """
 
 from __future__ import annotations
