@@ -40,13 +40,29 @@ from streams.adapters.tracing import batch_span
 from streams.core.errors import KafkaUnavailable
 from streams.runtime.root import Runtime
 
-__all__ = ["BatchLoop", "BatchStats", "OutageTooLong", "Step"]
+__all__ = ["BatchLoop", "BatchStats", "BeforeCommit", "OnAssigned", "OnRevoked", "OutageTooLong",
+           "Step"]
 
 log = logging.getLogger(__name__)
 
 Step = Callable[[Sequence[Message]], list[Output]]
 """A batch of consumed messages in, the records to produce out (may raise
 RegistryUnavailable, having produced nothing)."""
+
+OnAssigned = Callable[[Consumer, list[TopicPartition]], None]
+"""Called when partitions are assigned, before the loop reads them: a stateful step restores
+its state here, and may `consumer.assign(...)` the partitions at offsets of its choosing
+(the state's own position); if it does not, the loop assigns them at their committed
+offsets."""
+
+OnRevoked = Callable[[list[TopicPartition]], None]
+"""Called after revoked (or lost) partitions' work was committed (or dropped): a stateful
+step forgets their state."""
+
+BeforeCommit = Callable[[set[tuple[str, int]]], list[Output]]
+"""Called once the outputs of the partitions about to be committed are delivered, before
+their offsets are committed: what it returns (a stateful step's changelog and its position)
+is produced and delivered before the commit, so state is never behind its outputs."""
 
 
 class OutageTooLong(KafkaUnavailable):
@@ -89,6 +105,9 @@ class BatchLoop:
         flush_timeout: float = 30.0,
         outage_limit: float = 600.0,
         name: str = "batch-loop",
+        on_assigned: OnAssigned | None = None,
+        on_revoked: OnRevoked | None = None,
+        before_commit: BeforeCommit | None = None,
     ) -> None:
         self.runtime = runtime
         self.group = group
@@ -106,6 +125,9 @@ class BatchLoop:
         self.flush_timeout = flush_timeout
         self.outage_limit = outage_limit
         self.name = name
+        self.on_assigned = on_assigned
+        self.on_revoked = on_revoked
+        self.before_commit = before_commit
         self._group = group
         self.stats = BatchStats()
         self.assigned: set[tuple[str, int]] = set()
@@ -164,6 +186,13 @@ class BatchLoop:
         if not self._delivered(producer):
             self._rewind(consumer)
             return False
+        if self.before_commit is not None:
+            extra = self.before_commit(set(chosen))
+            if extra:
+                self._produce(producer, extra)
+                if not self._delivered(producer):
+                    self._rewind(consumer)
+                    return False
         offsets = [TopicPartition(t, p, o) for (t, p), o in chosen.items()]
         while True:
             try:
@@ -232,7 +261,9 @@ class BatchLoop:
 
     # -- rebalances ----------------------------------------------------------------------
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.on_assigned is not None:
+            self.on_assigned(consumer, partitions)
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
         self.topics_seen |= {tp.topic for tp in partitions}
         self._ready.set()
@@ -244,6 +275,8 @@ class BatchLoop:
         self.assigned -= revoked
         for tp in revoked:
             self._done.pop(tp, None)
+        if self.on_revoked is not None:
+            self.on_revoked(partitions)
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Lost, not revoked: another member may own them already; committing would be wrong.
@@ -251,6 +284,8 @@ class BatchLoop:
         self.assigned -= lost
         for tp in lost:
             self._done.pop(tp, None)
+        if self.on_revoked is not None:
+            self.on_revoked(partitions)
 
     # -- the loop ------------------------------------------------------------------------
 
