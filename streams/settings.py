@@ -192,6 +192,15 @@ class Settings:
     index_partitions: int = _setting(
         32, "STREAMS_INDEX_PARTITIONS", "partitions of a tenant's compacted index topic; a "
         "look-up reads one of them", minimum=1)
+    state_dir: str = _setting(
+        "", "STREAMS_STATE_DIR", "directory of this process's local state (rule state "
+        "stores, materialized views), rebuilt from Kafka when missing or corrupt (default: "
+        "$XDG_STATE_HOME/feedback-streams, or ~/.local/state/feedback-streams)")
+    processing_guarantee: str = _setting(
+        "at_least_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
+        "produce loops commit: exactly_once (each batch's outputs and input offsets in one "
+        "Kafka transaction) or at_least_once (outputs flushed, then offsets committed)",
+        choices=("exactly_once", "at_least_once"))
     admin_timeout: float = _setting(
         15.0, "STREAMS_ADMIN_TIMEOUT", "seconds an admin or metadata call (create or list "
         "topics, read committed offsets) may take", positive=True)
@@ -396,6 +405,14 @@ class Settings:
             if not values[key]:
                 raise ConfigError(f"{_var(name).env} is not set: the LLM judges need it")
         return ChatModel(**values)
+
+    def state_path(self, *parts: str) -> Path:
+        """A path under this process's state directory (`state_dir`, or the XDG default);
+        creates nothing."""
+        root = Path(self.state_dir) if self.state_dir else Path(
+            os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state",
+        ) / "feedback-streams"
+        return root.joinpath(*parts)
 
     def sasl_secret(self) -> str | None:
         """The SASL password: KAFKA_SASL_PASSWORD, or the first line of
