@@ -11,8 +11,6 @@ failed and what to do, and an exit code of its kind (`ExitCode`, tabled in docs/
 from __future__ import annotations
 
 import difflib
-import importlib
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import IntEnum
@@ -32,6 +30,7 @@ from streams.core.errors import (
 )
 from streams.core.tenancy import check_tenant
 from streams.settings import Settings
+from streams.surfaces.modules import ModuleFailed, import_user_module
 
 if TYPE_CHECKING:
     from streams.runtime.root import Runtime
@@ -95,10 +94,6 @@ class ExitCode(IntEnum):
     """A running sink's backend stayed down too long (EX_TEMPFAIL: start it again later)."""
     CONFIG = 78
     """A setting (an environment variable) has a bad value (EX_CONFIG)."""
-
-
-class ModuleFailed(StreamsError):
-    """A user's `--types` or `--rules` module cannot be used."""
 
 
 class BrokerUnreachable(KafkaUnavailable):
@@ -205,37 +200,6 @@ def settings() -> Settings:
         return Settings.from_env()
     except ConfigError as exc:
         raise fail(exc) from exc
-
-
-def import_user_module(kind: str, name: str, option: str) -> Any:
-    """Import a user's `kind` ("feedback", "rules") module named by `option`; any failure
-    of the import is a ModuleFailed of one line naming the module, the error, where it is
-    (file:line) and what to do. Used by the commands and by `streams serve`'s workers."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-            raise ModuleFailed(
-                f"cannot import {kind} module {name!r}: no module named {exc.name!r}; check "
-                f"the name given to {option} and that its folder is on PYTHONPATH") from exc
-        raise ModuleFailed(f"cannot import {kind} module {name!r}: it imports "
-                           f"{exc.name!r}, which is not installed") from exc
-    except SyntaxError as exc:
-        raise ModuleFailed(
-            f"cannot import {kind} module {name!r}: syntax error at {exc.filename}:"
-            f"{exc.lineno}: {exc.msg}; fix the module") from exc
-    except Exception as exc:
-        raise ModuleFailed(
-            f"cannot import {kind} module {name!r}: {type(exc).__name__}: {exc} at "
-            f"{_where(exc)}; fix the module") from exc
-
-
-def _where(exc: BaseException) -> str:
-    """file:line of the deepest frame of the traceback (where the user's code failed)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return "an unknown place"
-    return f"{frames[-1].filename}:{frames[-1].lineno}"
 
 
 TypesOption = Annotated[

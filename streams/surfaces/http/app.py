@@ -46,7 +46,7 @@ from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.settings import Settings
-from streams.surfaces.cli.base import import_user_module
+from streams.surfaces.modules import import_user_module
 
 with needs("serve", "streams serve"):
     from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
