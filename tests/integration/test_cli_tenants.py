@@ -1,6 +1,6 @@
 """A misspelled tenant on the real broker: `streams keys create --tenant acmee` and `streams
 rules list --tenant acmee` used to make a key for a tenant that does not exist, and print [],
-both with exit code 0. Now each is one line, "no tenant ...", naming the close name, with the
+both with exit code 0 (and `rules archive`/`resolve` acted on nothing). Now each is one line, "no tenant ...", naming the close name, with the
 NotFound exit code, and no key is made."""
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ def test_a_misspelled_tenant_is_not_found(settings: Settings,
     tenant = tenant_factory()
     typo = tenant + "e"
     for args in (["keys", "create", "--tenant", typo, "--user", "ada"],
-                 ["rules", "list", "--tenant", typo]):
+                 ["rules", "list", "--tenant", typo],
+                 ["rules", "archive", "ops:spike", "--tenant", typo, "--workspace", "prod"],
+                 ["rules", "resolve", "proposal-1", "--tenant", typo, "--workspace", "prod",
+                  "--by", "user:ada"]):
         done = streams(settings, *args)
         assert done.returncode == ExitCode.NOT_FOUND, (args, done.stderr)
         assert done.stdout == ""

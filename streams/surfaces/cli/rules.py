@@ -43,15 +43,17 @@ ByOption = Annotated[str, typer.Option(
     "--by", help="Who does it, as a participant: user:<id>, agent:<id>, system.")]
 
 
-def _run(make: Callable[[Any], Coroutine[Any, Any, _T]]) -> _T:
-    """Run `make(runtime)` on a Runtime from the environment; project errors become a
-    message and an exit code."""
+def _run(make: Callable[[Any], Coroutine[Any, Any, _T]], tenant: str) -> _T:
+    """Run `make(runtime)` on a Runtime from the environment, once `tenant` is known to
+    exist (a rule for a misspelled tenant would act on nothing, silently); project errors
+    become a message and an exit code."""
     # Lazy: the composition root loads the Kafka clients, which `rules --help` does not need.
     from streams.runtime.root import Runtime
 
     runtime = Runtime(settings())
     try:
         with handled():
+            require_tenant(runtime, tenant)
             return asyncio.run(make(runtime))
     finally:
         runtime.close()
@@ -89,8 +91,6 @@ def rules_list(
     from streams.runtime.jobs.rules import Rulebook
 
     async def main(runtime: Any) -> list[dict[str, Any]]:
-        # An unknown tenant has no rulebook: say so, rather than print [] (a typo looks empty).
-        await asyncio.to_thread(require_tenant, runtime, tenant)
         entries = await asyncio.to_thread(Rulebook(runtime).entries, tenant)
         return [{"rule": e.rule, "state": e.state, "action": e.definition["then"]["action"],
                  "on": e.definition["when"]["on"], "workspace": e.workspace,
@@ -100,7 +100,7 @@ def rules_list(
                 for e in sorted(entries.values(), key=lambda e: e.rule)
                 if all_ or e.live]
 
-    _print(_run(main))
+    _print(_run(main, tenant))
 
 
 @rules_app.command("install")
@@ -155,7 +155,7 @@ def rules_install(
                                "already": done.backfilled.already}
         return out
 
-    _print(_run(main))
+    _print(_run(main, tenant))
 
 
 def accepted_definition(ledger: Any, artifact_id: str) -> Any:
@@ -202,7 +202,7 @@ def rules_archive(
         return {"rule": entry.rule, "state": entry.state,
                 "archived_event_id": entry.archived_event_id}
 
-    _print(_run(main))
+    _print(_run(main, tenant))
 
 
 @rules_app.command("propose")
@@ -239,7 +239,7 @@ def rules_propose(
         return {"proposal_id": proposal_id, "artifact_id": artifact_id, "rule": rule.name,
                 "event_id": recorded.id}
 
-    _print(_run(main))
+    _print(_run(main, tenant))
 
 
 @rules_app.command("resolve")
@@ -264,4 +264,4 @@ def rules_resolve(
                                                     resolution=resolution))
         return {"proposal_id": proposal, "resolution": resolution, "event_id": recorded.id}
 
-    _print(_run(main))
+    _print(_run(main, tenant))
