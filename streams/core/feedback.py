@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streams.core.errors import ValidationFailed
 from streams.core.targets import TARGET_KINDS
+from streams.core.typeinfo import field_problems
 
 __all__ = [
     "LONG_MAX",
@@ -113,6 +114,7 @@ class Feedback(BaseModel):
     feedback_name: ClassVar[str] = ""
     feedback_targets: ClassVar[frozenset[str]] = frozenset()
     feedback_abstract: ClassVar[bool] = True
+    _feedback_registry: ClassVar[FeedbackRegistry | None] = None
 
     def __init_subclass__(
         cls,
@@ -147,9 +149,24 @@ class Feedback(BaseModel):
                 f"{cls.__qualname__}: feedback type name {cls.feedback_name!r} must match "
                 f"{_NAME.pattern} (it names Avro records and scores)"
             )
-        # Pydantic finishes building the model after __init_subclass__; registration must
-        # not depend on fields, only on the name.
-        (registry if registry is not None else _default_registry()).register(cls)
+        # Pydantic builds the fields after __init_subclass__: they are checked, and the type
+        # registered, in __pydantic_init_subclass__.
+        cls._feedback_registry = registry
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Once Pydantic has built the fields: refuse a type whose fields could never be
+        written (no Avro mapping, enum values that are not Avro names), naming the field,
+        then register it. A type that fails here is not registered."""
+        super().__pydantic_init_subclass__(**kwargs)
+        if cls.__dict__.get("feedback_abstract", True):
+            return
+        problems = field_problems(cls)
+        if problems:
+            raise TypeError(f"{cls.__qualname__} (feedback type {cls.feedback_name!r}) cannot "
+                            f"be written: {'; '.join(problems)}")
+        found = cls.__dict__.get("_feedback_registry")
+        (found if found is not None else _default_registry()).register(cls)
 
 
 def _default_registry() -> FeedbackRegistry:

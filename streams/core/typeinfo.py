@@ -7,15 +7,22 @@ so the two never disagree about what a field is.
 from __future__ import annotations
 
 import enum
+import re
 import types
 import typing
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+
+__all__ = ["AVRO_NAME", "Shape", "ShapeKind", "UnsupportedType", "field_problems", "field_shape",
+           "shape_of"]
+
+AVRO_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+"""What an Avro name (a record's field, an enum's symbol) must match."""
 
 ShapeKind = Literal["bool", "int", "float", "str", "enum", "datetime", "list", "map", "model"]
 
@@ -112,3 +119,55 @@ def _bounded(kind: ShapeKind, metadata: list[Any]) -> Shape:
         elif isinstance(item, annotated_types.Lt):
             high, high_ex = float(item.lt), True  # type: ignore[arg-type]
     return Shape(kind=kind, minimum=low, maximum=high, exclusive=(low_ex, high_ex))
+
+
+def field_problems(model: type[BaseModel]) -> list[str]:
+    """What keeps a model's fields from having an Avro record and scores: each problem names
+    its field (`a.b` for a nested model's) and says what to write instead; [] when none.
+
+    Checked when a feedback type is defined, so a type that could never be written fails at
+    its `class` statement, not at its first give_feedback.
+    """
+    problems: list[str] = []
+    _check_model(model, "", problems, set())
+    return problems
+
+
+def _check_model(model: type[BaseModel], prefix: str, problems: list[str],
+                 seen: set[type[BaseModel]]) -> None:
+    if model in seen:
+        return
+    seen.add(model)
+    for name, info in model.model_fields.items():
+        where = f"{prefix}{name}"
+        if not AVRO_NAME.match(name):
+            problems.append(f"{where}: a field name must be letters, digits and _ (not "
+                            f"starting with a digit)")
+            continue
+        try:
+            shape = field_shape(info)
+        except UnsupportedType as exc:
+            problems.append(f"{where}: {exc}{_hint(info.annotation)}")
+            continue
+        _check_shape(shape, where, problems, seen)
+
+
+def _check_shape(shape: Shape, where: str, problems: list[str],
+                 seen: set[type[BaseModel]]) -> None:
+    if shape.kind == "enum":
+        bad = [s for s in shape.symbols if not AVRO_NAME.match(s)]
+        if bad:
+            problems.append(
+                f"{where}: the values {bad} cannot be Avro enum symbols (letters, digits and _, "
+                f"not starting with a digit); use a Literal of strings or a str Enum whose "
+                f"values are names, e.g. Literal['p1', 'p2']")
+    elif shape.item is not None:
+        _check_shape(shape.item, where, problems, seen)
+    elif shape.model is not None:
+        _check_model(shape.model, f"{where}.", problems, seen)
+
+
+def _hint(annotation: Any) -> str:
+    if typing.get_origin(annotation) is Literal:
+        return "; write the values as strings that are names, e.g. Literal['p1', 'p2']"
+    return ""

@@ -1,7 +1,8 @@
+import enum
 from typing import Annotated, Literal
 
 import pytest
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from streams.core.errors import ValidationFailed
 from streams.core.feedback import Feedback, FeedbackRegistry, snake_case, validate_feedback
@@ -141,3 +142,36 @@ def test_an_empty_registry_is_still_chosen_over_the_default() -> None:
     assert (empty or None) is empty
     with pytest.raises(ValidationFailed, match="unknown feedback type 'triage_quality'"):
         validate_feedback({"correct": True}, "triage_quality", empty)
+
+
+class _Priority(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+class _Nested(BaseModel):
+    level: Literal[1, 2]
+
+
+@pytest.mark.parametrize(("annotation", "named"), [
+    (Literal[1, 2], "only Literal of strings"),
+    (_Priority, "cannot be Avro enum symbols"),
+    (Literal["ok", "not ok"], "cannot be Avro enum symbols"),
+    (list[Literal[1, 2]], "only Literal of strings"),
+    (_Nested, "x.level: only Literal of strings"),
+    (int | str, "unions other than Optional"),
+])
+def test_a_field_that_could_never_be_written_is_refused_at_definition(
+        types: FeedbackRegistry, annotation: object, named: str) -> None:
+    with pytest.raises(TypeError, match="cannot be written") as raised:
+        type("Unwritable", (Feedback,), {"__annotations__": {"x": annotation}},
+             name="unwritable", targets={"run"}, registry=types)
+    assert named in str(raised.value)
+    assert "x" in str(raised.value)
+    # Refused before registration: the name is free for a type that can be written.
+    assert types.get("unwritable") is None
+
+    class Writable(Feedback, name="unwritable", targets={"run"}, registry=types):
+        x: Literal["p1", "p2"]
+
+    assert types.get("unwritable") is Writable
