@@ -261,7 +261,8 @@ def check_value(command: GiveFeedback, types: FeedbackRegistry) -> type[Feedback
         raise CommandFailed(
             "validation_failed",
             f"unknown feedback type {command.feedback_type!r}; the registered types are "
-            f"{types.names()}",
+            f"{types.names()}: load the module that defines {command.feedback_type!r} "
+            f"(`streams serve --types <module>`, or STREAMS_FEEDBACK_MODULES)",
             [FieldProblem(path="command.feedback_type", message="not a registered type")])
     if command.target.kind not in cls.feedback_targets:
         raise CommandFailed(

@@ -151,3 +151,17 @@ def test_the_report_holds_the_proposal_measures() -> None:
     assert "<h2>Proposals</h2>" in page
     assert "chat:draft-rule" in page and "33.3%" in page
     assert "1 installed, 1 still live after 30 days" in page
+
+
+def test_feedback_of_a_type_not_registered_is_named_not_dropped_silently() -> None:
+    from streams.core.feedback import FeedbackRegistry
+
+    # Without triage_quality registered, its categorical field (severity) cannot be measured:
+    # the report says which types it did not know, so the reader can load them.
+    empty = FeedbackRegistry()
+    report = build_report(sample_log(), tenant="acme", workspace="prod", types=empty)
+    assert report["unregistered_feedback_types"] == ["triage_quality", "workflow_review"]
+    fields = {r["field"] for r in report["judge_agreement"]}
+    assert "severity" not in fields
+    known = build_report(sample_log(), tenant="acme", workspace="prod")
+    assert known["unregistered_feedback_types"] == []

@@ -72,6 +72,11 @@ def report(
                   f"{summary['time_to_resolution']['chains']} chains resolved, "
                   f"{len(summary['judge_agreement'])} judge agreement rows, "
                   f"{len(summary['quality']['agents'])} agents with quality")
+    if summary["unregistered_feedback_types"]:
+        names = ", ".join(summary["unregistered_feedback_types"])
+        console.print(f"[yellow]warning:[/] feedback of types this command does not know "
+                      f"({names}) is left out of judge agreement's categorical fields: pass "
+                      f"the module that defines them with --types (or STREAMS_FEEDBACK_MODULES)")
     print(json.dumps({"json": str(files.json_path), "html": str(files.html_path)}))
 
 

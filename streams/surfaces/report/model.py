@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from streams.core.errors import ValidationFailed
-from streams.core.events import Envelope
-from streams.core.feedback import FeedbackRegistry
+from streams.core.events import Envelope, FeedbackGiven
+from streams.core.feedback import FeedbackRegistry, registry
 from streams.core.measures import (
     fold_judge_agreement,
     fold_quality,
@@ -156,6 +156,13 @@ def build_report(
     times = sorted(t.total_seconds() for t in fold_time_to_resolution(
         chosen, lambda envelope: envelope.event_type == resolves).values())
     agreement = fold_judge_agreement(chosen, types=types)
+    known = types or registry
+    # Feedback of a type this process does not register is measured by what its values look
+    # like (numbers, booleans), so its categorical fields drop out: name the types, so the
+    # reader can load them (`--types`) instead of trusting a table with rows missing.
+    unregistered = sorted({e.event.feedback_type for e in chosen
+                           if isinstance(e.event, FeedbackGiven)
+                           and known.get(e.event.feedback_type) is None})
     series = fold_quality(chosen, feedback_type=quality_type, field_name=quality_field)
     return {
         "format": REPORT_FORMAT,
@@ -183,6 +190,7 @@ def build_report(
             } if times else None,
             "histogram": histogram(times),
         },
+        "unregistered_feedback_types": unregistered,
         "judge_agreement": [{
             "evaluator": a.evaluator, "feedback_type": a.feedback_type, "field": a.field,
             "kind": a.kind, "n": a.n,
