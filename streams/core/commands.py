@@ -235,12 +235,14 @@ def _parse_mapping(data: Any) -> CommandFrame:
         raise CommandFailed("validation_failed", "a frame is a JSON object such as "
                             '{"type": "command", "command_id": "fb_1", "command": {...}}',
                             [FieldProblem(path="$", message="expected an object")])
-    if data.get("type") != "command":
+    # The two `type` fields default as the published document says (a client generated from
+    # it may leave defaults out); only another value is refused.
+    if data.get("type", "command") != "command":
         raise CommandFailed("validation_failed",
                             f"unknown frame type {data.get('type')!r}: send a frame of type "
                             "'command'", [FieldProblem(path="type", message="expected 'command'")])
     command = data.get("command")
-    if isinstance(command, Mapping) and command.get("type") != "give_feedback":
+    if isinstance(command, Mapping) and command.get("type", "give_feedback") != "give_feedback":
         raise CommandFailed(
             "validation_failed",
             f"unknown command type {command.get('type')!r}: the commands are ['give_feedback']",

@@ -64,6 +64,18 @@ def test_a_command_id_is_optional() -> None:
     assert parse_frame(body).command_id is None
 
 
+def test_the_type_fields_default_as_the_published_document_says() -> None:
+    # docs/openapi.json gives both `type` fields a default: a body without them is valid by
+    # the document, so the server records it (a generated client may leave defaults out).
+    body = frame()
+    del body["type"]
+    del body["command"]["type"]  # type: ignore[attr-defined]
+    parsed = parse_frame(json.dumps(body))
+    assert parsed.type == "command"
+    assert parsed.command.type == "give_feedback"
+    assert parsed.command.feedback_type == "triage_quality"
+
+
 @pytest.mark.parametrize("body, path", [
     (b"{not json", "$"),
     (b"[1, 2]", "$"),

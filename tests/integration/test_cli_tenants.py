@@ -1,7 +1,7 @@
 """A misspelled tenant on the real broker: `streams keys create --tenant acmee` and `streams
 rules list --tenant acmee` used to make a key for a tenant that does not exist, and print [],
-both with exit code 0 (and `rules archive`/`resolve` acted on nothing). Now each is one line, "no tenant ...", naming the close name, with the
-NotFound exit code, and no key is made."""
+both with exit code 0 (and `rules archive`/`resolve` acted on nothing). Now each is one line,
+"no tenant ...", naming the close name, with the NotFound exit code, and no key is made."""
 
 from __future__ import annotations
 

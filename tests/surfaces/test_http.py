@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from streams.surfaces.http.app import openapi_document
 
@@ -32,3 +33,48 @@ def test_the_document_names_every_route_and_the_command_frame() -> None:
     schemas = document["components"]["schemas"]
     assert {"CommandFrame", "GiveFeedback", "RunTarget", "OutcomeFrame", "ErrorFrame"} <= set(
         schemas)
+
+
+def _served() -> Any:
+    from fastapi.testclient import TestClient
+
+    from streams.surfaces.http.app import create_app
+
+    # A stand-in for the started service: these requests fail before any call reaches it.
+    return TestClient(create_app(service=object()))  # type: ignore[arg-type]
+
+
+def test_a_query_value_that_does_not_parse_is_an_error_frame_with_its_path() -> None:
+    with _served() as client:
+        for route, name in (("runs?limit=abc", "limit"), ("runs?limit=0", "limit"),
+                            ("feedback?offset=null", "offset")):
+            answer = client.get(f"/v1/workspaces/acme.prod/{route}")
+            assert answer.status_code == 422, (route, answer.text)
+            body = answer.json()
+            assert body["type"] == "error"
+            assert body["error"]["code"] == "validation_failed"
+            assert [f["path"] for f in body["error"]["fields"]] == [f"query.{name}"]
+            assert "detail" not in body
+
+
+def test_an_unknown_route_is_a_not_found_error_frame() -> None:
+    with _served() as client:
+        answer = client.get("/v1/nowhere")
+        assert answer.status_code == 404
+        assert answer.json()["error"]["code"] == "not_found"
+
+
+def test_a_server_still_starting_is_alive_but_not_ready_and_says_why() -> None:
+    from fastapi.testclient import TestClient
+
+    from streams.surfaces.http.app import create_app
+
+    # Liveness answers at once; readiness, and every command, wait for the key store.
+    with TestClient(create_app()) as client:
+        assert client.get("/healthz").status_code == 200
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json() == {"status": "starting", "detail": "reading the key store"}
+        refused = client.post("/v1/workspaces/acme.prod/commands", json={})
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "unavailable"

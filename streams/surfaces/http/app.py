@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,6 +36,7 @@ from streams.core.commands import (
     CommandFailed,
     CommandFrame,
     ErrorFrame,
+    FieldProblem,
     OutcomeFrame,
     error_frame_of,
 )
@@ -50,9 +51,12 @@ from streams.surfaces.modules import import_user_module
 
 with needs("serve", "streams serve"):
     from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+    from fastapi.exception_handlers import http_exception_handler
+    from fastapi.exceptions import RequestValidationError
     from fastapi.openapi.utils import get_openapi
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
     from fastapi.staticfiles import StaticFiles
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from streams.surfaces.http.realtime import install_realtime
 
@@ -115,6 +119,16 @@ def service_of(request: Request) -> CommandService:
 
 Key = Annotated[str | None, Depends(bearer_key)]
 Service = Annotated[CommandService, Depends(service_of)]
+
+
+def request_problems(errors: Sequence[Any]) -> CommandFailed:
+    """validation_failed for a request FastAPI could not parse, one field problem per
+    parameter (`query.limit`, `path.run_id`) with what was wrong."""
+    problems = [FieldProblem(path=".".join(str(part) for part in error.get("loc", ())) or "$",
+                             message=str(error.get("msg", "invalid")))
+                for error in errors]
+    return CommandFailed("validation_failed", "invalid request: " + "; ".join(
+        f"{p.path}: {p.message}" for p in problems), problems)
 
 
 def _answer(frame: OutcomeFrame | ErrorFrame) -> JSONResponse:
@@ -319,6 +333,19 @@ def create_app(runtime: Runtime | None = None, *,
     async def refused(_request: Request, exc: CommandFailed) -> JSONResponse:
         # The service dependency refuses while starting: the same error frame as the routes'.
         return _answer(exc.frame())
+
+    @app.exception_handler(RequestValidationError)
+    async def unparsed(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # A query or path value FastAPI cannot parse (limit=abc): an error frame with the
+        # parameter's path, as the document declares for 422, not FastAPI's {"detail": ...}.
+        return _answer(request_problems(exc.errors()).frame())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            return _answer(CommandFailed("not_found", f"no route {request.url.path}; the "
+                                         "routes are in docs/api.md").frame())
+        return await http_exception_handler(request, exc)
 
     install_realtime(app, lambda: started_service(app))  # the WebSocket stream, MCP tools
     # The annotation page: static files shipped in the package, no build step (docs/ui.md).
