@@ -275,6 +275,10 @@ class Settings:
     serve_host: str = _setting(
         "127.0.0.1", "STREAMS_SERVE_HOST", "address `streams serve` binds to: loopback by "
         "default; 0.0.0.0 in a container, behind a Service")
+    serve_max_in_flight: int = _setting(
+        128, "STREAMS_SERVE_MAX_IN_FLIGHT", "commands one `streams serve` process runs at "
+        "once; past it a command is answered 503 unavailable with Retry-After at once, so "
+        "admitted commands keep their latency under overload", minimum=1)
     command_retention: float = _setting(
         7 * 24 * 3600.0, "STREAMS_COMMAND_RETENTION", "seconds a command id is remembered "
         "(retention of a tenant's command ledger topic, set when the topic is created)",

@@ -78,3 +78,45 @@ def test_a_server_still_starting_is_alive_but_not_ready_and_says_why() -> None:
         refused = client.post("/v1/workspaces/acme.prod/commands", json={})
         assert refused.status_code == 503
         assert refused.json()["error"]["code"] == "unavailable"
+
+
+async def test_past_its_limit_the_server_sheds_commands_at_once_with_retry_after() -> None:
+    import asyncio
+
+    import httpx
+
+    from streams.core.commands import OutcomeFrame, RecordedOutcome, SeqOut
+    from streams.surfaces.http.app import create_app
+
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    class Held:
+        """A started service whose commands wait until released."""
+
+        async def execute(self, _key: object, _workspace: str, body: bytes) -> OutcomeFrame:
+            ran.append("run")
+            await release.wait()
+            return OutcomeFrame(command_id=None, outcome=RecordedOutcome(
+                seq=SeqOut(partition=0, offset=len(ran)), id=f"evt_{len(ran)}"))
+
+    app = create_app(service=Held(), max_in_flight=2)  # type: ignore[arg-type]
+    url = "/v1/workspaces/acme.prod/commands"
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://test") as client:
+        held = [asyncio.create_task(client.post(url, json={})) for _ in range(2)]
+        while len(ran) < 2:
+            await asyncio.sleep(0.01)
+        shed = await asyncio.wait_for(client.post(url, json={}), 5)
+        assert shed.status_code == 503
+        assert shed.headers["Retry-After"] == "1"
+        assert shed.json()["error"]["code"] == "unavailable"
+        assert "STREAMS_SERVE_MAX_IN_FLIGHT" in shed.json()["error"]["message"]
+        assert len(ran) == 2  # the shed command never reached the service
+        release.set()
+        assert [r.status_code for r in await asyncio.gather(*held)] == [200, 200]
+        # Room again once they are done.
+        after = await client.post(url, json={})
+        assert after.status_code == 200
+        assert app.state.admission.running == 0
+        assert app.state.admission.shed == 1

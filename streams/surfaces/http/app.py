@@ -121,6 +121,28 @@ Key = Annotated[str | None, Depends(bearer_key)]
 Service = Annotated[CommandService, Depends(service_of)]
 
 
+class Admission:
+    """How many commands run now, against a limit: `enter` is False when full (the caller
+    sheds the command), else counts it until `leave`. One event loop: no lock needed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.running = 0
+        self.shed = 0
+
+    def enter(self) -> bool:
+        """Count a command in, or False (counted as shed) when `limit` run already."""
+        if self.running >= self.limit:
+            self.shed += 1
+            return False
+        self.running += 1
+        return True
+
+    def leave(self) -> None:
+        """A command admitted by `enter` is done."""
+        self.running -= 1
+
+
 def request_problems(errors: Sequence[Any]) -> CommandFailed:
     """validation_failed for a request FastAPI could not parse, one field problem per
     parameter (`query.limit`, `path.run_id`) with what was wrong."""
@@ -203,12 +225,24 @@ commands = APIRouter(prefix=WORKSPACE)
 )
 async def _command(request: Request, workspace_id: str, key: Key,
                    service: Service) -> JSONResponse:
-    # Run one command frame.
+    # Run one command frame, if there is room: shedding at once keeps the latency of the
+    # admitted ones bounded, where an unbounded queue made every command wait (26 s p50).
+    admission: Admission = request.app.state.admission
+    if not admission.enter():
+        shed = _answer(CommandFailed(
+            "unavailable", f"the server is running {admission.limit} commands already "
+            "(STREAMS_SERVE_MAX_IN_FLIGHT): retry after the Retry-After seconds, with the "
+            "same command_id").frame())
+        shed.headers["Retry-After"] = "1"
+        return shed
     try:
-        body = await _body(request)
-    except CommandFailed as exc:
-        return _answer(exc.frame())
-    return _answer(await service.execute(key, workspace_id, body))
+        try:
+            body = await _body(request)
+        except CommandFailed as exc:
+            return _answer(exc.frame())
+        return _answer(await service.execute(key, workspace_id, body))
+    finally:
+        admission.leave()
 
 
 runs = APIRouter(prefix=WORKSPACE)
@@ -313,11 +347,13 @@ def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
 
 
 def create_app(runtime: Runtime | None = None, *,
-               service: CommandService | None = None) -> FastAPI:
+               service: CommandService | None = None,
+               max_in_flight: int | None = None) -> FastAPI:
     """The REST app (with the WebSocket stream and the MCP tools) on `runtime`: its lifespan
     makes and starts the service on the runtime's clients, and readiness asks the runtime's
     broker and registry. With `service` instead, the app serves that ready service (its
-    owner closes it); with neither, it stays starting (the OpenAPI document, tests)."""
+    owner closes it); with neither, it stays starting (the OpenAPI document, tests). Past
+    `max_in_flight` commands at once (STREAMS_SERVE_MAX_IN_FLIGHT) it sheds with 503."""
     app = FastAPI(title="feedback-streams", version=API_VERSION,
                   lifespan=_serving(runtime) if runtime is not None and service is None
                   else None,
@@ -325,6 +361,8 @@ def create_app(runtime: Runtime | None = None, *,
                   "See docs/api.md.")
     app.state.service = service
     app.state.starting = "reading the key store"
+    app.state.admission = Admission(max_in_flight or (
+        runtime.settings if runtime is not None else Settings()).serve_max_in_flight)
     # Readiness checks beyond "started" (the broker and registry answer): set by the lifespan.
     app.state.checks = runtime.server_checks() if runtime is not None and service is not None \
         else {}
