@@ -6,6 +6,13 @@ the same day replaces. One file, one table `scores` (see `TABLE`), one connectio
 sink; DuckDB allows one writing process per file, so analysts query a copy or stop the sink,
 or read through `query()` in the sink's process.
 
+It is also an `OffsetStoringSink` (streams.core.sinks.base): the sink runner hands each batch
+to `write` with the offsets after it, and the rows and the offsets (table `sink_offsets`, see
+`OFFSETS_TABLE`: one row per consumer group, topic and partition) commit in one DuckDB
+transaction. On assignment the runner seeks to the offsets the file holds, so the file has
+each consumed record applied exactly once across kills and restarts; Kafka's committed
+offsets are then only a progress marker (lag).
+
     streams sink duckdb --path scores.duckdb --cursor warehouse
     duckdb scores.duckdb "select name, avg(numeric_value) from scores group by name"
 """
@@ -15,20 +22,20 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from streams.core.errors import SinkError
 from streams.core.scores import Score
-from streams.core.sinks.base import Rejected
+from streams.core.sinks.base import Partition, Rejected
 from streams.extras import needs
 
 with needs("duckdb", "the DuckDB sink"):
     import duckdb
 
-__all__ = ["COLUMNS", "TABLE", "DuckDBScoreSink"]
+__all__ = ["COLUMNS", "OFFSETS_TABLE", "TABLE", "DuckDBScoreSink"]
 
 TABLE = """
 create table if not exists scores (
@@ -58,6 +65,23 @@ create table if not exists scores (
 )
 """
 
+# The consumer offsets the file holds: per consumer group and partition, the offset of the next
+# record not applied yet. Written in the same transaction as the rows of the batch below it.
+OFFSETS_TABLE = """
+create table if not exists sink_offsets (
+    consumer_group varchar not null,
+    topic varchar not null,
+    partition integer not null,
+    next_offset bigint not null,
+    primary key (consumer_group, topic, partition)
+)
+"""
+
+# A stored offset never moves backwards: a replay rewrites rows but leaves the offsets.
+_STORE_OFFSET = ("insert into sink_offsets values (?, ?, ?, ?) "
+                 "on conflict (consumer_group, topic, partition) do update "
+                 "set next_offset = greatest(sink_offsets.next_offset, excluded.next_offset)")
+
 # Columns added after the first release: a file made before them gains them on open.
 ADDED_COLUMNS = ("alter table scores add column if not exists rule varchar",
                  "alter table scores add column if not exists action varchar")
@@ -80,8 +104,14 @@ def _row(score: Score) -> tuple[Any, ...]:
             json.dumps(dict(score.metadata)) if score.metadata else None, src.rule, src.action)
 
 
+def _rows(scores: Sequence[Score]) -> list[tuple[Any, ...]]:
+    # Within one batch the last score of a key wins, as a later batch's would.
+    return list({(r[0], r[1], r[2]): r for r in map(_row, scores)}.values())
+
+
 class DuckDBScoreSink:
-    """A ScoreSink writing to one DuckDB file (or `:memory:`); opens it on first use."""
+    """A ScoreSink writing to one DuckDB file (or `:memory:`); opens it on first use. It
+    stores its consumer offsets with the rows (an `OffsetStoringSink`)."""
 
     def __init__(self, path: str | Path, *, identity: str | None = None) -> None:
         self.path = str(path)
@@ -98,6 +128,7 @@ class DuckDBScoreSink:
             try:
                 self._connection = duckdb.connect(self.path)
                 self._connection.execute(TABLE)
+                self._connection.execute(OFFSETS_TABLE)
                 for statement in ADDED_COLUMNS:
                     self._connection.execute(statement)
             except duckdb.Error as exc:
@@ -105,12 +136,16 @@ class DuckDBScoreSink:
                                 "process writing to it?)") from exc
         return self._connection
 
-    def _write(self, rows: list[tuple[Any, ...]]) -> None:
+    def _write(self, rows: list[tuple[Any, ...]],
+               offsets: Sequence[tuple[str, str, int, int]] = ()) -> None:
         with self._lock:
             con = self._connect()
             try:
                 con.execute("begin transaction")
-                con.executemany(self._upsert, rows)
+                if rows:
+                    con.executemany(self._upsert, rows)
+                if offsets:
+                    con.executemany(_STORE_OFFSET, offsets)
                 con.execute("commit")
             except duckdb.Error as exc:
                 con.execute("rollback")
@@ -120,10 +155,23 @@ class DuckDBScoreSink:
         """Upsert a batch in one transaction; returns once it is committed to the file."""
         if not scores:
             return []
-        # Within one batch the last score of a key wins, as a later batch's would.
-        rows = list({(r[0], r[1], r[2]): r for r in map(_row, scores)}.values())
-        await asyncio.to_thread(self._write, rows)
+        await asyncio.to_thread(self._write, _rows(scores))
         return []
+
+    def offsets(self, group: str, /) -> dict[Partition, int]:
+        """The offsets stored for `group`: per (topic, partition), the next record to apply."""
+        return {(topic, partition): offset for topic, partition, offset in self.query(
+            "select topic, partition, next_offset from sink_offsets where consumer_group = ?",
+            [group])}
+
+    async def write(self, scores: Sequence[Score], offsets: Mapping[Partition, int], /, *,
+                    group: str) -> None:
+        """Upsert a batch and store `offsets` for `group` in one transaction (an offset
+        already stored higher stays); returns once both are committed to the file."""
+        stored = [(group, topic, partition, offset)
+                  for (topic, partition), offset in offsets.items()]
+        if scores or stored:
+            await asyncio.to_thread(self._write, _rows(scores), stored)
 
     async def flush(self) -> None:
         """Nothing is buffered: each batch is committed before record() returns."""

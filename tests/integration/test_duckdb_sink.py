@@ -1,5 +1,6 @@
 """The DuckDB warehouse on the real broker: feedback given, mirrored by a worker, carried by
-`streams sink duckdb` (a child process) into a file; a replay adds nothing; SQL answers."""
+`streams sink duckdb` (a child process) into a file with its offsets; a replay adds nothing
+and leaves the offsets; SQL answers; scores of an aborted transaction never arrive."""
 
 from __future__ import annotations
 
@@ -11,13 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from confluent_kafka import Producer
 
+from streams.adapters.avro.codec import score_to_record
+from streams.adapters.avro.serde import AvroSerde
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import ChainTarget, RunTarget
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
+from streams.runtime.sink.runner import cursor_group
 from streams.settings import Settings
 from tests.conftest import REPO, WorkerProcess, wait_until
+from tests.integration.test_feedback_mirror import end_offsets
+from tests.integration.test_sinks import make_scores
 
 RUNS = 10
 SCORES = RUNS * 4  # triage_quality: correct, severity (no note); resolution: resolved, minutes
@@ -83,6 +91,12 @@ async def test_scores_reach_the_warehouse_and_a_replay_adds_nothing(
     assert sink.stop() == 0, (tmp_path / "sink.log").read_text()
     assert sink.scores() == SCORES
     assert rows(path, "select count(*) from scores") == [(SCORES,)]
+    topic = tenant_topics(tenant, settings.topic_prefix).scores
+    group = cursor_group(settings, "warehouse")
+    offsets_sql = ("select topic, partition, next_offset from sink_offsets "
+                   f"where consumer_group = '{group}'")
+    stored = {(t, p): o for t, p, o in rows(path, offsets_sql)}
+    assert stored == end_offsets(settings, topic)
 
     replay = DuckDBSinkProcess(settings, tmp_path / "replay.log", "--path", str(path),
                                "--cursor", "warehouse", "--replay")
@@ -91,6 +105,7 @@ async def test_scores_reach_the_warehouse_and_a_replay_adds_nothing(
     assert replay.stop() == 0, (tmp_path / "replay.log").read_text()
     assert replay.scores() == SCORES
     assert rows(path, "select count(*) from scores") == [(SCORES,)]
+    assert {(t, p): o for t, p, o in rows(path, offsets_sql)} == stored
 
     averages = dict(rows(path, "select name, avg(numeric_value) from scores "
                                "where numeric_value is not null group by name"))
@@ -98,3 +113,30 @@ async def test_scores_reach_the_warehouse_and_a_replay_adds_nothing(
                         "resolution.minutes_to_mitigate": 55.0}
     assert rows(path, "select tenant, workspace, count(distinct feedback_event_id) "
                       "from scores group by all") == [(tenant, "prod", RUNS * 2)]
+
+
+def test_scores_of_an_aborted_transaction_never_reach_the_warehouse(
+    settings: Settings, tenant_factory: Callable[..., str], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory(partitions=1)
+    topic = tenant_topics(tenant, settings.topic_prefix).scores
+    serde = AvroSerde(settings.schema_registry_url)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers,
+                         "transactional.id": f"{tenant}-writer"})
+    producer.init_transactions(30)
+    made = make_scores(tenant, 40)  # 3 scores each
+    aborted, kept = made[:60], made[60:]
+    for scores, commit in ((aborted, False), (kept, True)):
+        producer.begin_transaction()
+        for score in scores:
+            producer.produce(topic, serde.encode_score(score_to_record(score), topic),
+                             key=score.source.feedback_event_id.encode())
+        producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    path = tmp_path / "warehouse.duckdb"
+    sink = DuckDBSinkProcess(settings, tmp_path / "sink.log", "--path", str(path))
+    wait_until(lambda: sink.scores() >= len(kept) or sink.proc.poll() is not None, 120,
+               "the committed scores through the DuckDB sink")
+    assert sink.stop() == 0, (tmp_path / "sink.log").read_text()
+    assert sink.scores() == len(kept)  # read_committed: the aborted ones are never read
+    assert {i for (i,) in rows(path, "select id from scores")} == {s.id for s in kept}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from streams.core.scores import Score, ScoreConfig
+
+__all__ = ["OffsetStoringSink", "Partition", "Rejected", "ScoreConfigStore", "ScoreSink",
+           "flush_sink", "rejected_of", "stores_offsets"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,47 @@ class ScoreSink(Protocol):
     async def record(self, scores: Sequence[Score], /) -> Sequence[Rejected] | None:
         """Hand a batch of scores on; see the class docstring for the contract."""
         ...
+
+
+Partition = tuple[str, int]
+"""A topic partition: (topic, partition)."""
+
+
+@runtime_checkable
+class OffsetStoringSink(ScoreSink, Protocol):
+    """A ScoreSink that keeps its consumer's offsets itself, in the same transaction as its
+    rows (Kafka Connect's JDBC-sink model): exactly once into the sink across crashes.
+
+    `offsets(group)` answers, per partition, the offset of the next record the sink has not
+    applied for that consumer group (empty when it holds none); the runner seeks there when
+    it is assigned the partition. It is called from the consumer's thread while the
+    partitions are being assigned, so it is synchronous (a local database answers at once).
+
+    `write(scores, offsets, group=...)` applies a batch and stores `offsets` (per partition,
+    the offset after the batch's last record) in ONE transaction: either both are durable
+    when it returns or neither is. A stored offset never moves backwards (a replay writes
+    rows again but leaves the offsets where they were). It raises SinkError when nothing was
+    applied, and the caller sends the batch again. It refuses no score: dead letters of
+    refused scores would be delivered after the offsets that pass them were stored, and a
+    crash in between would lose them (a sink that refuses scores implements `record` only).
+    The runner calls `write` one batch at a time, in consumption order (a batch may hold no
+    score: its offsets still move), and never hands it a record below the offsets the sink
+    stores (except in a replay, which writes the rows again).
+    """
+
+    def offsets(self, group: str, /) -> Mapping[Partition, int]:
+        """The next offset to apply per partition for `group` ({} when none is stored)."""
+        ...
+
+    async def write(self, scores: Sequence[Score], offsets: Mapping[Partition, int], /, *,
+                    group: str) -> None:
+        """Apply `scores` and store `offsets` for `group` in one transaction."""
+        ...
+
+
+def stores_offsets(sink: object) -> bool:
+    """Whether `sink` keeps its consumer offsets itself (`OffsetStoringSink`)."""
+    return isinstance(sink, OffsetStoringSink)
 
 
 def rejected_of(result: Sequence[Rejected] | None) -> list[Rejected]:

@@ -6,6 +6,18 @@ dead letters for what it refused are on the broker), so a crash repeats scores, 
 them; the sink replaces a repeat by its id. A cursor remembers which sink owns it (in the
 offset-commit metadata), and another sink that tries to use it is refused.
 
+A sink that stores its consumer offsets itself (`OffsetStoringSink`: the DuckDB sink) gets
+them with every batch instead: its `write` applies the rows and stores the offsets after them
+in one transaction, and on assignment the runner seeks to the offsets the sink holds (falling
+back to the committed cursor, then to the beginning, for a partition it holds none of). Such a
+sink has each record applied exactly once across crashes: the runner hands it one batch at a
+time, in consumption order, and never a record below what it stores (a record consumed
+again after a rebalance is dropped before the write). The Kafka commits still follow, as a
+progress marker for lag monitoring, not as the sink's position.
+
+The consumer reads with isolation.level=read_committed: records of aborted transactions (a
+worker writing scores transactionally) never reach a sink.
+
 `cursor=None` keeps no cursor: nothing is committed and every start reads from the beginning.
 `replay=True` reads from the beginning but leaves the committed cursor where it is until the
 replay passes it, so a restart during a replay carries on from the cursor.
@@ -43,7 +55,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -70,7 +82,13 @@ from streams.adapters.kafka.outputs import (
 from streams.adapters.tracing import batch_span, tracing_enabled
 from streams.core.errors import SchemaError, SinkError, ValidationFailed
 from streams.core.scores import Score
-from streams.core.sinks.base import Rejected, ScoreSink, flush_sink, rejected_of
+from streams.core.sinks.base import (
+    OffsetStoringSink,
+    Rejected,
+    ScoreSink,
+    flush_sink,
+    rejected_of,
+)
 from streams.core.tenancy import (
     CURSOR_PATTERN,
     SCORES,
@@ -90,6 +108,7 @@ __all__ = [
     "SinkRunner",
     "SinkStats",
     "cursor_group",
+    "seek_positions",
     "serve_sink",
     "sink_identity",
 ]
@@ -159,6 +178,25 @@ def sink_identity(sink: ScoreSink) -> str:
     return str(identity) if identity else f"{type(sink).__module__}.{type(sink).__qualname__}"
 
 
+def seek_positions(partitions: Sequence[Partition], stored: Mapping[Partition, int], *,
+                   replay: bool, start: Callable[[str, int], int]) -> dict[Partition, int]:
+    """Where each assigned partition starts when the sink stores its own offsets: a replay
+    at `start(topic, partition)`; otherwise at the offset the sink stores for it. A partition
+    missing from the answer starts at the group's committed offset (or, with none, where
+    auto.offset.reset says: the beginning)."""
+    if replay:
+        return {tp: start(*tp) for tp in partitions}
+    return {tp: stored[tp] for tp in partitions if tp in stored}
+
+
+def already_applied(positions: Sequence[tuple[Partition, int]],
+                    applied: Mapping[Partition, int]) -> list[int]:
+    """The indexes of the positions (partition, offset) below what the sink already applied
+    (`applied`: per partition, the next offset to apply): records consumed again after a
+    rebalance, which must not reach the sink a second time."""
+    return [i for i, (tp, offset) in enumerate(positions) if offset < applied.get(tp, -1)]
+
+
 def cursor_group(settings: Settings, cursor: str) -> str:
     """The consumer group id of a sink cursor (streams.core.tenancy.sink_group)."""
     return sink_group(cursor, settings.topic_prefix)
@@ -176,6 +214,7 @@ class SinkStats:
     retries: int = 0
     batches: int = 0
     outage_waits: int = 0
+    already_applied: int = 0
     per_tenant: dict[str, int] = field(default_factory=dict)
 
 
@@ -283,6 +322,7 @@ class _Batch:
 
     records: int = 0
     scores: list[Score] = field(default_factory=list)
+    positions: list[tuple[Partition, int]] = field(default_factory=list)  # one per score
     origin: dict[str, Message] = field(default_factory=dict)
     dead: list[Output] = field(default_factory=list)
     undecodable: int = 0
@@ -319,6 +359,16 @@ class SinkRunner:
         self.max_backoff = settings.sink_max_backoff if max_backoff is None else max_backoff
         self.outage_limit = settings.outage_limit if outage_limit is None else outage_limit
         self.in_flight = max(1, settings.sink_in_flight if in_flight is None else in_flight)
+        # A sink that stores its offsets (with a cursor to store them under) is written one
+        # batch at a time in consumption order: a later batch's offsets committed before an
+        # earlier batch's rows would skip those rows after a crash.
+        self.store: OffsetStoringSink | None = (
+            sink if cursor and isinstance(sink, OffsetStoringSink) else None)
+        if self.store is not None:
+            self.in_flight = 1
+        # Per partition, the next offset the store has applied (read at assignment, raised
+        # after every write): what is below is dropped before it reaches the store again.
+        self._applied: dict[Partition, int] = {}
         self.identity = sink_identity(sink)
         self._codec = codec
         self.stats = SinkStats()
@@ -372,7 +422,9 @@ class SinkRunner:
         log goes to the `streams.runtime.sink.runner.kafka` logger, each kind of line at most
         every 30 s (a broker that is away is otherwise reported every few milliseconds)."""
         if self._consumer is None:
-            self._consumer = self.runtime.consumer(self.group, logger=kafka_log)
+            # read_committed: a sink never sees the records of an aborted transaction.
+            self._consumer = self.runtime.consumer(self.group, logger=kafka_log,
+                                                   **{"isolation.level": "read_committed"})
         return self._consumer
 
     @property
@@ -414,7 +466,22 @@ class SinkRunner:
                     f"{self.identity!r}: give each sink its own cursor name")
             if self.replay and tp.offset >= 0:
                 self._replay_floor[(tp.topic, tp.partition)] = tp.offset
-        if self.replay:
+        if self.store is not None:
+            try:
+                stored = self.store.offsets(self.group)
+            except Exception as exc:  # any failure of the sink: run() raises it
+                failed = SinkError(f"reading the offsets {self.identity} stores for "
+                                   f"{self.group!r} failed: {exc}")
+                failed.__cause__ = exc
+                self._error = failed
+                return
+            for tp_key, offset in stored.items():
+                self._applied[tp_key] = max(self._applied.get(tp_key, -1), offset)
+            seek = seek_positions([(tp.topic, tp.partition) for tp in partitions], stored,
+                                  replay=self.replay, start=self.start_offset)
+            for tp in partitions:
+                tp.offset = seek.get((tp.topic, tp.partition), tp.offset)
+        elif self.replay:
             for tp in partitions:
                 tp.offset = self.start_offset(tp.topic, tp.partition)
         try:
@@ -638,6 +705,7 @@ class SinkRunner:
         scores_of = self.scores_of
         unknown = self._unknown_ids
         scores, origin, ends = batch.scores, batch.origin, batch.ends
+        positions = batch.positions
         for msg in messages:
             topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
             ends[(topic, partition)] = offset + 1
@@ -658,11 +726,14 @@ class SinkRunner:
                 continue
             for score in got:
                 scores.append(score)
+                positions.append(((topic, partition), offset))
                 origin[score.id] = msg
 
     async def _send(self, batch: _Batch) -> bool:
         """Stage 2: hand the batch to the sink, deliver its dead letters, accept it in the
         ledger. False when the runner was stopped before the sink took it."""
+        if self.store is not None:
+            return await self._send_stored(batch, self.store)
         rejected: list[Rejected] | None = []
         if batch.scores:
             # The sink's delivery is a span continuing the scores' trace context (the
@@ -687,10 +758,41 @@ class SinkRunner:
             dead = dead + made
         if dead:
             await self.delivery.deliver(dead)
+        self._accepted(batch, len(rejected))
+        return True
+
+    async def _send_stored(self, batch: _Batch, store: OffsetStoringSink) -> bool:
+        """Stage 2 for a sink that stores its offsets: dead letters first (a crash after
+        them sends them again; after the write it would lose them), then the rows and the
+        offsets after the batch in one `write`. False when the runner was stopped first."""
+        if batch.dead:
+            await self.delivery.deliver(batch.dead)
+        scores = batch.scores
+        if not self.replay and self._applied:
+            again = set(already_applied(batch.positions, self._applied))
+            if again:
+                self.stats.already_applied += len(again)
+                scores = [s for i, s in enumerate(scores) if i not in again]
+        traced = list(batch.origin.values()) if scores and tracing_enabled() else []
+        with batch_span(traced, group=self.group,
+                        attributes={"streams.sink": self.identity,
+                                    "streams.scores": len(scores)}):
+            written = await self._retried(lambda: store.write(scores, batch.ends,
+                                                              group=self.group))
+        if written is None:
+            return False
+        for tp, end in batch.ends.items():
+            self._applied[tp] = max(self._applied.get(tp, -1), end)
+        batch.scores = scores
+        self._accepted(batch, 0)
+        return True
+
+    def _accepted(self, batch: _Batch, rejected: int) -> None:
+        """Count a batch the sink took and accept it in the ledger (the commit may follow)."""
         stats = self.stats
         stats.records += batch.records
         stats.undecodable += batch.undecodable
-        stats.rejected += len(rejected)
+        stats.rejected += rejected
         stats.scores += len(batch.scores)
         per_tenant = stats.per_tenant
         for score in batch.scores:
@@ -702,7 +804,6 @@ class SinkRunner:
         stats.batches += 1
         self._ledger.accept(batch.seq)
         self._commit_wanted.set()
-        return True
 
     async def _with_registry(self, make: Callable[[], _T]) -> _T | None:
         """`make()`, waited out while the registry is away (None if the runner stops)."""
@@ -717,10 +818,16 @@ class SinkRunner:
             return made
 
     async def _record(self, scores: list[Score]) -> list[Rejected] | None:
+        return await self._retried(lambda: self.sink.record(scores))
+
+    async def _retried(self, call: Callable[[], Awaitable[Sequence[Rejected] | None]]
+                       ) -> list[Rejected] | None:
+        """`call()` (the sink's record or write) until it does not raise SinkError, with
+        backoff; what it refused, or None when the runner was stopped meanwhile."""
         backoff = 0.2
         while True:
             try:
-                return rejected_of(await self.sink.record(scores))
+                return rejected_of(await call())
             except SinkError as exc:
                 self.stats.retries += 1
                 trace.get_current_span().add_event("sink failed; retrying",
