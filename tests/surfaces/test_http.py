@@ -89,6 +89,7 @@ async def test_past_its_limit_the_server_sheds_commands_at_once_with_retry_after
     from streams.surfaces.http.app import create_app
 
     release = asyncio.Event()
+    both_running = asyncio.Event()
     ran: list[str] = []
 
     class Held:
@@ -96,6 +97,8 @@ async def test_past_its_limit_the_server_sheds_commands_at_once_with_retry_after
 
         async def execute(self, _key: object, _workspace: str, body: bytes) -> OutcomeFrame:
             ran.append("run")
+            if len(ran) == 2:
+                both_running.set()
             await release.wait()
             return OutcomeFrame(command_id=None, outcome=RecordedOutcome(
                 seq=SeqOut(partition=0, offset=len(ran)), id=f"evt_{len(ran)}"))
@@ -105,8 +108,7 @@ async def test_past_its_limit_the_server_sheds_commands_at_once_with_retry_after
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://test") as client:
         held = [asyncio.create_task(client.post(url, json={})) for _ in range(2)]
-        while len(ran) < 2:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(both_running.wait(), 5)
         shed = await asyncio.wait_for(client.post(url, json={}), 5)
         assert shed.status_code == 503
         assert shed.headers["Retry-After"] == "1"
