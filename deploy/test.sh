@@ -26,26 +26,85 @@ echo "[test] schemas: drift and compatibility" >&2
 echo "[test] kubernetes manifests: kustomize + kubeconform -strict" >&2
 PYTHON=.venv/bin/python "$here/k8s/validate.sh"
 
-# A stack of its own, so a running demo stack is neither used nor disturbed.
-export STACK_DATA_DIR=${STACK_DATA_DIR:-$repo/.stack/test-data}
-export KAFKA_PORT=${TEST_KAFKA_PORT:-19092}
-export KAFKA_CONTROLLER_PORT=${TEST_KAFKA_CONTROLLER_PORT:-19093}
-export KAFKA_SASL_PORT=${TEST_KAFKA_SASL_PORT:-19094}
-export KAFKA_SSL_PORT=${TEST_KAFKA_SSL_PORT:-19095}
-export REGISTRY_PORT=${TEST_REGISTRY_PORT:-18081}
-export REGISTRY_MANAGEMENT_PORT=${TEST_REGISTRY_MANAGEMENT_PORT:-18091}
-"$here/stack.sh" stop >/dev/null 2>&1 || true
-rm -rf "$STACK_DATA_DIR"
-trap '"$here/stack.sh" stop; rm -rf "$STACK_DATA_DIR"' EXIT
-"$here/stack.sh" start
-eval "$("$here/stack.sh" env)"
-
-set +e
-.venv/bin/python -m pytest -p no:cacheprovider -ra --durations=30 "$@"
-rc=$?
-set -e
-if [ "$rc" = 5 ]; then
-  echo "[test] error: pytest collected no tests" >&2
-  exit 1
+# Each group of tests runs at the same time as the others, on a stack of its own (own ports,
+# data dir and state dir), so a test that restarts its broker disturbs no other group and
+# the waits of one group (session timeouts, kills) overlap the work of the others.
+# Extra arguments: one group, on one stack, with those pytest arguments.
+if [ "$#" -gt 0 ]; then
+  groups=(args)
+else
+  groups=(integration faults rest)
 fi
+
+group_args() {
+  case "$1" in
+    integration) echo "tests/integration" ;;
+    faults) echo "tests/faults" ;;
+    rest) echo "tests --ignore=tests/integration --ignore=tests/faults" ;;
+  esac
+}
+
+run_group() {  # run_group INDEX NAME [pytest args...]: the group's stack, its tests, its rc
+  local i=$1 name=$2; shift 2
+  local base=$((19000 + 1000 * i))
+  export STACK_DATA_DIR="$repo/.stack/test-data-$name"
+  export KAFKA_PORT=$((base + 92)) KAFKA_CONTROLLER_PORT=$((base + 93))
+  export KAFKA_SASL_PORT=$((base + 94)) KAFKA_SSL_PORT=$((base + 95))
+  export REGISTRY_PORT=$((18081 + 100 * i))
+  export REGISTRY_MANAGEMENT_PORT=$((18091 + 100 * i))
+  export STREAMS_STATE_DIR="$STACK_DATA_DIR/state"
+  "$here/stack.sh" stop >/dev/null 2>&1 || true
+  rm -rf "$STACK_DATA_DIR"
+  if ! "$here/stack.sh" start; then
+    echo "[test] $name: the stack did not start" >&2
+    return 1
+  fi
+  eval "$("$here/stack.sh" env)"
+  local rc=0
+  .venv/bin/python -m pytest -p no:cacheprovider -ra --durations=15 "$@" || rc=$?
+  "$here/stack.sh" stop || true
+  rm -rf "$STACK_DATA_DIR"
+  if [ "$rc" = 5 ]; then
+    echo "[test] error: pytest collected no tests in group $name" >&2
+    return 1
+  fi
+  return "$rc"
+}
+
+pids=()
+logs=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+}
+trap cleanup INT TERM
+set -m  # each group in a process group of its own, so an interrupt stops its stack too
+for i in "${!groups[@]}"; do
+  name=${groups[$i]}
+  log="$repo/.stack/test-$name.log"
+  logs+=("$log")
+  if [ "$name" = args ]; then
+    ( run_group "$i" "$name" "$@" ) >"$log" 2>&1 &
+  else
+    # shellcheck disable=SC2046  # the group's arguments are words
+    ( run_group "$i" "$name" $(group_args "$name") ) >"$log" 2>&1 &
+  fi
+  pids+=($!)
+  echo "[test] group $name started (log $log)" >&2
+done
+set +m
+rc=0
+started=$SECONDS
+for i in "${!pids[@]}"; do
+  name=${groups[$i]}
+  if wait "${pids[$i]}"; then
+    echo "[test] group $name passed ($((SECONDS - started)) s)" >&2
+  else
+    echo "[test] group $name FAILED ($((SECONDS - started)) s)" >&2
+    rc=1
+  fi
+done
+for i in "${!logs[@]}"; do
+  echo "===== [test] group ${groups[$i]} =====" >&2
+  cat "${logs[$i]}" >&2
+done
 exit "$rc"
