@@ -203,6 +203,39 @@ def record_entries(record: Mapping[str, Any], partition: int, offset: int,
         raise ValidationFailed(f"record is not an event envelope: {exc!r}") from exc
 
 
+def record_entries_encoded(record: Mapping[str, Any], partition: int, offset: int,
+                           ) -> list[tuple[str, bytes]]:
+    """`record_entries` with each entry already encoded (`IndexEntry.encode`'s bytes),
+    without building the entries: one JSON encoding for the event's place (shared by its
+    `event:`, `last:` and `chain:` keys) and one for a run or firing; what the bulk paths
+    produce. ValidationFailed if the record is not an event envelope."""
+    try:
+        head = record["envelope"]
+        event_type = head["event_type"]
+        trace = head.get("trace")
+        workspace = str(head["workspace"])
+        chain = str(head["correlation_id"])
+        event_id = str(head["event_id"])
+        trace_id = trace_id_of(str(trace["traceparent"])) if trace else None
+        place = {"w": workspace, "c": chain, "e": event_id, "t": trace_id, "r": None,
+                 "a": None, "p": partition, "o": offset}
+        here = json.dumps(place, separators=(",", ":")).encode()
+        out = [(f"event:{event_id}", here), (f"last:{chain}", here)]
+        if event_id == chain:
+            out.append((f"chain:{event_id}", here))
+        if event_type == RunStarted.event_type:
+            place["r"], place["a"] = str(record["rule"]), str(record["action"])
+            out.append((f"run:{record['run_id']}",
+                        json.dumps(place, separators=(",", ":")).encode()))
+        elif event_type == RuleFired.event_type:
+            place["r"] = str(record["rule"])
+            out.append((f"firing:{record['firing_id']}",
+                        json.dumps(place, separators=(",", ":")).encode()))
+        return out
+    except (KeyError, TypeError) as exc:
+        raise ValidationFailed(f"record is not an event envelope: {exc!r}") from exc
+
+
 def _entries(workspace: str, correlation_id: str, event_id: str, trace_id: str | None,
              run: tuple[str, str, str] | None, firing: tuple[str, str] | None,
              partition: int, offset: int) -> list[tuple[str, IndexEntry]]:
@@ -271,5 +304,6 @@ __all__ = [
     "merge_entry",
     "not_found",
     "record_entries",
+    "record_entries_encoded",
     "target_key",
 ]

@@ -49,7 +49,7 @@ from streams.core.view import (
     index_partition,
     located_or_refused,
     merge_entry,
-    record_entries,
+    record_entries_encoded,
     target_key,
 )
 from streams.settings import Settings
@@ -59,8 +59,8 @@ __all__ = ["OWN_ENTRIES", "EntriesOf", "IndexBehind", "IndexRun", "IndexWriter",
 
 log = logging.getLogger(__name__)
 
-EntriesOf = Callable[[Message], "list[tuple[str, IndexEntry]] | None"]
-"""The index entries of an events-topic record (None: not an event envelope)."""
+EntriesOf = Callable[[Message], "list[tuple[str, bytes]] | None"]
+"""The index entries of an events-topic record, encoded (None: not an event envelope)."""
 
 # How many of its own entries a process remembers (read-your-writes until they are read back).
 OWN_ENTRIES = 100_000
@@ -107,10 +107,10 @@ def fast_entries(codec: FastCodec) -> EntriesOf:
     envelope. RegistryUnavailable propagates: skipping a record for an outage would leave
     its entries out below a cursor."""
 
-    def entries_of(msg: Message) -> list[tuple[str, IndexEntry]] | None:
+    def entries_of(msg: Message) -> list[tuple[str, bytes]] | None:
         try:
             _writer, record = codec.decode(msg.value() or b"")
-            return record_entries(record, msg.partition() or 0, msg.offset() or 0)
+            return record_entries_encoded(record, msg.partition() or 0, msg.offset() or 0)
         except (SchemaError, ValidationFailed):
             return None
 
@@ -372,13 +372,14 @@ class TenantIndex:
     def publish(self, envelope: Envelope, partition: int, offset: int) -> None:
         """Produce the index entries of an event at `partition`/`offset` without keeping them
         (a bulk loader's or a migration's write)."""
-        self.publish_entries(index_entries(envelope, partition, offset))
+        self.publish_entries([(k, e.encode()) for k, e in
+                              index_entries(envelope, partition, offset)])
 
-    def publish_entries(self, entries: list[tuple[str, IndexEntry]]) -> None:
-        """Produce computed entries (`index_entries`, `record_entries`) without keeping
-        them; the topic must be open."""
-        for key, entry in entries:
-            self._produce(key, entry.encode())
+    def publish_entries(self, entries: list[tuple[str, bytes]]) -> None:
+        """Produce encoded entries (`record_entries_encoded`, or `index_entries` encoded)
+        without keeping them; the topic must be open."""
+        for key, value in entries:
+            self._produce(key, value)
 
     def cursors(self, *, fresh: bool = True) -> dict[int, int]:
         """The cursors (events partition -> offset below which every event is indexed), read
@@ -462,14 +463,14 @@ class TenantIndex:
                 "rules keep it current from then on)")
         if not todo:
             return run
-        last: dict[str, tuple[str, IndexEntry]] = {}
+        last: dict[str, bytes] = {}
         since = 0
         # Cursors as of the last step: a step only writes those that moved.
         written = dict(run.reached)
 
         def checkpoint() -> None:
-            for key, entry in last.values():
-                self._produce(key, entry.encode())
+            for key, value in last.items():
+                self._produce(key, value)
             run.entries += len(last)
             last.clear()
             # The cursors go out only once every entry below them is on the broker.
@@ -495,12 +496,13 @@ class TenantIndex:
                 if entries is None:
                     run.skipped += 1
                     continue
-                for key, entry in entries:
+                for key, value in entries:
                     if key.startswith("last:"):
-                        # Only a chain's latest within a step matters (merge_entry).
-                        last[key] = (key, entry)
+                        # Only a chain's latest within a step matters (merge_entry): the
+                        # tail is read in offset order per partition, a chain's one.
+                        last[key] = value
                         continue
-                    self._produce(key, entry.encode())
+                    self._produce(key, value)
                     run.entries += 1
             since += len(batch)
             if since >= step:
@@ -658,8 +660,8 @@ class IndexWriter:
         if index is None:
             return
         p, o = msg.partition() or 0, msg.offset() or 0
-        entries = index_entries(envelope, p, o) if envelope is not None \
-            else index._entries_of(msg)
+        entries = [(k, e.encode()) for k, e in index_entries(envelope, p, o)] \
+            if envelope is not None else index._entries_of(msg)
         if entries:
             index.publish_entries(entries)
             self.entries += len(entries)

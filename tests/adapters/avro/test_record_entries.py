@@ -24,7 +24,7 @@ from streams.core.events import (
     TraceContext,
 )
 from streams.core.targets import RunTarget
-from streams.core.view import index_entries, record_entries
+from streams.core.view import index_entries, record_entries, record_entries_encoded
 from streams.examples.ops import TriageQuality
 
 TRACE = TraceContext(traceparent=f"00-{'a' * 32}-{'b' * 16}-01")
@@ -77,11 +77,15 @@ def test_plain_record_entries_equal_the_pydantic_entries(envelope: Envelope) -> 
     assert plain == index_entries(envelope, 3, 1234)
     assert plain == index_entries(envelope_from_record(record), 3, 1234)
     assert {k.split(":", 1)[0] for k, _ in plain} >= {"event", "last"}
+    # The bulk path's bytes are the entries' own encoding, key for key.
+    assert record_entries_encoded(record, 3, 1234) == [(k, e.encode()) for k, e in plain]
 
 
 def test_a_record_that_is_no_envelope_is_refused() -> None:
     with pytest.raises(ValidationFailed, match="not an event envelope"):
         record_entries({"name": "x"}, 0, 0)
+    with pytest.raises(ValidationFailed, match="not an event envelope"):
+        record_entries_encoded({"name": "x"}, 0, 0)
     with pytest.raises(ValidationFailed, match="not an event envelope"):
         record_entries({"envelope": {"event_type": "run_started", "workspace": "w",
                                      "correlation_id": "c", "event_id": "e"}}, 0, 0)
