@@ -10,21 +10,27 @@ last stopped, never the events topic.
 
 Who writes it:
 
+- the workers' rules loop (`IndexWriter`): the entries of every event it reads, with the
+  offsets its consumer gave them, and the cursors of its partitions before each commit;
 - the workspace handle, for each event it appends that creates a target (a chain head, a run,
   a firing), right after the broker acknowledged it (the entry needs its offset), through the
   same producer, without a wait;
-- a *catch-up*, run by any reader whose look-up missed: it reads the events topic from the
-  cursors to the current end (what nobody has indexed yet: a worker's runs and firings, the
-  `event:` and `last:` entries of every event, a handle's entry lost with its process),
-  produces their entries, flushes, then writes the advanced cursors.
+- `streams index build` (`TenantIndex.build`) and a *catch-up* (`TenantIndex.catch_up`, run by
+  a reader whose look-up missed, bounded by STREAMS_INDEX_CATCH_UP_LIMIT): they read the
+  events topic from the cursors to the current end, produce the entries, and advance the
+  cursors in steps once the entries below them are delivered.
 
-So a miss costs the events written since the last catch-up, not the log.
+So a miss costs the events written since the cursors, not the log. What a process reads of
+the index is kept in a local store (`streams.adapters.kafka.index_store`), so the next
+process on the machine reads only the delta.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,6 +152,13 @@ class TenantIndex:
         # Index partitions read to their end by this process at least once: a look-up of a
         # key in one of them only reads what was written since.
         self._synced: set[int] = set()
+        # Per partition: the offset this process has read to, and what it read that the
+        # store does not have yet (a background thread writes it there).
+        self._read_to: dict[int, int] = {}
+        self._pending: dict[int, dict[bytes, bytes | None]] = {}
+        self._queue: queue.Queue[tuple[int, list[tuple[bytes, bytes | None]], int]] = \
+            queue.Queue()
+        self._writer: threading.Thread | None = None
         self._cursors: dict[int, int] = {}
         self._own: dict[str, IndexEntry] = {}
         self._found: dict[str, IndexEntry] = {}
@@ -198,17 +211,24 @@ class TenantIndex:
         return consumer
 
     def _read_partition(self, partition: int) -> None:
-        """Read one index partition from where the local store stopped to its current end,
-        into the store."""
+        """Read one index partition from where this process (or, before it, the local
+        store) stopped to its current end. What is read is answered from memory at once and
+        written to the store by a background thread (a cold partition of a million-envelope
+        tenant is about 75,000 records: reading them takes 0.3 s, storing them 1-2 s)."""
         consumer = self._open()
         store = self.store
-        start = store.position(partition)
+        start = self._read_to.get(partition)
+        if start is None:
+            start = store.position(partition)
         tp = TopicPartition(self.topic, partition)
         try:
             _low, high = consumer.get_watermark_offsets(tp, timeout=self.settings.admin_timeout)
             if start > high:  # the topic was made again since the store read it
                 store.drop_partition(partition)
+                self._pending.pop(partition, None)
                 start = 0
+            pending = self._pending.setdefault(partition, {})
+            records: list[tuple[bytes, bytes | None]] = []
             if start < high:
                 consumer.assign([TopicPartition(self.topic, partition, start)])
                 position = start
@@ -221,28 +241,75 @@ class TenantIndex:
                         if now.offset >= high:
                             break
                         continue
-                    records: list[tuple[bytes, bytes | None]] = []
                     for msg in batch:
                         if msg.error():
                             raise KafkaUnavailable(
                                 f"reading {self.topic} failed: {msg.error()}")
                         position = (msg.offset() or 0) + 1
                         self.index_records_read += 1
-                        records.append((msg.key() or b"", msg.value()))
-                    store.apply(partition, records, min(position, high),
-                                keep_first=_KEEP_FIRST)
-                store.apply(partition, [], high)
+                        key, value = msg.key() or b"", msg.value()
+                        records.append((key, value))
+                        if key.startswith(_KEEP_FIRST) and key in pending:
+                            continue
+                        pending[key] = value
                 consumer.unassign()
+            self._read_to[partition] = max(start, high)
+            if records or start < high:
+                self._persist(partition, records, max(start, high))
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.topic} failed: {exc}; check that the "
                                    "brokers are up") from exc
         self._synced.add(partition)
         if partition == CURSOR_PARTITION:
-            for key, value in store.with_prefix(b"cursor:").items():
+            found = store.with_prefix(b"cursor:")
+            found.update({k: v for k, v in pending.items()
+                          if k.startswith(b"cursor:") and v is not None})
+            for key, value in found.items():
                 try:
                     self._cursors[int(key[7:])] = int(value)
                 except ValueError:
                     log.warning("skipping a malformed cursor in %s: %r", self.topic, key)
+
+    def _get(self, key: bytes, partition: int) -> bytes | None:
+        """A key's value: read by this process and not yet stored, or in the store (a run's
+        first place is the stored one when both have it)."""
+        pending = self._pending.get(partition, {})
+        if key in pending and not key.startswith(_KEEP_FIRST):
+            return pending[key]
+        found = self.store.get(key)
+        return found if found is not None else pending.get(key)
+
+    def _persist(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                 next_offset: int) -> None:
+        self._queue.put((partition, records, next_offset))
+        if self._writer is None or not self._writer.is_alive():
+            self._writer = threading.Thread(target=self._write_store, daemon=True,
+                                            name=f"index-store {self.topic}")
+            self._writer.start()
+
+    def _write_store(self) -> None:
+        while True:
+            try:
+                partition, records, next_offset = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                return
+            try:
+                self.store.apply(partition, records, next_offset, keep_first=_KEEP_FIRST)
+                with self._lock:  # stored: memory need not hold them any more
+                    pending = self._pending.get(partition, {})
+                    for key, value in records:
+                        if key in pending and pending[key] is value:
+                            del pending[key]
+            except Exception:  # the store is a cache: what it misses is read again
+                log.exception("writing the index store %s failed", self.store.path)
+            finally:
+                self._queue.task_done()
+
+    def flush_store(self, timeout: float = 30.0) -> None:
+        """Wait until what this process read is in the local store (at most `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def _decoded(self, key: str, value: bytes | None) -> IndexEntry | None:
         if value is None:
@@ -268,7 +335,7 @@ class TenantIndex:
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            value = self.store.get(key.encode())
+            value = self._get(key.encode(), index_partition(key, self._partitions))
         finally:
             self._lock.release()
         return self._keep(key, self._decoded(key, value))
@@ -294,8 +361,9 @@ class TenantIndex:
             if kept is not None:
                 return kept if own is None else merge_entry(key, kept, own)
             self._open()
-            self._read_partition(index_partition(key, self._partitions))
-            value = self.store.get(key.encode())
+            partition = index_partition(key, self._partitions)
+            self._read_partition(partition)
+            value = self._get(key.encode(), partition)
         found = self._decoded(key, value)
         if own is not None:
             found = own if found is None else merge_entry(key, found, own)
@@ -605,7 +673,9 @@ class TenantIndex:
         return out
 
     def close(self) -> None:
-        """Leave the broker."""
+        """Leave the broker, once what was read is in the local store (waiting up to 10 s:
+        what is not is read again by the next process)."""
+        self.flush_store(10.0)
         with self._lock:
             if self._consumer is not None:
                 self._consumer.close()
