@@ -80,7 +80,8 @@ class IndexStore:
         if self.path is None:
             return
         for suffix in ("", "-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # nothing there, or no directory at all
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
     def _reset(self, exc: sqlite3.DatabaseError) -> None:
         """A store found corrupt while in use: start again, empty (the topic has it all)."""
