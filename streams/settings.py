@@ -192,6 +192,14 @@ class Settings:
     index_partitions: int = _setting(
         32, "STREAMS_INDEX_PARTITIONS", "partitions of a tenant's compacted index topic; a "
         "look-up reads one of them", minimum=1)
+    worker_index: bool = _setting(
+        True, "STREAMS_WORKER_INDEX", "whether a worker running rules writes the index "
+        "entries of every event its rules loop reads and advances the index cursors (so "
+        "look-ups never catch up on what workers wrote)")
+    index_catch_up_limit: int = _setting(
+        200_000, "STREAMS_INDEX_CATCH_UP_LIMIT", "most unindexed events a look-up (give_feedback, "
+        "a run record) indexes itself before answering; past it the look-up fails at once "
+        "saying to run `streams index build --tenant <tenant>` (0: no limit)", minimum=0)
     state_dir: str = _setting(
         "", "STREAMS_STATE_DIR", "directory of this process's local state (rule state "
         "stores, materialized views), rebuilt from Kafka when missing or corrupt (default: "

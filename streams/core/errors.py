@@ -30,6 +30,11 @@ class KafkaUnavailable(StreamsError):
     """The broker or the schema registry failed; wraps the client library's error."""
 
 
+class IndexBehind(StreamsError):
+    """A tenant's index is too far behind its events topic for a look-up to catch it up
+    within its time: the message says to run `streams index build --tenant <tenant>`."""
+
+
 class ScoreConfigError(StreamsError):
     """A feedback type's score configs cannot be given to a score backend."""
 

@@ -63,8 +63,14 @@ class TraceContext(BaseModel):
     @property
     def trace_id(self) -> str | None:
         """The 32-hex trace id inside `traceparent`, if it is well formed."""
-        parts = self.traceparent.split("-")
-        return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+        return trace_id_of(self.traceparent)
+
+
+def trace_id_of(traceparent: str) -> str | None:
+    """The 32-hex trace id inside a W3C `traceparent`, if it is well formed (what
+    `TraceContext.trace_id` answers; readers of plain records call it directly)."""
+    parts = traceparent.split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
 class Event(BaseModel):

@@ -8,7 +8,7 @@
     runtime.admin           # TenantAdmin
     runtime.consumer(group) # a consumer-group member
     runtime.reader(group)   # a group-less reader (assigns partitions itself)
-    runtime.topic_reader(topic), runtime.tail(topic, on_record), runtime.index(tenant, decode)
+    runtime.topic_reader(topic), runtime.tail(topic, on_record), runtime.index(tenant)
     runtime.faust_settings()  # what faust.App needs for these brokers and this security
     runtime.metrics         # the process's instruments, exported as STREAMS_METRICS says
     StreamsClient(runtime)  # the workspace handle (streams.runtime.client), on all of these
@@ -40,7 +40,7 @@ from streams.adapters.kafka import config
 from streams.adapters.kafka.access import TenantAccess
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.delivery import Delivery
-from streams.adapters.kafka.index import Decode, TenantIndex
+from streams.adapters.kafka.index import EntriesOf, TenantIndex, fast_entries
 from streams.adapters.kafka.log import EventLog, TopicReader
 from streams.adapters.kafka.tail import OnRecord, TopicTail
 from streams.core.feedback import FeedbackRegistry, registry
@@ -203,11 +203,14 @@ class Runtime:
         started (the caller closes it)."""
         return TopicTail(self.settings, topic, on_record)
 
-    def index(self, tenant: str, decode: Decode) -> TenantIndex:
+    def index(self, tenant: str, entries_of: EntriesOf | None = None) -> TenantIndex:
         """A new view of a tenant's index topic, writing entries through the shared
-        producer, creating the topic when the tenant has none (the caller closes it)."""
+        producer, creating the topic when the tenant has none (the caller closes it). Events
+        it indexes itself are decoded with the runtime's fastavro codec to plain records
+        (`fast_entries`) unless `entries_of` says otherwise."""
         events = tenant_topics(tenant, self.settings.topic_prefix).events
-        return TenantIndex(self.settings, tenant, self.producer, events, decode,
+        return TenantIndex(self.settings, tenant, self.producer, events,
+                           entries_of or fast_entries(self.codec),
                            ensure_topic=lambda: self.admin.ensure_index_topic(tenant))
 
     def http(self, **options: Any) -> httpx.AsyncClient:

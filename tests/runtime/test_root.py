@@ -130,7 +130,7 @@ def test_one_producer_and_one_serde_are_shared() -> None:
     assert runtime.delivery._producer is runtime.producer
     assert client.log._producer is runtime.producer
     assert client.serde is runtime.serde
-    assert runtime.index("acme", lambda _m: None)._producer is runtime.producer
+    assert runtime.index("acme")._producer is runtime.producer
     runtime.close()
     assert client._closed  # the runtime closes what was built on it
 

@@ -45,7 +45,9 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     RULES: {"retention.ms": "-1", "cleanup.policy": "delete"},
     # The handle's view of what exists (streams.core.view): one record per key, the newest
     # kept, so compacted.
-    INDEX: {"cleanup.policy": "compact", "retention.ms": "-1"},
+    # Segments roll hourly so the cleaner compacts the cursors (rewritten by the workers at
+    # each commit) and repeated entries within the hour, not once a week.
+    INDEX: {"cleanup.policy": "compact", "retention.ms": "-1", "segment.ms": "3600000"},
     # Installed rules (streams.core.rulebook): the newest entry per rule name is the word.
     RULEBOOK: {"cleanup.policy": "compact", "retention.ms": "-1"},
     # Dead letters re-driven (streams.core.deadletters): one marker per letter, kept.

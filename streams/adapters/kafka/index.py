@@ -10,30 +10,38 @@ last stopped, never the events topic.
 
 Who writes it:
 
+- the workers' rules loop (`IndexWriter`): the entries of every event it reads, with the
+  offsets its consumer gave them, and the cursors of its partitions before each commit;
 - the workspace handle, for each event it appends that creates a target (a chain head, a run,
   a firing), right after the broker acknowledged it (the entry needs its offset), through the
   same producer, without a wait;
-- a *catch-up*, run by any reader whose look-up missed: it reads the events topic from the
-  cursors to the current end (what nobody has indexed yet: a worker's runs and firings, the
-  `event:` and `last:` entries of every event, a handle's entry lost with its process),
-  produces their entries, flushes, then writes the advanced cursors.
+- `streams index build` (`TenantIndex.build`) and a *catch-up* (`TenantIndex.catch_up`, run by
+  a reader whose look-up missed, bounded by STREAMS_INDEX_CATCH_UP_LIMIT): they read the
+  events topic from the cursors to the current end, produce the entries, and advance the
+  cursors in steps once the entries below them are delivered.
 
-So a miss costs the events written since the last catch-up, not the log.
+So a miss costs the events written since the cursors, not the log. What a process reads of
+the index is kept in a local store (`streams.adapters.kafka.index_store`), so the next
+process on the machine reads only the delta.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
-from collections import OrderedDict
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from streams.adapters.avro.fast import FastCodec
 from streams.adapters.kafka.config import reader_config
+from streams.adapters.kafka.index_store import IndexStore
 from streams.adapters.kafka.log import watermarks
-from streams.core.errors import KafkaUnavailable, ValidationFailed
+from streams.core.errors import IndexBehind, KafkaUnavailable, SchemaError, ValidationFailed
 from streams.core.events import Envelope
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import index_topic, reader_group
@@ -47,15 +55,18 @@ from streams.core.view import (
     index_partition,
     located_or_refused,
     merge_entry,
+    record_entries_encoded,
     target_key,
 )
 from streams.settings import Settings
 
-__all__ = ["LOADED_PARTITIONS", "OWN_ENTRIES", "TenantIndex"]
+__all__ = ["OWN_ENTRIES", "EntriesOf", "IndexBehind", "IndexRun", "IndexWriter", "TenantIndex",
+           "fast_entries"]
 
 log = logging.getLogger(__name__)
 
-Decode = Callable[[Message], Envelope | None]
+EntriesOf = Callable[[Message], "list[tuple[str, bytes]] | None"]
+"""The index entries of an events-topic record, encoded (None: not an event envelope)."""
 
 # How many of its own entries a process remembers (read-your-writes until they are read back).
 OWN_ENTRIES = 100_000
@@ -67,47 +78,94 @@ OWN_ENTRIES = 100_000
 # the next lookup's watermark query by that long (every index miss took 0.5 s).
 _SMALL_PREFETCH = {"queued.max.messages.kbytes": 16384, "fetch.wait.max.ms": 10}
 
-# How many index partitions a process keeps in memory (about 35 MB each on a tenant of a
-# million envelopes); the cursor partition is tiny and counts as one.
-LOADED_PARTITIONS = 4
+# Records asked of one consume() call when reading a partition through.
+_READ_BATCH = 5000
+
+# Keys whose first value stays (a run recorded again keeps its first place: merge_entry).
+_KEEP_FIRST = (b"run:",)
 
 # How long one consume() call waits: a compacted partition has gaps, so its last batch may
 # be short of what was asked for, and waits this long.
 _WAIT = 0.05
 
 
+@dataclass
+class IndexRun:
+    """What one pass over the events topic's unindexed tail did (a catch-up, a build)."""
+
+    total: int = 0
+    """Events between the cursors and the ends when it started."""
+    events: int = 0
+    """Events read (and indexed, when they decoded)."""
+    entries: int = 0
+    """Index entries produced."""
+    skipped: int = 0
+    """Records that are not event envelopes (the mirror dead-letters them)."""
+    steps: int = 0
+    """Times the cursors were advanced."""
+    reached: dict[int, int] = field(default_factory=dict)
+    """The cursors at the end."""
+
+
+def fast_entries(codec: FastCodec) -> EntriesOf:
+    """The index entries of an events-topic record, decoded with fastavro to a plain record
+    (`streams.core.view.record_entries`: no Envelope); None for a record that is no event
+    envelope. RegistryUnavailable propagates: skipping a record for an outage would leave
+    its entries out below a cursor."""
+
+    def entries_of(msg: Message) -> list[tuple[str, bytes]] | None:
+        try:
+            _writer, record = codec.decode(msg.value() or b"")
+            return record_entries_encoded(record, msg.partition() or 0, msg.offset() or 0)
+        except (SchemaError, ValidationFailed):
+            return None
+
+    return entries_of
+
+
 class TenantIndex:
     """One process's reader and writer of a tenant's index topic.
 
     Thread-safe; every method blocks (the workspace handle calls them in a worker thread).
-    It keeps the raw entries of the index partitions it has read (the partition of each key
-    looked up: 1/31 of the index with the default 32 partitions) and the entries of its own
-    appends, so its own writes are read back at once.
+    What it reads of the index partitions (the partition of each key looked up: 1/31 of the
+    index with the default 32 partitions) goes to a local store (`IndexStore`: SQLite under
+    `Settings.state_path("index", ...)`) with the offset each was read to, so the next
+    process on this machine reads only what was written since; it also keeps the entries of
+    its own appends, so its own writes are read back at once.
     """
 
     def __init__(self, settings: Settings, tenant: str, producer: Producer,
-                 events_topic: str, decode: Decode,
-                 ensure_topic: Callable[[], object] | None = None) -> None:
+                 events_topic: str, entries_of: EntriesOf,
+                 ensure_topic: Callable[[], object] | None = None,
+                 store: IndexStore | None = None) -> None:
         self.settings = settings
+        self.tenant = tenant
         self.topic = index_topic(tenant, settings.topic_prefix)
         self.events_topic = events_topic
         self._producer = producer
-        self._decode = decode
+        self._entries_of = entries_of
         self._ensure_topic = ensure_topic
         self._consumer: Consumer | None = None
         self._partitions = 0
-        self._positions: dict[int, int] = {}
-        # Raw key and value bytes per loaded partition: decoded only when looked up, so a
-        # partition of tens of thousands of entries costs a few megabytes.
-        # At most LOADED_PARTITIONS of them, the least recently used dropped first (and read
-        # again from the start when next needed).
-        self._entries: OrderedDict[int, dict[bytes, bytes]] = OrderedDict()
+        self.store = store if store is not None else IndexStore(
+            settings.state_path("index", f"{self.topic}.sqlite"))
+        # Index partitions read to their end by this process at least once: a look-up of a
+        # key in one of them only reads what was written since.
+        self._synced: set[int] = set()
+        # Per partition: the offset this process has read to, and what it read that the
+        # store does not have yet (a background thread writes it there).
+        self._read_to: dict[int, int] = {}
+        self._pending: dict[int, dict[bytes, bytes | None]] = {}
+        self._queue: queue.Queue[tuple[int, list[tuple[bytes, bytes | None]], int]] = \
+            queue.Queue()
+        self._writer: threading.Thread | None = None
         self._cursors: dict[int, int] = {}
         self._own: dict[str, IndexEntry] = {}
         self._found: dict[str, IndexEntry] = {}
         self._lock = threading.RLock()
         self._own_lock = threading.Lock()
         self._catch_up_lock = threading.Lock()
+        self._failed = 0
         self.index_records_read = 0
         self.event_records_read = 0
         self.catch_ups = 0
@@ -118,6 +176,11 @@ class TenantIndex:
     def is_open(self) -> bool:
         """Whether the index topic has been found (and its partitions counted)."""
         return self._consumer is not None
+
+    @property
+    def partitions(self) -> int:
+        """The index topic's partition count (0 before `open`)."""
+        return self._partitions
 
     def open(self) -> None:
         """Find the index topic (creating it for a tenant that has none) before first use."""
@@ -147,61 +210,106 @@ class TenantIndex:
         self._consumer = consumer
         return consumer
 
-    def _read_partition(self, partition: int) -> dict[bytes, bytes]:
-        """Read one index partition from where this process stopped to its current end."""
+    def _read_partition(self, partition: int) -> None:
+        """Read one index partition from where this process (or, before it, the local
+        store) stopped to its current end. What is read is answered from memory at once and
+        written to the store by a background thread (a cold partition of a million-envelope
+        tenant is about 75,000 records: reading them takes 0.3 s, storing them 1-2 s)."""
         consumer = self._open()
-        entries = self._entries.get(partition)
-        if entries is None:
-            entries = self._entries[partition] = {}
-            self._positions.pop(partition, None)
-            while len(self._entries) > LOADED_PARTITIONS:
-                dropped, _ = self._entries.popitem(last=False)
-                self._positions.pop(dropped, None)
-        else:
-            self._entries.move_to_end(partition)
-        start = self._positions.get(partition, 0)
+        store = self.store
+        start = self._read_to.get(partition)
+        if start is None:
+            start = store.position(partition)
         tp = TopicPartition(self.topic, partition)
         try:
             _low, high = consumer.get_watermark_offsets(tp, timeout=self.settings.admin_timeout)
-            if start >= high:
-                return entries
-            consumer.assign([TopicPartition(self.topic, partition, start)])
-            position = start
-            while position < high:
-                # consume() waits until it has as many records as asked or the timeout
-                # passes: ask for what is left, so the last batch returns at once.
-                batch = consumer.consume(min(1000, high - position), _WAIT)
-                if not batch:
-                    [now] = consumer.position([tp])
-                    if now.offset >= high:
-                        break
-                    continue
-                for msg in batch:
-                    if msg.error():
-                        raise KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
-                    position = (msg.offset() or 0) + 1
-                    self.index_records_read += 1
-                    self._fold(partition, entries, msg)
-            self._positions[partition] = max(position, high)
-            consumer.unassign()
+            if start > high:  # the topic was made again since the store read it
+                store.drop_partition(partition)
+                self._pending.pop(partition, None)
+                start = 0
+            pending = self._pending.setdefault(partition, {})
+            records: list[tuple[bytes, bytes | None]] = []
+            if start < high:
+                consumer.assign([TopicPartition(self.topic, partition, start)])
+                position = start
+                while position < high:
+                    # consume() waits until it has as many records as asked or the timeout
+                    # passes: ask for what is left, so the last batch returns at once.
+                    batch = consumer.consume(min(_READ_BATCH, high - position), _WAIT)
+                    if not batch:
+                        [now] = consumer.position([tp])
+                        if now.offset >= high:
+                            break
+                        continue
+                    for msg in batch:
+                        if msg.error():
+                            raise KafkaUnavailable(
+                                f"reading {self.topic} failed: {msg.error()}")
+                        position = (msg.offset() or 0) + 1
+                        self.index_records_read += 1
+                        key, value = msg.key() or b"", msg.value()
+                        records.append((key, value))
+                        if key.startswith(_KEEP_FIRST) and key in pending:
+                            continue
+                        pending[key] = value
+                consumer.unassign()
+            self._read_to[partition] = max(start, high)
+            if records or start < high:
+                self._persist(partition, records, max(start, high))
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.topic} failed: {exc}; check that the "
                                    "brokers are up") from exc
-        return entries
+        self._synced.add(partition)
+        if partition == CURSOR_PARTITION:
+            found = store.with_prefix(b"cursor:")
+            found.update({k: v for k, v in pending.items()
+                          if k.startswith(b"cursor:") and v is not None})
+            for key, value in found.items():
+                try:
+                    self._cursors[int(key[7:])] = int(value)
+                except ValueError:
+                    log.warning("skipping a malformed cursor in %s: %r", self.topic, key)
 
-    def _fold(self, partition: int, entries: dict[bytes, bytes], msg: Message) -> None:
-        key = msg.key() or b""
-        value = msg.value()
-        if key.startswith(b"cursor:"):
-            if value:
-                self._cursors[int(key[7:])] = int(value)
-            return
-        if not value:  # a tombstone
-            entries.pop(key, None)
-            return
-        if key.startswith(b"run:") and key in entries:
-            return  # a run recorded again keeps its first place (see merge_entry)
-        entries[key] = value
+    def _get(self, key: bytes, partition: int) -> bytes | None:
+        """A key's value: read by this process and not yet stored, or in the store (a run's
+        first place is the stored one when both have it)."""
+        pending = self._pending.get(partition, {})
+        if key in pending and not key.startswith(_KEEP_FIRST):
+            return pending[key]
+        found = self.store.get(key)
+        return found if found is not None else pending.get(key)
+
+    def _persist(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                 next_offset: int) -> None:
+        self._queue.put((partition, records, next_offset))
+        if self._writer is None or not self._writer.is_alive():
+            self._writer = threading.Thread(target=self._write_store, daemon=True,
+                                            name=f"index-store {self.topic}")
+            self._writer.start()
+
+    def _write_store(self) -> None:
+        while True:
+            try:
+                partition, records, next_offset = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                return
+            try:
+                self.store.apply(partition, records, next_offset, keep_first=_KEEP_FIRST)
+                with self._lock:  # stored: memory need not hold them any more
+                    pending = self._pending.get(partition, {})
+                    for key, value in records:
+                        if key in pending and pending[key] is value:
+                            del pending[key]
+            except Exception:  # the store is a cache: what it misses is read again
+                log.exception("writing the index store %s failed", self.store.path)
+            finally:
+                self._queue.task_done()
+
+    def flush_store(self, timeout: float = 30.0) -> None:
+        """Wait until what this process read is in the local store (at most `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def _decoded(self, key: str, value: bytes | None) -> IndexEntry | None:
         if value is None:
@@ -213,30 +321,28 @@ class TenantIndex:
             return None
 
     def cached(self, key: str) -> IndexEntry | None:
-        """The entry under `key` if this process already has it (its own writes, or an index
-        partition it read), without asking the broker. Entries never change once written
-        (a repeated run keeps its first place), so a cached one is current."""
+        """The entry under `key` if this process already has it (its own writes, a look-up's
+        answer, or the local store), without asking the broker. Entries never change once
+        written (a repeated run keeps its first place), so a stored one is current."""
         with self._own_lock:
             own = self._own.get(key) or self._found.get(key)
         if own is not None:
             return own
-        if not self._partitions:
+        if key.startswith("last:"):
             return None
         # Called on event loops: never wait for a look-up that is reading a partition (the
         # caller then looks up in a thread).
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            loaded = self._entries.get(index_partition(key, self._partitions))
-            value = None if loaded is None else loaded.get(key.encode())
+            value = self._get(key.encode(), index_partition(key, self._partitions))
         finally:
             self._lock.release()
         return self._keep(key, self._decoded(key, value))
 
     def _keep(self, key: str, found: IndexEntry | None) -> IndexEntry | None:
         # Entries never change once written (last: entries excepted): keep the ones found,
-        # so a process that looks up more targets than LOADED_PARTITIONS partitions hold
-        # (a server giving feedback on many runs) does not read partitions again for them.
+        # so a process that looks up many targets does not ask the store again for them.
         if found is not None and not key.startswith("last:"):
             with self._own_lock:
                 self._found[key] = found
@@ -246,7 +352,7 @@ class TenantIndex:
 
     def lookup(self, key: str) -> IndexEntry | None:
         """The entry under `key`: this process's own writes, then the key's index partition
-        read to its current end."""
+        read (into the local store) to its current end."""
         with self._own_lock:
             own = self._own.get(key)
         with self._lock:
@@ -255,8 +361,9 @@ class TenantIndex:
             if kept is not None:
                 return kept if own is None else merge_entry(key, kept, own)
             self._open()
-            value = self._read_partition(index_partition(key, self._partitions)).get(
-                key.encode())
+            partition = index_partition(key, self._partitions)
+            self._read_partition(partition)
+            value = self._get(key.encode(), partition)
         found = self._decoded(key, value)
         if own is not None:
             found = own if found is None else merge_entry(key, found, own)
@@ -289,7 +396,7 @@ class TenantIndex:
         while True:
             try:
                 self._producer.produce(self.topic, value=value, key=key.encode(),
-                                       partition=partition, on_delivery=_log_failure)
+                                       partition=partition, on_delivery=self._on_delivery)
                 return
             except BufferError:
                 if not wait:  # in a delivery report: no poll; the next catch-up writes it
@@ -299,15 +406,23 @@ class TenantIndex:
             except KafkaException as exc:
                 raise KafkaUnavailable(f"writing {self.topic} failed: {exc}") from exc
 
+    def _on_delivery(self, err: Any, msg: Message) -> None:
+        # An index entry that did not land is found again by the next catch-up (its event is
+        # above the cursor until a catch-up indexed it), so a failure is logged, not raised;
+        # counted, so no cursor is advanced over it.
+        if err is not None:
+            self._failed += 1
+            log.warning("index entry %r not written: %s", msg.key(), err)
+
     def appended(self, envelope: Envelope, partition: int, offset: int) -> None:
         """Record an acknowledged append: remember and produce the entries of the targets it
         creates (a chain, a run, a firing), without waiting for their delivery.
 
-        Only those: the `event:` and `last:` entries of every event are left to catch-ups
-        (a look-up that misses one catches up first; a chain's events past its last indexed
-        one are read from its partition's unindexed tail), so a piece of feedback costs no
-        index write at all. What is remembered is bounded (OWN_ENTRIES, oldest dropped
-        first): by then it is in the index topic.
+        Only those: the `event:` and `last:` entries of every event are written by the
+        workers' index step and catch-ups (a look-up that misses one catches up first; a
+        chain's events past its last indexed one are read from its partition's unindexed
+        tail), so a piece of feedback costs no index write here. What is remembered is
+        bounded (OWN_ENTRIES, oldest dropped first): by then it is in the index topic.
         """
         entries = [(k, e) for k, e in index_entries(envelope, partition, offset)
                    if not k.startswith(("last:", "event:"))]
@@ -325,91 +440,176 @@ class TenantIndex:
     def publish(self, envelope: Envelope, partition: int, offset: int) -> None:
         """Produce the index entries of an event at `partition`/`offset` without keeping them
         (a bulk loader's or a migration's write)."""
-        for key, entry in index_entries(envelope, partition, offset):
-            self._produce(key, entry.encode())
+        self.publish_entries([(k, e.encode()) for k, e in
+                              index_entries(envelope, partition, offset)])
+
+    def publish_entries(self, entries: list[tuple[str, bytes]]) -> None:
+        """Produce encoded entries (`record_entries_encoded`, or `index_entries` encoded)
+        without keeping them; the topic must be open."""
+        for key, value in entries:
+            self._produce(key, value)
+
+    def cursors(self, *, fresh: bool = True) -> dict[int, int]:
+        """The cursors (events partition -> offset below which every event is indexed), read
+        to the cursor partition's current end (`fresh`) or as this process last saw them."""
+        with self._lock:
+            self._open()
+            if fresh or CURSOR_PARTITION not in self._synced:
+                self._read_partition(CURSOR_PARTITION)
+            return dict(self._cursors)
+
+    def delivered(self) -> bool:
+        """Flush the producer; whether every index entry produced since the last call
+        landed."""
+        remaining = self._producer.flush(self.settings.flush_timeout)
+        failed, self._failed = self._failed, 0
+        return not remaining and not failed
 
     def advance_cursors(self, reached: dict[int, int]) -> None:
         """Declare every event below `reached[p]` of each events partition indexed. Call it
-        only once their entries are on the broker (flush first)."""
+        only once their entries are on the broker (`delivered()` first)."""
         with self._lock:
             self._open()
             for p, offset in reached.items():
                 self._produce(cursor_key(p), str(offset).encode())
                 self._cursors[p] = max(offset, self._cursors.get(p, 0))
 
-    def catch_up(self) -> None:
-        """Index the events appended since the cursors (by workers, or by handles that died
-        before writing their entries), then advance the cursors.
+    def behind(self) -> tuple[dict[int, int], dict[int, int]]:
+        """The cursors and the events topic's current ends (what a catch-up would read)."""
+        start = self.cursors()
+        consumer = Consumer(reader_config(self.settings,
+                                          reader_group(self.topic, "index-tail",
+                                                       self.settings.topic_prefix)))
+        try:
+            ends = {p: high for p, (_low, high) in
+                    watermarks(consumer, self.events_topic, settings=self.settings).items()}
+        finally:
+            consumer.close()
+        return start, ends
+
+    def catch_up(self, *, limit: int | None = None) -> IndexRun:
+        """Index the events appended since the cursors (by handles that died before writing
+        their entries, producers other than this project's, or while no worker ran the
+        index step), then advance the cursors.
 
         Reads only the events topic's unindexed tail; a process that finds another catching
-        up waits for it rather than reading the same tail.
+        up waits for it rather than reading the same tail. IndexBehind, before anything is
+        read, when that tail is longer than `limit` events (default
+        STREAMS_INDEX_CATCH_UP_LIMIT, a look-up's bound; `build` has none).
         """
+        if limit is None:
+            limit = self.settings.index_catch_up_limit or None
         if not self._catch_up_lock.acquire(blocking=False):
             with self._catch_up_lock:
-                return
+                return IndexRun()
         try:
             self.catch_ups += 1
-            with self._lock:
-                self._open()
-                self._read_partition(CURSOR_PARTITION)
-                start = dict(self._cursors)
-            reached = dict(start)
-            for msg in self._read_events_tail(start):
-                p, o = msg.partition() or 0, msg.offset() or 0
-                reached[p] = o + 1
-                envelope = self._decode(msg)
-                if envelope is None:
-                    continue
-                entries = index_entries(envelope, p, o)
-                with self._lock:
-                    for key, entry in entries:
-                        part = index_partition(key, self._partitions)
-                        loaded = self._entries.get(part)
-                        value = entry.encode()
-                        if loaded is not None and not (
-                                key.startswith("run:") and key.encode() in loaded):
-                            loaded[key.encode()] = value
-                        self._produce(key, value)
-            # The cursors go out only once every entry below them is on the broker.
-            if self._producer.flush(self.settings.flush_timeout):
-                raise KafkaUnavailable(f"index entries of {self.events_topic} not "
-                                       f"acknowledged within {self.settings.flush_timeout:g} s")
-            with self._lock:
-                for p, offset in reached.items():
-                    if offset > start.get(p, 0):
-                        self._produce(cursor_key(p), str(offset).encode())
-                        self._cursors[p] = offset
+            return self._index_tail(limit=limit)
         finally:
             self._catch_up_lock.release()
 
-    def _read_events_tail(self, start: dict[int, int]) -> Iterator[Message]:
+    def build(self, *, step: int = 50_000,
+              progress: Callable[[IndexRun], None] | None = None) -> IndexRun:
+        """`streams index build`: index the events topic from the cursors to its current
+        end, advancing the cursors every `step` events (so a build killed midway resumes
+        from its last step, and one run again over an indexed log writes nothing);
+        `progress` is called after every read batch."""
+        with self._catch_up_lock:
+            return self._index_tail(step=step, progress=progress)
+
+    def _index_tail(self, *, limit: int | None = None, step: int = 50_000,
+                    progress: Callable[[IndexRun], None] | None = None) -> IndexRun:
+        start, ends = self.behind()
+        todo = {p: e for p, e in ends.items() if start.get(p, 0) < e}
+        run = IndexRun(total=sum(e - start.get(p, 0) for p, e in todo.items()),
+                       reached={p: start.get(p, 0) for p in ends})
+        if limit is not None and run.total > limit:
+            raise IndexBehind(
+                f"the index of tenant {self.tenant} is {run.total} events behind its events "
+                f"topic, more than a look-up catches up (STREAMS_INDEX_CATCH_UP_LIMIT="
+                f"{limit}): run `streams index build --tenant {self.tenant}` (workers running "
+                "rules keep it current from then on)")
+        if not todo:
+            return run
+        last: dict[str, bytes] = {}
+        since = 0
+        # Cursors as of the last step: a step only writes those that moved.
+        written = dict(run.reached)
+
+        def checkpoint() -> None:
+            for key, value in last.items():
+                self._produce(key, value)
+            run.entries += len(last)
+            last.clear()
+            # The cursors go out only once every entry below them is on the broker.
+            if not self.delivered():
+                raise KafkaUnavailable(
+                    f"index entries of {self.events_topic} not acknowledged within "
+                    f"{self.settings.flush_timeout:g} s; check that the brokers are up")
+            moved = {p: o for p, o in run.reached.items() if o > written.get(p, 0)}
+            if moved:
+                self.advance_cursors(moved)
+                written.update(moved)
+                if self._producer.flush(self.settings.flush_timeout):
+                    raise KafkaUnavailable(f"the cursors of {self.topic} not acknowledged "
+                                           f"within {self.settings.flush_timeout:g} s")
+                run.steps += 1
+
+        for batch in self._read_events_tail(start, todo):
+            for msg in batch:
+                p, o = msg.partition() or 0, msg.offset() or 0
+                run.reached[p] = o + 1
+                run.events += 1
+                entries = self._entries_of(msg)
+                if entries is None:
+                    run.skipped += 1
+                    continue
+                for key, value in entries:
+                    if key.startswith("last:"):
+                        # Only a chain's latest within a step matters (merge_entry): the
+                        # tail is read in offset order per partition, a chain's one.
+                        last[key] = value
+                        continue
+                    self._produce(key, value)
+                    run.entries += 1
+            since += len(batch)
+            if since >= step:
+                checkpoint()
+                since = 0
+            if progress is not None:
+                progress(run)
+        checkpoint()
+        if progress is not None:
+            progress(run)
+        return run
+
+    def _read_events_tail(self, start: dict[int, int],
+                          todo: dict[int, int]) -> Iterator[list[Message]]:
+        """The events topic's records from `start` to `todo`'s ends, in batches."""
         consumer = Consumer(reader_config(self.settings,
                                           reader_group(self.topic, "index-tail",
-                                                       self.settings.topic_prefix),
-                                          **_SMALL_PREFETCH))
+                                                       self.settings.topic_prefix)))
+        todo = dict(todo)
+        at = {p: start.get(p, 0) for p in todo}
         try:
-            ends = {p: high for p, (_low, high) in
-                    watermarks(consumer, self.events_topic).items()}
-            todo = {p: e for p, e in ends.items() if start.get(p, 0) < e}
-            if not todo:
-                return
-            consumer.assign([TopicPartition(self.events_topic, p, start.get(p, 0))
-                             for p in todo])
-            at = {p: start.get(p, 0) for p in todo}
+            consumer.assign([TopicPartition(self.events_topic, p, at[p]) for p in todo])
             while todo:
                 left = sum(todo[p] - at[p] for p in todo)
-                for msg in consumer.consume(max(1, min(1000, left)), _WAIT):
+                out = []
+                for msg in consumer.consume(max(1, min(_READ_BATCH, left)), _WAIT):
                     if msg.error():
                         raise KafkaUnavailable(
                             f"reading {self.events_topic} failed: {msg.error()}")
                     p, o = msg.partition() or 0, msg.offset() or 0
-                    if p not in todo:
+                    if p not in todo or o >= todo[p]:
                         continue
                     self.event_records_read += 1
                     at[p] = o + 1
                     if o + 1 >= todo[p]:
                         del todo[p]
-                    yield msg
+                    out.append(msg)
+                if out:
+                    yield out
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.events_topic} failed: {exc}") from exc
         finally:
@@ -473,15 +673,125 @@ class TenantIndex:
         return out
 
     def close(self) -> None:
-        """Leave the broker."""
+        """Leave the broker, once what was read is in the local store (waiting up to 10 s:
+        what is not is read again by the next process)."""
+        self.flush_store(10.0)
         with self._lock:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
 
 
-def _log_failure(err: Any, msg: Message) -> None:
-    # An index entry that did not land is found again by the next catch-up (its event is
-    # above the cursor until a catch-up indexed it), so a failure is logged, not raised.
-    if err is not None:
-        log.warning("index entry %r not written: %s", msg.key(), err)
+class IndexWriter:
+    """A worker's index writes: the entries of every event its loop consumed, with the
+    offsets the consumer gave them, and the cursors of its partitions advanced as it goes.
+
+    The worker's rule firings and runs go out through its batch loop's producer (error-only
+    delivery reports: no offsets) or the decider's delivery; the loop reads them back a batch
+    later with their offsets, as it reads every other event, so writing entries on
+    consumption indexes everything the tenant's events topic holds (a worker's records, a
+    handle's, another producer's) in one place, exactly once per consumer group.
+
+    Cursors (`checkpoint`, before each commit of the loop): a partition's cursor moves to
+    the offset after the last event indexed, once every entry produced so far is on the
+    broker, and only when the index was already complete below the first offset this
+    assignment indexed (the current cursor is at or past it; otherwise `streams index
+    build`, or any catch-up, closes the gap first and the cursor moves from the next
+    checkpoint on). Not thread-safe: the loop's thread calls it.
+    """
+
+    def __init__(self, index_of: Callable[[str], TenantIndex],
+                 tenant_of: Callable[[str], str | None]) -> None:
+        self._index_of = index_of
+        self._tenant_of = tenant_of
+        self._indexes: dict[str, TenantIndex | None] = {}
+        self._from: dict[tuple[str, int], int] = {}
+        self._upto: dict[tuple[str, int], int] = {}
+        self._written: dict[tuple[str, int], int] = {}
+        self._complete: set[tuple[str, int]] = set()
+        self.entries = 0
+        self.cursor_writes = 0
+
+    def _index(self, topic: str) -> TenantIndex | None:
+        if topic in self._indexes:
+            return self._indexes[topic]
+        tenant = self._tenant_of(topic)
+        index = None if tenant is None else self._index_of(tenant)
+        if index is not None:
+            index.open()
+        self._indexes[topic] = index
+        return index
+
+    def index(self, msg: Message, envelope: Envelope | None = None) -> None:
+        """Produce the entries of one consumed events record (from its envelope when the
+        caller decoded one already, else from its plain record)."""
+        topic = msg.topic() or ""
+        index = self._index(topic)
+        if index is None:
+            return
+        p, o = msg.partition() or 0, msg.offset() or 0
+        entries = [(k, e.encode()) for k, e in index_entries(envelope, p, o)] \
+            if envelope is not None else index._entries_of(msg)
+        if entries:
+            index.publish_entries(entries)
+            self.entries += len(entries)
+        tp = (topic, p)
+        self._from.setdefault(tp, o)
+        if o + 1 > self._upto.get(tp, 0):
+            self._upto[tp] = o + 1
+
+    def forget(self, partitions: list[tuple[str, int]]) -> None:
+        """Partitions assigned afresh or revoked: what this assignment indexed says nothing
+        about the next one's start."""
+        for tp in partitions:
+            self._from.pop(tp, None)
+            self._upto.pop(tp, None)
+            self._written.pop(tp, None)
+            self._complete.discard(tp)
+
+    def checkpoint(self, partitions: set[tuple[str, int]]) -> None:
+        """Advance the cursors of `partitions` (those the loop is about to commit) over what
+        was indexed, once it is on the broker; the cursors are delivered before returning,
+        so a cursor is never behind a committed offset because its write was lost."""
+        moved: dict[str, dict[int, int]] = {}
+        for tp in partitions:
+            upto = self._upto.get(tp)
+            if upto is not None and upto > self._written.get(tp, -1):
+                moved.setdefault(tp[0], {})[tp[1]] = upto
+        for topic, reached in moved.items():
+            index = self._indexes.get(topic)
+            if index is None:
+                continue
+            if not index.delivered():
+                # An entry did not land: no cursor over it; this assignment starts again
+                # from here (a catch-up or a build covers what came before).
+                log.warning("index entries of %s not all delivered: cursors held back", topic)
+                for p in reached:
+                    tp = (topic, p)
+                    self._from[tp] = self._upto[tp]
+                    self._complete.discard(tp)
+                continue
+            cursors = index.cursors()
+            ready: dict[int, int] = {}
+            for p, upto in reached.items():
+                tp = (topic, p)
+                if tp not in self._complete and cursors.get(p, 0) >= self._from[tp]:
+                    self._complete.add(tp)
+                if tp in self._complete and upto > cursors.get(p, 0):
+                    ready[p] = upto
+            if ready:
+                index.advance_cursors(ready)
+                if not index.delivered():
+                    log.warning("cursors of %s not delivered; the next checkpoint writes them",
+                                topic)
+                    continue
+                self.cursor_writes += len(ready)
+                for p, upto in ready.items():
+                    self._written[(topic, p)] = upto
+
+    def close(self) -> None:
+        """Leave the broker."""
+        for index in self._indexes.values():
+            if index is not None:
+                index.close()
+                index.store.close()

@@ -221,13 +221,7 @@ class StreamsClient:
         with self._made:
             index = self._indexes.get(tenant)
             if index is None:
-                serde = self.serde
-
-                def decode(msg: Message) -> Envelope | None:
-                    return next(decode_envelopes(serde, iter([msg]),
-                                                 on_error=lambda _m, _e: None), None)
-
-                index = self._indexes[tenant] = self.runtime.index(tenant, decode)
+                index = self._indexes[tenant] = self.runtime.index(tenant)
             return index
 
     async def ledger(self, tenant: str) -> CommandLedger:
@@ -540,9 +534,10 @@ class Workspace:
             except TimeoutError as exc:
                 raise KafkaUnavailable(
                     f"looking up {on.kind} {on.id!r} took more than {timeout:g} s "
-                    "(STREAMS_FEEDBACK_TIMEOUT): check that the brokers are up; on the first "
-                    "use of a tenant with a long log the index is still being built from it "
-                    "(it goes on in the background): retry in a while") from exc
+                    "(STREAMS_FEEDBACK_TIMEOUT): check that the brokers are up; if the "
+                    "index is catching up with a long unindexed log (it goes on in the "
+                    f"background), run `streams index build --tenant {self.tenant}`, "
+                    "then retry") from exc
             event = FeedbackGiven(
                 feedback_type=cls.feedback_name, target=on, target_trace_id=where.trace_id,
                 target_rule=where.rule, target_action=where.action,

@@ -153,6 +153,8 @@ class Worker:
             commit_interval=self.settings.commit_interval,
             flush_timeout=self.settings.flush_timeout,
             outage_limit=self.settings.outage_limit,
+            on_assigned=self.reactor.assigned, on_revoked=self.reactor.revoked,
+            before_commit=self.reactor.before_commit,
             name="rules-reactor") if self.reactor is not None else None
         settings = self.settings
         self.app = self._build(

@@ -9,6 +9,11 @@ this worker has (streams.runtime.worker.executor) before the batch is committed.
   has one partition, so exactly one decider (streams.runtime.worker.decider) owns it.
 - Runs: for a `run_started` of an action registered in this worker, the step runs the action
   on the worker's event loop, with the rule's retry policy, before the batch is committed.
+- The index (streams.adapters.kafka.index): the step writes the index entries of every event
+  it takes, with the offsets its consumer gave them (a firing's and a run's, read back a
+  batch after the step wrote them, as much as any other event's), and `before_commit`
+  advances the tenants' index cursors over them (`IndexWriter`), so look-ups find what the
+  workers wrote without catching up.
 - Rules installed as data (streams.runtime.worker.follower): at the start of each batch the step
   applies the tenants' live rules as the worker's rulebook follower has them now. A rule new
   to this step is first caught up over the events this step already took past its
@@ -29,6 +34,7 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
+from streams.adapters.kafka.index import IndexWriter
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
 from streams.core.errors import StreamsError
@@ -37,7 +43,7 @@ from streams.core.matching import Forward, Matcher, ReactorStats, is_stateful
 from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
 from streams.core.runs import ActionFn
-from streams.core.tenancy import rules_catch_up_group, tenant_topics
+from streams.core.tenancy import EVENTS, parse_topic, rules_catch_up_group, tenant_topics
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.runtime.worker.decider import ConsumerFactory, Decider
@@ -79,6 +85,14 @@ class Reactor:
         # catch-up of a newly live rule stops.
         self.taken: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
+        prefix = settings.topic_prefix
+
+        def tenant_of(topic: str) -> str | None:
+            parsed = parse_topic(topic, prefix)
+            return parsed[0] if parsed is not None and parsed[1] == EVENTS else None
+
+        self.index_writer = IndexWriter(runtime.index, tenant_of) \
+            if settings.worker_index else None
         self.executor = RunExecutor(
             rules, actions, client=lambda: client, emit=self.emit, deps=deps,
             action_timeout=settings.action_timeout,
@@ -140,16 +154,24 @@ class Reactor:
         runs: list[Envelope] = []
         wants = self.matcher.wants
         taken = self.taken
+        index = self.index_writer
         for msg in messages:
             if msg.error() is not None:
                 continue
             taken[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
             self.stats.events += 1
             if not wants(header_value(msg.headers(), "event_type")):
+                if index is not None:
+                    index.index(msg)
                 continue
             raw = msg.value()
             envelope = self.records.decode(raw, msg.topic() or "", msg.partition() or 0,
                                            msg.offset() or 0)
+            if index is not None:
+                if envelope is None:
+                    index.index(msg)  # skipped for its entries too, if not an envelope
+                else:
+                    index.index(msg, envelope)
             if envelope is None:
                 continue
             if self.executor.runs_here(envelope):
@@ -165,6 +187,24 @@ class Reactor:
 
             asyncio.run_coroutine_threadsafe(run_all(), self.loop).result()
         return outputs
+
+    def before_commit(self, partitions: set[tuple[str, int]]) -> list[Output]:
+        """The loop's hook before it commits `partitions`: advance their index cursors over
+        the entries this step wrote (delivered first). Produces nothing of the loop's."""
+        if self.index_writer is not None:
+            with self._lock:
+                self.index_writer.checkpoint(partitions)
+        return []
+
+    def assigned(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        """The loop's hook on assignment: the new partitions start a new indexed span."""
+        if self.index_writer is not None:
+            with self._lock:
+                self.index_writer.forget([(tp.topic, tp.partition) for tp in partitions])
+
+    def revoked(self, partitions: list[TopicPartition]) -> None:
+        """The loop's hook on revocation: forget the partitions' indexed spans."""
+        self.assigned(None, partitions)
 
     def follow(self, rulebook: RulebookFollower) -> None:
         """Match the tenants' rules installed as data, as `rulebook` has them: the follower

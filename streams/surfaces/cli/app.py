@@ -1,7 +1,7 @@
 """The `streams` command: every command group composed into one Typer app.
 
 This module imports the command modules (one per command or group: worker, tenant,
-schemas, sink, rules, deadletters, report, demo, keys, serve, mcp, settings); they import
+schemas, sink, rules, deadletters, report, demo, keys, serve, mcp, settings, index); they import
 only `streams.surfaces.cli.base`, never this module, so the command line has no import
 cycle.
 """
@@ -18,6 +18,7 @@ from streams.surfaces.cli.base import fail
 from streams.surfaces.cli.configuration import show_settings
 from streams.surfaces.cli.deadletters import deadletters_app
 from streams.surfaces.cli.demo import demo
+from streams.surfaces.cli.index import index_app
 from streams.surfaces.cli.keys import keys_app
 from streams.surfaces.cli.mcp import mcp
 from streams.surfaces.cli.report import report
@@ -68,6 +69,7 @@ def _root(
 
 app.command()(worker)
 app.add_typer(tenant_app, name="tenant")
+app.add_typer(index_app, name="index")
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(sink_app, name="sink")
 app.add_typer(rules_app, name="rules")
