@@ -129,8 +129,9 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture
-def settings(stack: Stack) -> Settings:
-    """Settings for one test: the session's stack and a topic prefix no other test uses."""
+def settings(stack: Stack, tmp_path: Path) -> Settings:
+    """Settings for one test: the session's stack, a topic prefix no other test uses and a
+    state directory of its own (views, rule state)."""
     return Settings(bootstrap_servers=stack.bootstrap_servers,
                     schema_registry_url=stack.schema_registry_url,
                     topic_prefix=unique("t"), partitions=3, discovery_interval=0.5,
@@ -140,7 +141,7 @@ def settings(stack: Stack) -> Settings:
                     # A broker holds an open file per partition: a session makes hundreds of
                     # tenants, and 32 index partitions each ran a shared broker out of file
                     # descriptors (ulimit 20000). Four keep every index path exercised.
-                    index_partitions=4)
+                    index_partitions=4, state_dir=str(tmp_path / "state"))
 
 
 @pytest.fixture
