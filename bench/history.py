@@ -20,7 +20,8 @@ a fresh process, from the tenant's materialized view.
 4. Each read in a fresh process (with the built view in the state directory): time of the
    first call (from the client's construction: the view's catch-up of what was appended
    since, the query, the decoding), the process's peak RSS, and the p99 of `--warm` further
-   calls: `runs(rule, limit=1)`, `runs(rule, limit=50)`, a participant's feedback of a type,
+   calls: `runs(rule, limit=1)`, `runs(rule, limit=50)`, a participant's feedback of a type
+   (all of it: 1 in 10 of the feedback, so it grows with the log) and its first page of 100,
    one `run_record`, one chain's `chain_events`, the first and next page of 50 runs by cursor.
 5. With `--fold-limit N` (default 200000) and N or fewer envelopes: the whole-log fold's
    answer to `runs(rule, limit=1)` (`latest_runs(ws.read())`, what runs() did before the view)
@@ -140,7 +141,8 @@ def seed(settings: Settings, envelopes: int) -> dict[str, Any]:
         if i % FEEDBACK_EVERY == 0:
             fb = _record(templates["feedback"][1], f"evt_{i}_q", t + 3, head, f"evt_{i}_r",
                          target={"kind": "run", "id": f"run_{i}"})
-            fb["envelope"]["actor"] = {"kind": "user", "id": f"u{i % 10}", "version": None}
+            who = f"u{(i // FEEDBACK_EVERY) % 10}"
+            fb["envelope"]["actor"] = {"kind": "user", "id": who, "version": None}
             records.append(("feedback", fb))
         for name, record in records:
             value = encode(templates[name][0], record)
@@ -159,7 +161,7 @@ def seed(settings: Settings, envelopes: int) -> dict[str, Any]:
     return {"envelopes": written, "seed_s": round(seconds, 1),
             "seed_rate_per_s": round(written / seconds),
             "run": f"run_{middle}", "chain": f"evt_{middle}_a",
-            "participant": f"user:u{(middle - middle % FEEDBACK_EVERY) % 10}"}
+            "participant": f"user:u{(middle // FEEDBACK_EVERY) % 10}"}
 
 
 # -- the probes, each run in a fresh process --------------------------------------------------
@@ -222,6 +224,7 @@ async def _probe(settings: Settings, what: str, targets: dict[str, Any],
         "runs_limit_50": lambda: ws.runs(rule=RULES[0], limit=50),
         "feedback_of_participant": lambda: ws.feedback(feedback_type="triage_quality",
                                                        participant=targets["participant"]),
+        "feedback_page_100": lambda: _feedback_page(ws, targets["participant"]),
         "run_record": lambda: ws.run_record(targets["run"]),
         "chain_events": lambda: ws.chain_events(targets["chain"]),
         "fold_runs_limit_1": lambda: _fold_runs(ws),
@@ -254,6 +257,12 @@ async def _probe(settings: Settings, what: str, targets: dict[str, Any],
     client.close()
     client.runtime.close()
     return out
+
+
+async def _feedback_page(ws: Any, participant: str) -> list[Any]:
+    page = await ws.feedback_page(feedback_type="triage_quality", participant=participant,
+                                  limit=100)
+    return list(page.feedback)
 
 
 async def _fold_runs(ws: Any) -> list[Any]:
@@ -307,7 +316,8 @@ def main() -> None:
     print(json.dumps(report["seed"]), file=sys.stderr)
     steps = [("decode_floor", 0), ("build", 0), ("index_catch_up", 0),
              ("runs_limit_1", args.warm), ("runs_limit_50", args.warm),
-             ("feedback_of_participant", args.warm), ("run_record", args.warm),
+             ("feedback_of_participant", args.warm), ("feedback_page_100", args.warm),
+             ("run_record", args.warm),
              ("chain_events", args.warm), ("pages_of_50", 0)]
     if targets["envelopes"] <= args.fold_limit:
         steps.append(("fold_runs_limit_1", 0))

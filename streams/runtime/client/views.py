@@ -29,6 +29,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -160,55 +161,71 @@ class TenantView:
         skipped: list[tuple[int, str]] = []
         wait = self.settings.flush_timeout
         last = time.monotonic()
+        # One batch is written by a thread of its own while the next is decoded (sqlite3
+        # lets go of the GIL while it works); batches are written one at a time, in order.
+        writer = ThreadPoolExecutor(1, thread_name_prefix=f"view-{self.tenant}")
+        pending: list[Future[None]] = []
 
-        def apply() -> None:
-            self.store.apply(rows, skipped, {p: nexts[p] for p in start})
-            out.applied += len(rows)
-            out.skipped += len(skipped)
-            self.skipped += len(skipped)
-            rows.clear()
-            skipped.clear()
+        def write(batch: list[Rows], bad: list[tuple[int, str]], marks: dict[int, int],
+                  ) -> None:
+            self.store.apply(batch, bad, marks)
+            out.applied += len(batch)
+            out.skipped += len(bad)
+            self.skipped += len(bad)
             if progress is not None:
-                progress(sum(nexts[p] - start[p] for p in start), total)
+                progress(sum(marks[p] - start[p] for p in start), total)
 
-        while todo:
-            messages = consumer.consume(1000, 0.2)
-            if not messages:
-                # The last offsets of a partition may be transaction markers, never
-                # delivered: a position at the end means the partition is done.
-                for tp in consumer.position([TopicPartition(self.topic, p) for p in todo]):
-                    if tp.offset >= 0 and tp.offset >= todo.get(tp.partition, math.inf):
-                        nexts[tp.partition] = max(nexts[tp.partition], tp.offset)
-                        del todo[tp.partition]
-                if todo and time.monotonic() - last > wait:
-                    apply()
-                    raise KafkaUnavailable(
-                        f"catching up the view of {self.topic} stalled: nothing arrived for "
-                        f"{wait:g} s with records still due (is the broker up?)")
-                continue
-            last = time.monotonic()
-            for msg in messages:
-                if msg.error():
-                    apply()
-                    raise KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
-                p, offset = msg.partition(), msg.offset()
-                assert p is not None and offset is not None
-                if offset < nexts.get(p, 0):
+        def apply(*, wait_written: bool = False) -> None:
+            nonlocal rows, skipped
+            for done in pending:
+                done.result()  # the batch before: raises what its write raised
+            pending.clear()
+            pending.append(writer.submit(write, rows, skipped, {p: nexts[p] for p in start}))
+            rows, skipped = [], []
+            if wait_written:
+                pending.pop().result()
+
+        try:
+            while todo:
+                messages = consumer.consume(1000, 0.2)
+                if not messages:
+                    # The last offsets of a partition may be transaction markers, never
+                    # delivered: a position at the end means the partition is done.
+                    for tp in consumer.position([TopicPartition(self.topic, p) for p in todo]):
+                        if tp.offset >= 0 and tp.offset >= todo.get(tp.partition, math.inf):
+                            nexts[tp.partition] = max(nexts[tp.partition], tp.offset)
+                            del todo[tp.partition]
+                    if todo and time.monotonic() - last > wait:
+                        apply(wait_written=True)
+                        raise KafkaUnavailable(
+                            f"catching up the view of {self.topic} stalled: nothing arrived for "
+                            f"{wait:g} s with records still due (is the broker up?)")
                     continue
-                nexts[p] = offset + 1
-                if p in todo and offset + 1 >= todo[p]:
-                    del todo[p]
-                value = msg.value() or b""
-                try:
-                    _writer, record = codec.decode(value)
-                    rows.append(rows_of(record, p, offset, value))
-                except SchemaError as exc:
-                    # Counted and kept in the view's `skipped` table; the mirror dead-letters.
-                    skipped.append((position(p, offset), str(exc)[:500]))
-                    log.warning("view of %s skips %s:%d: %s", self.tenant, p, offset, exc)
-            if len(rows) + len(skipped) >= BATCH:
-                apply()
-        apply()
+                last = time.monotonic()
+                for msg in messages:
+                    if msg.error():
+                        apply(wait_written=True)
+                        raise KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
+                    p, offset = msg.partition(), msg.offset()
+                    assert p is not None and offset is not None
+                    if offset < nexts.get(p, 0):
+                        continue
+                    nexts[p] = offset + 1
+                    if p in todo and offset + 1 >= todo[p]:
+                        del todo[p]
+                    value = msg.value() or b""
+                    try:
+                        _writer, record = codec.decode(value)
+                        rows.append(rows_of(record, p, offset, value))
+                    except SchemaError as exc:
+                        # Counted and kept in the view's `skipped` table; the mirror dead-letters.
+                        skipped.append((position(p, offset), str(exc)[:500]))
+                        log.warning("view of %s skips %s:%d: %s", self.tenant, p, offset, exc)
+                if len(rows) + len(skipped) >= BATCH:
+                    apply()
+            apply(wait_written=True)
+        finally:
+            writer.shutdown(wait=True)
 
     # -- reading ----------------------------------------------------------------------------
 
