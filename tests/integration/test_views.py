@@ -260,3 +260,33 @@ def test_a_build_killed_midway_leaves_a_consistent_view(
         assert view == fold and len(view) == 20
     finally:
         TenantAdmin(settings).delete_tenant(TENANT)
+
+
+async def test_streams_views_build_builds_once_then_catches_up(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., StreamsClient],
+    settings: Settings,
+) -> None:
+    import json
+
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod")
+    for n in range(4):
+        await _chain(ws, n, RULES[0])
+
+    def build(name: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "streams", "views", "build", "--tenant",
+                               name], env=settings.child_env(), cwd=REPO, capture_output=True,
+                              text=True, timeout=120, check=False)
+
+    first = await asyncio.to_thread(build, tenant)
+    assert first.returncode == 0, first.stderr
+    answer = json.loads(first.stdout.strip().splitlines()[-1])
+    assert (answer["applied"], answer["view"]) == (12, str(view_path(settings, tenant)))
+    again = json.loads((await asyncio.to_thread(build, tenant)).stdout.strip().splitlines()[-1])
+    assert again["applied"] == 0
+    # A process on the same state directory reads the built view: nothing left to apply.
+    reader = client_factory()
+    assert [r.id for r in await reader.workspace(tenant, "prod").runs(limit=2)] == [
+        "run_3", "run_2"]
+    missing = await asyncio.to_thread(build, tenant + "x")
+    assert missing.returncode == 5 and "no tenant" in missing.stderr

@@ -1,7 +1,7 @@
 """The `streams` command: every command group composed into one Typer app.
 
 This module imports the command modules (one per command or group: worker, tenant,
-schemas, sink, rules, deadletters, report, demo, keys, serve, mcp, settings); they import
+schemas, sink, rules, deadletters, report, demo, keys, views, serve, mcp, settings); they import
 only `streams.surfaces.cli.base`, never this module, so the command line has no import
 cycle.
 """
@@ -26,6 +26,7 @@ from streams.surfaces.cli.schemas import schemas_app
 from streams.surfaces.cli.serve import serve
 from streams.surfaces.cli.sink import sink_app
 from streams.surfaces.cli.tenants import tenant_app
+from streams.surfaces.cli.views import views_app
 from streams.surfaces.cli.worker import worker
 
 __all__ = ["DISTRIBUTION", "app", "main", "package_version"]
@@ -76,6 +77,7 @@ app.command()(report)
 app.command()(demo)
 app.command("settings")(show_settings)
 app.add_typer(keys_app, name="keys")
+app.add_typer(views_app, name="views")
 app.command("serve")(serve)
 app.command("mcp")(mcp)
 
