@@ -131,7 +131,7 @@ def unique(prefix: str) -> str:
 @pytest.fixture
 def settings(stack: Stack, tmp_path: Path) -> Settings:
     """Settings for one test: the session's stack, a topic prefix no other test uses and a
-    local state directory of its own."""
+    local state directory of its own (views, rule state, the index's store)."""
     return Settings(bootstrap_servers=stack.bootstrap_servers,
                     schema_registry_url=stack.schema_registry_url,
                     topic_prefix=unique("t"), partitions=3, discovery_interval=0.5,

@@ -200,9 +200,12 @@ async def test_read_routes(
         first = (await http.get(f"{base}/runs", params={"rule": "ops:error-spike",
                                                         "limit": 2})).json()
         assert [r["id"] for r in first["runs"]] == ["run_2", "run_1"]
-        assert first["next_offset"] == 2
-        rest = (await http.get(f"{base}/runs", params={"limit": 2, "offset": 2})).json()
-        assert [r["id"] for r in rest["runs"]] == ["run_0"] and rest["next_offset"] is None
+        assert first["next_cursor"]
+        rest = (await http.get(f"{base}/runs", params={
+            "rule": "ops:error-spike", "limit": 2, "cursor": first["next_cursor"]})).json()
+        assert [r["id"] for r in rest["runs"]] == ["run_0"] and rest["next_cursor"] is None
+        bad = await http.get(f"{base}/runs", params={"cursor": "not-a-cursor"})
+        assert bad.status_code == 422 and "invalid cursor" in bad.text
         one = (await http.get(f"{base}/runs/run_1")).json()
         assert one["run"]["event"]["run_id"] == "run_1"
         assert (await http.get(f"{base}/runs/run_x")).status_code == 404

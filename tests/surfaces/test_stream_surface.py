@@ -40,7 +40,7 @@ def test_the_mcp_tools_and_their_inputs() -> None:
     assert "ctx" not in give["properties"]
     assert "command_id" in give["properties"]
     assert set(tools["read_feedback"].input_schema["properties"]) == {
-        "workspace_id", "feedback_type", "participant", "limit", "offset"}
+        "workspace_id", "feedback_type", "participant", "limit", "cursor"}
 
 
 def test_streams_mcp_without_a_key_says_how_to_get_one() -> None:

@@ -110,17 +110,17 @@ class CommandService:
     # -- reads ------------------------------------------------------------------------------
 
     async def runs(self, token: str | None, workspace_id: str, *, rule: str | None = None,
-                   limit: int = 50, offset: int = 0) -> dict[str, Any]:
-        """A page of the workspace's runs (of `rule`), newest first: {"runs": [...],
-        "next_offset": int | None}."""
+                   limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+        """A page of the workspace's runs (of `rule`), newest first, after `cursor` (the
+        `next_cursor` of the page before; none for the first): {"runs": [...],
+        "next_cursor": str | None}. Runs started while a client pages are newer than its
+        first page, so later pages have no gaps or repeats."""
         _key, ws = self.authorize(token, workspace_id, "read")
-        if not 1 <= limit <= 500 or offset < 0:
-            raise ValidationFailed("limit must be 1-500 and offset 0 or more")
+        if not 1 <= limit <= 500:
+            raise ValidationFailed("limit must be 1-500")
         await self.client.log.require_tenant(ws.tenant)
-        found = await ws.runs(rule=rule, limit=offset + limit + 1)
-        page = found[offset:offset + limit]
-        return {"runs": [run_json(r) for r in page],
-                "next_offset": offset + limit if len(found) > offset + limit else None}
+        page = await ws.runs_page(rule=rule, limit=limit, cursor=cursor or None)
+        return {"runs": [run_json(r) for r in page.runs], "next_cursor": page.next_cursor}
 
     async def run(self, token: str | None, workspace_id: str, run_id: str) -> dict[str, Any]:
         """One run's record: its run_started, the matched envelopes and what it emitted."""
@@ -130,16 +130,17 @@ class CommandService:
 
     async def feedback(self, token: str | None, workspace_id: str, *,
                        feedback_type: str | None = None, participant: str | None = None,
-                       limit: int = 100, offset: int = 0) -> dict[str, Any]:
-        """A page of the workspace's feedback (by type and participant), in log order."""
+                       limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        """A page of the workspace's feedback (by type and participant), oldest first (by
+        time, partition and offset), after `cursor`: {"feedback": [...], "next_cursor": ...}."""
         _key, ws = self.authorize(token, workspace_id, "read")
-        if not 1 <= limit <= 1000 or offset < 0:
-            raise ValidationFailed("limit must be 1-1000 and offset 0 or more")
+        if not 1 <= limit <= 1000:
+            raise ValidationFailed("limit must be 1-1000")
         await self.client.log.require_tenant(ws.tenant)
-        found = await ws.feedback(feedback_type=feedback_type, participant=participant)
-        page = found[offset:offset + limit]
-        return {"feedback": [envelope_json(e) for e in page],
-                "next_offset": offset + limit if len(found) > offset + limit else None}
+        page = await ws.feedback_page(feedback_type=feedback_type, participant=participant,
+                                      limit=limit, cursor=cursor or None)
+        return {"feedback": [envelope_json(e) for e in page.feedback],
+                "next_cursor": page.next_cursor}
 
     def feedback_types(self, token: str | None, workspace_id: str) -> dict[str, Any]:
         """The registered feedback types: name, targets, JSON schema and score configs."""

@@ -59,7 +59,7 @@ from streams.core.proposals.checks import (
 )
 from streams.core.proposals.evaluator import EVALUATOR
 from streams.core.proposals.fold import ProposalFold
-from streams.core.runs import RunRecord, latest_runs, run_record_of
+from streams.core.runs import RunRecord, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
 from streams.core.view import (
@@ -71,8 +71,10 @@ from streams.core.view import (
     not_found,
     target_key,
 )
+from streams.core.viewrows import PageKey, decode_cursor, encode_cursor
 from streams.runtime.client.folds import ProposalFolds
 from streams.runtime.client.ledger import CommandLedger
+from streams.runtime.client.views import TenantView
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 
@@ -83,6 +85,23 @@ _feedback_counter = metrics.get_meter("streams").create_counter(
 def _tracer() -> trace.Tracer:
     # Looked up per call, so a tracer provider configured after import is used.
     return trace.get_tracer("streams")
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    """A page of runs, newest first, and the cursor of the next page (None: no more now)."""
+
+    runs: list[RunRecord]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class FeedbackPage:
+    """A page of feedback envelopes, oldest first, and the next page's cursor (None: no
+    more now)."""
+
+    feedback: list[Envelope]
+    next_cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -157,6 +176,7 @@ class StreamsClient:
         self.grants = grants or builtin_grants()
         self._tenants: dict[str, _TenantLog] = {}
         self._indexes: dict[str, TenantIndex] = {}
+        self._views: dict[str, TenantView] = {}
         self._ledgers: dict[str, CommandLedger] = {}
         self._made = threading.Lock()
         self._owns_runtime = False
@@ -212,6 +232,18 @@ class StreamsClient:
         it is never made for this)."""
         return self._tenants.get(tenant)
 
+    def tenant_view(self, tenant: str) -> TenantView:
+        """The tenant's materialized read view (a SQLite file in STREAMS_STATE_DIR that
+        outlives the process), created on first use; no I/O until it catches up."""
+        found = self._views.get(tenant)
+        if found is not None:
+            return found
+        with self._made:
+            view = self._views.get(tenant)
+            if view is None:
+                view = self._views[tenant] = TenantView(self.runtime, tenant)
+            return view
+
     def tenant_index(self, tenant: str) -> TenantIndex:
         """The tenant's index view (its compacted index topic), created on first use; the
         index topic is created for a tenant that has none yet."""
@@ -251,6 +283,8 @@ class StreamsClient:
             log.reader.close()
         for index in self._indexes.values():
             index.close()
+        for view in self._views.values():
+            view.close()
         if self._owns_runtime:
             self.runtime.close()
         else:
@@ -552,11 +586,14 @@ class Workspace:
         return recorded
 
     async def read(self) -> list[Envelope]:
-        """This workspace's envelopes, in log order per partition, up to the log's end.
+        """This workspace's envelopes, in log order per partition, up to the log's end: an
+        offline call, for scripts and analyses of a whole workspace.
 
-        Reads the tenant's whole events topic (once per process, then incrementally) and
-        keeps it in memory: its cost grows with the log. give_feedback, locate, run_record
-        and chain_events do not use it.
+        Folds the tenant's whole events topic into pydantic envelopes (once per process, then
+        incrementally) and keeps them in memory: its time and memory grow with the log
+        (docs/limitations.md). Nothing on a request path uses it: `runs`, `feedback`,
+        `give_feedback`, `locate`, `run_record` and `chain_events` read the tenant's view or
+        index. `streams report` reads a whole log faster, with a progress bar.
         """
         self._check_read("the log")
         log = self.client.tenant_log(self.tenant)
@@ -623,30 +660,90 @@ class Workspace:
         return await self.append(event, correlation_id=state.envelope.correlation_id,
                                  causation_id=state.envelope.event_id)
 
+    async def _view(self) -> TenantView:
+        """The tenant's view, caught up to the events topic's end as of this call (so what
+        this process appended before the call is in it)."""
+        view = self.client.tenant_view(self.tenant)
+        await asyncio.to_thread(view.catch_up, asked=time.monotonic())
+        return view
+
     async def runs(self, *, rule: str | None = None, limit: int | None = None,
                    ) -> list[RunRecord]:
         """This workspace's runs (of `rule`, when given), newest first, at most `limit`.
 
         Each is a RunRecord: `.id` (the run id, for a RunTarget), `.run` (its `run_started`:
         rule, action, scope), `.matched` (the envelopes that made its rule fire) and
-        `.emitted` (the events it emitted). Reads the whole log to its end first (see
-        `read`), so a run started before the call is there; for one run, `run_record` reads
-        only its chain.
+        `.emitted` (the events it emitted). Newest by the time of the `run_started`, then by
+        partition and offset; a `run_started` recorded again is one run.
+
+        Answered from the tenant's materialized view (`tenant_view`): it first applies what
+        was appended since it last caught up (by anyone: a run started before the call is
+        there), then runs one indexed query and decodes only the runs it returns, so the
+        cost does not grow with the log. `runs_page` pages through them with a cursor.
+        """
+        page = await self.runs_page(rule=rule, limit=limit)
+        return page.runs
+
+    async def runs_page(self, *, rule: str | None = None, limit: int | None = 50,
+                        cursor: str | None = None) -> RunsPage:
+        """A page of `runs`: at most `limit` runs after `cursor` (a page's `next_cursor`;
+        None for the first page), and the cursor of the next page (None when no more runs
+        are there as of the call). Runs started after the first page was read are newer than
+        it, so they never shift later pages: no run is skipped or repeated.
+
+        ValidationFailed for a cursor not given out by this call or a limit below 1.
         """
         self._check_read("runs")
-        return latest_runs(await self.read(), rule=rule, limit=limit)
+        before = None if cursor is None else decode_cursor(cursor)
+        if limit is not None and limit < 1:
+            raise ValidationFailed(
+                f"limit must be at least 1 (or None for every run), got {limit}")
+        view = await self._view()
+        found = await asyncio.to_thread(
+            view.runs, self.workspace, rule=rule,
+            limit=None if limit is None else limit + 1, before=before)
+        return RunsPage(runs=[r for r, _k in found[:limit]],
+                        next_cursor=_next_cursor(found, limit))
 
     async def feedback(
         self, *, feedback_type: str | type[Feedback] | None = None,
         participant: str | None = None,
     ) -> list[Envelope]:
-        """feedback_given envelopes, filtered by type and by who gave them (reads the whole
-        log, see `read`)."""
+        """feedback_given envelopes of this workspace, filtered by type and by who gave them
+        (participant, e.g. `user:ada`), oldest first by time, then partition and offset.
+
+        Answered from the tenant's materialized view, caught up first (see `runs`); only the
+        returned envelopes are decoded. `feedback_page` pages through them with a cursor.
+        """
+        page = await self.feedback_page(feedback_type=feedback_type, participant=participant,
+                                        limit=None)
+        return page.feedback
+
+    async def feedback_page(
+        self, *, feedback_type: str | type[Feedback] | None = None,
+        participant: str | None = None, limit: int | None = 100, cursor: str | None = None,
+    ) -> FeedbackPage:
+        """A page of `feedback`: at most `limit` envelopes after `cursor` (a page's
+        `next_cursor`; None for the first), and the next page's cursor (None when no more
+        are there as of the call); feedback given later sorts after what was paged.
+
+        ValidationFailed for a cursor not given out by this call or a limit below 1.
+        """
         self._check_read("feedback")
+        after = None if cursor is None else decode_cursor(cursor)
+        if limit is not None and limit < 1:
+            raise ValidationFailed(f"limit must be at least 1 (or None for all), got {limit}")
         name = feedback_type.feedback_name if isinstance(feedback_type, type) else feedback_type
-        return [
-            e for e in await self.read()
-            if isinstance(e.event, FeedbackGiven)
-            and (name is None or e.event.feedback_type == name)
-            and (participant is None or e.actor.participant == participant)
-        ]
+        view = await self._view()
+        found = await asyncio.to_thread(
+            view.feedback, self.workspace, feedback_type=name, participant=participant,
+            limit=None if limit is None else limit + 1, after=after)
+        return FeedbackPage(feedback=[e for e, _k in found[:limit]],
+                            next_cursor=_next_cursor(found, limit))
+
+
+def _next_cursor(found: list[tuple[Any, PageKey]], limit: int | None) -> str | None:
+    # `found` holds one row more than the page when there is a next page.
+    if limit is None or len(found) <= limit:
+        return None
+    return encode_cursor(found[limit - 1][1])

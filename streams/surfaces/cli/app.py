@@ -1,9 +1,9 @@
 """The `streams` command: every command group composed into one Typer app.
 
 This module imports the command modules (one per command or group: worker, tenant,
-schemas, sink, rules, deadletters, report, demo, keys, serve, mcp, settings, index); they import
-only `streams.surfaces.cli.base`, never this module, so the command line has no import
-cycle.
+schemas, sink, rules, deadletters, report, demo, keys, serve, mcp, settings, index, views);
+they import only `streams.surfaces.cli.base`, never this module, so the command line has no
+import cycle.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from streams.surfaces.cli.schemas import schemas_app
 from streams.surfaces.cli.serve import serve
 from streams.surfaces.cli.sink import sink_app
 from streams.surfaces.cli.tenants import tenant_app
+from streams.surfaces.cli.views import views_app
 from streams.surfaces.cli.worker import worker
 
 __all__ = ["DISTRIBUTION", "app", "main", "package_version"]
@@ -78,6 +79,7 @@ app.command()(report)
 app.command()(demo)
 app.command("settings")(show_settings)
 app.add_typer(keys_app, name="keys")
+app.add_typer(views_app, name="views")
 app.command("serve")(serve)
 app.command("mcp")(mcp)
 

@@ -1,7 +1,7 @@
 """The REST surface of `streams serve`: FastAPI routes over the CommandService.
 
     POST /v1/workspaces/{workspace_id}/commands      a command frame -> outcome or error frame
-    GET  /v1/workspaces/{workspace_id}/runs           runs, newest first (rule=, limit=, offset=)
+    GET  /v1/workspaces/{workspace_id}/runs           runs, newest first (rule=, limit=, cursor=)
     GET  /v1/workspaces/{workspace_id}/runs/{run_id}  one run's record
     GET  /v1/workspaces/{workspace_id}/feedback       feedback (feedback_type=, participant=, ...)
     GET  /v1/workspaces/{workspace_id}/feedback-types the registered types, schemas, score configs
@@ -254,10 +254,12 @@ runs = APIRouter(prefix=WORKSPACE)
 async def _runs_of(workspace_id: str, key: Key, service: Service,
                    rule: str | None = None,
                    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                   offset: Annotated[int, Query(ge=0)] = 0) -> JSONResponse:
-    # The workspace's runs.
+                   cursor: Annotated[str | None, Query(
+                       description="the next_cursor of the page before; none for the first",
+                       max_length=200)] = None) -> JSONResponse:
+    # The workspace's runs, a page after the cursor.
     return await _read(lambda: service.runs(key, workspace_id, rule=rule, limit=limit,
-                                            offset=offset))
+                                            cursor=cursor))
 
 
 @runs.get("/runs/{run_id}", responses=_ERRORS,
@@ -278,11 +280,13 @@ feedback = APIRouter(prefix=WORKSPACE)
 async def _feedback_given(workspace_id: str, key: Key, service: Service,
                           feedback_type: str | None = None, participant: str | None = None,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                          offset: Annotated[int, Query(ge=0)] = 0) -> JSONResponse:
-    # Feedback given in the workspace.
+                          cursor: Annotated[str | None, Query(
+                              description="the next_cursor of the page before; none for the "
+                              "first", max_length=200)] = None) -> JSONResponse:
+    # Feedback given in the workspace, a page after the cursor.
     return await _read(lambda: service.feedback(
         key, workspace_id, feedback_type=feedback_type, participant=participant,
-        limit=limit, offset=offset))
+        limit=limit, cursor=cursor))
 
 
 @feedback.get("/feedback-types", responses=_ERRORS,

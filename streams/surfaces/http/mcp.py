@@ -96,13 +96,14 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
 
     @server.tool()
     async def list_runs(workspace_id: str, ctx: Context, rule: str | None = None, limit: int = 20,
-                        offset: int = 0) -> CallToolResult:
+                        cursor: str | None = None) -> CallToolResult:
         """The workspace's runs, newest first (of one rule when `rule` is given), `limit`
-        (1-500) from `offset`: {"runs": [{"id", "run", "matched", "emitted"}],
-        "next_offset": ...}. A run's id is what give_feedback's run target names."""
+        (1-500) after `cursor` (a page's next_cursor): {"runs": [{"id", "run", "matched",
+        "emitted"}], "next_cursor": ...}. A run's id is what give_feedback's run target
+        names."""
         try:
             page = await get().runs(_token(ctx, key), workspace_id, rule=rule, limit=limit,
-                                      offset=offset)
+                                      cursor=cursor)
         except Exception as exc:
             return _result(error_frame_of(exc))
         return _result(page)
@@ -110,14 +111,14 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
     @server.tool()
     async def read_feedback(workspace_id: str, ctx: Context,
                             feedback_type: str | None = None, participant: str | None = None,
-                            limit: int = 100, offset: int = 0) -> CallToolResult:
-        """The workspace's feedback in log order, of one type and/or one participant
-        (`user:ada`, `evaluator:judge@v1`) when given, `limit` (1-1000) from `offset`:
-        {"feedback": [envelope, ...], "next_offset": ...}."""
+                            limit: int = 100, cursor: str | None = None) -> CallToolResult:
+        """The workspace's feedback oldest first, of one type and/or one participant
+        (`user:ada`, `evaluator:judge@v1`) when given, `limit` (1-1000) after `cursor` (a
+        page's next_cursor): {"feedback": [envelope, ...], "next_cursor": ...}."""
         try:
             page = await get().feedback(_token(ctx, key), workspace_id,
                                           feedback_type=feedback_type,
-                                          participant=participant, limit=limit, offset=offset)
+                                          participant=participant, limit=limit, cursor=cursor)
         except Exception as exc:
             return _result(error_frame_of(exc))
         return _result(page)

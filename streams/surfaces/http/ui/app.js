@@ -400,18 +400,24 @@ async function loadWorkspace() {
   // Subscribe first (from the end), then read what is there: the overlap is deduplicated by
   // event id, so nothing between the two is missed.
   connect();
-  for (let offset = 0; ; offset += RUN_PAGE) {
-    const page = await api(wsPath(`runs?limit=${RUN_PAGE}&offset=${offset}`));
+  // Cursor pages: runs started meanwhile are newer than the first page (and come in on the
+  // subscription), so paging on neither skips nor repeats one.
+  for (let cursor = null; ;) {
+    const after = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+    const page = await api(wsPath(`runs?limit=${RUN_PAGE}${after}`));
     for (const run of page.runs) {
       apply(run.run);
       for (const emitted of run.emitted) apply(emitted);   // its run_succeeded, say
     }
-    if (!page.next_offset) break;
+    cursor = page.next_cursor;
+    if (!cursor) break;
   }
-  for (let offset = 0; ; offset += 1000) {
-    const page = await api(wsPath(`feedback?limit=1000&offset=${offset}`));
+  for (let cursor = null; ;) {
+    const after = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+    const page = await api(wsPath(`feedback?limit=1000${after}`));
     for (const f of page.feedback) apply(f);
-    if (!page.next_offset) break;
+    cursor = page.next_cursor;
+    if (!cursor) break;
   }
   renderQueue();
 }

@@ -1,0 +1,336 @@
+"""Reads that do not grow with history: the handle's reads on a tenant of N envelopes, each in
+a fresh process, from the tenant's materialized view.
+
+    eval "$(deploy/stack.sh env)"
+    .venv/bin/python -m bench.history --envelopes 100000
+    .venv/bin/python -m bench.history --envelopes 1000000 --fold-limit 0
+
+1. Seeds a tenant (3 partitions) with `--envelopes` envelopes: chains of an app event, its
+   rule firing and its run (two rules, alternating), and feedback (`triage_quality`, by one
+   of ten users) on 5% of the runs. Records are encoded from templates with the fast codec
+   and produced in batches (no pydantic object per record), so seeding takes seconds, not
+   minutes; the floor is that produce rate.
+2. `build`: in a fresh process with an empty state directory, the view's first build (an
+   offline step: `build_view`, what `streams views build` runs), its rate in envelopes/s and
+   the process's peak RSS. The floor: the same records read and decoded by the fast codec
+   to plain dicts, nothing stored.
+3. The index's first catch-up over the log (run_record and chain_events are index reads; a
+   tenant seeded without index entries pays it once), in its own process, untimed beside the
+   view figures but printed.
+4. Each read in a fresh process (with the built view in the state directory): time of the
+   first call (from the client's construction: the view's catch-up of what was appended
+   since, the query, the decoding), the process's peak RSS, and the p99 of `--warm` further
+   calls: `runs(rule, limit=1)`, `runs(rule, limit=50)`, a participant's feedback of a type
+   (all of it: 1 in 10 of the feedback, so it grows with the log) and its first page of 100,
+   one `run_record`, one chain's `chain_events`, the first and next page of 50 runs by cursor.
+5. With `--fold-limit N` (default 200000) and N or fewer envelopes: the whole-log fold's
+   answer to `runs(rule, limit=1)` (`latest_runs(ws.read())`, what runs() did before the view)
+   in a fresh process, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.log import envelope_headers, watermarks
+from streams.core.actors import AgentActor, UserActor
+from streams.core.events import AppEvent, Envelope, FeedbackGiven, RuleFired, RunStarted
+from streams.core.feedback import value_record
+from streams.core.runs import latest_runs
+from streams.core.targets import RunTarget
+from streams.core.tenancy import fresh_group, tenant_topics
+from streams.examples.ops import TriageQuality
+from streams.runtime.client.views import build_view
+from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
+from streams.settings import Settings
+
+TENANT = "history"
+RULES = ("ops:error-spike", "ops:latency")
+FEEDBACK_EVERY = 20  # feedback on 1 run in 20: 5%
+
+
+def _peak_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _templates(runtime: Runtime, topic: str) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Per event kind, its writer schema and a decoded record to copy (the schemas are
+    registered by encoding one real envelope each)."""
+    app = Envelope.new(AppEvent(name="ops:error_spike", data={"service": "api"}),
+                       tenant=TENANT, workspace="prod", actor=UserActor(id="app"))
+    actor = AgentActor(id="rule:ops:error-spike")
+    fired = Envelope.new(RuleFired(firing_id="f", rule=RULES[0], matched=[app.event_id]),
+                         tenant=TENANT, workspace="prod", actor=actor,
+                         correlation_id=app.event_id, causation_id=app.event_id)
+    run = Envelope.new(RunStarted(run_id="r", rule=RULES[0], action="triage", firing_id="f"),
+                       tenant=TENANT, workspace="prod", actor=actor,
+                       correlation_id=app.event_id, causation_id=fired.event_id)
+    feedback = Envelope.new(
+        FeedbackGiven(feedback_type="triage_quality", target=RunTarget(run_id="r"),
+                      value=value_record(TriageQuality(correct=True, severity="high"))),
+        tenant=TENANT, workspace="prod", actor=UserActor(id="u0"),
+        correlation_id=app.event_id, causation_id=run.event_id)
+    out = {}
+    for name, envelope in (("app", app), ("fired", fired), ("run", run),
+                           ("feedback", feedback)):
+        writer, record = runtime.codec.decode(runtime.serde.encode_envelope(envelope, topic))
+        out[name] = (writer, record)
+    return out
+
+
+def _record(template: dict[str, Any], event_id: str, time_ms: int, correlation: str,
+            causation: str | None, **body: Any) -> dict[str, Any]:
+    record = copy.copy(template)
+    head = dict(template["envelope"])
+    head.update(event_id=event_id, time=time_ms, correlation_id=correlation,
+                causation_id=causation)
+    record["envelope"] = head
+    record.update(body)
+    return record
+
+
+def seed(settings: Settings, envelopes: int) -> dict[str, Any]:
+    """Write the tenant's log fast; returns the probes' targets and the seeding figures."""
+    TenantAdmin(settings).create_tenant(TENANT, 3)
+    runtime = Runtime(settings)
+    topic = tenant_topics(TENANT, settings.topic_prefix).events
+    templates = _templates(runtime, topic)
+    producer = runtime.producer_of_own(**{"linger.ms": 50, "batch.size": 1_000_000,
+                                          "compression.type": "lz4"})
+    headers = {name: envelope_headers(Envelope.new(
+        AppEvent(name="x"), tenant=TENANT, workspace="prod", actor=UserActor(id="app")))
+        for name in templates}
+    for name in templates:
+        headers[name] = [(k, v) for k, v in headers[name] if k != "event_type"] + [
+            ("event_type", templates[name][1]["envelope"]["event_type"].encode())]
+    chains = max(1, int(envelopes / (3 + 1 / FEEDBACK_EVERY)))
+    base = int(time.time() * 1000) - 4 * chains
+    encode = runtime.codec.encode
+    started = time.monotonic()
+    written = 0
+    middle = chains // 2
+    for i in range(chains):
+        t = base + 4 * i
+        head = f"evt_{i}_a"
+        rule = RULES[i % 2]
+        records = [
+            ("app", _record(templates["app"][1], head, t, head, None,
+                            data_json=json.dumps({"service": f"svc{i % 50}"}))),
+            ("fired", _record(templates["fired"][1], f"evt_{i}_f", t + 1, head, head,
+                              firing_id=f"fir_{i}", rule=rule, matched=[head])),
+            ("run", _record(templates["run"][1], f"evt_{i}_r", t + 2, head, f"evt_{i}_f",
+                            run_id=f"run_{i}", rule=rule, firing_id=f"fir_{i}")),
+        ]
+        if i % FEEDBACK_EVERY == 0:
+            fb = _record(templates["feedback"][1], f"evt_{i}_q", t + 3, head, f"evt_{i}_r",
+                         target={"kind": "run", "id": f"run_{i}"})
+            who = f"u{(i // FEEDBACK_EVERY) % 10}"
+            fb["envelope"]["actor"] = {"kind": "user", "id": who, "version": None}
+            records.append(("feedback", fb))
+        for name, record in records:
+            value = encode(templates[name][0], record)
+            while True:
+                try:
+                    producer.produce(topic, value, head.encode(), headers=headers[name])
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            written += 1
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(300) == 0
+    seconds = time.monotonic() - started
+    runtime.close()
+    return {"envelopes": written, "seed_s": round(seconds, 1),
+            "seed_rate_per_s": round(written / seconds),
+            "run": f"run_{middle}", "chain": f"evt_{middle}_a",
+            "participant": f"user:u{(middle // FEEDBACK_EVERY) % 10}"}
+
+
+# -- the probes, each run in a fresh process --------------------------------------------------
+
+
+def _decode_floor(settings: Settings) -> dict[str, Any]:
+    """The records read and decoded to plain dicts by the fast codec, nothing stored."""
+    runtime = Runtime(settings)
+    topic = tenant_topics(TENANT, settings.topic_prefix).events
+    consumer = runtime.reader(fresh_group("bench-history"))
+    started = time.monotonic()
+    marks = watermarks(consumer, topic)
+    todo = {p: high for p, (_low, high) in marks.items() if high > 0}
+    consumer.assign([TopicPartition(topic, p, 0) for p in todo])
+    n = 0
+    while todo:
+        for msg in consumer.consume(1000, 0.5):
+            runtime.codec.decode(msg.value() or b"")
+            n += 1
+            p, off = msg.partition(), msg.offset()
+            if p in todo and off is not None and off + 1 >= todo[p]:
+                del todo[p]
+    seconds = time.monotonic() - started
+    consumer.close()
+    runtime.close()
+    return {"records": n, "s": round(seconds, 2), "rate_per_s": round(n / seconds),
+            "peak_rss_mb": _peak_mb()}
+
+
+def _build(settings: Settings) -> dict[str, Any]:
+    runtime = Runtime(settings)
+    started = time.monotonic()
+    done = build_view(runtime, TENANT)
+    seconds = time.monotonic() - started
+    runtime.close()
+    return {"applied": done.applied, "skipped": done.skipped, "s": round(seconds, 2),
+            "rate_per_s": round(done.applied / seconds), "peak_rss_mb": _peak_mb()}
+
+
+def _index_catch_up(settings: Settings) -> dict[str, Any]:
+    client = StreamsClient(Runtime(settings))
+    index = client.tenant_index(TENANT)
+    started = time.monotonic()
+    index.open()
+    index.catch_up()
+    client.runtime.flush()
+    seconds = time.monotonic() - started
+    client.close()
+    client.runtime.close()
+    return {"s": round(seconds, 1), "peak_rss_mb": _peak_mb()}
+
+
+async def _probe(settings: Settings, what: str, targets: dict[str, Any],
+                 warm: int) -> dict[str, Any]:
+    started = time.monotonic()
+    client = StreamsClient(Runtime(settings))
+    ws = client.workspace(TENANT, "prod", actor=UserActor(id="ada"))
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "runs_limit_1": lambda: ws.runs(rule=RULES[0], limit=1),
+        "runs_limit_50": lambda: ws.runs(rule=RULES[0], limit=50),
+        "feedback_of_participant": lambda: ws.feedback(feedback_type="triage_quality",
+                                                       participant=targets["participant"]),
+        "feedback_page_100": lambda: _feedback_page(ws, targets["participant"]),
+        "run_record": lambda: ws.run_record(targets["run"]),
+        "chain_events": lambda: ws.chain_events(targets["chain"]),
+        "fold_runs_limit_1": lambda: _fold_runs(ws),
+    }
+    if what == "pages_of_50":
+        first = await ws.runs_page(rule=RULES[0], limit=50)
+        first_s = time.monotonic() - started
+        t = time.monotonic()
+        second = await ws.runs_page(rule=RULES[0], limit=50, cursor=first.next_cursor)
+        next_s = time.monotonic() - t
+        out: dict[str, Any] = {"first_s": round(first_s, 3), "next_page_s": round(next_s, 4),
+                               "rows": len(first.runs) + len(second.runs),
+                               "peak_rss_mb": _peak_mb()}
+        client.close()
+        client.runtime.close()
+        return out
+    call = calls[what]
+    answer = await call()
+    first_s = time.monotonic() - started
+    out = {"first_s": round(first_s, 3), "peak_rss_mb": _peak_mb(),
+           "rows": len(answer) if isinstance(answer, list) else 1}
+    if warm:
+        times = []
+        for _ in range(warm):
+            t = time.monotonic()
+            await call()
+            times.append(time.monotonic() - t)
+        out["warm_p99_ms"] = round(statistics.quantiles(times, n=100)[98] * 1000, 2)
+        out["warm_median_ms"] = round(statistics.median(times) * 1000, 2)
+    client.close()
+    client.runtime.close()
+    return out
+
+
+async def _feedback_page(ws: Any, participant: str) -> list[Any]:
+    page = await ws.feedback_page(feedback_type="triage_quality", participant=participant,
+                                  limit=100)
+    return list(page.feedback)
+
+
+async def _fold_runs(ws: Any) -> list[Any]:
+    return latest_runs(await ws.read(), rule=RULES[0], limit=1)
+
+
+def _child(args: argparse.Namespace, settings: Settings) -> None:
+    targets = json.loads(args.targets)
+    if args.probe == "build":
+        out = _build(settings)
+    elif args.probe == "decode_floor":
+        out = _decode_floor(settings)
+    elif args.probe == "index_catch_up":
+        out = _index_catch_up(settings)
+    else:
+        out = asyncio.run(_probe(settings, args.probe, targets, args.warm))
+    print(json.dumps(out))
+
+
+def _fresh(probe: str, env: dict[str, str], targets: dict[str, Any], warm: int) -> Any:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.history", "--probe", probe, "--targets",
+         json.dumps(targets), "--warm", str(warm)],
+        env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"probe {probe} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--envelopes", type=int, default=100_000)
+    parser.add_argument("--warm", type=int, default=200, help="warm calls per read")
+    parser.add_argument("--fold-limit", type=int, default=200_000,
+                        help="run the whole-log fold for comparison up to this many envelopes")
+    parser.add_argument("--probe", help=argparse.SUPPRESS)
+    parser.add_argument("--targets", default="{}", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.probe:
+        _child(args, Settings.from_env())
+        return
+    state = tempfile.mkdtemp(prefix="bench-history-")
+    settings = Settings.from_env(topic_prefix=f"bh{uuid.uuid4().hex[:8]}", state_dir=state,
+                                 feedback_timeout=3600.0)
+    env = {**os.environ, **settings.child_env()}
+    report: dict[str, Any] = {"envelopes_asked": args.envelopes,
+                              "prefix": settings.topic_prefix}
+    print(f"seeding {args.envelopes} envelopes ...", file=sys.stderr)
+    targets = seed(settings, args.envelopes)
+    report["seed"] = {k: targets[k] for k in ("envelopes", "seed_s", "seed_rate_per_s")}
+    print(json.dumps(report["seed"]), file=sys.stderr)
+    steps = [("decode_floor", 0), ("build", 0), ("index_catch_up", 0),
+             ("runs_limit_1", args.warm), ("runs_limit_50", args.warm),
+             ("feedback_of_participant", args.warm), ("feedback_page_100", args.warm),
+             ("run_record", args.warm),
+             ("chain_events", args.warm), ("pages_of_50", 0)]
+    if targets["envelopes"] <= args.fold_limit:
+        steps.append(("fold_runs_limit_1", 0))
+    for probe, warm in steps:
+        report[probe] = _fresh(probe, env, targets, warm)
+        print(f"{probe}: {json.dumps(report[probe])}", file=sys.stderr)
+    view = settings.state_path("views", settings.topic_prefix, f"{TENANT}.sqlite")
+    report["view_file_mb"] = round(sum(
+        os.path.getsize(f"{view}{s}") for s in ("", "-wal") if os.path.exists(f"{view}{s}"))
+        / 2**20, 1)
+    print(json.dumps(report, indent=1))
+    TenantAdmin(settings).delete_tenant(TENANT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,384 @@
+"""A tenant's materialized read view in an embedded SQLite file (stdlib sqlite3, WAL).
+
+    store = ViewStore(path, tenant="acme", topic="fs.acme.events")
+    store.open()                              # a file it cannot trust is rebuilt empty
+    store.apply(rows, skipped, next_offsets)  # one transaction: rows and checkpoint together
+    store.runs("prod", rule="ops:error-spike", limit=50, before=None)
+
+Tables (every row keyed by its event's position, `streams.core.viewrows.position`, so a
+record applied twice changes nothing):
+
+- `events`: every event: id, workspace, type, time and its raw value (Confluent-framed Avro);
+- `runs`: the first `run_started` of each run id, by workspace (indexed by rule and time);
+- `firings`: the first `rule_fired` of each firing id;
+- `feedback`: every `feedback_given`, indexed by type, participant and time;
+- `caused`: run membership, (event, run) for every event a run's `run_started` caused,
+  directly or through other events (a RunRecord's `emitted`), and the run's own root row;
+- `checkpoint`: per events partition, the next offset to read, written in the same
+  transaction as the rows of each batch, so the view is never ahead of or behind it;
+- `skipped`: records that could not be decoded, with the reason (the worker's mirror
+  dead-letters them; the view counts and skips them);
+- `meta`: the layout version, tenant and topic the file was built for.
+
+A file that is not a database, is corrupt, or was built for another layout, tenant or topic is
+not trusted: `open` removes it and starts empty (the keeper then rebuilds it from the topic);
+corruption found later raises `ViewCorrupt` for the keeper to do the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from streams.core.errors import StreamsError
+from streams.core.viewrows import PageKey, Rows, seq_of
+
+__all__ = ["LAYOUT_VERSION", "RawEvent", "RunParts", "ViewCorrupt", "ViewStore"]
+
+log = logging.getLogger(__name__)
+
+LAYOUT_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE events (pos INTEGER PRIMARY KEY, event_id TEXT NOT NULL, workspace TEXT NOT NULL,
+                     event_type TEXT NOT NULL, time_ms INTEGER NOT NULL, raw BLOB NOT NULL);
+CREATE INDEX events_by_id ON events (event_id);
+CREATE TABLE runs (workspace TEXT NOT NULL, run_id TEXT NOT NULL, rule TEXT NOT NULL,
+                   firing_id TEXT NOT NULL, time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
+                   PRIMARY KEY (workspace, run_id)) WITHOUT ROWID;
+CREATE INDEX runs_by_rule ON runs (workspace, rule, time_ms, pos);
+CREATE INDEX runs_by_time ON runs (workspace, time_ms, pos);
+CREATE TABLE firings (workspace TEXT NOT NULL, firing_id TEXT NOT NULL, pos INTEGER NOT NULL,
+                      PRIMARY KEY (workspace, firing_id)) WITHOUT ROWID;
+CREATE TABLE feedback (pos INTEGER PRIMARY KEY, workspace TEXT NOT NULL,
+                       feedback_type TEXT NOT NULL, participant TEXT NOT NULL,
+                       time_ms INTEGER NOT NULL);
+CREATE INDEX feedback_by_both ON feedback (workspace, feedback_type, participant, time_ms, pos);
+CREATE INDEX feedback_by_type ON feedback (workspace, feedback_type, time_ms, pos);
+CREATE INDEX feedback_by_participant ON feedback (workspace, participant, time_ms, pos);
+CREATE INDEX feedback_by_time ON feedback (workspace, time_ms, pos);
+CREATE TABLE caused (event_id TEXT NOT NULL, run_id TEXT NOT NULL, workspace TEXT NOT NULL,
+                     pos INTEGER NOT NULL, PRIMARY KEY (event_id, run_id)) WITHOUT ROWID;
+CREATE INDEX caused_by_run ON caused (run_id, pos);
+CREATE TABLE checkpoint (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL);
+CREATE TABLE skipped (pos INTEGER PRIMARY KEY, reason TEXT NOT NULL);
+"""
+
+
+class ViewCorrupt(StreamsError):
+    """The view's file is damaged (or vanished): rebuild it from the topic, never trust it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawEvent:
+    """One stored event: its partition, offset, time and raw value."""
+
+    partition: int
+    offset: int
+    time_ms: int
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RunParts:
+    """What a run record is built from: its first `run_started`, its firing and the events
+    it caused, in log order."""
+
+    run_id: str
+    started: RawEvent
+    fired: RawEvent | None
+    emitted: list[RawEvent]
+
+
+def _raw(pos: int, time_ms: int, raw: bytes) -> RawEvent:
+    partition, offset = seq_of(pos)
+    return RawEvent(partition, offset, time_ms, raw)
+
+
+def _corrupt(exc: sqlite3.DatabaseError) -> bool:
+    # Damage shows as SQLITE_CORRUPT or SQLITE_NOTADB (a plain DatabaseError); a locked or
+    # busy database is an OperationalError and is not damage.
+    name = getattr(exc, "sqlite_errorname", "")
+    return name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or type(exc) is sqlite3.DatabaseError
+
+
+class ViewStore:
+    """One tenant's view file; thread-safe (one connection behind a lock)."""
+
+    def __init__(self, path: Path, *, tenant: str, topic: str) -> None:
+        self.path = path
+        self.tenant = tenant
+        self.topic = topic
+        self.rebuilt: list[str] = []  # why the file was started afresh, oldest first
+        self._db: sqlite3.Connection | None = None
+        self._inode: int | None = None
+        self._lock = threading.RLock()
+
+    # -- opening and trusting ---------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open the file, or start it afresh when it is missing, damaged, or not this
+        tenant's view of this layout (the reason is logged and kept in `rebuilt`)."""
+        with self._lock:
+            self._close()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            reason = None
+            try:
+                reason = self._connect()
+            except sqlite3.DatabaseError as exc:
+                reason = f"unreadable ({exc})"
+            if reason is not None:
+                self.reset(reason)
+
+    def _connect(self) -> str | None:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                             timeout=60.0)
+        self._db = db
+        db.execute("PRAGMA journal_mode=WAL")
+        # WAL with NORMAL: a killed process loses nothing committed; a power loss may lose
+        # the newest batches, never consistency (they are read again from the checkpoint).
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA cache_size=-65536")
+        self._inode = os.stat(self.path).st_ino
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            self._create()
+            return None
+        if "meta" not in tables:
+            return "it has no meta table"
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        wanted = {"layout": LAYOUT_VERSION, "tenant": self.tenant, "topic": self.topic}
+        if meta != wanted:
+            return f"it was built as {meta}, not {wanted}"
+        # A cheap structural look at the tables a read touches first; damage elsewhere shows
+        # as ViewCorrupt when a query reaches it.
+        db.execute("SELECT count(*) FROM checkpoint").fetchone()
+        return None
+
+    def _create(self) -> None:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            tables = {r[0] for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:  # another process may have created it meanwhile
+                for statement in _SCHEMA.strip().split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.executemany("INSERT INTO meta VALUES (?, ?)", [
+                    ("layout", LAYOUT_VERSION), ("tenant", self.tenant), ("topic", self.topic)])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def reset(self, reason: str) -> None:
+        """Remove the file (and its WAL) and start an empty view; `reason` is logged."""
+        with self._lock:
+            log.warning("view of tenant %s at %s is rebuilt from the topic: %s",
+                        self.tenant, self.path, reason)
+            self.rebuilt.append(reason)
+            self._close()
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            again = self._connect()
+            if again is not None:
+                raise ViewCorrupt(f"a fresh view at {self.path} is not usable: {again}")
+
+    def still_there(self) -> bool:
+        """Whether the open file is still the one at `path` (not deleted or replaced)."""
+        try:
+            return os.stat(self.path).st_ino == self._inode
+        except FileNotFoundError:
+            return False
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise ViewCorrupt(f"the view at {self.path} is not open")
+        return self._db
+
+    def _close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+
+    def close(self) -> None:
+        """Close the file (the view stays on disk for the next process)."""
+        with self._lock:
+            self._close()
+
+    @contextlib.contextmanager
+    def _guarded(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._conn()
+            except sqlite3.DatabaseError as exc:
+                if _corrupt(exc):
+                    raise ViewCorrupt(f"the view at {self.path} is damaged: {exc}") from exc
+                raise
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def checkpoint(self) -> dict[int, int]:
+        """Per events partition, the next offset the view has not applied."""
+        with self._guarded() as db:
+            return dict(db.execute("SELECT partition, next_offset FROM checkpoint").fetchall())
+
+    def apply(self, rows: Sequence[Rows], skipped: Iterable[tuple[int, str]],
+              next_offsets: Mapping[int, int]) -> None:
+        """Apply one batch and move the checkpoint to `next_offsets`, in one transaction.
+
+        `rows` in log order per partition (a run's emitted events must follow their cause);
+        `skipped` are (position, reason) of undecodable records. Rows of a record the view
+        already holds change nothing; a checkpoint never moves back.
+        """
+        with self._guarded() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._apply(db, rows, skipped, next_offsets)
+                db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+
+    @staticmethod
+    def _apply(db: sqlite3.Connection, rows: Sequence[Rows],
+               skipped: Iterable[tuple[int, str]], next_offsets: Mapping[int, int]) -> None:
+        db.executemany(
+            "INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)",
+            [(r.event.pos, r.event.event_id, r.event.workspace, r.event.event_type,
+              r.event.time_ms, r.event.raw) for r in rows])
+        runs = [r for r in rows if r.run is not None]
+        if runs:
+            db.executemany("INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?)", [
+                (r.run.workspace, r.run.run_id, r.run.rule, r.run.firing_id, r.run.time_ms,
+                 r.run.pos) for r in runs if r.run is not None])
+            # A run's root: its run_started is in its own closure (not among its emitted).
+            db.executemany("INSERT OR IGNORE INTO caused VALUES (?, ?, ?, ?)", [
+                (r.event.event_id, r.run.run_id, r.run.workspace, r.run.pos)
+                for r in runs if r.run is not None])
+        firings = [(r.firing.workspace, r.firing.firing_id, r.firing.pos)
+                   for r in rows if r.firing is not None]
+        if firings:
+            db.executemany("INSERT OR IGNORE INTO firings VALUES (?, ?, ?)", firings)
+        feedback = [(r.feedback.pos, r.feedback.workspace, r.feedback.feedback_type,
+                     r.feedback.participant, r.feedback.time_ms)
+                    for r in rows if r.feedback is not None]
+        if feedback:
+            db.executemany("INSERT OR IGNORE INTO feedback VALUES (?, ?, ?, ?, ?)", feedback)
+        # Membership: an event caused by an event of a run's closure joins that closure (and
+        # every closure its cause is in: a run's emitted event may start another run). Run
+        # one statement per event in log order, so a cause applied earlier in this batch is
+        # found.
+        db.executemany(
+            "INSERT OR IGNORE INTO caused SELECT ?, run_id, workspace, ? FROM caused "
+            "WHERE event_id = ? AND workspace = ?",
+            [(r.event.event_id, r.event.pos, r.event.causation_id, r.event.workspace)
+             for r in rows if r.event.causation_id])
+        db.executemany("INSERT OR IGNORE INTO skipped VALUES (?, ?)", list(skipped))
+        db.executemany(
+            "INSERT INTO checkpoint VALUES (?, ?) ON CONFLICT (partition) DO UPDATE "
+            "SET next_offset = max(next_offset, excluded.next_offset)",
+            sorted(next_offsets.items()))
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def runs(self, workspace: str, *, rule: str | None, limit: int | None,
+             before: PageKey | None = None) -> list[tuple[str, PageKey]]:
+        """Run ids (with their page keys) of the workspace, of `rule` when given, newest
+        first by (time, partition, offset), strictly before `before` when given."""
+        where, args = ["workspace = ?"], [workspace]
+        if rule is not None:
+            where.append("rule = ?")
+            args.append(rule)
+        if before is not None:
+            where.append("(time_ms, pos) < (?, ?)")
+            args += [before.time_ms, before.pos]  # type: ignore[list-item]
+        sql = (f"SELECT run_id, time_ms, pos FROM runs WHERE {' AND '.join(where)} "
+               "ORDER BY time_ms DESC, pos DESC")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._guarded() as db:
+            found = db.execute(sql, args).fetchall()
+        return [(run_id, PageKey(time_ms, *seq_of(pos))) for run_id, time_ms, pos in found]
+
+    def run_parts(self, workspace: str, run_id: str) -> RunParts | None:
+        """A run's first `run_started`, its firing and its emitted events; None if the
+        workspace has no such run."""
+        with self._guarded() as db:
+            run = db.execute(
+                "SELECT r.firing_id, e.pos, e.time_ms, e.raw FROM runs r JOIN events e "
+                "ON e.pos = r.pos WHERE r.workspace = ? AND r.run_id = ?",
+                (workspace, run_id)).fetchone()
+            if run is None:
+                return None
+            firing_id, pos, time_ms, raw = run
+            fired = db.execute(
+                "SELECT e.pos, e.time_ms, e.raw FROM firings f JOIN events e ON e.pos = f.pos "
+                "WHERE f.workspace = ? AND f.firing_id = ?", (workspace, firing_id)).fetchone()
+            emitted = db.execute(
+                "SELECT e.pos, e.time_ms, e.raw FROM caused c JOIN events e ON e.pos = c.pos "
+                "WHERE c.run_id = ? AND c.workspace = ? AND c.pos != ? ORDER BY c.pos",
+                (run_id, workspace, pos)).fetchall()
+        return RunParts(run_id, _raw(pos, time_ms, raw),
+                        None if fired is None else _raw(*fired),
+                        [_raw(*e) for e in emitted])
+
+    def events_by_id(self, workspace: str, event_ids: Sequence[str]) -> dict[str, RawEvent]:
+        """The workspace's events of these ids (the first copy of an id recorded twice)."""
+        if not event_ids:
+            return {}
+        marks = ",".join("?" * len(event_ids))
+        with self._guarded() as db:
+            found = db.execute(
+                f"SELECT event_id, min(pos), time_ms, raw FROM events WHERE event_id IN "
+                f"({marks}) AND workspace = ? GROUP BY event_id",
+                [*event_ids, workspace]).fetchall()
+        return {event_id: _raw(pos, time_ms, raw) for event_id, pos, time_ms, raw in found}
+
+    def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,
+                 limit: int | None, after: PageKey | None = None) -> list[RawEvent]:
+        """The workspace's feedback of the type and participant (each when given), oldest
+        first by (time, partition, offset), strictly after `after` when given."""
+        where, args = ["f.workspace = ?"], [workspace]
+        if feedback_type is not None:
+            where.append("f.feedback_type = ?")
+            args.append(feedback_type)
+        if participant is not None:
+            where.append("f.participant = ?")
+            args.append(participant)
+        if after is not None:
+            where.append("(f.time_ms, f.pos) > (?, ?)")
+            args += [after.time_ms, after.pos]  # type: ignore[list-item]
+        sql = (f"SELECT f.pos, f.time_ms, e.raw FROM feedback f JOIN events e ON e.pos = f.pos "
+               f"WHERE {' AND '.join(where)} ORDER BY f.time_ms, f.pos")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._guarded() as db:
+            return [_raw(*row) for row in db.execute(sql, args).fetchall()]
+
+    def events(self, workspace: str) -> Iterator[RawEvent]:
+        """Every event of the workspace, by partition and offset (the offline whole read)."""
+        with self._guarded() as db:
+            rows = db.execute("SELECT pos, time_ms, raw FROM events WHERE workspace = ? "
+                              "ORDER BY pos", (workspace,)).fetchall()
+        for row in rows:
+            yield _raw(*row)
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table (for progress lines and tests)."""
+        with self._guarded() as db:
+            return {name: db.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
+                    for name in ("events", "runs", "firings", "feedback", "caused",
+                                 "skipped")}

@@ -1,0 +1,208 @@
+"""The rows a tenant's materialized read view keeps for each event, and its page cursors.
+
+Pure: no storage here (the SQLite store is `streams.adapters.views`, the keeper that feeds it
+from the events topic `streams.runtime.client.views`). An event arrives as the plain dict the
+fast Avro codec decodes (`{"envelope": {...}, ...body}`, times as epoch milliseconds), never
+as a pydantic object, so a view is built at the codec's speed.
+
+    rows = rows_of(record, partition, offset, raw)   # EventRow, plus a run/firing/feedback row
+    cursor = encode_cursor(PageKey(time_ms, partition, offset))
+    key = decode_cursor(cursor)                      # ValidationFailed for a bad cursor
+
+Every row is keyed by where its event is in the log (`position(partition, offset)`), so
+applying a record twice changes nothing. Pages are ordered by (time, partition, offset):
+the cursor is the key of the last row of a page, so the next page starts strictly after it
+and records appended meanwhile (newer times) never shift a page, so pages have neither gaps
+nor repeats.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from streams.core.actors import participant_of
+from streams.core.errors import SchemaError, ValidationFailed
+from streams.core.events import Envelope, FeedbackGiven
+
+__all__ = [
+    "OFFSET_BITS",
+    "EventRow",
+    "FeedbackRow",
+    "FiringRow",
+    "PageKey",
+    "Rows",
+    "RunRow",
+    "decode_cursor",
+    "encode_cursor",
+    "feedback_of",
+    "position",
+    "rows_of",
+    "seq_of",
+]
+
+OFFSET_BITS = 40
+"""A position is `partition << OFFSET_BITS | offset`: one integer that sorts like (partition,
+offset), with room for 2**40 offsets per partition and 2**23 partitions in SQLite's int64."""
+
+_OFFSET_MASK = (1 << OFFSET_BITS) - 1
+
+
+def position(partition: int, offset: int) -> int:
+    """The one-integer key of an events record (sorts like `(partition, offset)`)."""
+    if partition < 0 or not 0 <= offset <= _OFFSET_MASK:
+        raise ValueError(f"no position for partition {partition}, offset {offset}")
+    return partition << OFFSET_BITS | offset
+
+
+def seq_of(pos: int) -> tuple[int, int]:
+    """`(partition, offset)` of a position."""
+    return pos >> OFFSET_BITS, pos & _OFFSET_MASK
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """Every event: where it is, what a run record needs to find it, and its raw value (the
+    Confluent-framed Avro bytes, decoded again only when a read returns it)."""
+
+    pos: int
+    event_id: str
+    workspace: str
+    event_type: str
+    time_ms: int
+    correlation_id: str
+    causation_id: str | None
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A `run_started`: the runs query's row (the first one of a run id is the run)."""
+
+    workspace: str
+    run_id: str
+    rule: str
+    firing_id: str
+    time_ms: int
+    pos: int
+
+
+@dataclass(frozen=True, slots=True)
+class FiringRow:
+    """A `rule_fired`: where a run's firing (and through it, its matched ids) is."""
+
+    workspace: str
+    firing_id: str
+    pos: int
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackRow:
+    """A `feedback_given`: the feedback query's row."""
+
+    workspace: str
+    feedback_type: str
+    participant: str
+    time_ms: int
+    pos: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """What one event adds to a view."""
+
+    event: EventRow
+    run: RunRow | None = None
+    firing: FiringRow | None = None
+    feedback: FeedbackRow | None = None
+
+
+def rows_of(record: Mapping[str, Any], partition: int, offset: int, raw: bytes) -> Rows:
+    """The rows of one decoded events record; SchemaError if it is not an event envelope."""
+    try:
+        head = record["envelope"]
+        event_type = str(head["event_type"])
+        workspace = str(head["workspace"])
+        time_ms = _millis(head["time"])
+        pos = position(partition, offset)
+        event = EventRow(pos=pos, event_id=str(head["event_id"]), workspace=workspace,
+                         event_type=event_type, time_ms=time_ms,
+                         correlation_id=str(head["correlation_id"]),
+                         causation_id=head.get("causation_id"), raw=raw)
+        if event_type == "run_started":
+            return Rows(event, run=RunRow(workspace, str(record["run_id"]),
+                                          str(record["rule"]), str(record["firing_id"]),
+                                          time_ms, pos))
+        if event_type == "rule_fired":
+            return Rows(event, firing=FiringRow(workspace, str(record["firing_id"]), pos))
+        if event_type == "feedback_given":
+            actor = head["actor"]
+            who = participant_of(str(actor["kind"]), str(actor["id"]), actor.get("version"))
+            return Rows(event, feedback=FeedbackRow(workspace, str(record["feedback_type"]),
+                                                    who, time_ms, pos))
+        return Rows(event)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SchemaError(f"record at {partition}:{offset} is not an event envelope: "
+                          f"{exc!r}") from exc
+
+
+def _millis(value: Any) -> int:
+    # The fast codec gives epoch milliseconds; a datetime (another codec's) is converted.
+    if isinstance(value, int):
+        return value
+    stamp = getattr(value, "timestamp", None)
+    if stamp is None:
+        raise TypeError(f"time is {type(value).__name__}, not epoch milliseconds")
+    return round(float(stamp()) * 1000)
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class PageKey:
+    """The order of a page's rows, and what a cursor holds: the last row's key."""
+
+    time_ms: int
+    partition: int
+    offset: int
+
+    @property
+    def pos(self) -> int:
+        """The row's position (see `position`)."""
+        return position(self.partition, self.offset)
+
+
+_CURSOR_VERSION = "1"
+
+
+def encode_cursor(key: PageKey) -> str:
+    """An opaque, URL-safe cursor for the page after the row `key`."""
+    text = f"{_CURSOR_VERSION}:{key.time_ms}:{key.partition}:{key.offset}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> PageKey:
+    """The key a cursor holds; ValidationFailed if it is not one `encode_cursor` made."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        version, time_ms, partition, offset = text.split(":")
+        if version != _CURSOR_VERSION:
+            raise ValueError(f"cursor version {version}")
+        key = PageKey(int(time_ms), int(partition), int(offset))
+        position(key.partition, key.offset)  # in range
+        return key
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise ValidationFailed(
+            f"invalid cursor {cursor[:40]!r}: pass the next_cursor of an earlier page "
+            "unchanged, or no cursor for the first page") from exc
+
+
+def feedback_of(envelopes: Sequence[Envelope], *, feedback_type: str | None = None,
+                participant: str | None = None) -> list[Envelope]:
+    """The whole-log fold's answer to a feedback read (the offline reference a view's answer
+    is checked against): feedback_given envelopes of the type and participant, in the order
+    given."""
+    return [e for e in envelopes if isinstance(e.event, FeedbackGiven)
+            and (feedback_type is None or e.event.feedback_type == feedback_type)
+            and (participant is None or e.actor.participant == participant)]

@@ -1,0 +1,316 @@
+"""The keeper of a tenant's materialized read view: catches it up from the events topic and
+answers the handle's reads from it.
+
+    view = TenantView(runtime, "acme")       # no I/O yet
+    view.catch_up()                           # reads from the view's checkpoint to the end
+    records = view.runs("prod", rule="ops:error-spike", limit=50)
+    build_view(runtime, "acme", progress=lambda done, total: ...)   # `streams views build`
+
+The view (`streams.adapters.views.ViewStore`, one SQLite file per tenant under
+`Settings.state_path("views", <prefix>, "<tenant>.sqlite")`) outlives the process, so a fresh
+process pays only for what was appended since the last one caught it up. A catch-up reads
+each events partition from the view's checkpoint to the end offset of the moment it started
+(so a read after an append in the same process sees it), decodes each record with the fast
+codec to a plain dict (`streams.core.viewrows.rows_of`: no pydantic object per record), and
+applies batches of rows with their checkpoint in one SQLite transaction each. A read then runs
+one indexed query and decodes only the rows it returns.
+
+Undecodable records are counted (`skipped`) and recorded in the view with the reason, then
+skipped; the worker's feedback mirror dead-letters the same records to the tenant's
+deadletter topic, so the view does not write a second letter. A view file that is missing,
+damaged, built for another layout or tenant, or whose checkpoint is past the topic's end (a
+recreated topic) is not trusted: it is started afresh and rebuilt from the topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from confluent_kafka import Consumer, TopicPartition
+
+from streams.adapters.avro.codec import envelope_from_record
+from streams.adapters.kafka.log import watermarks
+from streams.adapters.views import RawEvent, ViewCorrupt, ViewStore
+from streams.core.errors import KafkaUnavailable, SchemaError, ValidationFailed
+from streams.core.events import Envelope, RuleFired, RunStarted, Seq
+from streams.core.runs import RunRecord
+from streams.core.tenancy import check_tenant, reader_group, tenant_topics
+from streams.core.viewrows import PageKey, Rows, position, rows_of
+from streams.runtime.root import Runtime
+from streams.settings import Settings
+
+__all__ = ["BATCH", "CatchUp", "Progress", "TenantView", "build_view", "view_path"]
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
+"""Called as `progress(offsets_applied, offsets_to_apply)` while a view catches up."""
+
+_T = TypeVar("_T")
+
+BATCH = 5000
+"""Records per SQLite transaction while catching up (rows and checkpoint together)."""
+
+
+def view_path(settings: Settings, tenant: str) -> Path:
+    """Where a tenant's view file lives: under STREAMS_STATE_DIR, per topic prefix."""
+    return settings.state_path("views", settings.topic_prefix, f"{tenant}.sqlite")
+
+
+@dataclass
+class CatchUp:
+    """What one catch-up did."""
+
+    applied: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    rebuilt: bool = False
+
+
+class TenantView:
+    """One tenant's view as this process keeps it: thread-safe, shared by its workspaces."""
+
+    def __init__(self, runtime: Runtime, tenant: str) -> None:
+        check_tenant(tenant)
+        self.runtime = runtime
+        self.tenant = tenant
+        self.settings = runtime.settings
+        self.topic = tenant_topics(tenant, self.settings.topic_prefix).events
+        self.store = ViewStore(view_path(self.settings, tenant), tenant=tenant,
+                               topic=self.topic)
+        self.skipped = 0  # undecodable records this process skipped
+        self._consumer: Consumer | None = None
+        self._opened = False
+        self._lock = threading.Lock()
+        self._caught_up_at = -math.inf
+
+    # -- catching up ------------------------------------------------------------------------
+
+    def catch_up(self, *, asked: float | None = None,
+                 progress: Progress | None = None) -> CatchUp:
+        """Apply what the events topic holds past the view's checkpoint, up to its end as of
+        this call. `asked` (a `time.monotonic()`): a catch-up that started after it already
+        read everything acknowledged before it, so concurrent callers share one read.
+
+        KafkaUnavailable when the broker does not answer or records stop arriving (what was
+        applied stays applied); a damaged view is rebuilt from the topic.
+        """
+        with self._lock:
+            if asked is not None and self._caught_up_at >= asked:
+                return CatchUp()
+            started = time.monotonic()
+            rebuilds = len(self.store.rebuilt)
+            try:
+                done = self._catch_up(progress)
+            except ViewCorrupt as exc:
+                self.store.reset(str(exc))
+                done = self._catch_up(progress)
+            done.rebuilt = len(self.store.rebuilt) > rebuilds
+            done.seconds = time.monotonic() - started
+            self._caught_up_at = started
+            return done
+
+    def _reader(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = self.runtime.reader(
+                reader_group(self.topic, "views", self.settings.topic_prefix),
+                **{"fetch.wait.max.ms": 10})
+        return self._consumer
+
+    def _catch_up(self, progress: Progress | None) -> CatchUp:
+        if not self._opened or not self.store.still_there():
+            self.store.open()
+            self._opened = True
+        consumer = self._reader()
+        marks = watermarks(consumer, self.topic, timeout=self.settings.admin_timeout,
+                           settings=self.settings)
+        checkpoint = self.store.checkpoint()
+        if any(checkpoint.get(p, 0) > high for p, (_low, high) in marks.items()) or \
+                set(checkpoint) - set(marks):
+            self.store.reset("its checkpoint is past the events topic's end (was the topic "
+                             "deleted and created again?)")
+            checkpoint = {}
+        start = {p: max(checkpoint.get(p, 0), low) for p, (low, _high) in marks.items()}
+        todo = {p: high for p, (_low, high) in marks.items() if start[p] < high}
+        total = sum(todo[p] - start[p] for p in todo)
+        out = CatchUp()
+        if progress is not None:
+            progress(0, total)
+        if not todo:
+            return out
+        consumer.assign([TopicPartition(self.topic, p, start[p]) for p in todo])
+        try:
+            self._read(consumer, start, todo, total, out, progress)
+        finally:
+            consumer.unassign()
+        return out
+
+    def _read(self, consumer: Consumer, start: dict[int, int], todo: dict[int, int],
+              total: int, out: CatchUp, progress: Progress | None) -> None:
+        codec = self.runtime.codec
+        nexts = dict(start)
+        rows: list[Rows] = []
+        skipped: list[tuple[int, str]] = []
+        wait = self.settings.flush_timeout
+        last = time.monotonic()
+        # One batch is written by a thread of its own while the next is decoded (sqlite3
+        # lets go of the GIL while it works); batches are written one at a time, in order.
+        writer = ThreadPoolExecutor(1, thread_name_prefix=f"view-{self.tenant}")
+        pending: list[Future[None]] = []
+
+        def write(batch: list[Rows], bad: list[tuple[int, str]], marks: dict[int, int],
+                  ) -> None:
+            self.store.apply(batch, bad, marks)
+            out.applied += len(batch)
+            out.skipped += len(bad)
+            self.skipped += len(bad)
+            if progress is not None:
+                progress(sum(marks[p] - start[p] for p in start), total)
+
+        def apply(*, wait_written: bool = False) -> None:
+            nonlocal rows, skipped
+            for done in pending:
+                done.result()  # the batch before: raises what its write raised
+            pending.clear()
+            pending.append(writer.submit(write, rows, skipped, {p: nexts[p] for p in start}))
+            rows, skipped = [], []
+            if wait_written:
+                pending.pop().result()
+
+        try:
+            while todo:
+                messages = consumer.consume(1000, 0.2)
+                if not messages:
+                    # The last offsets of a partition may be transaction markers, never
+                    # delivered: a position at the end means the partition is done.
+                    for tp in consumer.position([TopicPartition(self.topic, p) for p in todo]):
+                        if tp.offset >= 0 and tp.offset >= todo.get(tp.partition, math.inf):
+                            nexts[tp.partition] = max(nexts[tp.partition], tp.offset)
+                            del todo[tp.partition]
+                    if todo and time.monotonic() - last > wait:
+                        apply(wait_written=True)
+                        raise KafkaUnavailable(
+                            f"catching up the view of {self.topic} stalled: nothing arrived for "
+                            f"{wait:g} s with records still due (is the broker up?)")
+                    continue
+                last = time.monotonic()
+                for msg in messages:
+                    if msg.error():
+                        apply(wait_written=True)
+                        raise KafkaUnavailable(f"reading {self.topic} failed: {msg.error()}")
+                    p, offset = msg.partition(), msg.offset()
+                    assert p is not None and offset is not None
+                    if offset < nexts.get(p, 0):
+                        continue
+                    nexts[p] = offset + 1
+                    if p in todo and offset + 1 >= todo[p]:
+                        del todo[p]
+                    value = msg.value() or b""
+                    try:
+                        _writer, record = codec.decode(value)
+                        rows.append(rows_of(record, p, offset, value))
+                    except SchemaError as exc:
+                        # Counted and kept in the view's `skipped` table; the mirror dead-letters.
+                        skipped.append((position(p, offset), str(exc)[:500]))
+                        log.warning("view of %s skips %s:%d: %s", self.tenant, p, offset, exc)
+                if len(rows) + len(skipped) >= BATCH:
+                    apply()
+            apply(wait_written=True)
+        finally:
+            writer.shutdown(wait=True)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _guarded_read(self, read: Callable[[], _T]) -> _T:
+        try:
+            return read()
+        except ViewCorrupt as exc:
+            with self._lock:
+                self.store.reset(str(exc))
+                self._caught_up_at = -math.inf
+            self.catch_up()
+            return read()
+
+    def _envelope(self, raw: RawEvent) -> Envelope:
+        try:
+            _writer, record = self.runtime.codec.decode(raw.raw)
+            return envelope_from_record(record, Seq(partition=raw.partition, offset=raw.offset))
+        except SchemaError as exc:  # it decoded when it was applied: the file is not sound
+            raise ViewCorrupt(f"a stored event at {raw.partition}:{raw.offset} does not "
+                              f"decode: {exc}") from exc
+
+    def run_record(self, workspace: str, run_id: str) -> RunRecord | None:
+        """A run's record from the view (None if the workspace has no such run)."""
+        return self._guarded_read(lambda: self._run_record(workspace, run_id))
+
+    def _run_record(self, workspace: str, run_id: str) -> RunRecord | None:
+        parts = self.store.run_parts(workspace, run_id)
+        if parts is None:
+            return None
+        started = self._envelope(parts.started)
+        assert isinstance(started.event, RunStarted)
+        fired = None if parts.fired is None else self._envelope(parts.fired)
+        ids = fired.event.matched if fired is not None and isinstance(
+            fired.event, RuleFired) else []
+        found = self.store.events_by_id(workspace, ids)
+        decoded = {i: self._envelope(raw) for i, raw in found.items()}
+        return RunRecord(run=started.event, started=started,
+                         matched=[decoded[i] for i in ids if i in decoded],
+                         emitted=[self._envelope(e) for e in parts.emitted], fired=fired)
+
+    def runs(self, workspace: str, *, rule: str | None, limit: int | None,
+             before: PageKey | None = None) -> list[tuple[RunRecord, PageKey]]:
+        """The workspace's runs (of `rule`), newest first, at most `limit`, strictly before
+        `before`: each record with its page key."""
+        if limit is not None and limit < 1:
+            raise ValidationFailed(
+                f"limit must be at least 1 (or None for every run), got {limit}")
+
+        def read() -> list[tuple[RunRecord, PageKey]]:
+            out = []
+            for run_id, key in self.store.runs(workspace, rule=rule, limit=limit,
+                                               before=before):
+                record = self._run_record(workspace, run_id)
+                if record is not None:
+                    out.append((record, key))
+            return out
+
+        return self._guarded_read(read)
+
+    def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,
+                 limit: int | None = None, after: PageKey | None = None,
+                 ) -> list[tuple[Envelope, PageKey]]:
+        """The workspace's feedback, oldest first, at most `limit`, strictly after `after`:
+        each envelope with its page key."""
+        return self._guarded_read(lambda: [
+            (self._envelope(raw), PageKey(raw.time_ms, raw.partition, raw.offset))
+            for raw in self.store.feedback(workspace, feedback_type=feedback_type,
+                                           participant=participant, limit=limit,
+                                           after=after)])
+
+    def close(self) -> None:
+        """Leave the broker and close the file (the view stays for the next process)."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+        self.store.close()
+
+
+def build_view(runtime: Runtime, tenant: str, *, progress: Progress | None = None,
+               ) -> CatchUp:
+    """Build (or catch up) a tenant's view in this process's state directory, with
+    `progress(done, total)` as batches are applied: what `streams views build` runs.
+    Resumable (a killed build goes on from its checkpoint) and idempotent."""
+    view = TenantView(runtime, tenant)
+    try:
+        return view.catch_up(progress=progress)
+    finally:
+        view.close()

@@ -1,0 +1,185 @@
+"""The SQLite view store, without a broker: idempotent batches with their checkpoint, the
+queries' order and paging, run membership, and files it must not trust."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from streams.adapters.views import ViewCorrupt, ViewStore
+from streams.core.viewrows import EventRow, FeedbackRow, FiringRow, PageKey, Rows, RunRow, position
+
+
+def _store(tmp_path: Path, tenant: str = "acme") -> ViewStore:
+    store = ViewStore(tmp_path / "views" / f"{tenant}.sqlite", tenant=tenant,
+                      topic=f"fs.{tenant}.events")
+    store.open()
+    return store
+
+
+def _event(p: int, o: int, event_id: str, *, cause: str | None = None, t: int = 0,
+           kind: str = "app_event", ws: str = "prod") -> EventRow:
+    return EventRow(position(p, o), event_id, ws, kind, t or 1000 + o, "chain", cause,
+                    f"raw:{event_id}".encode())
+
+
+def _run(p: int, o: int, run_id: str, cause: str, *, rule: str = "ops:x", t: int = 0,
+         ws: str = "prod") -> Rows:
+    event = _event(p, o, f"s_{run_id}", cause=cause, t=t, kind="run_started", ws=ws)
+    return Rows(event, run=RunRow(ws, run_id, rule, f"f_{run_id}", event.time_ms, event.pos))
+
+
+def _fired(p: int, o: int, run_id: str, cause: str) -> Rows:
+    event = _event(p, o, f"fired_{run_id}", cause=cause, kind="rule_fired")
+    return Rows(event, firing=FiringRow("prod", f"f_{run_id}", event.pos))
+
+
+def _feedback(p: int, o: int, event_id: str, cause: str, *, kind: str = "q",
+              who: str = "user:ada", t: int = 0) -> Rows:
+    event = _event(p, o, event_id, cause=cause, t=t, kind="feedback_given")
+    return Rows(event, feedback=FeedbackRow("prod", kind, who, event.time_ms, event.pos))
+
+
+def _chain(p: int, o: int, n: int, **kw: object) -> list[Rows]:
+    head = f"a{n}"
+    return [Rows(_event(p, o, head)), _fired(p, o + 1, f"r{n}", head),
+            _run(p, o + 2, f"r{n}", f"fired_r{n}", **kw)]  # type: ignore[arg-type]
+
+
+def test_batches_are_idempotent_and_carry_their_checkpoint(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    batch = _chain(0, 0, 1) + _chain(1, 0, 2)
+    store.apply(batch, [], {0: 3, 1: 3})
+    store.apply(batch, [(position(0, 3), "bad")], {0: 4, 1: 2})  # again, and an older mark
+    assert store.checkpoint() == {0: 4, 1: 3}  # never moves back
+    assert store.counts() == {"events": 6, "runs": 2, "firings": 2, "feedback": 0,
+                              "caused": 2, "skipped": 1}
+
+
+def test_runs_newest_first_by_rule_and_paged_without_gaps(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    rows: list[Rows] = []
+    for n in range(10):
+        rows += _chain(n % 3, 3 * n, n, rule="ops:x" if n % 2 else "ops:y", t=100 + n // 2)
+    store.apply(rows, [], {})
+    ids = [r for r, _k in store.runs("prod", rule=None, limit=None)]
+    # Newest first; equal times break by partition, then offset (r8 is on partition 2, r9
+    # on partition 0, both at time 104).
+    expected = sorted(range(10), key=lambda n: (100 + n // 2, n % 3, 3 * n + 2), reverse=True)
+    assert ids == [f"r{n}" for n in expected]
+    assert ids[:2] == ["r8", "r9"]
+    assert [r for r, _ in store.runs("prod", rule="ops:x", limit=None)] == [
+        "r9", "r7", "r5", "r3", "r1"]
+    paged: list[str] = []
+    before: PageKey | None = None
+    while True:
+        page = store.runs("prod", rule=None, limit=3, before=before)
+        if not page:
+            break
+        paged += [r for r, _ in page]
+        before = page[-1][1]
+        # A run started meanwhile (newer) never shows in later pages.
+        store.apply(_chain(0, 1000 + len(paged) * 3, 100 + len(paged), t=10_000), [], {})
+    assert paged == ids
+    assert store.runs("staging", rule=None, limit=None) == []
+
+
+def test_a_run_started_twice_is_one_run(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply([*_chain(0, 0, 1), _run(0, 3, "r1", "fired_r1", t=5000)], [], {})
+    [(run_id, key)] = store.runs("prod", rule=None, limit=None)
+    assert (run_id, key.offset) == ("r1", 2)  # the first one
+
+
+def test_run_parts_follow_causation_through_runs(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    rows = [
+        *_chain(0, 0, 1),
+        Rows(_event(0, 3, "out1", cause="s_r1", kind="run_succeeded")),
+        Rows(_event(0, 4, "emit1", cause="s_r1")),  # an event the run emitted ...
+        _fired(0, 5, "r2", "emit1"),                 # ... made another rule fire
+        _run(0, 6, "r2", "fired_r2"),
+        Rows(_event(0, 7, "out2", cause="s_r2", kind="run_succeeded")),
+        _feedback(0, 8, "fb1", "s_r1"),
+        Rows(_event(0, 9, "stranger", cause="a1")),  # caused by the app event: no run's
+        Rows(_event(0, 10, "other_ws", cause="s_r1", ws="staging")),
+    ]
+    store.apply(rows[:5], [], {0: 5})
+    store.apply(rows[5:], [], {0: 11})
+    one = store.run_parts("prod", "r1")
+    assert one is not None and one.fired is not None
+    assert one.started.raw == b"raw:s_r1" and one.fired.raw == b"raw:fired_r1"
+    assert [e.raw.decode()[4:] for e in one.emitted] == [
+        "out1", "emit1", "fired_r2", "s_r2", "out2", "fb1"]
+    two = store.run_parts("prod", "r2")
+    assert two is not None and [e.raw for e in two.emitted] == [b"raw:out2"]
+    assert store.run_parts("prod", "r3") is None
+    assert set(store.events_by_id("prod", ["a1", "nope"])) == {"a1"}
+
+
+def test_feedback_by_type_and_participant_oldest_first(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    rows = [*_chain(0, 0, 1), _feedback(0, 3, "f1", "s_r1", t=50),
+            _feedback(0, 4, "f2", "s_r1", who="user:bob"),
+            _feedback(1, 0, "f3", "s_r1", kind="other", t=50), _feedback(1, 1, "f4", "s_r1")]
+    store.apply(rows, [], {})
+
+    def raws(**kw: object) -> list[str]:
+        return [r.raw.decode()[4:] for r in store.feedback(  # type: ignore[arg-type]
+            "prod", **{"feedback_type": None, "participant": None, "limit": None, **kw})]
+
+    # By time (50, 50, 1001, 1004), then partition and offset.
+    assert raws() == ["f1", "f3", "f4", "f2"]
+    assert raws(feedback_type="q") == ["f1", "f4", "f2"]
+    assert raws(participant="user:bob") == ["f2"]
+    assert raws(feedback_type="q", participant="user:ada") == ["f1", "f4"]
+    first = store.feedback("prod", feedback_type=None, participant=None, limit=2)
+    last = first[-1]
+    rest = store.feedback("prod", feedback_type=None, participant=None, limit=None,
+                          after=PageKey(last.time_ms, last.partition, last.offset))
+    assert [r.raw for r in first + rest] == [r.raw for r in store.feedback(
+        "prod", feedback_type=None, participant=None, limit=None)]
+
+
+def test_a_file_that_is_not_a_view_is_started_afresh(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply(_chain(0, 0, 1), [], {0: 3})
+    store.close()
+    store.path.write_bytes(b"this is not a database" * 100)
+    again = _store(tmp_path)
+    assert again.checkpoint() == {} and again.rebuilt and "unreadable" in again.rebuilt[0]
+    again.close()
+    other = _store(tmp_path, tenant="acme")
+    assert other.rebuilt == []  # a sound file is trusted
+    other.close()
+    # The same file opened as another tenant's view is not trusted.
+    moved = ViewStore(again.path, tenant="globex", topic="fs.globex.events")
+    moved.open()
+    assert moved.rebuilt and "built as" in moved.rebuilt[0]
+
+
+def test_a_file_damaged_under_an_open_store_raises_view_corrupt(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    for n in range(200):  # enough pages that a torn file loses some
+        store.apply(_chain(0, 3 * n, n), [], {0: 3 * n + 3})
+    store.close()
+    with sqlite3.connect(store.path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(store.path.read_bytes())
+    data[4096 * 2: 4096 * 6] = b"\xff" * (4096 * 4)
+    store.path.write_bytes(bytes(data))
+    damaged = _store(tmp_path)
+    with pytest.raises(ViewCorrupt):
+        for n in range(200):
+            damaged.run_parts("prod", f"r{n}")
+            damaged.runs("prod", rule=None, limit=None)
+            damaged.counts()
+
+
+def test_deleting_the_file_is_noticed(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    assert store.still_there()
+    store.path.unlink()
+    assert not store.still_there()

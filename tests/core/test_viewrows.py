@@ -1,0 +1,91 @@
+"""The view's pure part: the rows an event makes, positions and page cursors."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.adapters.avro.codec import envelope_to_record
+from streams.core.actors import EvaluatorActor, UserActor
+from streams.core.errors import SchemaError, ValidationFailed
+from streams.core.events import AppEvent, Envelope, FeedbackGiven, RuleFired, RunStarted
+from streams.core.targets import RunTarget
+from streams.core.viewrows import (
+    PageKey,
+    decode_cursor,
+    encode_cursor,
+    feedback_of,
+    position,
+    rows_of,
+    seq_of,
+)
+
+
+def _env(event: AppEvent | RuleFired | RunStarted | FeedbackGiven, **kw: object) -> Envelope:
+    return Envelope.new(event, tenant="acme", workspace="prod", **kw)  # type: ignore[arg-type]
+
+
+def test_positions_sort_like_partition_then_offset() -> None:
+    assert seq_of(position(3, 41)) == (3, 41)
+    pairs = [(0, 5), (0, 6), (1, 0), (2, 2**39)]
+    assert sorted(pairs) == sorted(pairs, key=lambda p: position(*p))
+    with pytest.raises(ValueError):
+        position(0, 2**40)
+
+
+def test_rows_of_each_kind() -> None:
+    app = _env(AppEvent(name="ops:spike"))
+    fired = _env(RuleFired(firing_id="f1", rule="ops:x", matched=[app.event_id]),
+                 correlation_id=app.event_id, causation_id=app.event_id)
+    run = _env(RunStarted(run_id="r1", rule="ops:x", action="triage", firing_id="f1"),
+               correlation_id=app.event_id, causation_id=fired.event_id)
+    given = _env(FeedbackGiven(feedback_type="triage_quality", target=RunTarget(run_id="r1"),
+                               value={"correct": True}),
+                 actor=EvaluatorActor(name="judge", version="2"), causation_id=run.event_id,
+                 correlation_id=app.event_id)
+    rows = [rows_of(envelope_to_record(e), 1, n, b"raw") for n, e in
+            enumerate([app, fired, run, given])]
+    assert [r.event.pos for r in rows] == [position(1, n) for n in range(4)]
+    assert rows[0].run is rows[0].firing is rows[0].feedback is None
+    assert rows[1].firing is not None and rows[1].firing.firing_id == "f1"
+    assert rows[2].run is not None and (rows[2].run.run_id, rows[2].run.rule) == ("r1", "ops:x")
+    assert rows[2].event.causation_id == fired.event_id
+    fb = rows[3].feedback
+    assert fb is not None and fb.participant == "evaluator:judge@2"
+    assert fb.feedback_type == "triage_quality"
+    assert rows[3].event.time_ms == int(given.time.timestamp() * 1000)
+
+
+def test_a_record_that_is_no_envelope_is_a_schema_error() -> None:
+    with pytest.raises(SchemaError, match="2:7 is not an event envelope"):
+        rows_of({"name": "x"}, 2, 7, b"")
+    record = envelope_to_record(_env(RunStarted(run_id="r", rule="x", action="a",
+                                                firing_id="f")))
+    del record["run_id"]
+    with pytest.raises(SchemaError):
+        rows_of(record, 0, 0, b"")
+
+
+def test_cursors_round_trip_and_refuse_anything_else() -> None:
+    key = PageKey(1_760_000_000_123, 2, 99)
+    cursor = encode_cursor(key)
+    assert decode_cursor(cursor) == key
+    assert cursor.isascii() and "=" not in cursor
+    for bad in ("", "nope", encode_cursor(key)[:-3], "MjoxOjI6Mw"):  # the last: version 2
+        with pytest.raises(ValidationFailed, match="invalid cursor"):
+            decode_cursor(bad)
+
+
+def test_page_keys_order_by_time_then_position() -> None:
+    keys = [PageKey(5, 1, 0), PageKey(4, 2, 9), PageKey(5, 0, 3)]
+    assert sorted(keys) == [PageKey(4, 2, 9), PageKey(5, 0, 3), PageKey(5, 1, 0)]
+
+
+def test_feedback_of_filters_by_type_and_participant() -> None:
+    run = _env(RunStarted(run_id="r", rule="x", action="a", firing_id="f"))
+    ada = _env(FeedbackGiven(feedback_type="a", target=RunTarget(run_id="r"), value={}),
+               actor=UserActor(id="ada"))
+    bob = _env(FeedbackGiven(feedback_type="b", target=RunTarget(run_id="r"), value={}),
+               actor=UserActor(id="bob"))
+    assert feedback_of([run, ada, bob]) == [ada, bob]
+    assert feedback_of([run, ada, bob], feedback_type="b") == [bob]
+    assert feedback_of([run, ada, bob], participant="user:ada") == [ada]
