@@ -139,7 +139,8 @@ def test_empty_keys_become_tombstones_once_a_position_past_them_is_durable() -> 
         evaluate(RuleSet([SPIKE]), env, part.state_of(key))
         part.applied(key, offset)
     first = dict(part.snapshot(durable_position=0))
-    assert first[key] is not None and json.loads(first[key]) == {"upto": 3}
+    value = first[key]
+    assert value is not None and json.loads(value) == {"upto": 3}
     assert first[POSITION_KEY] == b"3"
     second = dict(part.snapshot(durable_position=3))
     assert second == {key: None, POSITION_KEY: b"3"}
