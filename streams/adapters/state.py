@@ -71,6 +71,13 @@ class StateStore:
                     "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                     list(meta.items()))
 
+    def clear(self) -> None:
+        """Forget every key and named integer (a store that outlived its changelog)."""
+        with self._db:
+            self._db.execute("DELETE FROM kv")
+            self._db.execute("DELETE FROM meta")
+        self.rebuilt = True
+
     def close(self) -> None:
         """Close the file (what was written stays)."""
         self._db.close()

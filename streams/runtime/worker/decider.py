@@ -67,8 +67,11 @@ POSITION = "position"
 
 
 def store_path(settings: Settings, tenant: str, partition: int) -> Path:
-    """Where a rules partition's local store lives (under STREAMS_STATE_DIR)."""
-    return settings.state_path(RULES, tenant, str(partition)) / "state.sqlite"
+    """Where a rules partition's local store lives: `STREAMS_STATE_DIR/rules/<prefix>/
+    <tenant>/<partition>/state.sqlite` (the prefix too: two deployments on one machine may
+    have a tenant of one name)."""
+    return settings.state_path(RULES, settings.topic_prefix, tenant, str(partition)) \
+        / "state.sqlite"
 
 
 @dataclass
@@ -302,6 +305,14 @@ class RuleDecider:
                 tp = TopicPartition(owned.changelog, owned.partition)
                 low, high = reader.get_watermark_offsets(
                     tp, timeout=self.settings.admin_timeout, cached=False)
+                if (owned.store.meta(CHECKPOINT) or 0) > high:
+                    # The store is ahead of the changelog's end: the topic was made again
+                    # (a tenant deleted and created anew). It is not this changelog's cache.
+                    log.warning("rule-decider: the store of %s[%d] is past its changelog's "
+                                "end; rebuilding it", owned.topic, owned.partition)
+                    owned.store.clear()
+                    owned.part = PartitionState()
+                    self.stats.stores_rebuilt += 1
                 start = max(low, 0 if owned.store.rebuilt else
                             owned.store.meta(CHECKPOINT) or 0)
                 if start < high:
