@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.adapters.kafka.config import admin_config
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RuleFired
-from streams.core.tenancy import decider_group, tenant_topics
+from streams.core.tenancy import decider_group, tenant_topics, worker_rules_group
 from streams.runtime.client.workspace import Workspace
+from streams.runtime.worker.app import MIRROR_CURSOR
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, wait_until
 from tests.faults.conftest import assert_alive
@@ -59,11 +60,15 @@ def members_with(settings: Settings, tenant: str) -> int:
                for member in described.members)
 
 
-async def hit(ws: Workspace, rounds: int) -> None:
-    """`rounds` hits of every host (one round after the other)."""
+async def hit(ws: Workspace, rounds: int) -> list[tuple[int, int]]:
+    """`rounds` hits of every host (one round after the other); where each landed
+    (partition, offset), in order."""
+    landed: list[tuple[int, int]] = []
     for _ in range(rounds):
-        await asyncio.gather(*(ws.append(AppEvent(name="t:hit", data={"host": h}))
-                               for h in HOSTS))
+        done = await asyncio.gather(*(ws.append(AppEvent(name="t:hit", data={"host": h}))
+                                      for h in HOSTS))
+        landed += [(result.seq.partition, result.seq.offset) for result in done]
+    return landed
 
 
 async def firings(ws: Workspace, settings: Settings, tenant: str,
@@ -178,3 +183,70 @@ async def test_two_workers_share_and_move_a_tenants_rule_state_with_exact_limits
     await hit(ws, 3)
     assert await firings(ws, settings, tenant, 12) == expected(12)
     assert_alive(first, second)
+
+
+async def test_a_one_partition_rules_topic_of_an_older_deployment_is_taken_over(
+    settings: Settings, tenant_factory: Callable[..., str], tmp_path: Path,
+    client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    """What an older deployment leaves: a one-partition rules topic whose records are keyed
+    by rule name, the old decider's committed offset on it, the reactor's on the events, and
+    no changelog. The new decider replays the decided records once (deciding nothing again),
+    decides the rest, writes the state to the changelog, and restores from it next time."""
+    tenant = tenant_factory(partitions=3)
+    topics = tenant_topics(tenant, settings.topic_prefix)
+    admin = AdminClient(admin_config(settings))
+    for topic in (topics.rules, topics.rulestate):
+        admin.delete_topics([topic])[topic].result()
+    wait_until(lambda: not {topics.rules, topics.rulestate}
+               & set(admin.list_topics(timeout=10).topics), 30, "the rule topics to go")
+    admin.create_topics([NewTopic(topics.rules, 1, 1)])[topics.rules].result()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="load"))
+    landed = await hit(ws, 3)
+    # The old reactor's forwards, in the order the hits were made, keyed by rule name.
+    reader = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                       "group.id": f"{settings.topic_prefix}.{tenant}.old-reactor",
+                       "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    ends: dict[int, int] = {}
+    raw: dict[tuple[int, int], bytes] = {}
+    try:
+        parts = admin.list_topics(topics.events, timeout=10).topics[topics.events].partitions
+        reader.assign([TopicPartition(topics.events, p, 0) for p in parts])
+        for p in parts:
+            ends[p] = reader.get_watermark_offsets(TopicPartition(topics.events, p))[1]
+        while len(raw) < sum(ends.values()):
+            msg = reader.poll(10)
+            assert msg is not None, "the events topic ended early"
+            raw[(msg.partition() or 0, msg.offset() or 0)] = msg.value() or b""
+        for where in landed:
+            for rule in ("t:host-limited", "t:host-count"):
+                producer.produce(topics.rules, raw[where], rule.encode(), partition=0,
+                                 headers=[("rule", rule.encode()), ("event_type", b"t:hit")])
+        assert producer.flush(30) == 0
+    finally:
+        reader.close()
+    # The old decider had decided the first two rounds; the reactor had read every event.
+    old_decided = 2 * 2 * len(HOSTS)
+    commits = {
+        decider_group(settings.topic_prefix): [TopicPartition(topics.rules, 0, old_decided)],
+        worker_rules_group(MIRROR_CURSOR, settings.topic_prefix):
+            [TopicPartition(topics.events, p, o) for p, o in ends.items()],
+    }
+    for group, offsets in commits.items():
+        admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, offsets)])[group].result()
+    before = expected(2)  # fired by the old decider: not in this log
+
+    worker = worker_factory("--rules", RULES, types=TYPES,
+                            STREAMS_STATE_DIR=str(tmp_path / "state"))
+    await hit(ws, 2)
+    assert await firings(ws, settings, tenant, 5) == expected(5) - before
+    meta = admin.list_topics(timeout=10).topics
+    assert len(meta[topics.rules].partitions) == 1  # kept: its keys' state is in it
+    assert len(meta[topics.rulestate].partitions) == 1
+    # The next start restores from the changelog (another machine: no store at all).
+    worker.kill(signal.SIGKILL)
+    worker_factory("--rules", RULES, types=TYPES, STREAMS_STATE_DIR=str(tmp_path / "other"))
+    await hit(ws, 2)
+    assert await firings(ws, settings, tenant, 7) == expected(7) - before
