@@ -200,14 +200,15 @@ class RuleDecider:
             owned.pending_commits = loop.stats.commits
         return out
 
-    def _sync(self) -> None:
-        """Write what the loop has committed since to the local stores; after a rewind,
+    def _sync(self, *, final: bool = False) -> None:
+        """Write what the loop has committed since to the local stores (`final`: with the
+        changelog's end as their checkpoint, whenever it was last taken); after a rewind,
         take the state back to what the stores hold."""
         loop = self.batch_loop()
         for owned in self.owned.values():
             if owned.pending is not None and loop.stats.commits > owned.pending_commits:
                 meta = {POSITION: owned.pending_position}
-                checkpoint = self._checkpoint(owned)
+                checkpoint = self._checkpoint(owned, force=final)
                 if checkpoint is not None:
                     meta[CHECKPOINT] = checkpoint
                 owned.store.write(owned.pending, meta)
@@ -221,11 +222,12 @@ class RuleDecider:
                 log.info("rule-decider: %s[%d] back to its stored state at %d after a rewind",
                          owned.topic, owned.partition, owned.part.position)
 
-    def _checkpoint(self, owned: _Owned) -> int | None:
+    def _checkpoint(self, owned: _Owned, *, force: bool = False) -> int | None:
         """The changelog's end now (every record before it is in the store once this
         write is done), at most every `checkpoint_interval` seconds; None otherwise."""
         now = time.monotonic()
-        if self._consumer is None or now - owned.checkpoint_at < self.checkpoint_interval:
+        if self._consumer is None or (
+                not force and now - owned.checkpoint_at < self.checkpoint_interval):
             return None
         owned.checkpoint_at = now
         try:
@@ -405,7 +407,7 @@ class RuleDecider:
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
         """Forget revoked (or lost) partitions, their committed state written to their
         stores first."""
-        self._sync()
+        self._sync(final=True)
         for tp in partitions:
             owned = self.owned.pop((tp.topic, tp.partition), None)
             if owned is not None:
