@@ -32,7 +32,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from streams.adapters.kafka.config import reader_config
-from streams.adapters.kafka.log import watermarks
+from streams.adapters.kafka.log import reached_end, watermarks
 from streams.core.errors import KafkaUnavailable, ValidationFailed
 from streams.core.events import Envelope
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
@@ -398,7 +398,13 @@ class TenantIndex:
             at = {p: start.get(p, 0) for p in todo}
             while todo:
                 left = sum(todo[p] - at[p] for p in todo)
-                for msg in consumer.consume(max(1, min(1000, left)), _WAIT):
+                batch = consumer.consume(max(1, min(1000, left)), _WAIT)
+                if not batch:
+                    # What is left may be transaction markers or aborted records.
+                    for p in [p for p, e in todo.items()
+                              if reached_end(consumer, self.events_topic, p, e)]:
+                        del todo[p]
+                for msg in batch:
                     if msg.error():
                         raise KafkaUnavailable(
                             f"reading {self.events_topic} failed: {msg.error()}")
@@ -457,7 +463,10 @@ class TenantIndex:
                 consumer.assign([TopicPartition(self.events_topic, partition, start)])
                 position = start
                 while position < end:
-                    for msg in consumer.consume(min(1000, end - position), _WAIT):
+                    batch = consumer.consume(min(1000, end - position), _WAIT)
+                    if not batch and reached_end(consumer, self.events_topic, partition, end):
+                        break  # the rest is transaction markers or aborted records
+                    for msg in batch:
                         if msg.error():
                             raise KafkaUnavailable(
                                 f"reading {self.events_topic} failed: {msg.error()}")

@@ -270,7 +270,8 @@ def missing_topic(topic: str) -> NotFound:
 
 def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
                settings: Settings | None = None) -> dict[int, tuple[int, int]]:
-    """(low, high) offsets of every partition of a topic.
+    """(low, high) offsets of every partition of a topic (for a read_committed consumer,
+    every one here, `high` is the last stable offset: the end of the committed records).
 
     A topic created a moment ago may not have leaders yet; retriable errors are retried
     until `timeout`. A topic the broker does not know for `MISSING_TOPIC_GRACE` seconds
@@ -301,6 +302,19 @@ def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
             if not retriable or time.monotonic() > deadline:
                 raise KafkaUnavailable(f"cannot read offsets of {topic}: {exc}") from exc
             time.sleep(0.2)
+
+
+def reached_end(consumer: Consumer, topic: str, partition: int, end: int) -> bool:
+    """Whether a reader's position in a partition has reached `end` (an offset from
+    `watermarks`). Read to an end by this, not by the last record's offset: transaction
+    markers and aborted records occupy offsets a read_committed reader is never handed (the
+    record before a committed transaction's marker is never at `end - 1`), while its
+    position moves past them. A position not known yet is not the end."""
+    try:
+        [tp] = consumer.position([TopicPartition(topic, partition)])
+    except KafkaException:
+        return False
+    return tp.offset >= end
 
 
 class TopicReader:
@@ -340,8 +354,12 @@ class TopicReader:
                 for p in todo
             ])
             while todo:
-                msg = self._consumer.poll(1.0)
+                msg = self._consumer.poll(0.1)
                 if msg is None:
+                    # Idle: the rest of a partition may be markers or aborted records.
+                    for part in [q for q, e in todo.items()
+                                 if reached_end(self._consumer, self.topic, q, e)]:
+                        self._positions[part] = todo.pop(part)
                     continue
                 if msg.error():
                     raise denied(msg.error(), self.settings, f"read topic {self.topic}") or \
@@ -392,5 +410,6 @@ __all__ = [
     "header_value",
     "largest_field",
     "missing_topic",
+    "reached_end",
     "watermarks",
 ]
