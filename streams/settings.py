@@ -198,9 +198,11 @@ class Settings:
         "stores, materialized views), rebuilt from Kafka when missing or corrupt (default: "
         "$XDG_STATE_HOME/feedback-streams, or ~/.local/state/feedback-streams)")
     processing_guarantee: str = _setting(
-        "at_least_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
-        "produce loops commit: exactly_once (each batch's outputs and input offsets in one "
-        "Kafka transaction) or at_least_once (outputs flushed, then offsets committed)",
+        "exactly_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
+        "produce loops commit: exactly_once (each commit interval's outputs and input offsets "
+        "in one Kafka transaction; read downstream with isolation.level=read_committed) or "
+        "at_least_once (outputs flushed, then offsets committed; repeats after a crash carry "
+        "the same ids)",
         choices=("exactly_once", "at_least_once"))
     transaction_timeout: float = _setting(
         10.0, "STREAMS_TRANSACTION_TIMEOUT", "seconds an exactly-once loop's open transaction "

@@ -403,7 +403,8 @@ class BatchLoop:
         self.stats.commits += 1
         return True
 
-    def _abort(self, consumer: Consumer, reason: str, exc: BaseException | None) -> None:
+    def _abort(self, consumer: Consumer, reason: str, exc: BaseException | None,
+               why: str = "an output failed delivery") -> None:
         """Abort the open transaction (or, when the producer cannot, replace it: the broker
         aborts the old one), then seek back to the committed offsets to redo its work."""
         producer = self._producer
@@ -422,7 +423,7 @@ class BatchLoop:
         self.stats.aborts += 1
         self.stats.aborts_by_reason[reason] = self.stats.aborts_by_reason.get(reason, 0) + 1
         log.warning("%s: transaction aborted (%s): %s; redoing from the committed offsets",
-                    self.name, reason, exc if exc is not None else "an output failed delivery",
+                    self.name, reason, exc if exc is not None else why,
                     extra={"event": "transaction_aborted", "reason": reason,
                            "loop": self.name})
         if fatal and producer is not None:
@@ -512,7 +513,9 @@ class BatchLoop:
         if self.exactly_once and self._in_transaction:
             # The open transaction holds the lost partitions' outputs, which their new owner
             # is redoing: abort it, and redo the kept partitions' share of it.
-            self._abort(_consumer, "group_moved", None)
+            self._abort(_consumer, "group_moved", None,
+                        why="partitions lost (the session timed out, or the member was "
+                            "thrown out of the group)")
         if self.on_revoked is not None:
             self.on_revoked(partitions)
 
