@@ -32,7 +32,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from streams.adapters.kafka.config import reader_config
-from streams.adapters.kafka.log import reached_end, watermarks
+from streams.adapters.kafka.log import WRITTEN_ENDS, reached_end, watermarks
 from streams.core.errors import KafkaUnavailable, ValidationFailed
 from streams.core.events import Envelope
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
@@ -95,6 +95,7 @@ class TenantIndex:
         self._decode = decode
         self._ensure_topic = ensure_topic
         self._consumer: Consumer | None = None
+        self._ends: Consumer | None = None
         self._partitions = 0
         self._positions: dict[int, int] = {}
         # Raw key and value bytes per loaded partition: decoded only when looked up, so a
@@ -389,7 +390,7 @@ class TenantIndex:
                                           **_SMALL_PREFETCH))
         try:
             ends = {p: high for p, (_low, high) in
-                    watermarks(consumer, self.events_topic).items()}
+                    watermarks(self._written_ends(), self.events_topic).items()}
             todo = {p: e for p, e in ends.items() if start.get(p, 0) < e}
             if not todo:
                 return
@@ -455,7 +456,9 @@ class TenantIndex:
         out: list[Message] = []
         try:
             tp = TopicPartition(self.events_topic, partition)
-            _low, high = consumer.get_watermark_offsets(tp, timeout=self.settings.admin_timeout)
+            # Every record written before now, open transactions waited for (WRITTEN_ENDS).
+            _low, high = self._written_ends().get_watermark_offsets(
+                tp, timeout=self.settings.admin_timeout)
             for start, stop in ranges:
                 end = high if stop is None else min(stop, high)
                 if start >= end:
@@ -481,12 +484,25 @@ class TenantIndex:
             consumer.close()
         return out
 
+    def _written_ends(self) -> Consumer:
+        """A consumer that only asks where the events topic's records end, open
+        transactions included (made once)."""
+        with self._lock:
+            if self._ends is None:
+                self._ends = Consumer(reader_config(
+                    self.settings, reader_group(self.topic, "ends", self.settings.topic_prefix),
+                    **WRITTEN_ENDS))
+            return self._ends
+
     def close(self) -> None:
         """Leave the broker."""
         with self._lock:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
+            if self._ends is not None:
+                self._ends.close()
+                self._ends = None
 
 
 def _log_failure(err: Any, msg: Message) -> None:

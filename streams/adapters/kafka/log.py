@@ -317,10 +317,20 @@ def reached_end(consumer: Consumer, topic: str, partition: int, end: int) -> boo
     return tp.offset >= end
 
 
+# The configuration of a consumer that only asks where a topic's records end, open
+# transactions included: a read_committed reader that must see what was written before it
+# was asked (an append it made itself) reads up to these ends, waiting for open transactions
+# to commit or abort (at most a loop's commit interval, or the transaction timeout of a
+# writer that died), instead of stopping at the last stable offset.
+WRITTEN_ENDS = {"isolation.level": "read_uncommitted"}
+
+
 class TopicReader:
     """Reads a topic from remembered positions up to its end at the time of the call.
 
-    No consumer group: positions live in this object, so reading commits nothing.
+    No consumer group: positions live in this object, so reading commits nothing. It reads
+    committed records only, up to every record written before the call: what an open
+    transaction holds is waited for, until it commits (and is read) or aborts (and is not).
     """
 
     def __init__(self, settings: Settings, topic: str) -> None:
@@ -330,6 +340,7 @@ class TopicReader:
         # partition's end (500 ms by default) would hold back the next read's offset queries,
         # which the broker answers after it on the same connection.
         self._made: Consumer | None = None
+        self._ends: Consumer | None = None
         self._positions: dict[int, int] = {}
 
     @property
@@ -341,11 +352,20 @@ class TopicReader:
                 **{"fetch.wait.max.ms": 10}))
         return self._made
 
+    @property
+    def _ends_consumer(self) -> Consumer:
+        if self._ends is None:
+            self._ends = Consumer(reader_config(
+                self.settings, reader_group(self.topic, "reader", self.settings.topic_prefix),
+                **WRITTEN_ENDS))
+        return self._ends
+
     def read_to_end(self) -> Iterator[Message]:
-        """Messages from the remembered positions up to each partition's current end."""
+        """Messages from the remembered positions up to each partition's current end (every
+        record written before the call, committed ones handed on)."""
         try:
             ends = {p: high for p, (_low, high) in watermarks(
-                self._consumer, self.topic, settings=self.settings).items()}
+                self._ends_consumer, self.topic, settings=self.settings).items()}
             todo = {p: e for p, e in ends.items() if self._positions.get(p, 0) < e}
             if not todo:
                 return
@@ -379,6 +399,9 @@ class TopicReader:
         made, self._made = self._made, None
         if made is not None:
             made.close()
+        ends, self._ends = self._ends, None
+        if ends is not None:
+            ends.close()
 
 
 def decode_envelopes(serde: AvroSerde, messages: Iterator[Message],
@@ -401,6 +424,7 @@ __all__ = [
     "HEADER_TRACEPARENT",
     "MISSING_TOPIC_GRACE",
     "POLL_INTERVAL",
+    "WRITTEN_ENDS",
     "EventLog",
     "Headers",
     "Landed",
