@@ -4,7 +4,10 @@ steady offered rate.
 Starts one `streams worker`, waits until it scores a warm-up feedback, then calls
 give_feedback at `--rate` calls per second for `--seconds` (each call started on its tick,
 concurrently, from one process), and reads the scores topic in a thread, noting when each
-feedback's first score arrives. Prints the achieved rate and latency percentiles.
+feedback's first score arrives. Prints the achieved rate and latency percentiles. The
+reader is read_committed, so under STREAMS_PROCESSING_GUARANTEE=exactly_once a score counts
+when its transaction commits (up to STREAMS_COMMIT_INTERVAL after it was produced): set both
+in the environment to compare.
 
     eval "$(deploy/stack.sh env)"
     .venv/bin/python -m bench.e2e_latency --rate 2000 --seconds 10
@@ -140,7 +143,9 @@ def main() -> None:
                   f"{len(latencies)} scored, {missing} not within 60 s")
     print(f"offered={args.rate:.0f}/s achieved={achieved:.0f}/s n={len(latencies)} "
           f"missing={missing} p50_ms={statistics.median(latencies):.1f} "
-          f"p99_ms={percentile(latencies, 0.99):.1f} max_ms={max(latencies):.1f}")
+          f"p99_ms={percentile(latencies, 0.99):.1f} max_ms={max(latencies):.1f} "
+          f"guarantee={settings.processing_guarantee} "
+          f"commit_interval={settings.commit_interval:g}s")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ hand-made 5-byte frame; an lz4, linger 20 ms, idempotent producer with error-onl
 reports; a commit after a flush every 10 batches. It does not validate values or build dead
 letters: the mirror must, so the ratio shows what that costs.
 
+With `transactional=True` it is the exactly-once floor: the same producer with a
+transactional.id, a transaction per 10 batches, committed with the consumer's positions
+through `send_offsets_to_transaction` (what the mirror does with
+STREAMS_PROCESSING_GUARANTEE=exactly_once), so the two guarantees' floors compare too.
+
 Run through bench.mirror_throughput, which times it on the same data as the mirror.
 """
 
@@ -47,11 +52,20 @@ def _commit(consumer: Consumer) -> None:
             raise
 
 
+def _commit_transaction(consumer: Consumer, producer: Producer) -> None:
+    positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+    if positions:
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+
+
 def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: str, n: int,
               configs: dict[str, ScoreConfigs], batch: int = 1000,
-              security: dict[str, Any] | None = None) -> dict[str, float]:
-    """Mirror `n` feedback records from `events_topic` to `out_topic`; returns the rate.
-    `security`: librdkafka security settings for both clients (e.g. SASL_SSL)."""
+              security: dict[str, Any] | None = None,
+              transactional: bool = False) -> dict[str, float]:
+    """Mirror `n` feedback records from `events_topic` to `out_topic`; returns the rate and
+    the process's CPU seconds. `security`: librdkafka security settings for both clients
+    (e.g. SASL_SSL); `transactional`: exactly once (see the module)."""
     registry = SchemaRegistryClient({"url": registry_url})
     schema = score_schema()
     score_id_num = registry.register_schema(
@@ -72,8 +86,14 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 20, "compression.type": "lz4",
                          "batch.num.messages": 10000, "delivery.report.only.error": True,
-                         "on_delivery": on_error, **(security or {})})
+                         "on_delivery": on_error, **(security or {}),
+                         **({"transactional.id": f"bench-floor-{uuid.uuid4().hex}"}
+                            if transactional else {})})
+    if transactional:
+        producer.init_transactions(30)
     consumer.subscribe([events_topic])
+    in_transaction = False
+    cpu = 0.0
     seen = 0
     batches = 0
     first: float | None = None
@@ -86,6 +106,10 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
             continue
         if first is None:
             first = time.monotonic()
+            cpu = time.process_time()
+        if transactional and not in_transaction:
+            producer.begin_transaction()
+            in_transaction = True
         for msg in messages:
             if msg.error():
                 continue
@@ -142,13 +166,21 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
         producer.poll(0)
         batches += 1
         if batches % 10 == 0:
-            producer.flush(30)
-            _commit(consumer)
+            if transactional:
+                _commit_transaction(consumer, producer)
+                in_transaction = False
+            else:
+                producer.flush(30)
+                _commit(consumer)
+    if in_transaction:
+        _commit_transaction(consumer, producer)
     producer.flush(30)
-    _commit(consumer)
+    if not transactional:
+        _commit(consumer)
     last = time.monotonic()
+    cpu = time.process_time() - cpu
     consumer.close()
     if failed[0]:
         raise SystemExit(f"floor: {failed[0]} deliveries failed")
     assert first is not None
-    return {"seconds": last - first, "rate": n / (last - first)}
+    return {"seconds": last - first, "rate": n / (last - first), "cpu_s": cpu}

@@ -5,6 +5,12 @@ Three implementations read the same N feedback_given events from one tenant's ev
 - the mirror's batch data path in this process (BatchLoop + MirrorStep: decode, validate,
   map, encode, produce, commit after delivery), the code the worker runs;
 - `streams worker` as a separate process (start-up and group join excluded, reported apart);
+- the in-process loop under both processing guarantees (STREAMS_PROCESSING_GUARANTEE), in
+  `--rounds` alternating rounds (at_least_once, exactly_once, at_least_once, ...), each
+  round a new consumer group over the same N events, and the floor both ways
+  (bench/floor.py, `transactional`): the line prints each guarantee's median rate, the
+  median of the rounds' exactly_once / at_least_once ratios, and the process's CPU
+  microseconds per event;
 - with `--metrics`, the in-process loop again with the worker's metrics on (the per-feedback
   delay histogram, the observable counts and the lag tracker, a Prometheus reader scraped
   every second), so the metrics' cost is the ratio of the two in-process runs.
@@ -26,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 
@@ -78,8 +84,27 @@ def produce_feedback(settings: Settings, serde: AvroSerde, topic: str, tenant: s
     console.print(f"  produced {n}/{n}")
 
 
-def total_end(consumer: Consumer, topic: str) -> int:
-    return sum(high for _low, high in watermarks(consumer, topic).values())
+class RecordCount:
+    """Counts a topic's records as a read_committed reader is handed them: counted, not
+    read off the offsets, since an exactly-once writer's transaction markers take offsets
+    too."""
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self.consumer = Consumer(reader_config(settings, f"bench-watch-{uuid.uuid4().hex}"))
+        partitions = watermarks(self.consumer, topic)
+        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        self.seen = 0
+
+    def now(self) -> int:
+        """Records handed on so far (reads what has arrived)."""
+        while True:
+            batch = self.consumer.consume(10000, 0.01)
+            self.seen += sum(1 for m in batch if m.error() is None)
+            if not batch:
+                return self.seen
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def run_faust(settings: Settings, tenant: str, n: int, batch: int, *, workers: int = 1,
@@ -87,7 +112,7 @@ def run_faust(settings: Settings, tenant: str, n: int, batch: int, *, workers: i
     """`workers` worker processes in one new consumer group mirror the tenant's N feedback;
     timed from the first new score to the last (`already` scores were on the topic)."""
     scores_topic = tenant_topics(tenant, settings.topic_prefix).scores
-    watch = Consumer(reader_config(settings, f"bench-watch-{uuid.uuid4().hex}"))
+    watch = RecordCount(settings, scores_topic)
     env = settings.child_env()
     cursor = f"bench-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
@@ -100,7 +125,7 @@ def run_faust(settings: Settings, tenant: str, n: int, batch: int, *, workers: i
     first = last = None
     try:
         while True:
-            done = total_end(watch, scores_topic)
+            done = watch.now()
             now = time.monotonic()
             if done > already and first is None:
                 first = now
@@ -126,9 +151,10 @@ def run_faust(settings: Settings, tenant: str, n: int, batch: int, *, workers: i
 
 
 def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
-                     metrics: bool = False) -> dict[str, float]:
-    """The worker's data path in this process: BatchLoop over MirrorStep (with the worker's
-    metrics, scraped every second, when `metrics`)."""
+                     metrics: bool = False, guarantee: str = "at_least_once",
+                     ) -> dict[str, float]:
+    """The worker's data path in this process: BatchLoop over MirrorStep under `guarantee`
+    (with the worker's metrics, scraped every second, when `metrics`)."""
     import threading
 
     from streams.adapters.avro.fast import FastCodec
@@ -142,7 +168,8 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
     loop = BatchLoop(
         Runtime(settings), group=f"bench-mirror-{uuid.uuid4().hex}",
         producer_extra={"linger.ms": 20, "batch.num.messages": 10000},
-        subscription=[events], step=step.handle_batch, batch_size=batch)
+        subscription=[events], step=step.handle_batch, batch_size=batch, guarantee=guarantee,
+        commit_interval=settings.commit_interval)
     scrape: Callable[[], object] = lambda: None  # noqa: E731
     if metrics:
         from prometheus_client import generate_latest
@@ -162,10 +189,12 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
     started = time.monotonic()
     thread.start()
     first = None
+    cpu = 0.0
     scraped = started
     while loop.stats.records < n:
         if first is None and loop.stats.records:
             first = time.monotonic()
+            cpu = time.process_time()
         if time.monotonic() - scraped >= 1.0:
             scrape()
             scraped = time.monotonic()
@@ -175,10 +204,20 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
     stop.set()
     thread.join()
     last = time.monotonic()
+    cpu = time.process_time() - cpu
     assert first is not None
+    if loop.stats.aborts:
+        raise SystemExit(f"the {guarantee} loop aborted {loop.stats.aborts} transactions "
+                         f"({loop.stats.aborts_by_reason}): not a clean run")
     # The first batch is counted from when it was seen: take its share out of the total.
     return {"seconds": last - first, "rate": n / (last - first),
-            "startup_s": first - started}
+            "startup_s": first - started, "cpu_s": cpu, "commits": loop.stats.commits}
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def topic_values(settings: Settings, topic: str, want: int) -> list[bytes]:
@@ -203,6 +242,11 @@ def main() -> None:
                         help="also run the in-process loop with the worker's metrics on")
     parser.add_argument("--no-worker", action="store_true",
                         help="skip the `streams worker` subprocess run")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds of the in-process loop per guarantee")
+    parser.add_argument("--guarantees", choices=("both", "at_least_once", "exactly_once"),
+                        default="both", help="which processing guarantees the in-process "
+                        "loop and the floor run under")
     parser.add_argument("--traced", action="store_true",
                         help="every feedback carries its own trace context and the in-process "
                              "mirror runs with a tracer provider (bench/tracing.py)")
@@ -220,13 +264,26 @@ def main() -> None:
         future.result()
     want = args.events * SCORES_PER_EVENT
 
-    console.print("tuned floor (bench/floor.py)...")
-    floor = run_floor(settings.bootstrap_servers, settings.schema_registry_url, topics.events,
-                      floor_topic, args.events, {"triage_quality": score_configs(TriageQuality)},
-                      args.batch)
-    console.print(f"  {floor['rate']:,.0f} feedback/s ({floor['seconds']:.1f}s)")
+    guarantees = ["at_least_once", "exactly_once"] if args.guarantees == "both" \
+        else [args.guarantees]
+    configs = {"triage_quality": score_configs(TriageQuality)}
+    floors: dict[str, dict[str, float]] = {}
+    for guarantee in guarantees:
+        console.print(f"tuned floor (bench/floor.py), {guarantee}...")
+        floors[guarantee] = run_floor(settings.bootstrap_servers, settings.schema_registry_url,
+                                      topics.events, floor_topic, args.events, configs,
+                                      args.batch, transactional=guarantee == "exactly_once")
+        console.print(f"  {floors[guarantee]['rate']:,.0f} feedback/s "
+                      f"({floors[guarantee]['seconds']:.1f}s)")
+    floor = floors[guarantees[0]]
+    floor_runs = len(guarantees)
     line = f"events={args.events} batch={args.batch} floor_rate={floor['rate']:.0f}/s"
-    runs = 1
+    if "exactly_once" in floors:
+        eos_floor = floors["exactly_once"]
+        line += (f" floor_eos_rate={eos_floor['rate']:.0f}/s"
+                 f" floor_cpu_us={floor['cpu_s'] / args.events * 1e6:.1f}"
+                 f" floor_eos_cpu_us={eos_floor['cpu_s'] / args.events * 1e6:.1f}")
+    runs = 0
     if not args.no_worker:
         # First, while the tenant's scores topic is empty: the run ends at N x 3 scores there.
         console.print("streams worker (subprocess)...")
@@ -236,13 +293,36 @@ def main() -> None:
         line += (f" worker_rate={worker['rate']:.0f}/s "
                  f"worker_ratio={worker['rate'] / floor['rate']:.2f}")
         runs += 1
-    console.print("batch mirror (BatchLoop + MirrorStep, in process)...")
     if args.traced:
         provider, exporter = install_tracing()
-    mirror = run_batch_mirror(settings, tenant, args.events, args.batch)
-    console.print(f"  {mirror['rate']:,.0f} feedback/s ({mirror['seconds']:.1f}s)")
+    rounds: dict[str, list[dict[str, float]]] = {g: [] for g in guarantees}
+    for number in range(args.rounds):
+        for guarantee in guarantees:
+            console.print(f"batch mirror (BatchLoop + MirrorStep, in process), {guarantee}, "
+                          f"round {number + 1}/{args.rounds}...")
+            result = run_batch_mirror(settings, tenant, args.events, args.batch,
+                                      guarantee=guarantee)
+            rounds[guarantee].append(result)
+            runs += 1
+            console.print(f"  {result['rate']:,.0f} feedback/s ({result['seconds']:.1f}s, "
+                          f"{result['cpu_s'] / args.events * 1e6:.1f} µs CPU per event, "
+                          f"{result['commits']:.0f} commits)")
+    first_guarantee = rounds[guarantees[0]]
+    mirror = {"rate": _median([r["rate"] for r in first_guarantee])}
     line += (f" batch_mirror_rate={mirror['rate']:.0f}/s "
-             f"batch_mirror_ratio={mirror['rate'] / floor['rate']:.2f} traced={args.traced}")
+             f"batch_mirror_ratio={mirror['rate'] / floor['rate']:.2f} traced={args.traced}"
+             f" rounds={args.rounds} commit_interval={settings.commit_interval:g}s")
+    for guarantee in guarantees:
+        cpu_us = _median([r["cpu_s"] / args.events * 1e6 for r in rounds[guarantee]])
+        line += (f" {guarantee}_rate={_median([r['rate'] for r in rounds[guarantee]]):.0f}/s"
+                 f" {guarantee}_cpu_us={cpu_us:.1f}")
+    if len(guarantees) == 2:
+        ratios = [e["rate"] / a["rate"] for a, e in zip(rounds["at_least_once"],
+                                                        rounds["exactly_once"], strict=True)]
+        eos_rate = _median([r["rate"] for r in rounds["exactly_once"]])
+        line += (f" eos_alos_ratio={_median(ratios):.3f}"
+                 f" eos_alos_ratios={','.join(f'{r:.3f}' for r in ratios)}"
+                 f" eos_floor_ratio={eos_rate / floors['exactly_once']['rate']:.2f}")
     if args.traced:
         provider.force_flush()
         line += f" spans={exporter.spans} links={exporter.links}"
@@ -255,12 +335,12 @@ def main() -> None:
                  f"metrics_cost={1 - measured['rate'] / mirror['rate']:+.1%}")
         runs += 1
 
-    floor_values = topic_values(settings, floor_topic, want)
+    floor_values = topic_values(settings, floor_topic, want * floor_runs)
     mirror_values = topic_values(settings, topics.scores, want * runs)
-    same = sorted(floor_values * runs) == sorted(mirror_values)
+    same = sorted(floor_values * runs) == sorted(mirror_values * floor_runs)
     console.print(f"  outputs: floor {len(floor_values)}, mirror and worker "
                   f"{len(mirror_values)}, byte-identical to the floor's: {same}")
-    if len(floor_values) != want or not same:
+    if len(floor_values) != want * floor_runs or len(mirror_values) != want * runs or not same:
         raise SystemExit("the floor and the mirror did not write the same scores")
     print(line + f" scores_per_event={SCORES_PER_EVENT}")
 

@@ -153,7 +153,8 @@ class Settings:
         positive=True)
     commit_interval: float = _setting(
         1.0, "STREAMS_COMMIT_INTERVAL", "seconds between a worker's commits of acked "
-        "offsets", positive=True)
+        "offsets (with exactly_once: the longest a transaction stays open, so what a "
+        "read_committed reader waits for a score at most)", positive=True)
     metadata_refresh_interval: float = _setting(
         1.0, "STREAMS_METADATA_REFRESH_INTERVAL", "seconds between group consumers' "
         "metadata refreshes (how soon a regex subscription sees a new tenant)",
@@ -205,10 +206,17 @@ class Settings:
         "stores, materialized views), rebuilt from Kafka when missing or corrupt (default: "
         "$XDG_STATE_HOME/feedback-streams, or ~/.local/state/feedback-streams)")
     processing_guarantee: str = _setting(
-        "at_least_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
-        "produce loops commit: exactly_once (each batch's outputs and input offsets in one "
-        "Kafka transaction) or at_least_once (outputs flushed, then offsets committed)",
+        "exactly_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
+        "produce loops commit: exactly_once (each commit interval's outputs and input offsets "
+        "in one Kafka transaction; read downstream with isolation.level=read_committed) or "
+        "at_least_once (outputs flushed, then offsets committed; repeats after a crash carry "
+        "the same ids)",
         choices=("exactly_once", "at_least_once"))
+    transaction_timeout: float = _setting(
+        10.0, "STREAMS_TRANSACTION_TIMEOUT", "seconds an exactly-once loop's open transaction "
+        "may last before the broker aborts it (transaction.timeout.ms): how long a killed or "
+        "paused worker's partitions wait before their new owner redoes its uncommitted work",
+        positive=True)
     admin_timeout: float = _setting(
         15.0, "STREAMS_ADMIN_TIMEOUT", "seconds an admin or metadata call (create or list "
         "topics, read committed offsets) may take", positive=True)

@@ -22,6 +22,8 @@ demo run as one service principal across tenants:
                                  fs-rule-decider)
     group  PREFIXED  fs.        READ, DESCRIBE           sink cursors (fs.sink.<cursor>) and
                                  the decider's replay readers (fs.<tenant>.rules.rebuild)
+    transactional_id  PREFIXED  fs-  WRITE, DESCRIBE     the exactly-once loops' producers
+                                 (fs-feedback-mirror.txn.<random>, tenancy.transactional_id)
 
 Creating tenants (topics, users, ACLs) is the operator's job, as a super user (the stack's
 `admin`). A tenant named `sink` would own the group prefix `fs.sink.` of the sinks' cursors,
@@ -50,7 +52,7 @@ __all__ = [
 # Tenant names whose `<prefix>.<name>.` would cover a service group (sinks' cursors).
 RESERVED_TENANTS = ("sink",)
 
-Resource = Literal["topic", "group"]
+Resource = Literal["topic", "group", "transactional_id"]
 Operation = Literal["READ", "WRITE", "DESCRIBE", "CREATE", "DESCRIBE_CONFIGS"]
 
 
@@ -108,5 +110,6 @@ def service_grants(user: str, prefix: str = "fs") -> list[Grant]:
         Grant(principal, "topic", f"{prefix}-", ("READ", "WRITE", "DESCRIBE", "CREATE")),
         Grant(principal, "group", f"{prefix}-", ("READ", "DESCRIBE")),
         Grant(principal, "group", f"{prefix}.", ("READ", "DESCRIBE")),
+        Grant(principal, "transactional_id", f"{prefix}-", ("WRITE", "DESCRIBE")),
     ]
 

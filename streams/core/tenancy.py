@@ -114,6 +114,7 @@ __all__ = [
     "tenant_topics",
     "tenants_pattern",
     "topic_kind",
+    "transactional_id",
     "unrouted_deadletter_topic",
     "worker_app_group",
     "worker_group",
@@ -393,6 +394,16 @@ def fresh_group(kind: str) -> str:
     """A fresh group id for a one-off reader outside any tenant's group prefix:
     `<kind>_<random>` (the report's reader, `report_...`; the demo's view, `demo-watch_...`)."""
     return f"{kind}_{uuid.uuid4().hex}"
+
+
+def transactional_id(group: str, instance: str | None = None) -> str:
+    """The transactional.id of one exactly-once producer of a loop in `group`:
+    `<group>.txn.<instance>` (`instance` default: a fresh random one per producer). Fencing of
+    a zombie follows the consumer group's generation (KIP-447: the offsets go into the
+    transaction with the group's metadata), so the id needs to be unique per live producer,
+    not stable across restarts; its group prefix is the loop's, so the worker's ACLs on
+    `<prefix>-` cover it."""
+    return f"{group}.txn.{instance or uuid.uuid4().hex}"
 
 
 def tail_group() -> str:

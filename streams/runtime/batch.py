@@ -15,11 +15,40 @@ timers). Per batch of up to `batch_size` records:
    back to its committed offset and do the work again (ids are derived, so a repeat replaces
    and never duplicates).
 
+With `guarantee="exactly_once"` (STREAMS_PROCESSING_GUARANTEE) step 4 is one Kafka
+transaction instead: the loop's producer is transactional (`init_transactions` once), a
+transaction is begun before a batch's outputs are produced and stays open for the commit
+interval; the commit sends the done offsets into it with the consumer's group metadata
+(`send_offsets_to_transaction`, KIP-447) and commits it, so the outputs and the offsets that
+pass their inputs become visible to read_committed readers together, or not at all. A
+transaction that fails (an output not delivered, the group moved on, the coordinator moved,
+the broker down past the flush timeout, the producer fenced) is aborted, or, when the
+producer can no longer abort, the producer is replaced by a new one, and the loop seeks back
+to the committed offsets and does the work again: never skipped, never committed twice. Each
+abort logs one line `transaction aborted (<reason>)` (its `reason` also in the record's
+`extra`) and counts in `BatchStats.aborts` (the `streams.loop.transaction_aborts` metric).
+
+Why a fresh transactional.id per producer (`streams.core.tenancy.transactional_id`, random)
+rather than a stable one: fencing follows the consumer group's generation (the offsets are
+committed through the group coordinator with the member's generation), so a zombie, a member
+paused past its session timeout, cannot commit over the new owner's work whatever its id; a
+stable id would also abort a dead predecessor's open transaction at once, but needs a
+process identity that is unique among live workers, which nothing here provides. The cost:
+a killed member's open transaction holds its partitions' committed offsets (and the output
+partitions' last stable offset) until the broker aborts it, `transaction_timeout` seconds
+(STREAMS_TRANSACTION_TIMEOUT, 10 s) after it began.
+
 On a rebalance the revoked partitions' work is flushed and committed before they move, and
-never past an undelivered output. Outages are waits, not failures: a registry that cannot be
-reached makes the loop seek back to the batch and retry with backoff; a commit that fails
-because the coordinator is moving is retried; only an outage longer than `outage_limit`
-seconds ends the loop with `OutageTooLong`.
+never past an undelivered output; with exactly_once the open transaction is committed
+(every partition's work in it, the kept partitions' too: committing early is harmless, and
+the transaction cannot be split), and if that fails it is aborted and the new owner redoes
+the work. Lost partitions (the member was thrown out of the group) abort the open
+transaction: its new owner may already be redoing it.
+
+Outages are waits, not failures: a registry that cannot be reached makes the loop seek back
+to the batch and retry with backoff; a commit that fails because the coordinator is moving
+is retried; only an outage longer than `outage_limit` seconds ends the loop with
+`OutageTooLong`.
 """
 
 from __future__ import annotations
@@ -28,7 +57,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -37,11 +66,16 @@ from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.kafka.lag import LagTracker
 from streams.adapters.kafka.outputs import Output
 from streams.adapters.tracing import batch_span
-from streams.core.errors import KafkaUnavailable
+from streams.core.errors import ConfigError, KafkaUnavailable
+from streams.core.tenancy import transactional_id
 from streams.runtime.root import Runtime
 
-__all__ = ["BatchLoop", "BatchStats", "BeforeCommit", "OnAssigned", "OnRevoked", "OutageTooLong",
-           "Step"]
+__all__ = ["AT_LEAST_ONCE", "EXACTLY_ONCE", "GUARANTEES", "BatchLoop", "BatchStats",
+           "BeforeCommit", "OnAssigned", "OnRevoked", "OutageTooLong", "Step", "abort_reason"]
+
+EXACTLY_ONCE = "exactly_once"
+AT_LEAST_ONCE = "at_least_once"
+GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE)
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +103,53 @@ class OutageTooLong(KafkaUnavailable):
     """The registry or broker stayed unreachable longer than the configured limit."""
 
 
+# Errors that mean the group moved on without this member: its offsets cannot be committed.
+_GROUP_MOVED = (KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+                KafkaError.REBALANCE_IN_PROGRESS, KafkaError.FENCED_INSTANCE_ID,
+                KafkaError._NO_OFFSET)
+_FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+           KafkaError.INVALID_PRODUCER_ID_MAPPING, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+_COORDINATOR = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._WAIT_COORD)
+_DOWN = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TIMED_OUT,
+         KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_ENOUGH_REPLICAS,
+         KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+# Delivery reports of the records an abort purges: the abort's own doing, not a failure.
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+
+
+def abort_reason(error: KafkaError | None) -> str:
+    """Why a transaction failed, as the one word its log line and metric carry: `fenced`
+    (a newer producer or the broker's timeout took the transaction over), `group_moved`
+    (the consumer group's generation moved on: a zombie's commit), `coordinator_moved`,
+    `broker_down`, `timed_out`, `delivery_failed` (an output was refused) or `other`."""
+    if error is None:
+        return "other"
+    code = error.code()
+    if code in _FENCED or error.fatal():
+        return "fenced"
+    if code in _GROUP_MOVED:
+        return "group_moved"
+    if code in _COORDINATOR:
+        return "coordinator_moved"
+    if code in _DOWN:
+        return "broker_down"
+    if code == KafkaError._TIMED_OUT:
+        return "timed_out"
+    return "other"
+
+
+def _error_of(exc: KafkaException) -> KafkaError | None:
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) else None
+
+
 @dataclass
 class BatchStats:
-    """What a loop has done: batches, records in, outputs out, commits and repeats."""
+    """What a loop has done: batches, records in, outputs out, commits and repeats; with
+    exactly_once, `commits` counts committed transactions, `aborts` the aborted ones (each
+    redone from the committed offsets), `aborts_by_reason` them by `abort_reason`, and
+    `producer_resets` the transactional producers replaced after being fenced."""
 
     batches: int = 0
     records: int = 0
@@ -80,14 +158,18 @@ class BatchStats:
     delivery_failures: int = 0
     rewinds: int = 0
     outage_waits: int = 0
+    aborts: int = 0
+    producer_resets: int = 0
+    aborts_by_reason: dict[str, int] = field(default_factory=dict)
 
 
 class BatchLoop:
-    """Runs one step over a consumer group's partitions, at least once, in batches.
+    """Runs one step over a consumer group's partitions in batches, at least once or
+    exactly once (`guarantee`, default the settings' `processing_guarantee`).
 
     Its consumer (a member of `group`) and its producer (one of its own, `producer_extra`
-    added to its configuration) come from the runtime. Construction does no I/O; `run`
-    makes them, subscribes and loops until `stop` is set.
+    added to its configuration; transactional with exactly_once) come from the runtime.
+    Construction does no I/O; `run` makes them, subscribes and loops until `stop` is set.
     """
 
     def __init__(
@@ -108,8 +190,19 @@ class BatchLoop:
         on_assigned: OnAssigned | None = None,
         on_revoked: OnRevoked | None = None,
         before_commit: BeforeCommit | None = None,
+        guarantee: str | None = None,
     ) -> None:
         self.runtime = runtime
+        self.guarantee = guarantee or runtime.settings.processing_guarantee
+        if self.guarantee not in GUARANTEES:
+            raise ConfigError(f"unknown processing guarantee {self.guarantee!r}: "
+                              f"STREAMS_PROCESSING_GUARANTEE is one of {list(GUARANTEES)}")
+        self.exactly_once = self.guarantee == EXACTLY_ONCE
+        # Whether a transaction is open (exactly_once): begun before a batch's outputs are
+        # produced, ended by the commit or an abort.
+        self._in_transaction = False
+        # Counts rebalance callbacks, so a batch fetched across one can be checked.
+        self._rebalances = 0
         self.group = group
         self.producer_extra = {
             **(producer_extra or {}),
@@ -148,7 +241,8 @@ class BatchLoop:
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         # Called only for failures (delivery.report.only.error); runs inside poll/flush.
-        if err is not None:
+        # An abort purges its records: their reports are no new failure.
+        if err is not None and not (self.exactly_once and err.code() in _PURGED):
             self._failed += 1
             self.stats.delivery_failures += 1
             log.warning("%s: an output failed delivery: %s", self.name, err)
@@ -182,7 +276,10 @@ class BatchLoop:
     def _commit(self, consumer: Consumer, producer: Producer,
                 partitions: set[tuple[str, int]] | None = None) -> bool:
         """Commit done offsets (of `partitions`, or all) once their outputs are delivered;
-        on a failed delivery, rewind instead. Returns whether it committed."""
+        on a failed delivery, rewind instead. Returns whether it committed. With
+        exactly_once, commit the open transaction (every partition's work: see the module)."""
+        if self.exactly_once:
+            return self._commit_transaction(consumer)
         chosen = {tp: o for tp, o in self._done.items()
                   if partitions is None or tp in partitions}
         if not chosen:
@@ -217,6 +314,126 @@ class BatchLoop:
         self.stats.commits += 1
         return True
 
+    # -- transactions (exactly_once) ---------------------------------------------------------
+
+    def _make_producer(self) -> Producer:
+        """The loop's producer: with exactly_once a transactional one with a fresh id, its
+        transactions initialised (an unreachable broker is waited out)."""
+        if not self.exactly_once:
+            return self.runtime.producer_of_own(**self.producer_extra)
+        while True:
+            producer = self.runtime.transactional_producer(transactional_id(self.group),
+                                                           **self.producer_extra)
+            while True:
+                try:
+                    producer.init_transactions(self.flush_timeout)
+                    self._outage_over()
+                    return producer
+                except KafkaException as exc:
+                    error = _error_of(exc)
+                    self._wait_outage(f"initialising transactions failed: {exc}")
+                    if error is not None and not error.retriable():
+                        break  # this producer is done for: make another
+
+    def _begin(self, producer: Producer) -> Producer:
+        """Make sure a transaction is open (exactly_once); returns the producer it is open
+        on (a new one if the old one could not begin any more)."""
+        if not self.exactly_once or self._in_transaction:
+            return producer
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:  # fatal: the producer was fenced while idle
+            log.warning("%s: cannot begin a transaction (%s); replacing the producer",
+                        self.name, exc)
+            producer = self._reset_producer()
+            producer.begin_transaction()
+        self._in_transaction = True
+        return producer
+
+    def _reset_producer(self) -> Producer:
+        """Replace a fenced or failed transactional producer with a new one (a new id)."""
+        self.stats.producer_resets += 1
+        self._in_transaction = False
+        producer = self._producer = self._make_producer()
+        return producer
+
+    def _retrying(self, what: str, call: Callable[[], None]) -> None:
+        """Call a transactional API, again while it fails with a retriable error (a timeout,
+        a coordinator on its way): librdkafka says such a call may simply be repeated."""
+        while True:
+            try:
+                call()
+                self._outage_over()
+                return
+            except KafkaException as exc:
+                error = _error_of(exc)
+                if error is None or not error.retriable() or error.txn_requires_abort():
+                    raise
+                self._wait_outage(f"{what} failed: {error}")
+
+    def _commit_transaction(self, consumer: Consumer) -> bool:
+        """Put the done offsets into the open transaction (with the group's metadata, so a
+        member the group moved past cannot commit) and commit it; on any failure, abort and
+        redo from the committed offsets. Returns whether it committed."""
+        if not self._in_transaction:
+            return True
+        producer = self._producer
+        assert producer is not None
+        if self._failed:
+            self._abort(consumer, "delivery_failed", None)
+            return False
+        chosen = dict(self._done)
+        try:
+            if self.before_commit is not None and chosen:
+                extra = self.before_commit(set(chosen))
+                if extra:
+                    self._produce(producer, extra)
+            if chosen:
+                offsets = [TopicPartition(t, p, o) for (t, p), o in chosen.items()]
+                metadata = consumer.consumer_group_metadata()
+                self._retrying("sending the offsets to the transaction",
+                               lambda: producer.send_offsets_to_transaction(
+                                   offsets, metadata, self.flush_timeout))
+            self._retrying("committing the transaction",
+                           lambda: producer.commit_transaction(self.flush_timeout))
+        except KafkaException as exc:
+            error = _error_of(exc)
+            self._abort(consumer, "delivery_failed" if self._failed and error is not None
+                        and not error.fatal() else abort_reason(error), exc)
+            return False
+        self._in_transaction = False
+        for tp in chosen:
+            self._done.pop(tp, None)
+        self.stats.commits += 1
+        return True
+
+    def _abort(self, consumer: Consumer, reason: str, exc: BaseException | None,
+               why: str = "an output failed delivery") -> None:
+        """Abort the open transaction (or, when the producer cannot, replace it: the broker
+        aborts the old one), then seek back to the committed offsets to redo its work."""
+        producer = self._producer
+        fatal = False
+        if isinstance(exc, KafkaException):
+            error = _error_of(exc)
+            fatal = error is not None and (error.fatal() or error.code() in _FENCED)
+        if producer is not None and self._in_transaction and not fatal:
+            try:
+                self._retrying("aborting the transaction",
+                               lambda: producer.abort_transaction(self.flush_timeout))
+            except KafkaException as abort_exc:
+                log.warning("%s: the abort failed too (%s)", self.name, abort_exc)
+                fatal = True
+        self._in_transaction = False
+        self.stats.aborts += 1
+        self.stats.aborts_by_reason[reason] = self.stats.aborts_by_reason.get(reason, 0) + 1
+        log.warning("%s: transaction aborted (%s): %s; redoing from the committed offsets",
+                    self.name, reason, exc if exc is not None else why,
+                    extra={"event": "transaction_aborted", "reason": reason,
+                           "loop": self.name})
+        if fatal and producer is not None:
+            self._reset_producer()
+        self._rewind(consumer)
+
     def _rewind(self, consumer: Consumer) -> None:
         """Seek every assigned partition back to its committed offset: its work is redone."""
         self._failed = 0
@@ -236,7 +453,12 @@ class BatchLoop:
         self._outage_over()
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else 0
-            consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+            try:
+                consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+            except KafkaException as exc:
+                # Not assigned any more (a rebalance under way): its next owner starts at
+                # the committed offset anyway.
+                log.info("%s: no seek of %s/%d (%s)", self.name, tp.topic, tp.partition, exc)
 
     # -- outages -------------------------------------------------------------------------
 
@@ -266,6 +488,7 @@ class BatchLoop:
     # -- rebalances ----------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         if self.on_assigned is not None:
             self.on_assigned(consumer, partitions)
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
@@ -273,8 +496,10 @@ class BatchLoop:
         self._ready.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         if self._producer is not None:
+            # exactly_once: the whole open transaction (an abort, if it fails, rewinds).
             self._commit(consumer, self._producer, revoked)
         self.assigned -= revoked
         for tp in revoked:
@@ -284,10 +509,17 @@ class BatchLoop:
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Lost, not revoked: another member may own them already; committing would be wrong.
+        self._rebalances += 1
         lost = {(tp.topic, tp.partition) for tp in partitions}
         self.assigned -= lost
         for tp in lost:
             self._done.pop(tp, None)
+        if self.exactly_once and self._in_transaction:
+            # The open transaction holds the lost partitions' outputs, which their new owner
+            # is redoing: abort it, and redo the kept partitions' share of it.
+            self._abort(_consumer, "group_moved", None,
+                        why="partitions lost (the session timed out, or the member was "
+                            "thrown out of the group)")
         if self.on_revoked is not None:
             self.on_revoked(partitions)
 
@@ -301,7 +533,7 @@ class BatchLoop:
         """Subscribe and process batches until `stop` is set; commits what is delivered on
         the way out. Raises OutageTooLong after an outage longer than the limit."""
         consumer = self._consumer = self.runtime.consumer(self.group)
-        producer = self._producer = self.runtime.producer_of_own(**self.producer_extra)
+        self._producer = self._make_producer()
         consumer.subscribe(self.subscription, on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
         batches_since_commit = 0
@@ -313,39 +545,67 @@ class BatchLoop:
                 self.lag.update(consumer)
                 messages = self._next_batch(consumer)
                 if self._failed:
-                    self._rewind(consumer)
+                    if self.exactly_once and self._in_transaction:
+                        self._abort(consumer, "delivery_failed", None)
+                    else:
+                        self._rewind(consumer)
                     continue
-                if messages and not self._process(consumer, producer, messages):
+                if messages and not self._process(consumer, messages):
                     continue
                 if messages:
                     batches_since_commit += 1
                 now = time.monotonic()
                 if self._done and (batches_since_commit >= self.commit_every
                                    or now - last_commit >= self.commit_interval):
-                    self._commit(consumer, producer)
+                    self._commit(consumer, self._current_producer())
                     batches_since_commit = 0
                     last_commit = now
-            self._commit(consumer, producer)
+            self._commit(consumer, self._current_producer())
         finally:
             self.running = False
-            producer.flush(self.flush_timeout)
+            self._close_producer()
             consumer.close()
             self._consumer = self._producer = None
+
+    def _current_producer(self) -> Producer:
+        # A fenced producer is replaced on the way, so the loop asks for it each time.
+        assert self._producer is not None
+        return self._producer
+
+    def _close_producer(self) -> None:
+        producer = self._producer
+        if producer is None:
+            return
+        if self.exactly_once and self._in_transaction:
+            # Leaving on an error: what the transaction holds is redone by the next owner.
+            try:
+                producer.abort_transaction(self.flush_timeout)
+            except KafkaException as exc:
+                log.warning("%s: aborting on the way out failed (%s); the broker aborts it "
+                            "after the transaction timeout", self.name, exc)
+            self._in_transaction = False
+        producer.flush(self.flush_timeout)
 
     def _next_batch(self, consumer: Consumer) -> list[Message]:
         """What is in the local queue now, up to batch_size; when it is empty, wait up to
         poll_timeout for the first record and take what came with it. consume(n, timeout)
         alone would hold a light stream's records for the whole timeout."""
+        rebalances = self._rebalances
         messages = consumer.consume(self.batch_size, 0)
-        if messages:
-            return messages
-        first = consumer.poll(self.poll_timeout)
-        if first is None:
-            return []
-        return [first, *consumer.consume(self.batch_size - 1, 0)]
+        if not messages:
+            first = consumer.poll(self.poll_timeout)
+            if first is None:
+                return []
+            messages = [first, *consumer.consume(self.batch_size - 1, 0)]
+        if self._rebalances != rebalances:
+            # Records fetched before a revocation in the same call belong to another member
+            # now: handling them would produce (and, exactly once, commit) its work.
+            assigned = self.assigned
+            messages = [m for m in messages if m.error() is not None
+                        or (m.topic() or "", m.partition() or 0) in assigned]
+        return messages
 
-    def _process(self, consumer: Consumer, producer: Producer,
-                 messages: list[Message]) -> bool:
+    def _process(self, consumer: Consumer, messages: list[Message]) -> bool:
         """Run the step over one batch and produce its outputs; False if the batch must be
         tried again (an outage), having seeked its partitions back to where it began."""
         try:
@@ -366,7 +626,15 @@ class BatchLoop:
             self._wait_outage(str(exc))
             return False
         self._outage_over()
-        self._produce(producer, outputs)
+        try:
+            producer = self._begin(self._current_producer())
+            self._produce(producer, outputs)
+        except KafkaException as exc:
+            if not self.exactly_once:
+                raise
+            # The producer refused the records (its transaction failed while it was open).
+            self._abort(consumer, abort_reason(_error_of(exc)), exc)
+            return False
         done = self._done
         per_topic = self.records_per_topic
         for msg in messages:

@@ -8,6 +8,7 @@
     runtime.admin           # TenantAdmin
     runtime.consumer(group) # a consumer-group member
     runtime.reader(group)   # a group-less reader (assigns partitions itself)
+    runtime.transactional_producer(id)  # an exactly-once loop's producer
     runtime.topic_reader(topic), runtime.tail(topic, on_record), runtime.index(tenant)
     runtime.faust_settings()  # what faust.App needs for these brokers and this security
     runtime.metrics         # the process's instruments, exported as STREAMS_METRICS says
@@ -187,6 +188,13 @@ class Runtime:
         delivery-report callback, say); the caller flushes it. Most writers share
         `producer` instead."""
         return Producer(self.producer_config(**extra))
+
+    def transactional_producer(self, transactional_id: str, **extra: Any) -> Producer:
+        """A new transactional producer (an exactly-once loop's: `transactional_id` from
+        `streams.core.tenancy.transactional_id`, `extra` its configuration); the caller
+        calls `init_transactions` and owns it."""
+        return Producer(config.transactional_producer_config(self.settings, transactional_id,
+                                                             **extra))
 
     def delivery_of_own(self, **extra: Any) -> Delivery:
         """Retrying batch delivery through a producer of its own (`extra`: its configuration,

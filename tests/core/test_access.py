@@ -11,7 +11,7 @@ from streams.core.access import (
     tenant_principal,
 )
 from streams.core.errors import ValidationFailed
-from streams.core.tenancy import reader_group, tenant_prefix
+from streams.core.tenancy import reader_group, tenant_prefix, transactional_id, worker_group
 
 
 def test_a_tenants_grants_cover_its_own_topics_and_groups_only() -> None:
@@ -46,6 +46,9 @@ def test_the_service_grants_cover_every_tenant_and_the_workers_groups() -> None:
     by_prefix = {(g.resource, g.prefix): g.operations for g in grants}
     assert "CREATE" in by_prefix[("topic", "fs.")]
     assert ("group", "fs-") in by_prefix and ("group", "fs.") in by_prefix
+    # The exactly-once loops' transactional ids are named in their group's prefix.
+    assert by_prefix[("transactional_id", "fs-")] == ("WRITE", "DESCRIBE")
+    assert transactional_id(worker_group("feedback-mirror", "fs")).startswith("fs-")
     with pytest.raises(ValidationFailed, match="without 'User:'"):
         service_grants("User:x")
 

@@ -104,7 +104,8 @@ class PrincipalInfo:
 
 def bindings(grant: Grant) -> list[AclBinding]:
     """The ACL bindings of a grant: one per operation, allowed from any host."""
-    restype = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}[grant.resource]
+    restype = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP,
+               "transactional_id": ResourceType.TRANSACTIONAL_ID}[grant.resource]
     return [AclBinding(restype, grant.prefix, ResourcePatternType.PREFIXED, grant.principal,
                        "*", AclOperation[operation], AclPermissionType.ALLOW)
             for operation in grant.operations]

@@ -33,6 +33,7 @@ __all__ = [
     "registry_config",
     "security_config",
     "ssl_context",
+    "transactional_producer_config",
 ]
 
 
@@ -149,12 +150,32 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
                                       "linger.ms": 5, "compression.type": "lz4", **extra})
 
 
+def transactional_producer_config(settings: Settings, transactional_id: str,
+                                  **extra: Any) -> dict[str, Any]:
+    """An exactly-once loop's producer: idempotent, fully acknowledged, with its
+    `transactional.id` and a transaction timeout of `transaction_timeout` (how long a dead
+    owner's open transaction holds its partitions before the broker aborts it)."""
+    return producer_config(settings, **{
+        "transactional.id": transactional_id,
+        "transaction.timeout.ms": int(settings.transaction_timeout * 1000),
+        **extra,
+    })
+
+
+# Every consumer reads committed records only: an exactly-once loop's outputs appear when its
+# transaction commits, and an aborted one's never. (librdkafka's default too, spelled out so
+# that no client kind depends on a default.) A read-to-end loop stops at the last stable
+# offset, not the high watermark: see streams.adapters.kafka.log.reached_end.
+_READ_COMMITTED = {"isolation.level": "read_committed"}
+
+
 def consumer_config(settings: Settings, group: str, **extra: Any) -> dict[str, Any]:
     """A consumer-group member that commits only when told to, starts from the beginning
-    when its group has no offsets, sees new topics within `metadata_refresh_interval`, and is
-    declared dead `session_timeout` after it stops heartbeating (so its partitions move on
-    quickly)."""
+    when its group has no offsets, reads committed records only, sees new topics within
+    `metadata_refresh_interval`, and is declared dead `session_timeout` after it stops
+    heartbeating (so its partitions move on quickly)."""
     return client_config(settings, **{
+        **_READ_COMMITTED,
         "group.id": group,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -167,9 +188,10 @@ def consumer_config(settings: Settings, group: str, **extra: Any) -> dict[str, A
 
 
 def reader_config(settings: Settings, group: str, **extra: Any) -> dict[str, Any]:
-    """A consumer that reads assigned partitions and commits nothing (librdkafka wants a
-    group id even then; it is never joined)."""
-    return client_config(settings, **{"group.id": group, "enable.auto.commit": False,
+    """A consumer that reads assigned partitions, committed records only, and commits
+    nothing (librdkafka wants a group id even then; it is never joined)."""
+    return client_config(settings, **{**_READ_COMMITTED, "group.id": group,
+                                      "enable.auto.commit": False,
                                       "enable.partition.eof": False, **extra})
 
 

@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from streams.adapters.avro.fast import FastCodec
 from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.index_store import IndexStore
-from streams.adapters.kafka.log import watermarks
+from streams.adapters.kafka.log import WRITTEN_ENDS, reached_end, watermarks
 from streams.core.errors import IndexBehind, KafkaUnavailable, SchemaError, ValidationFailed
 from streams.core.events import Envelope
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
@@ -146,6 +146,7 @@ class TenantIndex:
         self._entries_of = entries_of
         self._ensure_topic = ensure_topic
         self._consumer: Consumer | None = None
+        self._ends: Consumer | None = None
         self._partitions = 0
         self.store = store if store is not None else IndexStore(
             settings.state_path("index", f"{self.topic}.sqlite"))
@@ -477,14 +478,11 @@ class TenantIndex:
     def behind(self) -> tuple[dict[int, int], dict[int, int]]:
         """The cursors and the events topic's current ends (what a catch-up would read)."""
         start = self.cursors()
-        consumer = Consumer(reader_config(self.settings,
-                                          reader_group(self.topic, "index-tail",
-                                                       self.settings.topic_prefix)))
-        try:
-            ends = {p: high for p, (_low, high) in
-                    watermarks(consumer, self.events_topic, settings=self.settings).items()}
-        finally:
-            consumer.close()
+        # Every record written before now, open transactions waited for (WRITTEN_ENDS): a
+        # read_committed consumer's own ends would stop short of them.
+        ends = {p: high for p, (_low, high) in
+                watermarks(self._written_ends(), self.events_topic,
+                           settings=self.settings).items()}
         return start, ends
 
     def catch_up(self, *, limit: int | None = None) -> IndexRun:
@@ -596,7 +594,13 @@ class TenantIndex:
             while todo:
                 left = sum(todo[p] - at[p] for p in todo)
                 out = []
-                for msg in consumer.consume(max(1, min(_READ_BATCH, left)), _WAIT):
+                batch = consumer.consume(max(1, min(_READ_BATCH, left)), _WAIT)
+                if not batch:
+                    # What is left may be transaction markers or aborted records.
+                    for p in [p for p, e in todo.items()
+                              if reached_end(consumer, self.events_topic, p, e)]:
+                        del todo[p]
+                for msg in batch:
                     if msg.error():
                         raise KafkaUnavailable(
                             f"reading {self.events_topic} failed: {msg.error()}")
@@ -649,7 +653,9 @@ class TenantIndex:
         out: list[Message] = []
         try:
             tp = TopicPartition(self.events_topic, partition)
-            _low, high = consumer.get_watermark_offsets(tp, timeout=self.settings.admin_timeout)
+            # Every record written before now, open transactions waited for (WRITTEN_ENDS).
+            _low, high = self._written_ends().get_watermark_offsets(
+                tp, timeout=self.settings.admin_timeout)
             for start, stop in ranges:
                 end = high if stop is None else min(stop, high)
                 if start >= end:
@@ -657,7 +663,10 @@ class TenantIndex:
                 consumer.assign([TopicPartition(self.events_topic, partition, start)])
                 position = start
                 while position < end:
-                    for msg in consumer.consume(min(1000, end - position), _WAIT):
+                    batch = consumer.consume(min(1000, end - position), _WAIT)
+                    if not batch and reached_end(consumer, self.events_topic, partition, end):
+                        break  # the rest is transaction markers or aborted records
+                    for msg in batch:
                         if msg.error():
                             raise KafkaUnavailable(
                                 f"reading {self.events_topic} failed: {msg.error()}")
@@ -672,6 +681,16 @@ class TenantIndex:
             consumer.close()
         return out
 
+    def _written_ends(self) -> Consumer:
+        """A consumer that only asks where the events topic's records end, open
+        transactions included (made once)."""
+        with self._lock:
+            if self._ends is None:
+                self._ends = Consumer(reader_config(
+                    self.settings, reader_group(self.topic, "ends", self.settings.topic_prefix),
+                    **WRITTEN_ENDS))
+            return self._ends
+
     def close(self) -> None:
         """Leave the broker, once what was read is in the local store (waiting up to 10 s:
         what is not is read again by the next process)."""
@@ -680,6 +699,9 @@ class TenantIndex:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
+            if self._ends is not None:
+                self._ends.close()
+                self._ends = None
 
 
 class IndexWriter:

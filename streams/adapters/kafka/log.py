@@ -270,7 +270,8 @@ def missing_topic(topic: str) -> NotFound:
 
 def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
                settings: Settings | None = None) -> dict[int, tuple[int, int]]:
-    """(low, high) offsets of every partition of a topic.
+    """(low, high) offsets of every partition of a topic (for a read_committed consumer,
+    every one here, `high` is the last stable offset: the end of the committed records).
 
     A topic created a moment ago may not have leaders yet; retriable errors are retried
     until `timeout`. A topic the broker does not know for `MISSING_TOPIC_GRACE` seconds
@@ -303,10 +304,33 @@ def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
             time.sleep(0.2)
 
 
+def reached_end(consumer: Consumer, topic: str, partition: int, end: int) -> bool:
+    """Whether a reader's position in a partition has reached `end` (an offset from
+    `watermarks`). Read to an end by this, not by the last record's offset: transaction
+    markers and aborted records occupy offsets a read_committed reader is never handed (the
+    record before a committed transaction's marker is never at `end - 1`), while its
+    position moves past them. A position not known yet is not the end."""
+    try:
+        [tp] = consumer.position([TopicPartition(topic, partition)])
+    except KafkaException:
+        return False
+    return tp.offset >= end
+
+
+# The configuration of a consumer that only asks where a topic's records end, open
+# transactions included: a read_committed reader that must see what was written before it
+# was asked (an append it made itself) reads up to these ends, waiting for open transactions
+# to commit or abort (at most a loop's commit interval, or the transaction timeout of a
+# writer that died), instead of stopping at the last stable offset.
+WRITTEN_ENDS = {"isolation.level": "read_uncommitted"}
+
+
 class TopicReader:
     """Reads a topic from remembered positions up to its end at the time of the call.
 
-    No consumer group: positions live in this object, so reading commits nothing.
+    No consumer group: positions live in this object, so reading commits nothing. It reads
+    committed records only, up to every record written before the call: what an open
+    transaction holds is waited for, until it commits (and is read) or aborts (and is not).
     """
 
     def __init__(self, settings: Settings, topic: str) -> None:
@@ -316,6 +340,7 @@ class TopicReader:
         # partition's end (500 ms by default) would hold back the next read's offset queries,
         # which the broker answers after it on the same connection.
         self._made: Consumer | None = None
+        self._ends: Consumer | None = None
         self._positions: dict[int, int] = {}
 
     @property
@@ -327,11 +352,20 @@ class TopicReader:
                 **{"fetch.wait.max.ms": 10}))
         return self._made
 
+    @property
+    def _ends_consumer(self) -> Consumer:
+        if self._ends is None:
+            self._ends = Consumer(reader_config(
+                self.settings, reader_group(self.topic, "reader", self.settings.topic_prefix),
+                **WRITTEN_ENDS))
+        return self._ends
+
     def read_to_end(self) -> Iterator[Message]:
-        """Messages from the remembered positions up to each partition's current end."""
+        """Messages from the remembered positions up to each partition's current end (every
+        record written before the call, committed ones handed on)."""
         try:
             ends = {p: high for p, (_low, high) in watermarks(
-                self._consumer, self.topic, settings=self.settings).items()}
+                self._ends_consumer, self.topic, settings=self.settings).items()}
             todo = {p: e for p, e in ends.items() if self._positions.get(p, 0) < e}
             if not todo:
                 return
@@ -340,8 +374,12 @@ class TopicReader:
                 for p in todo
             ])
             while todo:
-                msg = self._consumer.poll(1.0)
+                msg = self._consumer.poll(0.1)
                 if msg is None:
+                    # Idle: the rest of a partition may be markers or aborted records.
+                    for part in [q for q, e in todo.items()
+                                 if reached_end(self._consumer, self.topic, q, e)]:
+                        self._positions[part] = todo.pop(part)
                     continue
                 if msg.error():
                     raise denied(msg.error(), self.settings, f"read topic {self.topic}") or \
@@ -361,6 +399,9 @@ class TopicReader:
         made, self._made = self._made, None
         if made is not None:
             made.close()
+        ends, self._ends = self._ends, None
+        if ends is not None:
+            ends.close()
 
 
 def decode_envelopes(serde: AvroSerde, messages: Iterator[Message],
@@ -383,6 +424,7 @@ __all__ = [
     "HEADER_TRACEPARENT",
     "MISSING_TOPIC_GRACE",
     "POLL_INTERVAL",
+    "WRITTEN_ENDS",
     "EventLog",
     "Headers",
     "Landed",
@@ -392,5 +434,6 @@ __all__ = [
     "header_value",
     "largest_field",
     "missing_topic",
+    "reached_end",
     "watermarks",
 ]

@@ -99,6 +99,7 @@ class TopicTail:
                 time.sleep(0.1)
                 continue
             if not batch:
+                self._passed_markers(consumer)
                 continue
             reached: dict[int, int] = {}
             for msg in batch:
@@ -120,6 +121,30 @@ class TopicTail:
                 self._changed.notify_all()
             for call in ready:
                 call()
+
+    def _passed_markers(self, consumer: Consumer) -> None:
+        """Idle: move positions up to the consumer's, past transaction markers and aborted
+        records that were never handed on (so `sync` and `wait_past` do not wait for them)."""
+        try:
+            now = consumer.position([TopicPartition(self.topic, p) for p in self._positions])
+        except KafkaException:
+            return
+        ready: list[Callable[[], None]] = []
+        with self._changed:
+            moved = False
+            for tp in now:
+                if tp.offset > self._positions.get(tp.partition, 0):
+                    self._positions[tp.partition] = tp.offset
+                    moved = True
+                    waiting = self._waiters.get(tp.partition)
+                    if waiting:
+                        ready += [call for offset, call in waiting if offset < tp.offset]
+                        self._waiters[tp.partition] = [(o, c) for o, c in waiting
+                                                       if o >= tp.offset]
+            if moved:
+                self._changed.notify_all()
+        for call in ready:
+            call()
 
     def _hand_on(self, msg: Message) -> None:
         try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import TopicPartition
 
 from streams.adapters.avro.codec import envelope_from_record
-from streams.adapters.kafka.log import header_value, watermarks
+from streams.adapters.kafka.log import header_value, reached_end, watermarks
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError
 from streams.core.events import Envelope, Seq
 from streams.core.tenancy import check_tenant, check_workspace, fresh_group, tenant_topics
@@ -87,6 +87,12 @@ def read_workspace_log(runtime: Runtime, tenant: str, workspace: str, *,
             # Batches and fastavro against cached writer schemas: a report reads whole logs.
             messages = consumer.consume(1000, 0.5)
             if not messages:
+                # The rest of a partition may be transaction markers or aborted records.
+                for p in [p for p, e in todo.items() if reached_end(consumer, topic, p, e)]:
+                    done += todo[p] - position[p]
+                    position[p] = todo.pop(p)
+                if not todo:
+                    break
                 if time.monotonic() - last > wait:
                     raise KafkaUnavailable(
                         f"reading {topic} stalled: nothing arrived for {wait:g} s with "

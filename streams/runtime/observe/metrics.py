@@ -64,7 +64,8 @@ class WatchedLoop(Protocol):
 
     @property
     def stats(self) -> Any:
-        """The loop's counters (batches, rewinds, outage_waits)."""
+        """The loop's counters (batches, commits, rewinds, outage_waits, aborts_by_reason,
+        producer_resets)."""
         ...
 
     @property
@@ -142,6 +143,15 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
                              "times a loop redid work from its committed offsets"),
     "streams.loop.outage_waits": ("counter", ("loop",),
                                   "waits for an unreachable broker or registry"),
+    "streams.loop.commits": ("counter", ("loop",),
+                             "offset commits of a loop (exactly_once: committed transactions)"),
+    "streams.loop.transaction_aborts": ("counter", ("loop", "reason"),
+                                        "transactions an exactly-once loop aborted and redid, "
+                                        "by reason (fenced, group_moved, coordinator_moved, "
+                                        "broker_down, timed_out, delivery_failed, other)"),
+    "streams.loop.producer_resets": ("counter", ("loop",),
+                                     "transactional producers an exactly-once loop replaced "
+                                     "after they were fenced"),
     "streams.consumer.lag": ("gauge", ("group", "topic", "partition"),
                              "records after the member's position (high watermark - position)"),
     "streams.sink.deliveries": ("counter", ("sink", "tenant"), "scores a sink handed on"),
@@ -327,6 +337,9 @@ class Metrics:
             "streams.loop.batches": lambda: self._loop_stat("batches"),
             "streams.loop.rewinds": lambda: self._loop_stat("rewinds"),
             "streams.loop.outage_waits": lambda: self._loop_stat("outage_waits"),
+            "streams.loop.commits": lambda: self._loop_stat("commits"),
+            "streams.loop.transaction_aborts": self._aborts,
+            "streams.loop.producer_resets": lambda: self._loop_stat("producer_resets"),
             "streams.sink.deliveries": self._deliveries,
             "streams.sink.retries": lambda: self._sink_stat("retries"),
             "streams.sink.errors": self._sink_errors,
@@ -419,6 +432,11 @@ class Metrics:
     def _loop_stat(self, key: str) -> Iterable[Observation]:
         return [Observation(getattr(loop.stats, key), {"loop": loop.name})
                 for loop, _prefix in self._loops]
+
+    def _aborts(self) -> Iterable[Observation]:
+        for loop, _prefix in self._loops:
+            for reason, n in dict(loop.stats.aborts_by_reason).items():
+                yield Observation(n, {"loop": loop.name, "reason": reason})
 
     def _lag(self) -> Iterable[Observation]:
         trackers = [loop.lag for loop, _prefix in self._loops] + \

@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
+from streams.adapters.kafka.log import reached_end
 from streams.core.app_events import AppEventTypes
 from streams.core.errors import KafkaUnavailable, ValidationFailed
 from streams.core.rulebook import LiveRule, RulebookEntry, live_rules
@@ -143,6 +144,9 @@ class RulebookFollower:
         while ends and time.monotonic() < deadline:
             messages = consumer.consume(500, 0.2)
             self._apply(messages)
+            if not messages:  # past transaction markers, should a rulebook have any
+                for topic in [t for t, e in ends.items() if reached_end(consumer, t, 0, e)]:
+                    ends.pop(topic)
             for msg in messages:
                 if msg.error() is None and (msg.offset() or 0) + 1 >= ends.get(msg.topic() or "",
                                                                                  0):

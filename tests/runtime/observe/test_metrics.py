@@ -56,6 +56,8 @@ def test_worker_metrics_by_tenant_loop_outcome_and_partition(local_delays: bool)
     loop.records_per_topic.update({"fs.acme.events": 7, "fs.beta.events": 2, "other": 5})
     loop.topics_seen.update({"fs.acme.events", "fs.beta.events", "fs._control"})
     loop.stats.batches, loop.stats.rewinds, loop.stats.outage_waits = 4, 1, 3
+    loop.stats.commits, loop.stats.producer_resets = 2, 1
+    loop.stats.aborts_by_reason.update({"fenced": 1, "group_moved": 2})
     loop.lag._lag = {("fs.acme.events", 0): 3, ("fs.acme.events", 1): 0}
     metrics.watch_loop(loop, "fs")
     stats = MirrorStats()
@@ -89,6 +91,12 @@ def test_worker_metrics_by_tenant_loop_outcome_and_partition(local_delays: bool)
     assert got[("streams_loop_batches_total", (("loop", "feedback-mirror"),))] == 4
     assert got[("streams_loop_rewinds_total", (("loop", "feedback-mirror"),))] == 1
     assert got[("streams_loop_outage_waits_total", (("loop", "feedback-mirror"),))] == 3
+    assert got[("streams_loop_commits_total", (("loop", "feedback-mirror"),))] == 2
+    assert got[("streams_loop_producer_resets_total", (("loop", "feedback-mirror"),))] == 1
+    assert got[("streams_loop_transaction_aborts_total",
+                (("loop", "feedback-mirror"), ("reason", "group_moved")))] == 2
+    assert got[("streams_loop_transaction_aborts_total",
+                (("loop", "feedback-mirror"), ("reason", "fenced")))] == 1
     assert got[("streams_consumer_lag", (("group", "fs-feedback-mirror"), ("partition", "0"),
                                          ("topic", "fs.acme.events")))] == 3
     assert got[("streams_consumer_lag", (("group", "fs-feedback-mirror"), ("partition", "1"),
@@ -141,6 +149,7 @@ def test_every_declared_instrument_is_exported_with_its_labels(local_delays: boo
     loop = _loop("rules-reactor", "g")
     loop.records_per_topic["fs.acme.events"] = 1
     loop.topics_seen.add("fs.acme.events")
+    loop.stats.aborts_by_reason["fenced"] = 1
     loop.lag._lag = {("fs.acme.events", 0): 0}
     metrics.watch_loop(loop, "fs")
     stats = MirrorStats()

@@ -1,0 +1,392 @@
+"""The batch loop's commit protocol, in memory: a fake consumer and producer stand in for the
+broker (tests/integration/test_batch_loop.py and tests/faults/test_exactly_once.py run it on
+a real one), so each failure of a transaction can be made to happen exactly where wanted.
+
+With exactly_once, outputs and the offsets that pass their inputs become visible together,
+or not at all; a failed transaction is aborted (or its producer replaced when fenced) and
+redone from the committed offsets; at_least_once keeps its flush-then-commit."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from streams.adapters.kafka.outputs import Output
+from streams.core.errors import ConfigError
+from streams.runtime.batch import BatchLoop, abort_reason
+from streams.runtime.root import Runtime
+from streams.settings import Settings
+
+TOPIC = "fs.acme.events"
+
+
+@dataclass
+class Msg:
+    """What the loop reads of a confluent-kafka Message."""
+
+    _topic: str
+    _partition: int
+    _offset: int
+    _value: bytes
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def headers(self) -> list[Any]:
+        return []
+
+    def error(self) -> None:
+        return None
+
+
+@dataclass
+class Broker:
+    """The state both fakes share: the input log, committed offsets, visible outputs."""
+
+    log: dict[int, list[bytes]]
+    committed: dict[int, int] = field(default_factory=dict)
+    visible: list[bytes] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    generation: int = 1
+    # Errors to raise, by call name ("commit_transaction", ...), consumed in order.
+    failures: dict[str, list[KafkaException]] = field(default_factory=dict)
+    producers: list[FakeProducer] = field(default_factory=list)
+
+    def fail(self, call: str) -> None:
+        queue = self.failures.get(call)
+        if queue:
+            raise queue.pop(0)
+
+
+class FakeConsumer:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.position: dict[int, int] = {}
+        self.callbacks: dict[str, Callable[..., None]] = {}
+        self.joined = False
+        self.generation = 0
+
+    def subscribe(self, _topics: list[str], **callbacks: Callable[..., None]) -> None:
+        self.callbacks = callbacks
+
+    def _join(self) -> None:
+        if not self.joined:
+            self.joined = True
+            self.generation = self.broker.generation
+            parts = [TopicPartition(TOPIC, p) for p in self.broker.log]
+            self.callbacks["on_assign"](self, parts)
+            for p in self.broker.log:
+                self.position[p] = self.broker.committed.get(p, 0)
+
+    def consume(self, n: int, _timeout: float) -> list[Msg]:
+        self._join()
+        out: list[Msg] = []
+        for p, values in self.broker.log.items():
+            while len(out) < n and self.position[p] < len(values):
+                at = self.position[p]
+                out.append(Msg(TOPIC, p, at, values[at]))
+                self.position[p] = at + 1
+        return out
+
+    def poll(self, timeout: float) -> Msg | None:
+        got = self.consume(1, 0)
+        if not got:
+            time.sleep(min(timeout, 0.01))
+        return got[0] if got else None
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.position[tp.partition] = tp.offset
+
+    def committed(self, parts: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.broker.committed.get(tp.partition,
+                                                                                 -1001))
+                for tp in parts]
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool = False) -> None:
+        self.broker.calls.append("commit")
+        for tp in offsets:
+            self.broker.committed[tp.partition] = tp.offset
+
+    def consumer_group_metadata(self) -> int:
+        return self.generation  # the generation it joined: stale once the group moved on
+
+    def assignment(self) -> list[TopicPartition]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class FakeProducer:
+    def __init__(self, broker: Broker, config: dict[str, Any]) -> None:
+        self.broker = broker
+        self.config = config
+        self.transactional = "transactional.id" in config
+        self.pending: list[bytes] = []
+        self.pending_offsets: dict[int, int] = {}
+        self.open = False
+        broker.producers.append(self)
+
+    def _call(self, name: str) -> None:
+        self.broker.calls.append(name)
+        self.broker.fail(name)
+
+    def init_transactions(self, _timeout: float) -> None:
+        self._call("init_transactions")
+
+    def begin_transaction(self) -> None:
+        assert not self.open, "a transaction begun twice"
+        self._call("begin_transaction")
+        self.open = True
+
+    def produce(self, _topic: str, value: bytes, _key: bytes | None = None,
+                headers: Any = None) -> None:
+        if self.transactional:
+            assert self.open, "produced outside a transaction"
+            self.pending.append(value)
+        else:
+            self.broker.visible.append(value)
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+    def flush(self, _timeout: float) -> int:
+        return 0
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: int,
+                                    _timeout: float) -> None:
+        self._call("send_offsets_to_transaction")
+        if metadata != self.broker.generation:
+            raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION,
+                                            txn_requires_abort=True))
+        for tp in offsets:
+            self.pending_offsets[tp.partition] = tp.offset
+
+    def commit_transaction(self, _timeout: float) -> None:
+        self._call("commit_transaction")
+        self.broker.visible += self.pending
+        self.broker.committed.update(self.pending_offsets)
+        self.pending, self.pending_offsets, self.open = [], {}, False
+
+    def abort_transaction(self, _timeout: float) -> None:
+        self._call("abort_transaction")
+        self.pending, self.pending_offsets, self.open = [], {}, False
+
+
+class FakeRuntime:
+    def __init__(self, broker: Broker, guarantee: str) -> None:
+        self.broker = broker
+        self.settings = Settings(processing_guarantee=guarantee)
+
+    def consumer(self, _group: str) -> FakeConsumer:
+        return FakeConsumer(self.broker)
+
+    def producer_of_own(self, **extra: Any) -> FakeProducer:
+        return FakeProducer(self.broker, extra)
+
+    def transactional_producer(self, transactional_id: str, **extra: Any) -> FakeProducer:
+        return FakeProducer(self.broker, {"transactional.id": transactional_id, **extra})
+
+
+def copy(messages: Sequence[Any]) -> list[Output]:
+    return [Output("fs.acme.scores", m.key(), m.value()) for m in messages]
+
+
+def records(n: int, partitions: int = 2) -> dict[int, list[bytes]]:
+    return {p: [f"p{p}-{i}".encode() for i in range(n)] for p in range(partitions)}
+
+
+def run_until(loop: BatchLoop, done: Callable[[], bool], timeout: float = 10.0) -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "the loop did not get there"
+        assert thread.is_alive(), "the loop stopped"
+        time.sleep(0.01)
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def make(broker: Broker, guarantee: str = "exactly_once", **options: Any) -> BatchLoop:
+    options = {"step": copy, "commit_every": 1, "commit_interval": 0.01, **options}
+    return BatchLoop(cast(Runtime, FakeRuntime(broker, guarantee)), group="fs-feedback-mirror",
+                     subscription=[TOPIC], batch_size=5, name="mirror", **options)
+
+
+def expected(broker: Broker) -> list[bytes]:
+    return sorted(v for values in broker.log.values() for v in values)
+
+
+def all_committed(broker: Broker) -> Callable[[], bool]:
+    return lambda: all(broker.committed.get(p) == len(v) for p, v in broker.log.items())
+
+
+def test_exactly_once_commits_outputs_and_offsets_in_one_transaction() -> None:
+    broker = Broker(records(12))
+    loop = make(broker)
+    run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)
+    assert len(broker.visible) == len(set(broker.visible))
+    assert broker.calls[0] == "init_transactions"
+    assert "commit" not in broker.calls  # no offset commit outside a transaction
+    first = broker.calls.index("commit_transaction")
+    assert broker.calls[1:first + 1] == ["begin_transaction", "send_offsets_to_transaction",
+                                         "commit_transaction"]
+    assert broker.producers[0].config["transactional.id"].startswith("fs-feedback-mirror.txn.")
+    assert loop.stats.commits == broker.calls.count("commit_transaction")
+    assert loop.stats.aborts == 0
+
+
+@pytest.mark.parametrize(("failing", "error", "reason"), [
+    ("commit_transaction", KafkaError(KafkaError._TRANSPORT, txn_requires_abort=True),
+     "broker_down"),
+    ("send_offsets_to_transaction", KafkaError(KafkaError.NOT_COORDINATOR,
+                                               txn_requires_abort=True), "coordinator_moved"),
+    ("commit_transaction", KafkaError(KafkaError._TIMED_OUT, txn_requires_abort=True),
+     "timed_out"),
+])
+def test_a_failed_transaction_is_aborted_and_redone_once(
+    failing: str, error: KafkaError, reason: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker = Broker(records(12), failures={failing: [KafkaException(error)]})
+    loop = make(broker)
+    with caplog.at_level(logging.WARNING, "streams.runtime.batch"):
+        run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)  # nothing lost, nothing twice
+    assert broker.calls.count("abort_transaction") == 1
+    assert loop.stats.aborts == 1 and loop.stats.aborts_by_reason == {reason: 1}
+    assert loop.stats.rewinds == 1 and loop.stats.producer_resets == 0
+    [line] = [r for r in caplog.records if getattr(r, "event", "") == "transaction_aborted"]
+    assert f"transaction aborted ({reason})" in line.getMessage()
+    assert cast(Any, line).reason == reason
+
+
+def test_a_retriable_commit_error_is_retried_not_aborted() -> None:
+    broker = Broker(records(6), failures={"commit_transaction": [
+        KafkaException(KafkaError(KafkaError._TIMED_OUT, retriable=True))]})
+    loop = make(broker)
+    run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)
+    assert "abort_transaction" not in broker.calls
+    assert loop.stats.outage_waits == 1 and loop.stats.aborts == 0
+
+
+def test_a_fenced_producer_is_replaced_and_its_work_redone() -> None:
+    fenced = KafkaError(KafkaError._FENCED, fatal=True)
+    broker = Broker(records(12), failures={"commit_transaction": [KafkaException(fenced)]})
+    loop = make(broker)
+    run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)
+    # A fenced producer cannot abort: the broker aborts its transaction; a new one redoes it.
+    assert "abort_transaction" not in broker.calls
+    assert loop.stats.producer_resets == 1 and loop.stats.aborts_by_reason == {"fenced": 1}
+    ids = [p.config["transactional.id"] for p in broker.producers]
+    assert len(ids) == 2 and ids[0] != ids[1]
+    assert broker.calls.count("init_transactions") == 2
+
+
+def test_a_zombie_cannot_commit_after_the_group_moved_on() -> None:
+    broker = Broker(records(6))
+    step_calls = []
+
+    def step(messages: Sequence[Any]) -> list[Output]:
+        step_calls.append(len(messages))
+        if len(step_calls) == 1:
+            broker.generation = 2  # thrown out while it worked: its metadata is stale now
+        return copy(messages)
+
+    loop = make(broker, step=step)
+    run_until(loop, lambda: loop.stats.aborts >= 1)
+    assert broker.visible == [] and broker.committed == {}
+    assert loop.stats.aborts_by_reason.get("group_moved", 0) >= 1
+
+
+def test_before_commit_outputs_share_the_transaction() -> None:
+    broker = Broker(records(4), failures={"commit_transaction": [
+        KafkaException(KafkaError(KafkaError.NOT_COORDINATOR, txn_requires_abort=True))]})
+    seen: list[set[tuple[str, int]]] = []
+
+    def before_commit(partitions: set[tuple[str, int]]) -> list[Output]:
+        seen.append(partitions)
+        return [Output("fs.acme.changelog", b"k", f"cl{len(seen)}".encode())]
+
+    loop = make(broker, before_commit=before_commit)
+    run_until(loop, all_committed(broker))
+    changelog = [v for v in broker.visible if v.startswith(b"cl")]
+    # The first transaction's changelog record was aborted with it; each commit has its own.
+    assert b"cl1" not in changelog
+    assert len(changelog) == loop.stats.commits  # one per committed transaction
+    assert sorted(v for v in broker.visible if not v.startswith(b"cl")) == expected(broker)
+
+
+def test_revocation_commits_the_open_transaction_and_loss_aborts_it() -> None:
+    broker = Broker(records(3))
+    loop = make(broker, commit_every=10**9, commit_interval=10**9)
+    consumer = FakeConsumer(broker)
+    loop._consumer = cast(Any, consumer)
+    loop._producer = cast(Any, FakeRuntime(broker, "exactly_once").transactional_producer("t"))
+    consumer.subscribe([], on_assign=loop._on_assign)
+    assert loop._process(cast(Any, consumer), cast(Any, consumer.consume(3, 0)))
+    assert broker.visible == []
+    loop._on_revoke(cast(Any, consumer), [TopicPartition(TOPIC, 0)])
+    assert len(broker.visible) == 3 and broker.committed == {0: 3}
+    # Lost: the open transaction's outputs are never committed.
+    assert loop._process(cast(Any, consumer), cast(Any, consumer.consume(3, 0)))
+    loop._on_lost(cast(Any, consumer), [TopicPartition(TOPIC, 1)])
+    assert len(broker.visible) == 3 and "abort_transaction" in broker.calls
+    assert loop.stats.aborts_by_reason == {"group_moved": 1}
+
+
+def test_at_least_once_flushes_then_commits_without_transactions() -> None:
+    broker = Broker(records(12))
+    loop = make(broker, guarantee="at_least_once")
+    run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)
+    assert "commit" in broker.calls
+    assert not {"init_transactions", "begin_transaction", "commit_transaction"} & \
+        set(broker.calls)
+    assert "transactional.id" not in broker.producers[0].config
+
+
+def test_the_guarantee_comes_from_the_settings_and_is_checked() -> None:
+    broker = Broker(records(1))
+    runtime = cast(Runtime, FakeRuntime(broker, "exactly_once"))
+    assert BatchLoop(runtime, group="g", subscription=[], step=copy).exactly_once
+    assert not BatchLoop(runtime, group="g", subscription=[], step=copy,
+                         guarantee="at_least_once").exactly_once
+    with pytest.raises(ConfigError, match="STREAMS_PROCESSING_GUARANTEE"):
+        BatchLoop(runtime, group="g", subscription=[], step=copy, guarantee="twice")
+
+
+def test_abort_reasons() -> None:
+    assert abort_reason(KafkaError(KafkaError.PRODUCER_FENCED)) == "fenced"
+    assert abort_reason(KafkaError(KafkaError._TRANSPORT, fatal=True)) == "fenced"
+    assert abort_reason(KafkaError(KafkaError.UNKNOWN_MEMBER_ID)) == "group_moved"
+    assert abort_reason(KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE)) == \
+        "coordinator_moved"
+    assert abort_reason(KafkaError(KafkaError._ALL_BROKERS_DOWN)) == "broker_down"
+    assert abort_reason(KafkaError(KafkaError._TIMED_OUT)) == "timed_out"
+    assert abort_reason(KafkaError(KafkaError.UNKNOWN)) == "other"
+    assert abort_reason(None) == "other"
