@@ -7,8 +7,10 @@ Per-tenant topics, `<prefix>.<tenant>.<kind>`:
     fs.acme.events      everything acme's workspaces log (runs, firings, feedback, app events)
     fs.acme.scores      scores for downstream analytics, keyed by feedback event id
     fs.acme.deadletter  records the pipeline could not handle, with the reason
-    fs.acme.rules       events matched by stateful rules (counts, rate limits, scopes), one
-                        partition, so one decider sees them all in order
+    fs.acme.rules       events matched by stateful rules (counts, rate limits, scopes),
+                        keyed by `<rule>|<scope key>`, so one key's matches are in one order
+    fs.acme.rulestate   the deciders' changelog: compacted, partitioned like the rules topic,
+                        one record per (rule, scope key) and one position per partition
     fs.acme.index       the workspace handle's compacted index (made with the tenant)
     fs.acme.rulebook    installed rules, compacted, keyed by rule name (made on first install)
     fs.acme.redriven    re-drives of dead letters, compacted (made on first re-drive)
@@ -57,11 +59,12 @@ INDEX: Final = "index"
 RULEBOOK: Final = "rulebook"
 REDRIVEN: Final = "redriven"
 COMMANDS: Final = "commands"
+RULESTATE: Final = "rulestate"
 
 KINDS = (EVENTS, SCORES, DEADLETTER, RULES)
 """The kinds `parse_topic` recognizes: the topics every tenant has (TenantTopics.all)."""
 
-TENANT_KINDS = (*KINDS, INDEX, RULEBOOK, REDRIVEN, COMMANDS)
+TENANT_KINDS = (*KINDS, INDEX, RULEBOOK, REDRIVEN, COMMANDS, RULESTATE)
 """Every kind of a tenant's topics, those made on demand included."""
 
 __all__ = [
@@ -75,6 +78,7 @@ __all__ = [
     "REDRIVEN",
     "RULEBOOK",
     "RULES",
+    "RULESTATE",
     "SCORES",
     "TENANT_KINDS",
     "TENANT_PATTERN",
@@ -100,6 +104,8 @@ __all__ = [
     "rulebook_tenant",
     "rulebook_topic",
     "rules_catch_up_group",
+    "rulestate_reader_group",
+    "rulestate_topic",
     "sibling_topic",
     "sink_group",
     "tail_group",
@@ -198,9 +204,15 @@ class TenantTopics:
         """The tenant's command ledger topic."""
         return sibling_topic(self.events, COMMANDS)
 
+    @property
+    def rulestate(self) -> str:
+        """The tenant's rule state changelog topic."""
+        return sibling_topic(self.events, RULESTATE)
+
     def every(self) -> tuple[str, ...]:
         """Every topic the tenant may have (what deleting it deletes)."""
-        return (*self.all(), self.index, self.rulebook, self.commands, self.redriven)
+        return (*self.all(), self.index, self.rulebook, self.commands, self.redriven,
+                self.rulestate)
 
 
 def tenant_topics(tenant: str, prefix: str = "fs") -> TenantTopics:
@@ -221,6 +233,12 @@ def rulebook_topic(tenant: str, prefix: str = "fs") -> str:
 def commands_topic(tenant: str, prefix: str = "fs") -> str:
     """A tenant's command ledger topic: `<prefix>.<tenant>.commands`."""
     return tenant_topic(tenant, COMMANDS, prefix)
+
+
+def rulestate_topic(tenant: str, prefix: str = "fs") -> str:
+    """A tenant's rule state changelog (compacted, partitioned like its rules topic):
+    `<prefix>.<tenant>.rulestate`."""
+    return tenant_topic(tenant, RULESTATE, prefix)
 
 
 def topic_kind(topic: str) -> str | None:
@@ -322,6 +340,12 @@ def replay_group(rules_topic: str) -> str:
     """The group id of the reader a decider replays a rules topic with: `<topic>.rebuild`
     (in the tenant's group prefix)."""
     return f"{rules_topic}.rebuild"
+
+
+def rulestate_reader_group(rulestate: str) -> str:
+    """The group id of the reader a decider restores rule state with: `<topic>.restore`
+    (in the tenant's group prefix)."""
+    return f"{rulestate}.restore"
 
 
 def rulebook_group(prefix: str = "fs") -> str:

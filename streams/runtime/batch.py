@@ -158,7 +158,11 @@ class BatchLoop:
         for out in outputs:
             while True:
                 try:
-                    produce(out.topic, out.value, out.key, headers=out.headers)
+                    if out.partition is None:
+                        produce(out.topic, out.value, out.key, headers=out.headers)
+                    else:  # a changelog record goes to its input's partition
+                        produce(out.topic, out.value, out.key, out.partition,
+                                headers=out.headers)
                     break
                 except BufferError:  # the local queue is full: let deliveries drain
                     producer.poll(0.05)

@@ -32,6 +32,8 @@ from streams.core.tenancy import (
     rulebook_tenant,
     rulebook_topic,
     rules_catch_up_group,
+    rulestate_reader_group,
+    rulestate_topic,
     sibling_topic,
     sink_group,
     tail_group,
@@ -99,14 +101,18 @@ def test_every_tenant_topic_name() -> None:
         "fs.acme.index", "fs.acme.rulebook", "fs.acme.redriven", "fs.acme.commands")
     assert topics.every() == (
         "fs.acme.events", "fs.acme.scores", "fs.acme.deadletter", "fs.acme.rules",
-        "fs.acme.index", "fs.acme.rulebook", "fs.acme.commands", "fs.acme.redriven")
+        "fs.acme.index", "fs.acme.rulebook", "fs.acme.commands", "fs.acme.redriven",
+        "fs.acme.rulestate")
+    assert topics.rulestate == rulestate_topic("acme") == "fs.acme.rulestate"
+    assert rulestate_reader_group("fs.acme.rulestate") == "fs.acme.rulestate.restore"
     assert index_topic("acme", "x") == "x.acme.index"
     assert rulebook_topic("acme") == "fs.acme.rulebook"
     assert commands_topic("acme", "fs") == "fs.acme.commands"
     assert redriven_topic("fs.acme.deadletter") == "fs.acme.redriven"
     assert [tenant_topic("acme", kind) for kind in TENANT_KINDS] == [
         f"fs.acme.{kind}" for kind in
-        ("events", "scores", "deadletter", "rules", "index", "rulebook", "redriven", "commands")]
+        ("events", "scores", "deadletter", "rules", "index", "rulebook", "redriven", "commands",
+         "rulestate")]
 
 
 def test_tenant_topics_refuse_bad_names_and_kinds() -> None:
@@ -207,7 +213,7 @@ TENANCY = PACKAGE / "core" / "tenancy.py"
 # A topic kind or a group suffix as part of a name: `.events`, `._keys`, `-rule-decider`,
 # `.sink.` ... (docstrings and comments may describe the scheme; code calls tenancy).
 SPELLED = re.compile(
-    r"\.(?:events|scores|deadletter|rules|index|rulebook|redriven|commands|rebuild)(?![\w])"
+    r"\.(?:events|scores|deadletter|rules|index|rulebook|redriven|commands|rulestate|rebuild|restore)(?![\w])"
     r"|\._(?:control|keys)(?![\w])|\.unrouted\."
     r"|(?<!-)-(?:rule-decider|rulebook|rules|app)(?![\w])|-rules-catch-up"
     r"|\.sink\.|sink-nocursor|streams-tail-")

@@ -79,7 +79,7 @@ retrieval = EvaluatorAction(RetrievalEvaluator(_model()), input=question, target
 # The app event types the rules watch: a worker refuses rules naming undeclared types.
 APP_EVENT_TYPES = [app_event_type(name) for name in (
     "t:item", "t:flaky", "t:broken", "t:tick", "t:sample", "t:judge", "t:judge-many",
-    "t:question")]
+    "t:question", "t:hit")]
 
 RULES = [
     Rule(name="t:limited", when=on("t:item").at_most(20, per=timedelta(hours=1)),
@@ -93,6 +93,12 @@ RULES = [
     Rule(name="t:judge-limited", when=on("t:judge-many").at_most(2, per=timedelta(hours=1)),
          then=run(judge)),
     Rule(name="t:retrieval", when=on("t:question"), then=run(retrieval, retry=FAST)),
+    # Stateful rules scoped by host, so their keys spread over the rules topic's partitions
+    # (tests/faults/test_rule_state.py); windows long enough that no test straddles one.
+    Rule(name="t:host-limited", when=on("t:hit").at_most(3, per=timedelta(days=3650))
+         .scope(F.data.host), then=run("noop")),
+    Rule(name="t:host-count", when=on("t:hit").count(4, within=timedelta(days=1))
+         .scope(F.data.host), then=run("noop")),
 ]
 ACTIONS = {"noop": noop, "flaky": flaky, "broken": broken, judge.name: judge,
            retrieval.name: retrieval}

@@ -36,7 +36,6 @@ from streams.examples.ops import TriageQuality
 from streams.runtime.root import Runtime
 from streams.runtime.sink.runner import SinkRunner
 from streams.runtime.worker.app import Worker
-from streams.runtime.worker.decider import start_decider
 from streams.settings import Settings
 from tests.conftest import wait_until
 from tests.spans import named, spans
@@ -56,14 +55,12 @@ def running(worker: Worker) -> Iterator[Worker]:
     stop = threading.Event()
     actions_loop = asyncio.new_event_loop()
     threads = [threading.Thread(target=actions_loop.run_forever, daemon=True)]
-    decider_stop = None
     reactor = worker.reactor
     if reactor is not None:
         reactor.bind(actions_loop)
-        if reactor.matcher.has_stateful:
-            _thread, decider_stop = start_decider(
-                lambda: reactor.decider(f"{worker.settings.topic_prefix}-rule-decider"))
     loops = [worker.mirror] + ([worker.reactor_loop] if worker.reactor_loop else [])
+    if worker.deciding and worker.decider_loop is not None:
+        loops.append(worker.decider_loop)
     threads += [threading.Thread(target=loop.run, args=(stop,), daemon=True) for loop in loops]
     for thread in threads:
         thread.start()
@@ -71,8 +68,6 @@ def running(worker: Worker) -> Iterator[Worker]:
         yield worker
     finally:
         stop.set()
-        if decider_stop is not None:
-            decider_stop.set()
         for thread in threads[1:]:
             thread.join(30)
         actions_loop.call_soon_threadsafe(actions_loop.stop)

@@ -12,6 +12,7 @@ from faust.auth import SASLCredentials, SSLCredentials
 
 from streams.core.events import RunSucceeded
 from streams.core.rules import Rule, on, run
+from streams.core.tenancy import rulestate_reader_group
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.runtime.worker.app import Worker
@@ -36,24 +37,6 @@ def sasl_settings(**more: Any) -> Settings:
 def carries_sasl(config: dict[str, Any]) -> bool:
     return all(config.get(k) == v for k, v in LIBRDKAFKA_SASL.items()) \
         and config["bootstrap.servers"] == NOWHERE and config["client.id"] == "probe"
-
-
-class FakeConsumer:
-    """Stands in for confluent_kafka.Consumer: records its config, never connects."""
-
-    made: list[dict[str, Any]] = []
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        FakeConsumer.made.append(config)
-
-    def assign(self, _partitions: Any) -> None:
-        return None
-
-    def poll(self, _timeout: float) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 def test_every_client_kind_carries_the_sasl_settings() -> None:
@@ -88,14 +71,15 @@ def test_the_deciders_consumers_carry_the_sasl_settings() -> None:
     worker = Worker(Runtime(sasl_settings()), rules=[Rule(
         name="r", when=on(RunSucceeded).at_most(1, per=timedelta(hours=1)), then=run("a"))],
         actions={"a": _action})
-    assert worker.reactor is not None
-    FakeConsumer.made = []
-    decider = worker.reactor.decider("fs-rule-decider", make_consumer=FakeConsumer)
-    with pytest.raises(Exception, match="could not replay"):
-        decider._rebuild("fs.acme.rules", 3)  # the replay reader polls nothing here
-    member, replay = FakeConsumer.made
+    assert worker.decider is not None and worker.decider_loop is not None
+    assert worker.decider_loop.group == "fs-rule-decider"
+    runtime = worker.runtime
+    member = runtime.consumer_config(worker.decider_loop.group)
+    replay = runtime.replay_reader_config("fs.acme.rules")
+    restore = runtime.reader_config(rulestate_reader_group("fs.acme.rulestate"))
     assert carries_sasl(member) and member["group.id"] == "fs-rule-decider"
     assert carries_sasl(replay) and replay["group.id"] == "fs.acme.rules.rebuild"
+    assert carries_sasl(restore) and restore["group.id"] == "fs.acme.rulestate.restore"
 
 
 def test_tls_reaches_faust_as_an_ssl_context() -> None:

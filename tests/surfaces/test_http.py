@@ -47,7 +47,7 @@ def _served() -> Any:
 def test_a_query_value_that_does_not_parse_is_an_error_frame_with_its_path() -> None:
     with _served() as client:
         for route, name in (("runs?limit=abc", "limit"), ("runs?limit=0", "limit"),
-                            ("feedback?offset=null", "offset")):
+                            ("feedback?limit=null", "limit")):
             answer = client.get(f"/v1/workspaces/acme.prod/{route}")
             assert answer.status_code == 422, (route, answer.text)
             body = answer.json()

@@ -25,12 +25,14 @@ from streams.core.tenancy import (
     REDRIVEN,
     RULEBOOK,
     RULES,
+    RULESTATE,
     SCORES,
     TenantTopics,
     index_topic,
     parse_topic,
     redriven_topic,
     rulebook_topic,
+    rulestate_topic,
     tenant_topics,
 )
 from streams.settings import Settings
@@ -41,8 +43,16 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     EVENTS: {"retention.ms": "-1", "cleanup.policy": "delete"},
     SCORES: {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"},
     DEADLETTER: {"retention.ms": "-1", "cleanup.policy": "delete"},
-    # The decider rebuilds its counts and rate windows from this topic: keep it.
+    # Stateful rules' matches. The deciders restore from the changelog (RULESTATE), not from
+    # this topic; it is kept so a decision can be traced back and a lost changelog rebuilt.
     RULES: {"retention.ms": "-1", "cleanup.policy": "delete"},
+    # The deciders' changelog: the newest state per (rule, scope key), one position per
+    # partition (streams.core.rules.snapshots).
+    # Segments roll every minute and are cleaned at 10% dirty: the active segment is never
+    # compacted, and a restore without a local store reads all of it (the broker defaults,
+    # 1 GB or 7 days, made that 360k records after 1M decisions: bench/rules_restore.py).
+    RULESTATE: {"cleanup.policy": "compact", "retention.ms": "-1", "segment.ms": "60000",
+                "min.cleanable.dirty.ratio": "0.1"},
     # The handle's view of what exists (streams.core.view): one record per key, the newest
     # kept, so compacted.
     # Segments roll hourly so the cleaner compacts the cursors (rewritten by the workers at
@@ -93,7 +103,7 @@ class TenantAdmin:
         wanted = partitions or self.settings.partitions
         kinds = dict(zip(KINDS, topics.all(),
                          strict=True))
-        sizes = {name: 1 if kind == RULES else wanted for kind, name in kinds.items()}
+        sizes = dict.fromkeys(kinds.values(), wanted)
         new = [
             NewTopic(name, num_partitions=sizes[name],
                      replication_factor=self.settings.replication_factor,
@@ -103,6 +113,9 @@ class TenantAdmin:
         try:
             self._create(new)
             counts = self._wait_visible(dict.fromkeys(topics.all(), 1))
+            # A rules topic keeps its partition count: its keys' state lives in the
+            # partitions they hash to (growing it is a migration: docs/rules.md).
+            sizes[topics.rules] = counts[topics.rules]
             grow = [NewPartitions(n, sizes[n]) for n, c in counts.items() if c < sizes[n]]
             if grow:
                 for future in self.client.create_partitions(grow).values():
@@ -117,16 +130,43 @@ class TenantAdmin:
             for future in self.client.incremental_alter_configs(resources).values():
                 future.result()
             self.ensure_index_topic(tenant)
+            self.ensure_rulestate_topic(tenant, counts[topics.rules])
             return TenantInfo(topics, self._wait_visible(sizes))
         except KafkaException as exc:
             raise KafkaUnavailable(f"could not create tenant {tenant!r}: {exc}") from exc
 
     def ensure_rules_topic(self, tenant: str) -> str:
-        """Create the tenant's one-partition rules topic if it is missing (tenants created
-        before rules existed have none); returns its name."""
+        """Create the tenant's rules topic (`Settings.partitions` partitions) and its rule
+        state changelog if missing (tenants created before rules existed have none);
+        returns the rules topic's name."""
         topic = tenant_topics(tenant, self.settings.topic_prefix).rules
-        self._ensure(topic, 1, self.topic_config(RULES))
+        partitions = self._ensure(topic, self.settings.partitions, self.topic_config(RULES))
+        self.ensure_rulestate_topic(tenant, partitions)
         return topic
+
+    def ensure_rulestate_topic(self, tenant: str, partitions: int) -> str:
+        """Create the tenant's compacted rule state changelog with `partitions` partitions
+        (its rules topic's count) if missing, or grow it to that count; returns its name."""
+        topic = rulestate_topic(tenant, self.settings.topic_prefix)
+        have = self._ensure(topic, partitions, self.topic_config(RULESTATE))
+        if have < partitions:
+            try:
+                for future in self.client.create_partitions(
+                        [NewPartitions(topic, partitions)]).values():
+                    future.result()
+            except KafkaException as exc:
+                raise KafkaUnavailable(f"could not grow {topic}: {exc}") from exc
+            self._wait_visible({topic: partitions})
+        return topic
+
+    def partitions_of(self, topic: str) -> int:
+        """How many partitions `topic` has (0 when it does not exist)."""
+        try:
+            meta = self.client.list_topics(topic, timeout=self.timeout)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"could not describe {topic}: {exc}") from exc
+        found = meta.topics.get(topic)
+        return 0 if found is None or found.error is not None else len(found.partitions)
 
     def ensure_index_topic(self, tenant: str) -> str:
         """Create the tenant's compacted index topic if it is missing (tenants created before

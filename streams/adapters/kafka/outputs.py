@@ -13,12 +13,14 @@ from streams.core.tenancy import dead_letter_topic
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """A record to produce."""
+    """A record to produce: to `partition` when given (a changelog co-partitioned with its
+    input), else to the partition the producer's partitioner picks for `key`."""
 
     topic: str
     key: bytes | None
-    value: bytes
+    value: bytes | None
     headers: Headers | None = None
+    partition: int | None = None
 
 
 def dead_letter_record(*, topic: str, partition: int, offset: int, key: bytes | None,

@@ -40,7 +40,6 @@ from streams.core.runs import ActionFn
 from streams.core.tenancy import (
     EVENTS,
     control_topic,
-    decider_group,
     parse_topic,
     tenant_topics,
     tenants_pattern,
@@ -52,7 +51,6 @@ from streams.runtime.batch import BatchLoop
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.observe.health import HealthServer, serve_health
 from streams.runtime.root import Runtime
-from streams.runtime.worker.decider import start_decider
 from streams.runtime.worker.follower import RulebookFollower
 from streams.runtime.worker.mirror import MirrorStep
 from streams.runtime.worker.reactor import Reactor
@@ -156,10 +154,21 @@ class Worker:
             on_assigned=self.reactor.assigned, on_revoked=self.reactor.revoked,
             before_commit=self.reactor.before_commit,
             name="rules-reactor") if self.reactor is not None else None
+        # Stateful rules' decider: a batch loop over the tenants' rules topics, started by
+        # `run` when a rule needs it (or rules may be installed as data).
+        self.decider = self.reactor.decider() if self.reactor is not None else None
+        self.decider_loop = self.decider.batch_loop() if self.decider is not None else None
         settings = self.settings
         self.app = self._build(
             settings.mirror_batch_size if batch_size is None else batch_size,
             settings.resubscribe_delay if resubscribe_delay is None else resubscribe_delay)
+
+    @property
+    def deciding(self) -> bool:
+        """Whether this worker runs the decider: a rule is stateful, or rules may be
+        installed as data."""
+        return self.reactor is not None and (self.reactor.matcher.has_stateful
+                                             or self.rulebook is not None)
 
     @property
     def tenant_admin(self) -> TenantAdmin:
@@ -277,14 +286,10 @@ class Worker:
         """Run the worker until SIGTERM or SIGINT (blocking)."""
         configure_tracing(self.settings.otlp_traces_endpoint, "streams-worker")
         self.start()
-        decider_stop = None
         reactor = self.reactor
         if self.rulebook is not None:
-            # Start with the rules live now, so the decider rebuilds their state too.
+            # Start with the rules live now, so the decider knows their rules at restore.
             self.rulebook.load()
-        if reactor is not None and (reactor.matcher.has_stateful or self.rulebook is not None):
-            group = decider_group(self.settings.topic_prefix)
-            _thread, decider_stop = start_decider(lambda: reactor.decider(group))
         worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
         if reactor is not None:
             # Actions run on the app's event loop; the reactor's thread waits for them.
@@ -298,6 +303,8 @@ class Worker:
             loops.append((self.reactor_loop.run, "rules-reactor"))
         if self.rulebook is not None:
             loops.append((self.rulebook.run, "rulebook"))
+        if self.deciding and self.decider_loop is not None:
+            loops.append((self.decider_loop.run, "rule-decider"))
         threads = [threading.Thread(target=run_or_exit, args=(name, loop, stop),
                                     name=name, daemon=True) for loop, name in loops]
         health = self._serve_health()  # metrics exported, /healthz and /readyz served
@@ -311,8 +318,6 @@ class Worker:
             stop.set()
             for thread in threads:
                 thread.join(60.0)
-            if decider_stop is not None:
-                decider_stop.set()
             self.runtime.close()
 
     def _serve_health(self) -> HealthServer | None:
@@ -321,6 +326,8 @@ class Worker:
         metrics = self.runtime.metrics
         prefix = self.settings.topic_prefix
         loops = [self.mirror] + ([self.reactor_loop] if self.reactor_loop else [])
+        if self.deciding and self.decider_loop is not None:
+            loops.append(self.decider_loop)
         for loop in loops:
             metrics.watch_loop(loop, prefix)
         metrics.watch_mirror(self.step)

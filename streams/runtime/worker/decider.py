@@ -1,163 +1,414 @@
-"""The decider of stateful rules: the single owner of each tenant's one-partition `rules`
-topic (a consumer-group member), deciding counts, rate limits and scopes in one order.
+"""The decider of stateful rules: a step of a `BatchLoop` over every tenant's `rules` topic
+(consumer group `<prefix>-rule-decider`), deciding counts, rate limits and scopes.
 
-It keeps counts and rate windows in memory, and rebuilds them after a restart or a move by
-replaying the topic up to its committed offset through the same pure engine (producing
-nothing), so its decisions do not depend on which worker makes them or when it started: the
-limits are exact across workers and restarts. It runs in a thread of the worker; a failure
-starts it again from its committed offset.
+The reactor keys each match by `<rule>|<scope key>`, so one key's matches are in one
+partition, in order, and one member decides them; different keys spread over the
+partitions and so over the workers. Each rules partition's state (streams.core.rules.
+snapshots) lives in memory, in a local SQLite store under `STREAMS_STATE_DIR/rules/<tenant>/
+<partition>/` and in the tenant's compacted changelog `<prefix>.<tenant>.rulestate` (the
+same partition number):
+
+- `before_commit` (the batch's firings are delivered, the offsets not yet committed) returns
+  the changed keys' records and the partition's position record for the changelog; once the
+  loop has committed, they are written to the local store too. So neither the changelog nor
+  the store ever holds a state whose firings were not delivered, and every record says the
+  offset it reflects (`upto`).
+- On assignment: open the store (checked; missing or corrupt: deleted, restored from the
+  changelog's beginning), read the changelog from the store's checkpoint to its end, and
+  assign the rules partition at max(committed offset, position): a match below its key's
+  `upto` is skipped, so nothing is counted twice, and nothing past the position is lost.
+- A rewind of the loop (a delivery failed) reloads the state from the store, which holds
+  only what was committed, and the matches are decided again (the same firing ids).
+- A one-partition rules topic of a deployment from before the changelog (committed offsets,
+  no changelog record): its state is replayed from the topic, as the decider did before,
+  once; its records then go to the changelog (docs/rules.md, migration).
+
+Restore time grows with the live state (the keys in the changelog), not with the history.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from streams.adapters.kafka.delivery import Delivery
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
-from streams.core.errors import StreamsError
+from streams.adapters.state import StateStore, open_store
 from streams.core.events import Envelope
-from streams.core.matching import Decision, Matcher
-from streams.core.rules import RuleState
-from streams.core.tenancy import RULES, parse_topic, tenants_pattern
+from streams.core.matching import Matcher
+from streams.core.rules import Rule
+from streams.core.rules.snapshots import PartitionState, entity_key
+from streams.core.tenancy import (
+    RULES,
+    decider_group,
+    parse_topic,
+    rulestate_reader_group,
+    rulestate_topic,
+    tenants_pattern,
+)
+from streams.runtime.batch import BatchLoop
+from streams.runtime.root import Runtime
 from streams.runtime.worker.records import HEADER_RULE, RuleRecords, firing_outputs
 from streams.settings import Settings
 
-__all__ = ["ConsumerFactory", "Decider", "start_decider"]
+__all__ = ["DeciderStats", "RuleDecider", "store_path"]
 
 log = logging.getLogger(__name__)
 
-ConsumerFactory = Callable[[dict[str, Any]], Any]
-"""Builds a consumer from its configuration (the runtime's `consumer_of`; tests pass
-fakes)."""
+CHECKPOINT = "checkpoint"
+"""The store's named integer: the changelog offset up to which it holds every record."""
+POSITION = "position"
+"""The store's named integer: the rules offset its state reflects."""
 
 
-class Decider:
-    """Owns the tenants' `rules` topics (one partition each) and decides stateful rules."""
+def store_path(settings: Settings, tenant: str, partition: int) -> Path:
+    """Where a rules partition's local store lives: `STREAMS_STATE_DIR/rules/<prefix>/
+    <tenant>/<partition>/state.sqlite` (the prefix too: two deployments on one machine may
+    have a tenant of one name)."""
+    return settings.state_path(RULES, settings.topic_prefix, tenant, str(partition)) \
+        / "state.sqlite"
 
-    def __init__(self, settings: Settings, matcher: Matcher, records: RuleRecords,
-                 delivery: Delivery, *, group: str,
-                 consumer_config: Callable[[str], dict[str, Any]],
-                 replay_reader_config: Callable[[str], dict[str, Any]],
-                 make_consumer: ConsumerFactory) -> None:
-        self.settings = settings
+
+@dataclass
+class DeciderStats:
+    """What the decider has done: restores, their time, keys restored, legacy replays,
+    matches skipped as already reflected, stores found corrupt or missing."""
+
+    restores: int = 0
+    restore_seconds: float = 0.0
+    restored_keys: int = 0
+    changelog_records_read: int = 0
+    legacy_replayed: int = 0
+    skipped: int = 0
+    stores_rebuilt: int = 0
+
+
+@dataclass
+class _Owned:
+    """One rules partition this member owns: its state, store and changelog."""
+
+    tenant: str
+    topic: str
+    partition: int
+    changelog: str
+    store: StateStore
+    part: PartitionState
+    durable: int = 0  # the position the store and changelog hold, confirmed
+    pending: list[tuple[str, bytes | None]] | None = None
+    pending_position: int = 0
+    pending_commits: int = 0
+    checkpoint_at: float = field(default_factory=time.monotonic)
+
+
+class RuleDecider:
+    """Decides stateful rules' matches, a step of the batch loop `batch_loop()` builds."""
+
+    def __init__(self, runtime: Runtime, matcher: Matcher, records: RuleRecords, *,
+                 checkpoint_interval: float = 10.0) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
         self.matcher = matcher
         self.records = records
-        self.delivery = delivery
-        self.group = group
-        self.replay_reader_config = replay_reader_config
-        self.make_consumer = make_consumer
-        self.states: dict[str, RuleState] = {}
-        self.replayed: dict[str, int] = {}
-        self._error: BaseException | None = None
-        self.consumer: Consumer = make_consumer(consumer_config(group))
+        self.checkpoint_interval = checkpoint_interval
+        self.owned: dict[tuple[str, int], _Owned] = {}
+        self.stats = DeciderStats()
+        self.loop: BatchLoop | None = None
+        self._consumer: Consumer | None = None
+        self._rewinds = 0
+        self._changelogs: set[str] = set()
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def batch_loop(self) -> BatchLoop:
+        """The batch loop running this decider (made once)."""
+        if self.loop is None:
+            settings = self.settings
+            self.loop = BatchLoop(
+                self.runtime, group=decider_group(settings.topic_prefix),
+                subscription=[tenants_pattern(RULES, settings.topic_prefix)],
+                step=self.handle_batch, batch_size=settings.reactor_batch_size,
+                poll_timeout=settings.batch_within, commit_interval=settings.commit_interval,
+                flush_timeout=settings.flush_timeout, outage_limit=settings.outage_limit,
+                name="rule-decider", on_assigned=self.on_assigned,
+                on_revoked=self.on_revoked, before_commit=self.before_commit)
+        return self.loop
+
+    # -- the step ------------------------------------------------------------------------
+
+    def handle_batch(self, messages: Sequence[Message]) -> list[Output]:
+        """Decide a batch of forwarded matches; the firings to produce. Every record is
+        decoded before any state changes, so a registry outage (RegistryUnavailable)
+        leaves the state as it was for the loop's retry."""
+        self._sync()
+        decoded: list[tuple[_Owned, int, Rule | None, Envelope | None]] = []
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            owned = self.owned.get((msg.topic() or "", msg.partition() or 0))
+            if owned is None:
+                continue
+            offset = msg.offset() or 0
+            name = (header_value(msg.headers(), HEADER_RULE) or b"").decode()
+            rule = self.matcher.rule(owned.tenant, name) if name else None
+            envelope = None if rule is None else self.records.decode(
+                msg.value(), owned.topic, owned.partition, offset)
+            decoded.append((owned, offset, rule, envelope))
+        outputs: list[Output] = []
+        for owned, offset, rule, envelope in decoded:
+            if rule is not None and envelope is not None:
+                outputs += self._decide(owned.part, offset, rule, envelope, emit=True)
+            owned.part.passed(offset)
+        return outputs
+
+    def _decide(self, part: PartitionState, offset: int, rule: Rule, envelope: Envelope,
+                *, emit: bool) -> list[Output]:
+        key = entity_key(rule.name, rule.scope_key(envelope))
+        if not part.wants(key, offset):
+            self.stats.skipped += 1  # reflected in the key's state already
+            return []
+        out: list[Output] = []
+        for decision in self.matcher.decide(rule.name, envelope, part.state_of(key)):
+            if emit:
+                out += firing_outputs(self.records, self.matcher, decision, envelope,
+                                      stage="decider")
+        part.applied(key, offset)
+        return out
+
+    # -- the changelog -------------------------------------------------------------------
+
+    def before_commit(self, partitions: set[tuple[str, int]]) -> list[Output]:
+        """The changelog records of the partitions about to be committed (their firings
+        are delivered): the changed keys and the position."""
+        self._sync()
+        loop = self.batch_loop()
+        out: list[Output] = []
+        for tp in sorted(partitions):
+            owned = self.owned.get(tp)
+            if owned is None:
+                continue
+            part = owned.part
+            if not part.dirty and not part.empty and part.position == owned.durable:
+                continue
+            records = part.snapshot(owned.durable)
+            out += [Output(owned.changelog, key.encode(), value, partition=owned.partition)
+                    for key, value in records]
+            owned.pending = (owned.pending or []) + records
+            owned.pending_position = part.position
+            owned.pending_commits = loop.stats.commits
+        return out
+
+    def _sync(self, *, final: bool = False) -> None:
+        """Write what the loop has committed since to the local stores (`final`: with the
+        changelog's end as their checkpoint, whenever it was last taken); after a rewind,
+        take the state back to what the stores hold."""
+        loop = self.batch_loop()
+        for owned in self.owned.values():
+            if owned.pending is not None and loop.stats.commits > owned.pending_commits:
+                meta = {POSITION: owned.pending_position}
+                checkpoint = self._checkpoint(owned, force=final)
+                if checkpoint is not None:
+                    meta[CHECKPOINT] = checkpoint
+                owned.store.write(owned.pending, meta)
+                owned.durable = owned.pending_position
+                owned.pending = None
+        if loop.stats.rewinds != self._rewinds:
+            self._rewinds = loop.stats.rewinds
+            for owned in self.owned.values():
+                owned.pending = None
+                owned.part = self._from_store(owned.store)
+                log.info("rule-decider: %s[%d] back to its stored state at %d after a rewind",
+                         owned.topic, owned.partition, owned.part.position)
+
+    def _checkpoint(self, owned: _Owned, *, force: bool = False) -> int | None:
+        """The changelog's end now (every record before it is in the store once this
+        write is done), at most every `checkpoint_interval` seconds; None otherwise."""
+        now = time.monotonic()
+        if self._consumer is None or (
+                not force and now - owned.checkpoint_at < self.checkpoint_interval):
+            return None
+        owned.checkpoint_at = now
         try:
-            committed = consumer.committed(partitions, timeout=self.settings.admin_timeout)
-            for tp in committed:
-                parsed = parse_topic(tp.topic, self.settings.topic_prefix)
-                if parsed is None:
-                    continue
-                self.states[parsed[0]] = self._rebuild(tp.topic, max(tp.offset, 0))
-            consumer.assign(partitions)
-        except Exception as exc:
-            self._error = exc
+            _low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(owned.changelog, owned.partition),
+                timeout=self.settings.admin_timeout, cached=False)
+        except KafkaException:
+            return None  # the next write tries again; a restore reads a little more
+        return int(high)
 
-    def _rebuild(self, topic: str, upto: int) -> RuleState:
-        """Replay the decisions made before `upto` through the engine, producing nothing."""
-        state = RuleState()
-        if upto <= 0:
-            return state
-        reader = self.make_consumer(self.replay_reader_config(topic))
-        reader.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    @staticmethod
+    def _from_store(store: StateStore) -> PartitionState:
+        part = PartitionState()
+        for key, value in store.items():
+            part.load(key, value)
+        part.position = max(part.position, store.meta(POSITION) or 0)
+        return part
+
+    # -- rebalances ----------------------------------------------------------------------
+
+    def on_assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Restore each assigned partition's state (store, then changelog), then assign the
+        partitions at max(committed offset, position)."""
+        self._consumer = consumer
+        started = time.monotonic()
+        committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(
+            partitions, timeout=self.settings.admin_timeout)}
+        opened: list[_Owned] = []
+        for tp in partitions:
+            parsed = parse_topic(tp.topic, self.settings.topic_prefix)
+            if parsed is None:
+                continue
+            tenant = parsed[0]
+            changelog = self._changelog(tenant, tp.topic)
+            store = open_store(store_path(self.settings, tenant, tp.partition))
+            if store.rebuilt:
+                self.stats.stores_rebuilt += 1
+            owned = _Owned(tenant, tp.topic, tp.partition, changelog, store,
+                           self._from_store(store))
+            opened.append(owned)
+        self._restore(opened)
+        assign: list[TopicPartition] = []
+        for owned in opened:
+            done = max(committed.get((owned.topic, owned.partition), -1), 0)
+            if owned.part.position == 0 and not owned.part.states and done > 0:
+                self._legacy_replay(owned, done)
+            owned.durable = owned.part.position
+            self.owned[(owned.topic, owned.partition)] = owned
+            assign.append(TopicPartition(owned.topic, owned.partition,
+                                         max(done, owned.part.position)))
+        consumer.assign(assign)
+        took = time.monotonic() - started
+        self.stats.restores += 1
+        self.stats.restore_seconds = took
+        if opened:
+            log.info("rule-decider: restored %d partitions (%d keys) in %.2f s", len(opened),
+                     sum(len(o.part.upto) for o in opened), took)
+
+    def _changelog(self, tenant: str, rules: str) -> str:
+        topic = rulestate_topic(tenant, self.settings.topic_prefix)
+        if topic not in self._changelogs:
+            admin = self.runtime.admin
+            admin.ensure_rulestate_topic(tenant, admin.partitions_of(rules))
+            self._changelogs.add(topic)
+        return topic
+
+    def _restore(self, opened: list[_Owned]) -> None:
+        """Read each partition's changelog from its store's checkpoint to its end, into
+        its state and its store."""
+        if not opened:
+            return
+        reader = self.runtime.reader(rulestate_reader_group(opened[0].changelog))
+        try:
+            ends: dict[tuple[str, int], int] = {}
+            starts: list[TopicPartition] = []
+            for owned in opened:
+                tp = TopicPartition(owned.changelog, owned.partition)
+                low, high = reader.get_watermark_offsets(
+                    tp, timeout=self.settings.admin_timeout, cached=False)
+                if (owned.store.meta(CHECKPOINT) or 0) > high:
+                    # The store is ahead of the changelog's end: the topic was made again
+                    # (a tenant deleted and created anew). It is not this changelog's cache.
+                    log.warning("rule-decider: the store of %s[%d] is past its changelog's "
+                                "end; rebuilding it", owned.topic, owned.partition)
+                    owned.store.clear()
+                    owned.part = PartitionState()
+                    self.stats.stores_rebuilt += 1
+                start = max(low, 0 if owned.store.rebuilt else
+                            owned.store.meta(CHECKPOINT) or 0)
+                if start < high:
+                    ends[(owned.changelog, owned.partition)] = high
+                    starts.append(TopicPartition(owned.changelog, owned.partition, start))
+                else:
+                    owned.store.write([], {CHECKPOINT: high})
+            by_tp = {(o.changelog, o.partition): o for o in opened}
+            read: dict[tuple[str, int], list[tuple[str, bytes | None]]] = {}
+            if starts:
+                reader.assign(starts)
+            quiet_until = time.monotonic() + self.settings.replay_timeout
+            done: set[tuple[str, int]] = set()
+            while len(done) < len(ends):
+                messages = reader.consume(10_000, 0.2)
+                if not messages:
+                    if time.monotonic() > quiet_until:
+                        raise KafkaException(f"could not read the rule state changelog to "
+                                             f"its end: {sorted(set(ends) - done)}")
+                    continue
+                quiet_until = time.monotonic() + self.settings.replay_timeout
+                for msg in messages:
+                    if msg.error() is not None:
+                        continue
+                    key = (msg.topic() or "", msg.partition() or 0)
+                    end = ends.get(key)
+                    offset = msg.offset() or 0
+                    if end is None or offset >= end or key in done:
+                        continue
+                    read.setdefault(key, []).append(
+                        ((msg.key() or b"").decode(), msg.value()))
+                    if offset + 1 >= end:
+                        done.add(key)
+            for key, records in read.items():
+                owned = by_tp[key]
+                for name, value in records:
+                    try:
+                        owned.part.load(name, value)
+                    except (ValueError, KeyError, TypeError):
+                        log.warning("rule-decider: %s[%d]: a changelog record of %r cannot "
+                                    "be read; skipped", key[0], key[1], name)
+                self.stats.changelog_records_read += len(records)
+                owned.store.write(records, {CHECKPOINT: ends[key],
+                                            POSITION: owned.part.position})
+            for owned in opened:
+                self.stats.restored_keys += len(owned.part.upto)
+        finally:
+            reader.close()
+
+    def _legacy_replay(self, owned: _Owned, upto: int) -> None:
+        """The state of a partition decided before the changelog existed (a one-partition
+        rules topic of an older deployment): replay its first `upto` records, deciding and
+        producing nothing; the next commit writes its keys to the changelog."""
+        if self.runtime.admin.partitions_of(owned.topic) != 1:
+            log.error("rule-decider: %s[%d] has committed offsets but no rule state: its "
+                      "keys' state before offset %d is lost (a rules topic of many "
+                      "partitions is never replayed; docs/rules.md, migration)",
+                      owned.topic, owned.partition, upto)
+            owned.part.position = upto
+            return
+        reader = self.runtime.consumer_of(self.runtime.replay_reader_config(owned.topic))
+        reader.assign([TopicPartition(owned.topic, owned.partition, OFFSET_BEGINNING)])
+        part = owned.part
         done = 0
         try:
             while done < upto:
-                msg = reader.poll(self.settings.replay_timeout)
-                if msg is None:
-                    raise KafkaException(f"could not replay {topic} up to {upto}")
-                if msg.error():
-                    continue
-                offset = msg.offset() or 0
-                if offset >= upto:
-                    break
-                done = offset + 1
-                self._decide(msg, state)
+                messages = reader.consume(10_000, self.settings.replay_timeout)
+                if not messages:
+                    raise KafkaException(f"could not replay {owned.topic} up to {upto}")
+                for msg in messages:
+                    offset = msg.offset() or 0
+                    if msg.error() is not None or offset >= upto:
+                        continue
+                    done = offset + 1
+                    name = (header_value(msg.headers(), HEADER_RULE) or b"").decode()
+                    rule = self.matcher.rule(owned.tenant, name) if name else None
+                    envelope = None if rule is None else self.records.decode(
+                        msg.value(), owned.topic, owned.partition, offset)
+                    if rule is not None and envelope is not None:
+                        self._decide(part, offset, rule, envelope, emit=False)
+                    part.passed(offset)
         finally:
             reader.close()
-        self.replayed[topic] = done
-        log.info("rebuilt rule state of %s from %d decisions", topic, done)
-        return state
+        part.position = max(part.position, upto)
+        self.stats.legacy_replayed += done
+        log.info("rule-decider: replayed %s[%d] up to %d (no changelog yet); its %d keys go "
+                 "to the changelog with the next commit", owned.topic, owned.partition, upto,
+                 len(part.upto))
 
-    def _decide(self, msg: Message, state: RuleState,
-                ) -> tuple[Envelope | None, list[Decision]]:
-        name = (header_value(msg.headers(), HEADER_RULE) or b"").decode()
-        if not self.matcher.knows(name):
-            return None, []  # a rule this worker no longer has
-        envelope = self.records.decode(msg.value(), msg.topic() or "", msg.partition() or 0,
-                                       msg.offset() or 0)
-        if envelope is None:
-            return None, []
-        return envelope, self.matcher.decide(name, envelope, state)
-
-    def run(self, stop: threading.Event) -> None:
-        """Decide until `stop` is set (blocking; the worker runs it in a thread)."""
-        self.consumer.subscribe([tenants_pattern(RULES, self.settings.topic_prefix)],
-                                on_assign=self._on_assign)
-        try:
-            while not stop.is_set():
-                if self._error is not None:
-                    raise self._error
-                messages = self.consumer.consume(self.settings.reactor_batch_size, 0.2)
-                if not messages:
-                    continue
-                outputs: list[Output] = []
-                ends: dict[tuple[str, int], int] = {}
-                for msg in messages:
-                    if msg.error():
-                        continue
-                    tenant = (parse_topic(msg.topic() or "", self.settings.topic_prefix)
-                              or ("?", ""))[0]
-                    state = self.states.setdefault(tenant, RuleState())
-                    envelope, decisions = self._decide(msg, state)
-                    for decision in decisions:
-                        if envelope is not None:
-                            outputs += firing_outputs(self.records, self.matcher, decision,
-                                                      envelope, stage="decider")
-                    key = (msg.topic() or "", msg.partition() or 0)
-                    ends[key] = (msg.offset() or 0) + 1
-                self.delivery.send_sync(outputs)
-                if ends:
-                    self.consumer.commit(offsets=[TopicPartition(t, p, o)
-                                                  for (t, p), o in ends.items()],
-                                         asynchronous=False)
-        except StreamsError:
-            log.exception("decider stopped")
-            raise
-        finally:
-            self.consumer.close()
-
-
-def start_decider(make: Callable[[], Decider]) -> tuple[threading.Thread, threading.Event]:
-    """Run deciders made by `make` in a daemon thread; set the event to stop it. A decider
-    that fails is replaced by a new one, which starts again from its committed offset."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                make().run(stop)
-            except Exception:
-                log.exception("decider failed; restarting in 1 s")
-                time.sleep(1.0)
-
-    thread = threading.Thread(target=loop, name="rule-decider", daemon=True)
-    thread.start()
-    return thread, stop
+    def on_revoked(self, partitions: list[TopicPartition]) -> None:
+        """Forget revoked (or lost) partitions, their committed state written to their
+        stores first."""
+        self._sync(final=True)
+        for tp in partitions:
+            owned = self.owned.pop((tp.topic, tp.partition), None)
+            if owned is not None:
+                owned.store.close()

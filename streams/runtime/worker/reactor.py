@@ -5,8 +5,9 @@ this worker has (streams.runtime.worker.executor) before the batch is committed.
 - Stateless rules (type, filters, sampling) fire straight from the step: it writes
   `rule_fired` and `run_started` into the chain of the event that matched.
 - Stateful rules (counts, rate limits, scopes) need every matching event of a tenant in one
-  place and in one order. The step forwards each match to the tenant's `rules` topic, which
-  has one partition, so exactly one decider (streams.runtime.worker.decider) owns it.
+  place and in one order. The step forwards each match to the tenant's `rules` topic, keyed
+  by `<rule>|<scope key>`, so each key's matches are in one partition, decided in order by
+  the one decider that owns it (streams.runtime.worker.decider).
 - Runs: for a `run_started` of an action registered in this worker, the step runs the action
   on the worker's event loop, with the rule's retry policy, before the batch is committed.
 - The index (streams.adapters.kafka.index): the step writes the index entries of every event
@@ -46,7 +47,7 @@ from streams.core.runs import ActionFn
 from streams.core.tenancy import EVENTS, parse_topic, rules_catch_up_group, tenant_topics
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
-from streams.runtime.worker.decider import ConsumerFactory, Decider
+from streams.runtime.worker.decider import RuleDecider
 from streams.runtime.worker.executor import RunExecutor
 from streams.runtime.worker.follower import RulebookFollower
 from streams.runtime.worker.records import RuleRecords, firing_outputs
@@ -118,16 +119,10 @@ class Reactor:
                     [self.records.envelope(e) for e in envelopes[i:]])
                 return
 
-    def decider(self, group: str, *, make_consumer: ConsumerFactory | None = None,
-                ) -> Decider:
-        """A decider of this worker's stateful rules, its consumers configured by the
-        runtime and built by it (or by `make_consumer` from those configs: tests pass
-        fakes)."""
-        runtime = self.runtime
-        return Decider(self.settings, self.matcher, self.records, runtime.delivery,
-                       group=group, consumer_config=runtime.consumer_config,
-                       replay_reader_config=runtime.replay_reader_config,
-                       make_consumer=make_consumer or runtime.consumer_of)
+    def decider(self) -> RuleDecider:
+        """The decider of this worker's stateful rules (a batch loop's step: run
+        `decider().batch_loop()`), sharing this reactor's matcher and records."""
+        return RuleDecider(self.runtime, self.matcher, self.records)
 
     def outputs(self, envelope: Envelope, raw: bytes | None) -> list[Output]:
         """The records one event makes: forwards of stateful rules' matches, firings of

@@ -14,6 +14,7 @@ from streams.adapters.tracing import child_span, traced_as, tracing_enabled
 from streams.core.errors import SchemaError
 from streams.core.events import Envelope, Seq
 from streams.core.matching import Decision, Forward, Matcher, ReactorStats
+from streams.core.rules.snapshots import entity_key
 from streams.core.tenancy import tenant_topics
 
 __all__ = ["HEADER_RULE", "RuleRecords", "firing_outputs"]
@@ -52,10 +53,12 @@ class RuleRecords:
 
     def forward(self, forward: Forward, raw: bytes | None) -> Output:
         """A stateful rule's match as a record for the tenant's rules topic: the event's own
-        bytes, keyed and headed by the rule."""
+        bytes, headed by the rule and keyed by `<rule>|<scope key>`, so one key's matches
+        stay in one partition, in order, and different keys spread over the partitions."""
         envelope, name = forward.envelope, forward.rule.name
         rules_topic = tenant_topics(envelope.tenant, self.prefix).rules
-        return Output(rules_topic, name.encode(), raw or b"",
+        key = entity_key(name, forward.rule.scope_key(envelope))
+        return Output(rules_topic, key.encode(), raw or b"",
                       [(HEADER_RULE, name.encode()),
                        ("event_type", envelope.event_type.encode())])
 

@@ -1,0 +1,218 @@
+"""Rule state as records: the state of one (rule, scope key) as a plain dict and back, and
+a rules partition's state with the offset each key reflects.
+
+The decider partitions stateful rules by their key, `<rule>|<scope key>` (rule names never
+hold `|`, an unscoped rule's scope key is empty). One key's state is one record of the
+partition's changelog: its count window, its rate windows and `upto`, the offset (in the
+rules partition) after the last match it reflects. Because every record says which offset it
+reflects, a restore may start reading the rules partition anywhere at or before the first
+match a record does not reflect: a match below its key's `upto` is skipped, so nothing is
+counted twice. `POSITION_KEY` is the partition's own record: the offset every key's state
+reflects, where the decider resumes.
+
+Pure: no storage, no Kafka; the store (`streams.adapters.state`) and the decider
+(`streams.runtime.worker.decider`) use it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from streams.core.rules.engine import RuleState
+from streams.core.rules.triggers import (
+    Count,
+    CountState,
+    CountWindow,
+    RateLimit,
+    RateState,
+    RateWindow,
+)
+
+__all__ = [
+    "POSITION_KEY",
+    "PartitionState",
+    "decode_position",
+    "encode_position",
+    "entity_key",
+    "from_record",
+    "parse_entity_key",
+    "record_of",
+    "to_record",
+]
+
+POSITION_KEY: Final = "__position__"
+"""The key of a partition's position record (no rule name starts with `_`)."""
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_US: Final = timedelta(microseconds=1)
+
+
+def entity_key(rule: str, scope_key: str | None) -> str:
+    """The key of one rule's state for one scope key: `<rule>|<scope key>` (empty when the
+    rule has no scope): the rules topic's record key and the changelog's."""
+    return f"{rule}|{scope_key or ''}"
+
+
+def parse_entity_key(key: str) -> tuple[str, str | None]:
+    """(rule, scope key or None) of an entity key."""
+    rule, _, scope = key.partition("|")
+    return rule, scope or None
+
+
+def _micros(time: datetime) -> int:
+    return (time.astimezone(UTC) - _EPOCH) // _US
+
+
+def _time(micros: int) -> datetime:
+    return _EPOCH + micros * _US
+
+
+def to_record(state: RuleState, rule: str, scope_key: str | None,
+              upto: int) -> dict[str, Any] | None:
+    """The plain record of one key's state (held in `state` under `rule`), or None when it
+    holds nothing (no counted event, no rate window)."""
+    record: dict[str, Any] = {"upto": upto}
+    count = state.counts.get(rule)
+    if count is not None:
+        window = count.windows.get(scope_key)
+        if window is not None and window.entries:
+            record["count"] = {
+                "n": count.count.n, "within_us": count.count.within // _US,
+                "entries": [[_micros(t), eid] for t, eid in window.entries]}
+    rate = state.rates.get(rule)
+    if rate is not None:
+        windows = {str(number): w.admitted for (key, number), w in rate.windows.items()
+                   if key == scope_key}
+        if windows:
+            record["rate"] = {"n": rate.limit.n, "per_us": rate.limit.per // _US,
+                              "windows": windows}
+    return record if len(record) > 1 else None
+
+
+def from_record(record: dict[str, Any], rule: str, scope_key: str | None,
+                state: RuleState | None = None) -> tuple[RuleState, int]:
+    """The state a record holds, put into `state` (a new one by default), and its `upto`.
+    ValueError (or KeyError, TypeError) when it is not such a record."""
+    state = state if state is not None else RuleState()
+    count = record.get("count")
+    if count is not None:
+        config = Count(int(count["n"]), timedelta(microseconds=int(count["within_us"])))
+        held = state.counts.get(rule)
+        if held is None or held.count != config:
+            held = state.counts[rule] = CountState(config)
+        held.windows[scope_key] = CountWindow(tuple(
+            (_time(int(t)), str(eid)) for t, eid in count["entries"]))
+    rate = record.get("rate")
+    if rate is not None:
+        limit = RateLimit(int(rate["n"]), timedelta(microseconds=int(rate["per_us"])))
+        limiter = state.rates.get(rule)
+        if limiter is None or limiter.limit != limit:
+            limiter = state.rates[rule] = RateState(limit)
+        for number, admitted in rate["windows"].items():
+            limiter.windows[(scope_key, int(number))] = RateWindow(int(number), int(admitted))
+    return state, int(record["upto"])
+
+
+def record_of(value: bytes) -> dict[str, Any]:
+    """A record's value (JSON) as a dict; ValueError when it is not one."""
+    found = json.loads(value)
+    if not isinstance(found, dict) or "upto" not in found:
+        raise ValueError(f"not a rule state record: {value[:80]!r}")
+    return found
+
+
+def encode_position(offset: int) -> bytes:
+    """A position record's value."""
+    return str(offset).encode()
+
+
+def decode_position(value: bytes) -> int:
+    """A position record's offset; ValueError when it is not one."""
+    return int(value.decode())
+
+
+@dataclass
+class PartitionState:
+    """The state of one rules partition: per key its RuleState (only that rule and scope
+    key in it) and its `upto`; the partition's `position`; the keys changed since the last
+    snapshot (`dirty`), and the keys left empty, kept as `{"upto": n}` until a position at
+    or past them is durable, then dropped (a tombstone)."""
+
+    states: dict[str, RuleState] = field(default_factory=dict)
+    upto: dict[str, int] = field(default_factory=dict)
+    position: int = 0
+    dirty: set[str] = field(default_factory=set)
+    empty: dict[str, int] = field(default_factory=dict)
+
+    def state_of(self, key: str) -> RuleState:
+        """The key's state (a new, empty one when it has none)."""
+        found = self.states.get(key)
+        if found is None:
+            found = self.states[key] = RuleState()
+        return found
+
+    def wants(self, key: str, offset: int) -> bool:
+        """Whether the match at `offset` is not yet reflected in the key's state."""
+        return offset >= self.upto.get(key, 0)
+
+    def applied(self, key: str, offset: int) -> None:
+        """The match at `offset` was decided against the key's state."""
+        self.upto[key] = offset + 1
+        self.dirty.add(key)
+        self.position = max(self.position, offset + 1)
+
+    def passed(self, offset: int) -> None:
+        """The partition's record at `offset` was read (decided or not)."""
+        self.position = max(self.position, offset + 1)
+
+    def load(self, key: str, value: bytes | None) -> None:
+        """Take one stored or changelog record: a position, a key's state (kept when it
+        reflects at least what is held), or a tombstone (the key dropped)."""
+        if key == POSITION_KEY:
+            if value is not None:
+                self.position = max(self.position, decode_position(value))
+            return
+        if value is None:
+            self.states.pop(key, None)
+            self.upto.pop(key, None)
+            self.empty.pop(key, None)
+            return
+        record = record_of(value)
+        if int(record["upto"]) < self.upto.get(key, 0):
+            return  # an older writer's record (a member that had not seen it lost the key)
+        rule, scope = parse_entity_key(key)
+        state, upto = from_record(record, rule, scope)
+        self.states[key] = state
+        self.upto[key] = upto
+        if "count" in record or "rate" in record:
+            self.empty.pop(key, None)
+        else:
+            self.empty[key] = upto
+
+    def snapshot(self, durable_position: int) -> list[tuple[str, bytes | None]]:
+        """The records of the dirty keys (a key left empty as `{"upto": n}`), tombstones of
+        empty keys whose `upto` is at or below `durable_position` (the position a confirmed
+        snapshot holds), then the position record; clears `dirty`."""
+        out: list[tuple[str, bytes | None]] = []
+        for key, upto in list(self.empty.items()):
+            if upto <= durable_position and key not in self.dirty:
+                out.append((key, None))
+                del self.empty[key]
+                self.states.pop(key, None)
+                self.upto.pop(key, None)
+        for key in sorted(self.dirty):
+            rule, scope = parse_entity_key(key)
+            upto = self.upto.get(key, 0)
+            record = to_record(self.states.get(key, RuleState()), rule, scope, upto)
+            if record is None:
+                self.empty[key] = upto
+                record = {"upto": upto}
+            else:
+                self.empty.pop(key, None)
+            out.append((key, json.dumps(record, separators=(",", ":")).encode()))
+        self.dirty.clear()
+        out.append((POSITION_KEY, encode_position(self.position)))
+        return out
