@@ -423,6 +423,9 @@ def create_app(runtime: Runtime | None = None, *,
     service's or runtime's registry, else none. `settings` (else the runtime's, else the
     defaults) gives the read time limit."""
     app = FastAPI(title="feedback-streams", version=API_VERSION,
+                  # Operation ids are the routes' names (runs, feedback, command, ...): what a
+                  # generated client names its functions.
+                  generate_unique_id_function=lambda route: route.name,
                   lifespan=_serving(runtime) if runtime is not None and service is None
                   else None,
                   description="Give and read feedback: command frames over REST. "
