@@ -14,6 +14,7 @@ another tenant is only ever `forbidden`, which says nothing more about the contr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -85,7 +86,7 @@ async def test_the_server_keeps_the_committed_contract(
     _k, token = keys.create(tenant, UserActor(id="ada"), {"give_feedback", "read"})
     server = serve_factory(STREAMS_FEEDBACK_MODULES=",".join(PROJECT_FEEDBACK_MODULES))
     committed = json.loads(DOC.read_text())
-    served = httpx.get(f"{server.url}/openapi.json", timeout=30).json()
+    served = (await asyncio.to_thread(httpx.get, f"{server.url}/openapi.json", timeout=30)).json()
     assert served == committed, "the server does not serve the committed document"
 
     ids = {"run_id": ["run_1", "run_nope"], "firing_id": ["fir_1"],
@@ -93,7 +94,8 @@ async def test_the_server_keeps_the_committed_contract(
     copy = _test_copy(committed, f"{tenant}.prod", ids, tmp_path / "openapi.json")
     report = tmp_path / "report.json"
     st = Path(sys.executable).with_name("st")
-    run = subprocess.run(
+    run = await asyncio.to_thread(
+        subprocess.run,
         [str(st), "run", str(copy), "--url", server.url,
          "-H", f"Authorization: Bearer {token}",
          "--checks", CHECKS, "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED),

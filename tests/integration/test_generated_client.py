@@ -10,6 +10,7 @@ dependencies there), so nothing is installed into the project's environment.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -50,12 +51,13 @@ def _generator_venv() -> Path:
 async def test_a_client_generated_from_the_document_works_unmodified(
         tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
         serve_factory: Callable[..., Server], keys: KeyStore, tmp_path: Path) -> None:
-    venv = _generator_venv()
+    venv = await asyncio.to_thread(_generator_venv)
     config = tmp_path / "generator.yaml"
     config.write_text("post_hooks: []\npackage_name_override: feedback_streams_client\n"
                       "project_name_override: feedback-streams-client\n")
     generated = tmp_path / "generated"
-    made = subprocess.run(
+    made = await asyncio.to_thread(
+        subprocess.run,
         [str(venv / "bin" / "openapi-python-client"), "generate",
          "--path", str(REPO / "docs" / "openapi.json"), "--output-path",
          str(generated / "feedback_streams_client"), "--meta", "none", "--config", str(config)],
@@ -72,7 +74,8 @@ async def test_a_client_generated_from_the_document_works_unmodified(
     _k, token = keys.create(tenant, UserActor(id="ada"), {"give_feedback", "read"})
     server = serve_factory()
 
-    drove = subprocess.run(
+    drove = await asyncio.to_thread(
+        subprocess.run,
         [str(venv / "bin" / "python"), str(DRIVER), server.url, token, f"{tenant}.prod",
          *run_ids],
         capture_output=True, text=True, timeout=300,

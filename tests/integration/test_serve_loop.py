@@ -22,7 +22,7 @@ from tests.integration.served import command, start_run
 
 async def _wait_for(path: Path, what: str) -> None:
     for _ in range(3000):
-        if path.exists():
+        if await asyncio.to_thread(path.exists):
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"{what}: {path} never appeared")
