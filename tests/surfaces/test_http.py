@@ -209,6 +209,8 @@ def test_a_page_cursor_is_declared_by_its_pattern() -> None:
         answer = client.get("/v1/workspaces/acme.prod/runs?cursor=0000")
     assert answer.status_code == 422
     assert [f["path"] for f in answer.json()["error"]["fields"]] == ["query.cursor"]
+    assert "pass the next_cursor of an earlier page unchanged" in answer.json()["error"][
+        "message"]
 
 
 def test_reads_declare_their_bodies_and_every_route_the_bearer_key() -> None:

@@ -164,12 +164,19 @@ class Admission:
         self.running -= 1
 
 
+_HINTS = {"query.cursor": "invalid cursor: pass the next_cursor of an earlier page unchanged, "
+                          "or no cursor for the first page"}
+"""What to fix, for a parameter whose parser's own message would not say it."""
+
+
 def request_problems(errors: Sequence[Any]) -> CommandFailed:
     """validation_failed for a request FastAPI could not parse, one field problem per
     parameter (`query.limit`, `path.run_id`) with what was wrong."""
-    problems = [FieldProblem(path=".".join(str(part) for part in error.get("loc", ())) or "$",
-                             message=str(error.get("msg", "invalid")))
-                for error in errors]
+    problems = []
+    for error in errors:
+        path = ".".join(str(part) for part in error.get("loc", ())) or "$"
+        problems.append(FieldProblem(path=path, message=_HINTS.get(
+            path, str(error.get("msg", "invalid")))))
     return CommandFailed("validation_failed", "invalid request: " + "; ".join(
         f"{p.path}: {p.message}" for p in problems), problems)
 
