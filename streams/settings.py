@@ -306,10 +306,16 @@ class Settings:
         330.0, "STREAMS_COMMAND_LEASE", "seconds after which a command claimed by a process "
         "that never recorded it may be taken over by a retry (above the producer's 300 s "
         "message timeout, so the first attempt's record can no longer land)", positive=True)
+    serve_read_timeout: float = _setting(
+        30.0, "STREAMS_SERVE_READ_TIMEOUT", "seconds one read (runs, a run, feedback) of "
+        "`streams serve` may take; past it the read is answered 503 unavailable (its work, "
+        "off the event loop, is abandoned)", positive=True)
     serve_fault: str = _setting(
         "", "STREAMS_SERVE_FAULT", "failure tests only: `kill_after_produce` makes the server "
-        "SIGKILL itself after a command's feedback is delivered and before it answers",
-        choices=("", "kill_after_produce"))
+        "SIGKILL itself after a command's feedback is delivered and before it answers; "
+        "`hold_reads` makes every read, off the event loop, write `reads-held` in "
+        "STREAMS_STATE_DIR and wait (at most 120 s) until a file `reads-released` is there",
+        choices=("", "kill_after_produce", "hold_reads"))
 
     # -- traces -------------------------------------------------------------------------------
     otlp_traces_endpoint: str | None = _setting(

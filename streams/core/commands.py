@@ -256,8 +256,9 @@ def _parse_mapping(data: Any) -> CommandFrame:
 
 
 def check_value(command: GiveFeedback, types: FeedbackRegistry) -> type[Feedback]:
-    """The registered type of a give_feedback command, once its value and target kind are
-    valid for it; CommandFailed (validation_failed, with paths under `command.`) otherwise."""
+    """The registered type of a give_feedback command, once its value (strictly, as JSON: its
+    type's JSON schema) and target kind are valid for it; CommandFailed (validation_failed,
+    with paths under `command.`) otherwise."""
     cls = types.get(command.feedback_type)
     if cls is None or cls.feedback_abstract:
         raise CommandFailed(
@@ -274,7 +275,9 @@ def check_value(command: GiveFeedback, types: FeedbackRegistry) -> type[Feedback
             [FieldProblem(path="command.target.kind",
                           message=f"expected one of {sorted(cls.feedback_targets)}")])
     try:
-        cls.model_validate(command.value)
+        # Strictly, as JSON: the value's published JSON schema is the contract, so "true" is
+        # not a boolean nor "1" an integer (lax validation accepted what the schema refuses).
+        cls.model_validate_json(json.dumps(command.value), strict=True)
     except ValidationError as exc:
         problems = _problems(exc, "command.value")
         raise CommandFailed("validation_failed", f"invalid {cls.feedback_name} value: "

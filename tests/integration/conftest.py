@@ -1,16 +1,24 @@
-"""Integration fixtures: the Langfuse stand-in and sink processes (the broker, tenants,
-clients and workers come from tests/conftest.py)."""
+"""Integration fixtures: the Langfuse stand-in, sink and `streams serve` processes, an API key
+store (the broker, tenants, clients and workers come from tests/conftest.py)."""
+
+from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from standins.langfuse_standin import LangfuseStandIn
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import REPO, Stack
+from tests.conftest import _free_port as free_port
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -44,7 +52,7 @@ class SinkProcess:
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "SinkProcess":
+    def start(self) -> SinkProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams", "sink", "langfuse", *self.args],
             env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO)
@@ -89,3 +97,66 @@ def tls_stack(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with own_stack_in(tmp_path_factory.mktemp("tls-stack") / "data", start=True) as own:
         yield Stack(own.bootstrap, own.registry_url, "own", own.sasl_bootstrap,
                     own.ssl_bootstrap, str(own.ca_location))
+
+
+@dataclass
+class Server:
+    """One `python -m streams serve` process."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 60.0, status: int = 200) -> Server:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"serve exited: {self.log.read_text(errors='replace')}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == status:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"serve not ready: {self.log.read_text(errors='replace')}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def serve_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    made: list[Server] = []
+
+    def make(ready: int = 200, *args: str, **env: str) -> Server:
+        port = free_port()
+        log = tmp_path / f"serve{len(made)}.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", "serve", "--port", str(port), *args],
+            env=settings.child_env(**{"STREAMS_FEEDBACK_MODULES": "streams.examples.ops", **env}),
+            stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=str(REPO))
+        server = Server(port, proc, log)
+        made.append(server)
+        return server.wait_ready(status=ready)
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+@pytest.fixture
+def keys(settings: Settings) -> Iterator[KeyStore]:
+    store = KeyStore(Runtime(settings))
+    store.start()
+    yield store
+    store.close()

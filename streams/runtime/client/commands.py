@@ -15,6 +15,7 @@ Command ids record once through the ledger (streams.runtime.client.ledger).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -120,13 +121,16 @@ class CommandService:
             raise ValidationFailed("limit must be 1-500")
         await self.client.log.require_tenant(ws.tenant)
         page = await ws.runs_page(rule=rule, limit=limit, cursor=cursor or None)
-        return {"runs": [run_json(r) for r in page.runs], "next_cursor": page.next_cursor}
+        # Off the event loop: a page of runs is up to 500 records' envelopes to dump.
+        runs = await asyncio.to_thread(lambda: [run_json(r) for r in page.runs])
+        return {"runs": runs, "next_cursor": page.next_cursor}
 
     async def run(self, token: str | None, workspace_id: str, run_id: str) -> dict[str, Any]:
         """One run's record: its run_started, the matched envelopes and what it emitted."""
         _key, ws = self.authorize(token, workspace_id, "read")
         await self.client.log.require_tenant(ws.tenant)
-        return run_json(await ws.run_record(run_id))
+        record = await ws.run_record(run_id)
+        return await asyncio.to_thread(run_json, record)
 
     async def feedback(self, token: str | None, workspace_id: str, *,
                        feedback_type: str | None = None, participant: str | None = None,
@@ -139,8 +143,8 @@ class CommandService:
         await self.client.log.require_tenant(ws.tenant)
         page = await ws.feedback_page(feedback_type=feedback_type, participant=participant,
                                       limit=limit, cursor=cursor or None)
-        return {"feedback": [envelope_json(e) for e in page.feedback],
-                "next_cursor": page.next_cursor}
+        given = await asyncio.to_thread(lambda: [envelope_json(e) for e in page.feedback])
+        return {"feedback": given, "next_cursor": page.next_cursor}
 
     def feedback_types(self, token: str | None, workspace_id: str) -> dict[str, Any]:
         """The registered feedback types: name, targets, JSON schema and score configs."""

@@ -402,7 +402,8 @@ class Workspace:
             head = await asyncio.to_thread(index.lookup, f"chain:{correlation_id}")
         if head is None or head.located.workspace != self.workspace:
             return []
-        return self._decoded(await asyncio.to_thread(index.chain_messages, head))
+        # Reading and decoding the chain are both off the event loop.
+        return await asyncio.to_thread(lambda: self._decoded(index.chain_messages(head)))
 
     def _decoded(self, messages: list[Message]) -> list[Envelope]:
         return [e for e in decode_envelopes(self.client.serde, iter(messages),

@@ -18,7 +18,8 @@ def serve(
         help="Port. Default: $STREAMS_SERVE_PORT (8700).")] = None,
     types: TypesOption = None,
     print_openapi: Annotated[bool, typer.Option(
-        "--print-openapi", help="Print the OpenAPI document and exit.")] = False,
+        "--print-openapi", help="Print the OpenAPI document and exit: of the project's "
+        "shipped feedback types, or of the --types given.")] = False,
     loglevel: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
     workers: Annotated[int, typer.Option(
         help="Server processes sharing the port (each follows the keys and command ledgers "
@@ -33,7 +34,16 @@ def serve(
         from streams.surfaces.http.app import create_app, openapi_document
 
     if print_openapi:
-        print(json.dumps(openapi_document(), indent=2, sort_keys=True))
+        # Without --types: the project's shipped types (the committed docs/openapi.json);
+        # with them: what `streams serve --types ...` validates with, its whole registry.
+        if types:
+            from streams.core.feedback import registry
+
+            load_types(types)
+            document = openapi_document(list(registry))
+        else:
+            document = openapi_document()
+        print(json.dumps(document, indent=2, sort_keys=True))
         return
     with needs("serve", "streams serve"):
         import uvicorn

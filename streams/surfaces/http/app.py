@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -34,13 +36,15 @@ from typing import Annotated, Any
 from streams.core.commands import (
     MAX_BODY_BYTES,
     CommandFailed,
-    CommandFrame,
     ErrorFrame,
     FieldProblem,
     OutcomeFrame,
     error_frame_of,
 )
 from streams.core.errors import StreamsError
+from streams.core.feedback import Feedback
+from streams.core.tenancy import TENANT_PATTERN, WORKSPACE_PATTERN
+from streams.core.viewrows import PAGE_CURSOR_PATTERN
 from streams.extras import needs
 from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
@@ -58,6 +62,14 @@ with needs("serve", "streams serve"):
     from fastapi.staticfiles import StaticFiles
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
+    from streams.surfaces.http.document import (
+        FeedbackPage,
+        FeedbackTypes,
+        Identity,
+        RunOut,
+        RunsPage,
+        contract_document,
+    )
     from streams.surfaces.http.realtime import install_realtime
 
 __all__ = ["app_from_env", "create_app", "openapi_document"]
@@ -69,7 +81,10 @@ API_VERSION = "1"
 UI_DIR = Path(__file__).resolve().parent / "ui"
 """The annotation page's files (HTML, CSS, JavaScript modules), served at /ui/."""
 
-WorkspaceId = Annotated[str, "a workspace id: <tenant>.<workspace>, e.g. acme.prod"]
+WORKSPACE_ID_PATTERN = f"^{TENANT_PATTERN.pattern}\\.{WORKSPACE_PATTERN.pattern}$"
+"""A workspace id, `<tenant>.<workspace>` (what `parse_workspace_id` takes), in the document."""
+
+CURSOR_QUERY = "the next_cursor of the page before, unchanged; none for the first page"
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorFrame, "description": description}
@@ -81,10 +96,16 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (413, "too_large: the body is over 1 MiB, or the record over the maximum size"),
         (422, "validation_failed: malformed JSON, unknown frame or command type, bad fields "
               "(with their paths)"),
-        (503, "unavailable: the broker or registry did not answer in time; retry with the "
-              "same command_id"),
+        (503, "unavailable: the broker or registry did not answer in time, the server is "
+              "starting or full, or a read took over STREAMS_SERVE_READ_TIMEOUT; retry (a "
+              "command with the same command_id)"),
     ]
 }
+
+
+def _answers(model: type[Any]) -> dict[int | str, dict[str, Any]]:
+    # A read's 200 body, declared, and the error frames.
+    return {200: {"model": model, "description": "the answer"}, **_ERRORS}
 
 
 def _bearer(authorization: str | None) -> str | None:
@@ -143,12 +164,19 @@ class Admission:
         self.running -= 1
 
 
+_HINTS = {"query.cursor": "invalid cursor: pass the next_cursor of an earlier page unchanged, "
+                          "or no cursor for the first page"}
+"""What to fix, for a parameter whose parser's own message would not say it."""
+
+
 def request_problems(errors: Sequence[Any]) -> CommandFailed:
     """validation_failed for a request FastAPI could not parse, one field problem per
     parameter (`query.limit`, `path.run_id`) with what was wrong."""
-    problems = [FieldProblem(path=".".join(str(part) for part in error.get("loc", ())) or "$",
-                             message=str(error.get("msg", "invalid")))
-                for error in errors]
+    problems = []
+    for error in errors:
+        path = ".".join(str(part) for part in error.get("loc", ())) or "$"
+        problems.append(FieldProblem(path=path, message=_HINTS.get(
+            path, str(error.get("msg", "invalid")))))
     return CommandFailed("validation_failed", "invalid request: " + "; ".join(
         f"{p.path}: {p.message}" for p in problems), problems)
 
@@ -158,12 +186,47 @@ def _answer(frame: OutcomeFrame | ErrorFrame) -> JSONResponse:
     return JSONResponse(frame.model_dump(mode="json"), status_code=status)
 
 
-async def _read(service_call: Callable[[], Awaitable[dict[str, Any]]]) -> JSONResponse:
-    # Errors of reads are error frames too (without a command id).
+def _hold_reads(settings: Settings) -> None:
+    """The `hold_reads` fault: say the read is held, then wait (blocking this thread, never
+    the event loop) until the test releases reads, at most 120 s."""
+    held = settings.state_path("reads-held")
+    held.parent.mkdir(parents=True, exist_ok=True)
+    held.touch()
+    released = settings.state_path("reads-released")
+    deadline = time.monotonic() + 120
+    while not released.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _render(data: dict[str, Any], settings: Settings) -> bytes:
+    # JSON of a page (up to 1,000 envelopes): built off the event loop, in a thread.
+    if settings.serve_fault == "hold_reads":
+        _hold_reads(settings)
+    return json.dumps(data, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode()
+
+
+async def _read(request: Request,
+                service_call: Callable[[], Awaitable[dict[str, Any]]]) -> Response:
+    # A read: its blocking work (view queries, decoding, JSON) runs in threads, so the event
+    # loop keeps answering (/healthz, commands); past STREAMS_SERVE_READ_TIMEOUT it is
+    # answered unavailable (the thread's work is abandoned, not interrupted). Errors of
+    # reads are error frames too (without a command id).
+    settings: Settings = request.app.state.settings
+
+    async def work() -> bytes:
+        data = await service_call()
+        return await asyncio.to_thread(_render, data, settings)
+
     try:
-        return JSONResponse(await service_call())
+        body = await asyncio.wait_for(work(), settings.serve_read_timeout)
+    except TimeoutError:
+        return _answer(CommandFailed(
+            "unavailable", f"the read took over {settings.serve_read_timeout:g} s "
+            "(STREAMS_SERVE_READ_TIMEOUT): retry, or ask for a smaller page (limit=)").frame())
     except Exception as exc:
         return _answer(error_frame_of(exc))
+    return Response(body, media_type="application/json")
 
 
 async def _body(request: Request) -> bytes:
@@ -249,67 +312,69 @@ runs = APIRouter(prefix=WORKSPACE)
 """Runs: the workspace's runs and one run's record."""
 
 
-@runs.get("/runs", responses=_ERRORS, name="runs",
+Cursor = Annotated[str | None, Query(description=CURSOR_QUERY, pattern=PAGE_CURSOR_PATTERN,
+                                     max_length=64)]
+
+
+@runs.get("/runs", responses=_answers(RunsPage), name="runs",
           summary="The workspace's runs, newest first, paged")
-async def _runs_of(workspace_id: str, key: Key, service: Service,
+async def _runs_of(request: Request, workspace_id: str, key: Key, service: Service,
                    rule: str | None = None,
                    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                   cursor: Annotated[str | None, Query(
-                       description="the next_cursor of the page before; none for the first",
-                       max_length=200)] = None) -> JSONResponse:
+                   cursor: Cursor = None) -> Response:
     # The workspace's runs, a page after the cursor.
-    return await _read(lambda: service.runs(key, workspace_id, rule=rule, limit=limit,
-                                            cursor=cursor))
+    return await _read(request, lambda: service.runs(key, workspace_id, rule=rule,
+                                                     limit=limit, cursor=cursor))
 
 
-@runs.get("/runs/{run_id}", responses=_ERRORS,
+@runs.get("/runs/{run_id}", responses=_answers(RunOut),
           summary="One run's record: its start, matched events and emitted events",
           name="run")
-async def _run(workspace_id: str, run_id: str, key: Key, service: Service) -> JSONResponse:
+async def _run(request: Request, workspace_id: str, run_id: str, key: Key,
+               service: Service) -> Response:
     # One run's record.
-    return await _read(lambda: service.run(key, workspace_id, run_id))
+    return await _read(request, lambda: service.run(key, workspace_id, run_id))
 
 
 feedback = APIRouter(prefix=WORKSPACE)
 """Feedback: what was given, and the types that can be."""
 
 
-@feedback.get("/feedback", responses=_ERRORS,
+@feedback.get("/feedback", responses=_answers(FeedbackPage),
               summary="Feedback given in the workspace, by type and participant, paged",
               name="feedback")
-async def _feedback_given(workspace_id: str, key: Key, service: Service,
+async def _feedback_given(request: Request, workspace_id: str, key: Key, service: Service,
                           feedback_type: str | None = None, participant: str | None = None,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                          cursor: Annotated[str | None, Query(
-                              description="the next_cursor of the page before; none for the "
-                              "first", max_length=200)] = None) -> JSONResponse:
+                          cursor: Cursor = None) -> Response:
     # Feedback given in the workspace, a page after the cursor.
-    return await _read(lambda: service.feedback(
+    return await _read(request, lambda: service.feedback(
         key, workspace_id, feedback_type=feedback_type, participant=participant,
         limit=limit, cursor=cursor))
 
 
-@feedback.get("/feedback-types", responses=_ERRORS,
+@feedback.get("/feedback-types", responses=_answers(FeedbackTypes),
               summary="The registered feedback types: JSON schemas and score configs",
               name="feedback_types")
-async def _feedback_types(workspace_id: str, key: Key, service: Service) -> JSONResponse:
+async def _feedback_types(request: Request, workspace_id: str, key: Key,
+                          service: Service) -> Response:
     # The registered feedback types.
     async def call() -> dict[str, Any]:
         return service.feedback_types(key, workspace_id)
-    return await _read(call)
+    return await _read(request, call)
 
 
 keys = APIRouter(prefix=WORKSPACE)
 """Keys: who the request's key acts as."""
 
 
-@keys.get("/me", responses=_ERRORS,
+@keys.get("/me", responses=_answers(Identity),
           summary="Who the API key acts as here, and its capabilities", name="me")
-async def _me(workspace_id: str, key: Key, service: Service) -> JSONResponse:
+async def _me(request: Request, workspace_id: str, key: Key, service: Service) -> Response:
     # The key's actor and capabilities in the workspace.
     async def call() -> dict[str, Any]:
         return service.whoami(key, workspace_id)
-    return await _read(call)
+    return await _read(request, call)
 
 
 def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
@@ -352,21 +417,34 @@ def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
 
 def create_app(runtime: Runtime | None = None, *,
                service: CommandService | None = None,
-               max_in_flight: int | None = None) -> FastAPI:
+               max_in_flight: int | None = None,
+               types: Sequence[type[Feedback]] | None = None,
+               settings: Settings | None = None) -> FastAPI:
     """The REST app (with the WebSocket stream and the MCP tools) on `runtime`: its lifespan
     makes and starts the service on the runtime's clients, and readiness asks the runtime's
     broker and registry. With `service` instead, the app serves that ready service (its
     owner closes it); with neither, it stays starting (the OpenAPI document, tests). Past
-    `max_in_flight` commands at once (STREAMS_SERVE_MAX_IN_FLIGHT) it sheds with 503."""
+    `max_in_flight` commands at once (STREAMS_SERVE_MAX_IN_FLIGHT) it sheds with 503.
+
+    Its OpenAPI document describes the feedback types it validates with: `types`, else the
+    service's or runtime's registry, else none. `settings` (else the runtime's, else the
+    defaults) gives the read time limit."""
     app = FastAPI(title="feedback-streams", version=API_VERSION,
+                  # Operation ids are the routes' names (runs, feedback, command, ...): what a
+                  # generated client names its functions.
+                  generate_unique_id_function=lambda route: route.name,
                   lifespan=_serving(runtime) if runtime is not None and service is None
                   else None,
                   description="Give and read feedback: command frames over REST. "
                   "See docs/api.md.")
     app.state.service = service
     app.state.starting = "reading the key store"
-    app.state.admission = Admission(max_in_flight or (
-        runtime.settings if runtime is not None else Settings()).serve_max_in_flight)
+    app.state.settings = settings or (runtime.settings if runtime is not None else Settings())
+    app.state.admission = Admission(max_in_flight or app.state.settings.serve_max_in_flight)
+    validating: Sequence[type[Feedback]] = list(
+        types if types is not None
+        else runtime.types if runtime is not None
+        else getattr(getattr(service, "client", None), "types", None) or ())
     # Readiness checks beyond "started" (the broker and registry answer): set by the lifespan.
     app.state.checks = runtime.server_checks() if runtime is not None and service is not None \
         else {}
@@ -387,6 +465,14 @@ def create_app(runtime: Runtime | None = None, *,
         if exc.status_code == 404:
             return _answer(CommandFailed("not_found", f"no route {request.url.path}; the "
                                          "routes are in docs/api.md").frame())
+        if exc.status_code == 405:
+            # An error frame too, with the status and Allow header HTTP gives a method the
+            # path does not take.
+            allowed = (exc.headers or {}).get("Allow", "")
+            frame = CommandFailed("not_found", f"no route {request.method} "
+                                  f"{request.url.path}; it takes {allowed}").frame()
+            return JSONResponse(frame.model_dump(mode="json"), status_code=405,
+                                headers={"Allow": allowed})
         return await http_exception_handler(request, exc)
 
     install_realtime(app, lambda: started_service(app))  # the WebSocket stream, MCP tools
@@ -399,10 +485,14 @@ def create_app(runtime: Runtime | None = None, *,
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version,
                                    description=app.description, routes=app.routes)
-            schemas = document.setdefault("components", {}).setdefault("schemas", {})
-            frame = CommandFrame.model_json_schema(ref_template="#/components/schemas/{model}")
-            schemas.update(frame.pop("$defs", {}))
-            schemas["CommandFrame"] = frame
+            contract_document(document, validating)
+            for item in document["paths"].values():
+                for operation in item.values():
+                    for parameter in operation.get("parameters", []):
+                        if parameter["in"] == "path" and parameter["name"] == "workspace_id":
+                            parameter["schema"]["pattern"] = WORKSPACE_ID_PATTERN
+                            parameter["description"] = ("a workspace id, <tenant>.<workspace>"
+                                                        ", e.g. acme.prod")
             app.openapi_schema = document
         return app.openapi_schema
 
@@ -410,9 +500,15 @@ def create_app(runtime: Runtime | None = None, *,
     return app
 
 
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI document of the REST surface (committed as docs/openapi.json)."""
-    return create_app().openapi()
+def openapi_document(types: Sequence[type[Feedback]] | None = None) -> dict[str, Any]:
+    """The OpenAPI document of a server validating with `types`; by default the project's
+    shipped feedback types (`PROJECT_FEEDBACK_MODULES`, what `streams serve --types` of those
+    modules serves), committed as docs/openapi.json."""
+    if types is None:
+        from streams.adapters.avro.files import project_types
+
+        types = project_types()
+    return create_app(types=types).openapi()
 
 
 def app_from_env() -> FastAPI:

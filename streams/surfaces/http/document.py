@@ -1,0 +1,198 @@
+"""The OpenAPI document of the REST surface, exactly what the server validates and answers.
+
+FastAPI writes the routes; this module makes the parts it cannot know precise:
+
+- the command frame's `command` is a union discriminated by `feedback_type`, one branch per
+  registered feedback type (`GiveFeedback_<Class>`): that type's name as a constant, the
+  target kinds it takes and its value's JSON schema (`<Class>`), generated from the
+  registry the server validates with (`streams.core.commands.check_value`);
+- a target's `kind` is required (it tells the targets apart);
+- every read answers a declared body (`RunsPage`, `FeedbackPage`, `RunOut`, ...), and a page
+  cursor has the pattern of the cursors the server gives out and accepts;
+- the key is a bearer security scheme, not a header parameter.
+
+`contract_document(document, types)` does this to FastAPI's document; `app.py` serves it at
+/openapi.json for the server's own registry, and `openapi_document()` there writes it for
+the project's shipped feedback types (committed as docs/openapi.json).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from streams.core.actors import Actor
+from streams.core.commands import CommandFrame
+from streams.core.events import Seq, TraceContext
+from streams.core.feedback import Feedback
+from streams.core.viewrows import PAGE_CURSOR_PATTERN
+
+__all__ = [
+    "BEARER",
+    "Cursor",
+    "EnvelopeOut",
+    "FeedbackPage",
+    "FeedbackTypeOut",
+    "FeedbackTypes",
+    "Identity",
+    "RunOut",
+    "RunsPage",
+    "contract_document",
+]
+
+BEARER = "bearer"
+"""The name of the security scheme: `Authorization: Bearer fsk_...`."""
+
+_REF = "#/components/schemas/{}"
+
+Cursor = Annotated[str, Field(pattern=PAGE_CURSOR_PATTERN, max_length=64,
+                              description="an opaque page cursor: pass a page's next_cursor "
+                              "back unchanged")]
+
+
+class EnvelopeOut(BaseModel):
+    """An event as the reads answer it: the envelope's fields and the event's under `event`."""
+
+    event_id: str
+    tenant: str
+    workspace: str
+    event_type: str
+    time: datetime
+    actor: Actor
+    correlation_id: str
+    causation_id: str | None = None
+    trace: TraceContext | None = None
+    seq: Seq | None = None
+    event: dict[str, Any]
+
+
+class RunOut(BaseModel):
+    """A run's record: its run_started envelope, the envelopes that made its rule fire and
+    the events it emitted."""
+
+    id: str
+    run: EnvelopeOut
+    matched: list[EnvelopeOut]
+    emitted: list[EnvelopeOut]
+
+
+class RunsPage(BaseModel):
+    """A page of runs, newest first; `next_cursor` is null when there was no more."""
+
+    runs: list[RunOut]
+    next_cursor: Cursor | None
+
+
+class FeedbackPage(BaseModel):
+    """A page of feedback_given envelopes, oldest first; `next_cursor` null at the end."""
+
+    feedback: list[EnvelopeOut]
+    next_cursor: Cursor | None
+
+
+class FeedbackTypeOut(BaseModel):
+    """A registered feedback type: its targets, its value's JSON schema, its scores."""
+
+    name: str
+    targets: list[Literal["run", "firing", "chain"]]
+    json_schema: dict[str, Any]
+    score_configs: list[dict[str, Any]]
+
+
+class FeedbackTypes(BaseModel):
+    """The registered feedback types."""
+
+    feedback_types: list[FeedbackTypeOut]
+
+
+class Identity(BaseModel):
+    """Who an API key acts as in a workspace, and what it may do there."""
+
+    participant: str
+    actor: Actor
+    tenant: str
+    workspace: str
+    capabilities: list[Literal["give_feedback", "read"]]
+    key_id: str
+
+
+_TARGETS = {"run": "RunTarget", "firing": "FiringTarget", "chain": "ChainTarget"}
+
+
+def _target(kinds: Iterable[str]) -> dict[str, Any]:
+    names = [_TARGETS[k] for k in sorted(kinds, key=list(_TARGETS).index)]
+    refs = [{"$ref": _REF.format(n)} for n in names]
+    if len(refs) == 1:
+        return refs[0]
+    return {"oneOf": refs, "discriminator": {"propertyName": "kind", "mapping": {
+        kind: _REF.format(name) for kind, name in _TARGETS.items() if name in names}}}
+
+
+def _commands(types: Iterable[type[Feedback]], schemas: dict[str, Any]) -> dict[str, Any]:
+    """GiveFeedback: one branch per feedback type, their value schemas put into `schemas`."""
+    branches: dict[str, str] = {}
+    for cls in sorted((c for c in types if not c.feedback_abstract),
+                      key=lambda c: c.feedback_name):
+        name = cls.__name__
+        if name in schemas or f"GiveFeedback_{name}" in schemas:
+            # Two types of one class name (from two modules): name the value by its type.
+            name = "".join(part.title() for part in cls.feedback_name.split("_")) + "Value"
+        value = cls.model_json_schema(ref_template=_REF.format(f"{name}_{{model}}"))
+        for sub, schema in value.pop("$defs", {}).items():
+            schemas[f"{name}_{sub}"] = schema
+        schemas[name] = value
+        branch = f"GiveFeedback_{name}"
+        schemas[branch] = {
+            "type": "object", "additionalProperties": False, "title": branch,
+            "description": f"give_feedback of a {cls.feedback_name} value",
+            "properties": {
+                "type": {"const": "give_feedback", "default": "give_feedback",
+                         "type": "string", "title": "Type"},
+                "feedback_type": {"const": cls.feedback_name, "type": "string",
+                                  "title": "Feedback Type"},
+                "target": _target(cls.feedback_targets),
+                "value": {"$ref": _REF.format(name)},
+            },
+            "required": ["feedback_type", "target", "value"],
+        }
+        branches[cls.feedback_name] = _REF.format(branch)
+    description = ("The give_feedback command: a value of a registered feedback type on a "
+                   "target the type takes (one branch per type, by feedback_type).")
+    if not branches:
+        return {"description": description + " No feedback type is registered: every "
+                "command is refused.", "not": {}}
+    return {"description": description, "title": "GiveFeedback",
+            "oneOf": [{"$ref": ref} for ref in branches.values()],
+            "discriminator": {"propertyName": "feedback_type", "mapping": branches}}
+
+
+def contract_document(document: dict[str, Any], types: Iterable[type[Feedback]],
+                      ) -> dict[str, Any]:
+    """FastAPI's `document` made precise for a server validating with `types` (in place;
+    returned)."""
+    components = document.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    frame = CommandFrame.model_json_schema(ref_template=_REF.format("{model}"))
+    for name, schema in frame.pop("$defs", {}).items():
+        if name != "GiveFeedback":
+            schemas[name] = schema
+    for name in _TARGETS.values():  # `kind` tells the targets apart: always sent
+        schemas[name]["required"] = ["kind", *schemas[name].get("required", [])]
+    schemas["CommandFrame"] = frame
+    schemas["GiveFeedback"] = _commands(types, schemas)
+    components["securitySchemes"] = {BEARER: {
+        "type": "http", "scheme": "bearer",
+        "description": "an API key from `streams keys create`: `Authorization: Bearer fsk_...`"}}
+    for item in document.get("paths", {}).values():
+        for operation in item.values():
+            operation["parameters"] = [
+                p for p in operation.get("parameters", [])
+                if not (p["in"] == "header" and p["name"].lower() == "authorization")]
+            if not operation["parameters"]:
+                del operation["parameters"]
+            operation["security"] = [{BEARER: []}]
+    components["schemas"] = dict(sorted(schemas.items()))
+    return document
