@@ -23,10 +23,12 @@ from streams.core.actors import AgentActor, EvaluatorActor, SystemActor, UserAct
 from streams.core.app_events import APP_EVENT_NAME, AppEventType, known_event_types
 from streams.core.events import EVENT_TYPES, AppEvent, Envelope, Event
 from streams.core.ids import sample_point, scope_key
+from streams.core.plain import PlainEvent
 from streams.core.rules.checks import InvalidRule, check_count, check_positive, utc
 from streams.core.rules.predicates import (
     ENVELOPE_NAMES,
     MISSING,
+    UNKNOWN,
     Compare,
     Path,
     Predicate,
@@ -421,6 +423,34 @@ class Trigger:
         return self.sample_fraction is None or (
             sample_point(rule, envelope.event_id) < self.sample_fraction
         )
+
+    def matches_plain(self, event: PlainEvent, *, rule: str = "") -> bool | None:
+        """`matches` on a plain event where the plain form tells exactly (the same answer
+        as `matches` on the event's envelope), None where only the envelope can tell."""
+        if self.source is AppEvent:
+            if not event.app:
+                return False
+        elif event.event_type != (self.source if isinstance(self.source, str)
+                                  else self.source.event_type):
+            return False
+        unsure = False  # an unsure step may raise on the envelope: True only when none was
+        for predicate in self.predicates:
+            answer = predicate.plain(event)
+            if answer is False:
+                return False
+            if answer is None:
+                unsure = True
+        if self.scope_by is not None:
+            for _name, source in self.scope_by.parts:
+                value = source.resolve_plain(event) if isinstance(source, Path) else UNKNOWN
+                if value is UNKNOWN:
+                    unsure = True
+                elif value is MISSING or value is None:
+                    return False
+        if self.sample_fraction is not None and \
+                sample_point(rule, event.event_id) >= self.sample_fraction:
+            return False
+        return None if unsure else True
 
     def scope_values(self, envelope: Envelope) -> dict[str, str]:
         """The envelope's scope values; empty when the trigger has no scope."""
