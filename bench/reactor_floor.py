@@ -199,6 +199,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--logical", action="store_true",
+                        help="the reactor reads records with logical types (datetimes)")
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     runtime = Runtime(settings)
@@ -208,6 +210,8 @@ def main() -> None:
     produce(runtime, tenant, args.events)
     batches = consume(runtime, tenant, args.events, settings.reactor_batch_size)
     reactor = Reactor(runtime, RuleSet(RULES), ACTIONS, client=StreamsClient(runtime))
+    if args.logical:
+        reactor.records.logical = True
     floor = Floor(runtime)
 
     def run_reactor() -> int:

@@ -24,13 +24,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 from streams.core.events import AppEvent, Envelope
-from streams.core.plain import PlainEvent
+from streams.core.plain import PlainEvent, layout_of
 from streams.core.rulebook import LiveRule
 from streams.core.rules import Fire, Rule, RuleSet, RuleState, Throttled, evaluate
-from streams.core.rules.predicates import MISSING, UNKNOWN, AllOf, Compare, Path, Predicate
+from streams.core.rules.compiled import compile_path, compile_trigger
+from streams.core.rules.predicates import MISSING, UNKNOWN, Compare, Path
+from streams.core.rules.triggers import conjuncts
 from streams.core.runs import fire_envelopes
 
 __all__ = ["Decision", "Forward", "Hit", "Matcher", "ReactorStats", "is_stateful"]
@@ -72,8 +74,7 @@ class Forward:
     envelope: Envelope
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
+class Hit(NamedTuple):
     """A rule that matches a plain event (`sure`) or may match it (only its envelope can
     tell): what `Matcher.match_plain` gives and `Matcher.match` decides."""
 
@@ -87,19 +88,10 @@ class Hit:
 _INDEXABLE: Final = (str, int, float, bool, type(None))
 
 
-def _conjuncts(predicates: Iterable[Predicate]) -> Iterable[Predicate]:
-    """The predicates a trigger requires, AllOf taken apart."""
-    for p in predicates:
-        if isinstance(p, AllOf):
-            yield from _conjuncts(p.parts)
-        else:
-            yield p
-
-
 def _keys(rule: Rule) -> dict[Path, tuple[object, ...]]:
     """The values a rule requires at a path (`eq`, `isin`): no other value there matches."""
     found: dict[Path, tuple[object, ...]] = {}
-    for p in _conjuncts(rule.when.predicates):
+    for p in conjuncts(rule.when.predicates):
         if isinstance(p, Compare) and p.op in ("eq", "isin") and p.path not in found:
             values = (p.operand,) if p.op == "eq" else p.operand
             if isinstance(values, tuple) and all(type(v) in _INDEXABLE for v in values):
@@ -111,12 +103,15 @@ class _TypeIndex:
     """The rules watching one event type (or every app event), in order, by the value of
     the field most of them require (then the next field, for the rest)."""
 
-    def __init__(self, rules: Sequence[tuple[Rule, bool]]) -> None:
+    def __init__(self, event_type: str | None, rules: Sequence[tuple[Rule, bool]]) -> None:
         self.rules = list(rules)
+        layout = layout_of(event_type or "")  # None: every app event, an app event's layout
+        self.tests = [compile_trigger(rule.when, rule.name) for rule, _ in self.rules]
         keys = [_keys(rule) for rule, _ in self.rules]
         left = set(range(len(self.rules)))
-        # (path, value -> positions, every position the path's table holds)
-        self.tables: list[tuple[Path, dict[object, list[int]], list[int]]] = []
+        # (the path's getter, value -> positions, every position the path's table holds)
+        self.tables: list[tuple[Callable[[PlainEvent], object], dict[object, list[int]],
+                                list[int]]] = []
         while left:
             counts: dict[Path, int] = {}
             for i in left:
@@ -132,7 +127,7 @@ class _TypeIndex:
                     positions = table.setdefault(value, [])
                     if not positions or positions[-1] != i:
                         positions.append(i)
-            self.tables.append((path, table, members))
+            self.tables.append((compile_path(path, layout), table, members))
             left -= set(members)
         self.rest = sorted(left)
         self.all = list(range(len(self.rules)))
@@ -144,8 +139,8 @@ class _TypeIndex:
         else:
             positions = list(self.rest)
             sources = 1 if positions else 0
-            for path, table, members in self.tables:
-                value = path.resolve_plain(event)
+            for get, table, members in self.tables:
+                value = get(event)
                 if value is MISSING:
                     continue  # eq and isin never match a missing value
                 if value is UNKNOWN:
@@ -161,15 +156,16 @@ class _TypeIndex:
             if sources > 1:
                 positions.sort()
         out: list[Hit] = []
-        rules = self.rules
+        rules, tests = self.rules, self.tests
         for i in positions:
-            rule, stateful = rules[i]
             try:
-                answer = rule.when.matches_plain(event, rule=rule.name)
-            except Exception:  # noqa: BLE001 - the envelope's match says (and logs) why
+                answer = tests[i](event)
+            except Exception:  # the envelope's match says (and logs) why
                 answer = None
-            if answer is not False:
-                out.append(Hit(rule, stateful, answer is True))
+            if answer is False:
+                continue
+            rule, stateful = rules[i]
+            out.append(Hit(rule, stateful, answer is True))
         return out
 
 
@@ -185,8 +181,8 @@ class _PlainRules:
                 any_app.append((rule, stateful))
             else:
                 by_type.setdefault(name, []).append((rule, stateful))
-        self.by_type = {name: _TypeIndex(found) for name, found in by_type.items()}
-        self.any_app = _TypeIndex(any_app) if any_app else None
+        self.by_type = {name: _TypeIndex(name, found) for name, found in by_type.items()}
+        self.any_app = _TypeIndex(None, any_app) if any_app else None
 
     def hits(self, event: PlainEvent) -> list[Hit]:
         index = self.by_type.get(event.event_type)

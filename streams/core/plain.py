@@ -8,9 +8,11 @@ evaluate on it where their answer is exact (streams.core.rules.predicates `Predi
 and say "cannot tell" where it is not: a user's function, a path into a field whose pydantic
 value is a model (a feedback target, an artifact change), the envelope's trace, seq or event.
 
-`head`: `event_id`, `tenant`, `workspace`, `event_type`, `time` (an aware UTC datetime),
-`actor` (the participant string, which is what `F.actor` reads), `correlation_id`,
-`causation_id`, `trace` (a dict or None). `payload`, by event type: an app event's `name` and
+`head`: `event_id`, `tenant`, `workspace`, `event_type`, `correlation_id`, `causation_id`,
+`trace` (a dict or None); the actor's participant string (what `F.actor` reads) and the
+time (an aware UTC datetime) are `participant()` and `time()`, which an adapter's subclass
+may compute from its own head on first use (this class reads `head["actor"]` and
+`head["time"]`). `payload`, by event type: an app event's `name` and
 `data` (its `data_json` parsed); a run_succeeded's fields with `output` parsed from
 `output_json`; a feedback_given's fields with its target as `{"kind", "id"}`; any other typed
 event's fields, absent ones at their model defaults.
@@ -93,6 +95,14 @@ class PlainEvent:
         self.app = self.event_type not in EVENT_TYPES
         self.partition = partition
         self.offset = offset
+
+    def participant(self) -> str:
+        """The actor's participant string (what `F.actor` reads)."""
+        return str(self.head["actor"])
+
+    def time(self) -> Any:
+        """The event's time, as the envelope's `time` (an aware UTC datetime)."""
+        return self.head["time"]
 
     @property
     def event_id(self) -> str:

@@ -4,6 +4,7 @@ decisions against replayed state (pure: no broker)."""
 from __future__ import annotations
 
 from datetime import timedelta
+
 import pytest
 
 from streams.core.actors import UserActor

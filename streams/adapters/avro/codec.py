@@ -129,27 +129,14 @@ def plain_from_record(record: Mapping[str, Any], partition: int = 0,
     `payload` as its model lays them out. None when the record is not laid out as a plain
     event can hold it exactly (an app event whose data is not a JSON object, a typed event
     with fields its model lacks or without ones it requires, ...): the caller decodes such a
-    record into an Envelope, which says what is wrong. The values are the record's own, so
-    the envelope built from the same record holds the same ones."""
+    record into an Envelope, which says what is wrong. The values are the record's own (its
+    envelope dict is the head), so the envelope built from the same record holds the same
+    ones."""
     try:
         head = record["envelope"]
         event_type = head["event_type"]
-        actor = head["actor"]
-        kind = actor["kind"]
-        # As actor_from_record reads it: an unknown kind is the system.
-        if kind == "user" or kind == "agent":
-            participant = f"{kind}:{actor['id']}"
-        elif kind == "evaluator":
-            participant = f"evaluator:{actor['id']}@{actor.get('version') or '0'}"
-        else:
-            participant = "system"
-        plain_head = {
-            "event_id": head["event_id"], "tenant": head["tenant"],
-            "workspace": head["workspace"], "event_type": event_type,
-            "time": utc_time(head["time"]), "actor": participant,
-            "correlation_id": head["correlation_id"],
-            "causation_id": head.get("causation_id"), "trace": head.get("trace"),
-        }
+        if not head.keys() >= _HEAD_FIELDS or type(head["actor"]) is not dict:
+            return None
         payload: dict[str, Any]
         if event_type == "feedback_given":
             target, value = record["target"], record["value"]
@@ -179,9 +166,34 @@ def plain_from_record(record: Mapping[str, Any], partition: int = 0,
                 return None
             for name in layout.fields - payload.keys():
                 payload[name] = layout.default(name)
-        return PlainEvent(plain_head, payload, partition=partition, offset=offset)
+        return _AvroPlainEvent(head, payload, partition=partition, offset=offset)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+# The Avro envelope's fields: the Envelope's, the actor as a record, the time as written.
+_HEAD_FIELDS = frozenset({"event_id", "tenant", "workspace", "event_type", "time", "actor",
+                          "correlation_id"})
+
+
+class _AvroPlainEvent(PlainEvent):
+    """A plain event over the Avro envelope dict itself: the participant and the time are
+    computed from it when a rule reads them, as `envelope_from_record` computes them."""
+
+    __slots__ = ()
+
+    def participant(self) -> str:
+        actor = self.head["actor"]
+        kind = actor["kind"]
+        # As actor_from_record reads it: an unknown kind is the system.
+        if kind == "user" or kind == "agent":
+            return f"{kind}:{actor['id']}"
+        if kind == "evaluator":
+            return f"evaluator:{actor['id']}@{actor.get('version') or '0'}"
+        return "system"
+
+    def time(self) -> datetime:
+        return utc_time(self.head["time"])
 
 
 def utc_time(value: Any) -> datetime:

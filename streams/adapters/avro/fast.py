@@ -15,7 +15,8 @@ parsed schemas): converting to datetime and back costs more than the rest of the
 the bytes written are the same. `decode(data, logical=True)` keeps the logical types
 (timestamp-millis as an aware UTC datetime, as the registry serde reads them), against a
 second parse of the same cached writer schema: the rules reactor reads its plain records so
-(about 3 µs more per record than without, measured on an app event record). Registry failures are typed: an id the registry does not know is
+(about 3 µs more per record than without, measured on an app event record). Registry
+failures are typed: an id the registry does not know is
 `SchemaError` (bad data: dead-letter it), an unreachable or failing registry is
 `RegistryUnavailable` (an outage: wait and retry, never dead-letter).
 """

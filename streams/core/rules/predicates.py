@@ -25,6 +25,7 @@ from streams.core.rules.checks import InvalidRule
 __all__ = [
     "ENVELOPE_NAMES",
     "MISSING",
+    "UNKNOWN",
     "AllOf",
     "AnyOf",
     "Check",
@@ -32,7 +33,6 @@ __all__ = [
     "F",
     "Not",
     "Path",
-    "UNKNOWN",
     "Predicate",
     "PredicateLike",
     "all_of",
@@ -198,8 +198,12 @@ class Path:
         head = parts[0]
         value: object
         if self._root == "envelope":
-            if head in _PLAIN_HEAD:
-                value = event.head[head]  # type: ignore[index]
+            if head == "actor":
+                value = event.participant()
+            elif head == "time":
+                value = event.time()
+            elif head in _PLAIN_HEAD:
+                value = event.head.get(str(head))
             elif head == "trace" and event.head.get("trace") is None:
                 value = None
             else:
@@ -220,7 +224,7 @@ class Path:
                 return MISSING
             parts = parts[1:]
         else:
-            value = event.payload[head]  # type: ignore[index]
+            value = event.payload[str(head)]
         for part in parts[1:]:
             value = _step(value, part)
             if value is MISSING:
@@ -419,13 +423,15 @@ class AllOf(Predicate):
         return all(p.test(envelope) for p in self.parts)
 
     def plain(self, event: PlainEvent) -> bool | None:
-        # A part that cannot tell might also raise on the envelope (no match): so True only
-        # when every part is sure; one sure False is a no-match whatever the others do.
+        # `test` stops at the first failing part, and a part that cannot tell might raise
+        # there: a sure answer only when no unsure part comes first (under a Not, "False or
+        # raises" is no sure False). A trigger's own conjunction may reject on a later
+        # False (Trigger.matches_plain): raising is no match there too.
         unsure = False
         for part in self.parts:
             answer = part.plain(event)
             if answer is False:
-                return False
+                return None if unsure else False
             if answer is None:
                 unsure = True
         return None if unsure else True

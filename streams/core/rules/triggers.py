@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -29,6 +29,7 @@ from streams.core.rules.predicates import (
     ENVELOPE_NAMES,
     MISSING,
     UNKNOWN,
+    AllOf,
     Compare,
     Path,
     Predicate,
@@ -433,8 +434,10 @@ class Trigger:
         elif event.event_type != (self.source if isinstance(self.source, str)
                                   else self.source.event_type):
             return False
-        unsure = False  # an unsure step may raise on the envelope: True only when none was
-        for predicate in self.predicates:
+        # An unsure step may raise on the envelope: True only when none was; a sure False
+        # anywhere in the conjunction is a no-match (raising is one too).
+        unsure = False
+        for predicate in conjuncts(self.predicates):
             answer = predicate.plain(event)
             if answer is False:
                 return False
@@ -461,6 +464,15 @@ class Trigger:
     def scope_key(self, envelope: Envelope) -> str | None:
         """The envelope's scope key; None when the trigger has no scope or a value is missing."""
         return None if self.scope_by is None else self.scope_by.key(envelope)
+
+
+def conjuncts(predicates: Iterable[Predicate]) -> Iterator[Predicate]:
+    """The predicates a trigger requires, AllOf taken apart (at any depth of AllOf)."""
+    for p in predicates:
+        if isinstance(p, AllOf):
+            yield from conjuncts(p.parts)
+        else:
+            yield p
 
 
 def on(source: type[Event] | type[AppEventType] | str) -> Trigger:

@@ -35,6 +35,9 @@ class RuleRecords:
         # Decoding is the batch path's: fastavro against writer schemas cached per id (the
         # runtime's codec, on the serde's registry client).
         self.codec = codec
+        # Whether `read` keeps logical types (timestamps as datetimes). Off, as on the
+        # mirror's path: the plain head converts its one timestamp itself, for less.
+        self.logical = False
 
     def decode(self, value: bytes | None, topic: str, partition: int,
                offset: int) -> Envelope | None:
@@ -49,11 +52,11 @@ class RuleRecords:
 
     def read(self, value: bytes | None, partition: int, offset: int,
              ) -> tuple[dict[str, Any], PlainEvent | None] | None:
-        """The hot path's decode: a record (logical types kept) and its plain form (None
+        """The hot path's decode: a record and its plain form (None
         when the plain form cannot hold it: build the envelope, which says why), or None
         (counted) if the bytes are not a record. Raises RegistryUnavailable as `decode`."""
         try:
-            _writer, record = self.codec.decode(value or b"", logical=True)
+            _writer, record = self.codec.decode(value or b"", logical=self.logical)
         except SchemaError:
             self.stats.undecodable += 1
             return None
