@@ -2,7 +2,8 @@
 
 Produces N application events to one tenant, runs a worker whose reactor applies the 50 rules
 of `bench/rules50.py`, and times it from its first event to its last (its stats lines count
-events). The floor evaluates the same rules in a plain loop over the decoded envelopes.
+events). Its "plain loop" evaluates the same rules with `Rule.matches` over decoded pydantic
+envelopes: slower than the reactor now, so no floor; bench/reactor_floor.py has the floor.
 
     eval "$(deploy/stack.sh env)"
     .venv/bin/python -m bench.rules_throughput --events 20000
@@ -102,6 +103,9 @@ def worker_rate(settings: Settings, n: int) -> tuple[float, float]:
         worker.wait(30)
     if first is None or last is None:
         raise SystemExit(f"worker did not finish; see {log_path}")
+    if last <= first:
+        raise SystemExit(f"the worker took all {n} events within one stats interval: give "
+                         "more --events")
     return n / (last - first), first - started
 
 

@@ -8,20 +8,34 @@ the tenant's rules topic, where one decider makes the decision with `decide` and
 replayed state (the replay decides at once, with its own state). `fired` gives the
 envelopes a firing writes (`rule_fired`, `run_started`). The reactor and the decider encode
 those; this module never does.
+
+The hot path matches a decoded event's plain form first (streams.core.plain): `match_plain`
+looks the rules up by event type and, within a type, by the value of a field their filters
+require with `eq` or `isin`, and asks each candidate's trigger on the plain event; it returns
+the rules that match (sure) or may match (the plain form cannot tell), so an event no rule
+matches costs no Envelope. `match(envelope, hits)` then decides those: a sure stateless match
+fires at once, a maybe is matched on the envelope, a stateful one is matched and forwarded.
+A stateless rule's decision is made here, not through the engine with a fresh state: the
+same `Fire` as `evaluate` gives (the event alone, no scope).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final, NamedTuple
 
 from streams.core.events import AppEvent, Envelope
+from streams.core.plain import PlainEvent, layout_of
 from streams.core.rulebook import LiveRule
 from streams.core.rules import Fire, Rule, RuleSet, RuleState, Throttled, evaluate
+from streams.core.rules.compiled import compile_path, compile_trigger
+from streams.core.rules.predicates import MISSING, UNKNOWN, Compare, Path
+from streams.core.rules.triggers import conjuncts
 from streams.core.runs import fire_envelopes
 
-__all__ = ["Decision", "Forward", "Matcher", "ReactorStats", "is_stateful"]
+__all__ = ["Decision", "Forward", "Hit", "Matcher", "ReactorStats", "is_stateful"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +74,124 @@ class Forward:
     envelope: Envelope
 
 
+class Hit(NamedTuple):
+    """A rule that matches a plain event (`sure`) or may match it (only its envelope can
+    tell): what `Matcher.match_plain` gives and `Matcher.match` decides."""
+
+    rule: Rule
+    stateful: bool
+    sure: bool
+
+
+# Operands an index may hold: their equality is their hash's (a rule's own value type with
+# an __eq__ of its own is matched without the index).
+_INDEXABLE: Final = (str, int, float, bool, type(None))
+
+
+def _keys(rule: Rule) -> dict[Path, tuple[object, ...]]:
+    """The values a rule requires at a path (`eq`, `isin`): no other value there matches."""
+    found: dict[Path, tuple[object, ...]] = {}
+    for p in conjuncts(rule.when.predicates):
+        if isinstance(p, Compare) and p.op in ("eq", "isin") and p.path not in found:
+            values = (p.operand,) if p.op == "eq" else p.operand
+            if isinstance(values, tuple) and all(type(v) in _INDEXABLE for v in values):
+                found[p.path] = values
+    return found
+
+
+class _TypeIndex:
+    """The rules watching one event type (or every app event), in order, by the value of
+    the field most of them require (then the next field, for the rest)."""
+
+    def __init__(self, event_type: str | None, rules: Sequence[tuple[Rule, bool]]) -> None:
+        self.rules = list(rules)
+        layout = layout_of(event_type or "")  # None: every app event, an app event's layout
+        self.tests = [compile_trigger(rule.when, rule.name) for rule, _ in self.rules]
+        keys = [_keys(rule) for rule, _ in self.rules]
+        left = set(range(len(self.rules)))
+        # (the path's getter, value -> positions, every position the path's table holds)
+        self.tables: list[tuple[Callable[[PlainEvent], object], dict[object, list[int]],
+                                list[int]]] = []
+        while left:
+            counts: dict[Path, int] = {}
+            for i in left:
+                for path in keys[i]:
+                    counts[path] = counts.get(path, 0) + 1
+            if not counts:
+                break
+            path = max(counts, key=lambda p: counts[p])
+            table: dict[object, list[int]] = {}
+            members = sorted(i for i in left if path in keys[i])
+            for i in members:
+                for value in keys[i][path]:
+                    positions = table.setdefault(value, [])
+                    if not positions or positions[-1] != i:
+                        positions.append(i)
+            self.tables.append((compile_path(path, layout), table, members))
+            left -= set(members)
+        self.rest = sorted(left)
+        self.all = list(range(len(self.rules)))
+
+    def hits(self, event: PlainEvent) -> list[Hit]:
+        """The rules that match or may match, in order."""
+        if not self.tables:
+            positions = self.all
+        else:
+            positions = list(self.rest)
+            sources = 1 if positions else 0
+            for get, table, members in self.tables:
+                value = get(event)
+                if value is MISSING:
+                    continue  # eq and isin never match a missing value
+                if value is UNKNOWN:
+                    found: list[int] | None = members
+                else:
+                    try:
+                        found = table.get(value)
+                    except TypeError:  # an unhashable value equals no indexed operand
+                        found = None
+                if found:
+                    positions += found
+                    sources += 1
+            if sources > 1:
+                positions.sort()
+        out: list[Hit] = []
+        rules, tests = self.rules, self.tests
+        for i in positions:
+            try:
+                answer = tests[i](event)
+            except Exception:  # the envelope's match says (and logs) why
+                answer = None
+            if answer is False:
+                continue
+            rule, stateful = rules[i]
+            out.append(Hit(rule, stateful, answer is True))
+        return out
+
+
+class _PlainRules:
+    """Rules indexed for plain events: by event type, then by a field value."""
+
+    def __init__(self, rules: Iterable[tuple[Rule, bool]]) -> None:
+        by_type: dict[str, list[tuple[Rule, bool]]] = {}
+        any_app: list[tuple[Rule, bool]] = []
+        for rule, stateful in rules:
+            name = rule.when.event_type_name
+            if name is None:
+                any_app.append((rule, stateful))
+            else:
+                by_type.setdefault(name, []).append((rule, stateful))
+        self.by_type = {name: _TypeIndex(name, found) for name, found in by_type.items()}
+        self.any_app = _TypeIndex(None, any_app) if any_app else None
+
+    def hits(self, event: PlainEvent) -> list[Hit]:
+        index = self.by_type.get(event.event_type)
+        found = index.hits(event) if index is not None else []
+        if self.any_app is not None and event.app:
+            found += self.any_app.hits(event)
+        return found
+
+
 class _Live:
     """One tenant's live rules, indexed by the event type they watch."""
 
@@ -78,6 +210,8 @@ class _Live:
         self.stateful_names = {name for name, found in self.rules.items()
                                if is_stateful(found.rule)}
         self.stateful = bool(self.stateful_names)
+        self.plain = _PlainRules((found.rule, found.rule.name in self.stateful_names)
+                                 for found in self.rules.values())
 
     def candidates(self, envelope: Envelope) -> list[LiveRule]:
         found = self.by_type.get(envelope.event_type, [])
@@ -106,6 +240,7 @@ class Matcher:
                 name = source if isinstance(source, str) else source.event_type
                 self._by_type.setdefault(name, []).append(rule)
         self._wanted = {t.encode() for t in self._by_type} | {b"run_started"}
+        self._plain = _PlainRules((rule, rule.name in self._stateful) for rule in rules)
         # Rules installed as data, per tenant (streams.core.rulebook), replaced as a whole by
         # `set_live`; `fallback` finds a live rule this matcher has not been given yet (the
         # decider may see a match before its own reactor's next batch applied the rule).
@@ -160,23 +295,41 @@ class Matcher:
         return bool(self._any_app_event) or self._live_any_app_event or event_type is None \
             or event_type in self._wanted or event_type in self._live_wanted
 
-    def match(self, envelope: Envelope) -> list[Forward | Decision]:
+    def match_plain(self, event: PlainEvent) -> list[Hit]:
+        """The rules that match a plain event or may (the live ones past their installation
+        point), in `match`'s order; empty when none can, so no envelope is needed."""
+        hits = self._plain.hits(event)
+        live = self._live.get(event.head["tenant"])
+        if live is not None:
+            found = live.plain.hits(event)
+            if found:
+                seq = event.seq
+                hits += [h for h in found if live.rules[h.rule.name].is_live_at(seq)]
+        return hits
+
+    def match(self, envelope: Envelope, hits: Sequence[Hit] | None = None,
+              ) -> list[Forward | Decision]:
         """For each rule watching this event's type, in order: a Forward when a stateful
         rule matches, the decisions of a stateless one. A rule whose predicate raises does
-        not match (logged)."""
-        out: list[Forward | Decision] = []
+        not match (logged). With `hits` (`match_plain` of the same event), only those rules
+        are matched, a sure one without matching it again."""
+        if hits is not None:
+            out: list[Forward | Decision] = []
+            for hit in hits:
+                out += self._match_one(hit.rule, hit.stateful, envelope, sure=hit.sure)
+            return out
+        out = []
         candidates = self._by_type.get(envelope.event_type, [])
         if self._any_app_event and isinstance(envelope.event, AppEvent):
             candidates = candidates + self._any_app_event
         for rule in candidates:
-            out += self._match_one(rule, rule.name in self._stateful, self._alone[rule.name],
-                                   envelope)
+            out += self._match_one(rule, rule.name in self._stateful, envelope)
         live = self._live.get(envelope.tenant)
         if live is not None:
             for found in live.candidates(envelope):
                 if found.is_live_at(envelope.seq):
                     out += self._match_one(found.rule, found.rule.name in live.stateful_names,
-                                           live.alone[found.rule.name], envelope)
+                                           envelope)
         return out
 
     def match_live(self, found: LiveRule, envelope: Envelope) -> list[Forward | Decision]:
@@ -184,25 +337,26 @@ class Matcher:
         before this process had it); events before its installation point do not match."""
         if not found.rule.when.watches(envelope) or not found.is_live_at(envelope.seq):
             return []
-        return self._match_one(found.rule, is_stateful(found.rule), RuleSet([found.rule]),
-                               envelope)
+        return self._match_one(found.rule, is_stateful(found.rule), envelope)
 
-    def _match_one(self, rule: Rule, stateful: bool, alone: RuleSet,
-                   envelope: Envelope) -> list[Forward | Decision]:
-        try:
-            # A stateless rule's decision is its match, made by the engine itself.
-            decisions = [] if stateful else evaluate(alone, envelope, RuleState())
-            matched = rule.matches(envelope) if stateful else bool(decisions)
-        except Exception:  # a rule's own predicate failed: that rule does not match
-            log.exception("rule %s raised on %s", rule.name, envelope.event_id)
-            return []
-        if not matched:
-            return []
+    def _match_one(self, rule: Rule, stateful: bool, envelope: Envelope, *,
+                   sure: bool = False) -> list[Forward | Decision]:
+        if not sure:
+            try:
+                matched = rule.matches(envelope)
+            except Exception:  # a rule's own predicate failed: that rule does not match
+                log.exception("rule %s raised on %s", rule.name, envelope.event_id)
+                return []
+            if not matched:
+                return []
         self.stats.matched += 1
         if stateful:
             self.stats.forwarded += 1
             return [Forward(rule, envelope)]
-        return list(decisions)
+        # A stateless rule (no count, limit or scope) fires for the event alone: the Fire
+        # the engine's evaluate gives it, without a RuleState per event.
+        return [Fire(rule, (envelope.event_id,), None, envelope.correlation_id,
+                     envelope.event_id, {})]
 
     def decide(self, rule_name: str, envelope: Envelope, state: RuleState) -> list[Decision]:
         """A forwarded match's decisions against the tenant's state (which they update);

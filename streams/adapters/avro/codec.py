@@ -1,4 +1,8 @@
-"""Domain objects to Avro-ready dicts and back; no Kafka here, only the record shapes."""
+"""Domain objects to Avro-ready dicts and back; no Kafka here, only the record shapes.
+
+`plain_from_record` gives a decoded event record's plain form (streams.core.plain) without
+pydantic, for the hot paths' matching; `envelope_from_record` the Envelope.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from streams.core.events import (
     Seq,
     TraceContext,
 )
+from streams.core.plain import TARGET_ID_FIELDS, PlainEvent, layout_of
 from streams.core.scores import Score, ScoreConfigs, ScoreSource, score_id, score_value
 from streams.core.targets import make_target
 
@@ -115,6 +120,80 @@ def envelope_from_record(record: Mapping[str, Any], seq: Seq | None = None) -> E
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SchemaError(f"record is not an event envelope: {exc}") from exc
+
+
+def plain_from_record(record: Mapping[str, Any], partition: int = 0,
+                      offset: int = 0) -> PlainEvent | None:
+    """A decoded event record's plain form, built without pydantic: the envelope's fields in
+    `head` (the actor as its participant, the time as an aware UTC datetime), the event's in
+    `payload` as its model lays them out. None when the record is not laid out as a plain
+    event can hold it exactly (an app event whose data is not a JSON object, a typed event
+    with fields its model lacks or without ones it requires, ...): the caller decodes such a
+    record into an Envelope, which says what is wrong. The values are the record's own (its
+    envelope dict is the head), so the envelope built from the same record holds the same
+    ones."""
+    try:
+        head = record["envelope"]
+        event_type = head["event_type"]
+        if not head.keys() >= _HEAD_FIELDS or type(head["actor"]) is not dict:
+            return None
+        payload: dict[str, Any]
+        if event_type == "feedback_given":
+            target, value = record["target"], record["value"]
+            if target["kind"] not in TARGET_ID_FIELDS or type(value) is not dict:
+                return None
+            payload = {
+                "feedback_type": record["feedback_type"],
+                "target": {"kind": target["kind"], "id": target["id"]},
+                "target_trace_id": record.get("target_trace_id"), "value": value,
+                "target_rule": record.get("target_rule"),
+                "target_action": record.get("target_action"),
+            }
+        elif event_type not in EVENT_TYPES:
+            data = json.loads(record["data_json"] or "{}")
+            if type(data) is not dict:
+                return None
+            payload = {"name": record["name"], "data": data}
+        else:
+            layout = layout_of(event_type)
+            payload = {k: v for k, v in record.items() if k != "envelope"}
+            if event_type == "run_succeeded":
+                output = json.loads(payload.pop("output_json") or "{}")
+                if type(output) is not dict:
+                    return None
+                payload["output"] = output
+            if not payload.keys() <= layout.fields or not layout.required <= payload.keys():
+                return None
+            for name in layout.fields - payload.keys():
+                payload[name] = layout.default(name)
+        return _AvroPlainEvent(head, payload, partition=partition, offset=offset)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+# The Avro envelope's fields: the Envelope's, the actor as a record, the time as written.
+_HEAD_FIELDS = frozenset({"event_id", "tenant", "workspace", "event_type", "time", "actor",
+                          "correlation_id"})
+
+
+class _AvroPlainEvent(PlainEvent):
+    """A plain event over the Avro envelope dict itself: the participant and the time are
+    computed from it when a rule reads them, as `envelope_from_record` computes them."""
+
+    __slots__ = ()
+
+    def participant(self) -> str:
+        actor = self.head["actor"]
+        kind = actor["kind"]
+        # As actor_from_record reads it: an unknown kind is the system.
+        if kind == "user" or kind == "agent":
+            return f"{kind}:{actor['id']}"
+        if kind == "evaluator":
+            return f"evaluator:{actor['id']}@{actor.get('version') or '0'}"
+        return "system"
+
+    def time(self) -> datetime:
+        return utc_time(self.head["time"])
 
 
 def utc_time(value: Any) -> datetime:

@@ -31,7 +31,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -744,16 +744,26 @@ class IndexWriter:
         self._indexes[topic] = index
         return index
 
-    def index(self, msg: Message, envelope: Envelope | None = None) -> None:
-        """Produce the entries of one consumed events record (from its envelope when the
-        caller decoded one already, else from its plain record)."""
+    def index(self, msg: Message, envelope: Envelope | None = None, *,
+              record: Mapping[str, Any] | None = None) -> None:
+        """Produce the entries of one consumed events record: from its plain record or its
+        envelope when the caller decoded one already (the plain record first: cheaper),
+        else decoded here."""
         topic = msg.topic() or ""
         index = self._index(topic)
         if index is None:
             return
         p, o = msg.partition() or 0, msg.offset() or 0
-        entries = [(k, e.encode()) for k, e in index_entries(envelope, p, o)] \
-            if envelope is not None else index._entries_of(msg)
+        entries: list[tuple[str, bytes]] | None
+        if record is not None:
+            try:
+                entries = record_entries_encoded(record, p, o)
+            except ValidationFailed:
+                entries = None  # no event envelope: it has no entries
+        elif envelope is not None:
+            entries = [(k, e.encode()) for k, e in index_entries(envelope, p, o)]
+        else:
+            entries = index._entries_of(msg)
         if entries:
             index.publish_entries(entries)
             self.entries += len(entries)

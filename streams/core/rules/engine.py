@@ -17,6 +17,7 @@ from typing import Final
 from streams.core.app_events import AppEventTypes, app_event_types, known_event_types
 from streams.core.events import EVENT_TYPES, Envelope, RuleFired
 from streams.core.ids import firing_id
+from streams.core.plain import PlainEvent
 from streams.core.rules.actions import Action
 from streams.core.rules.checks import InvalidRule
 from streams.core.rules.triggers import CountState, RateLimit, RateState, Scope, Trigger
@@ -66,6 +67,11 @@ class Rule:
         Counts and rate limits need state: see `evaluate`.
         """
         return self.when.matches(envelope, rule=self.name)
+
+    def matches_plain(self, event: PlainEvent) -> bool | None:
+        """`matches` on a decoded event's plain form: True or False when that is exactly
+        what `matches` gives on its envelope, None when only the envelope can tell."""
+        return self.when.matches_plain(event, rule=self.name)
 
     def scope_key(self, envelope: Envelope) -> str | None:
         """The envelope's scope key for this rule (None when unscoped)."""

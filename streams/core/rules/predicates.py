@@ -2,6 +2,12 @@
 
 Everything here is pure and reads only the envelope; a path that leads nowhere resolves to
 `MISSING` and never matches, rather than raising.
+
+Each predicate also answers on a decoded event's plain form (streams.core.plain), without
+an Envelope: `Predicate.plain` gives True or False where that answer is exactly what `test`
+would give on the event's envelope, and None ("cannot tell") otherwise: a function of the
+envelope, a path into a field whose pydantic value is a model. The hot paths build the
+envelope only for events some rule matches or may match.
 """
 
 from __future__ import annotations
@@ -12,12 +18,14 @@ from typing import Final
 
 from pydantic import BaseModel
 
-from streams.core.events import Envelope
+from streams.core.events import FEEDBACK_GIVEN, Envelope
+from streams.core.plain import TARGET_ID_FIELDS, PlainEvent
 from streams.core.rules.checks import InvalidRule
 
 __all__ = [
     "ENVELOPE_NAMES",
     "MISSING",
+    "UNKNOWN",
     "AllOf",
     "AnyOf",
     "Check",
@@ -54,6 +62,28 @@ class _Missing:
 
 
 MISSING: Final = _Missing()
+
+
+class _Unknown:
+    """What a path resolves to on a plain event when the plain form cannot say exactly."""
+
+    _instance: _Unknown | None = None
+
+    def __new__(cls) -> _Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+
+UNKNOWN: Final = _Unknown()
+"""`Path.resolve_plain`'s answer where only the envelope can tell (see the module)."""
+
+# The envelope's fields a plain event's head holds as the envelope would give them.
+_PLAIN_HEAD: Final = frozenset({"event_id", "tenant", "workspace", "event_type", "time",
+                                "actor", "correlation_id", "causation_id"})
 
 
 def _step(value: object, part: str | int) -> object:
@@ -153,6 +183,49 @@ class Path:
         else:
             value = envelope.event
         for part in parts:
+            value = _step(value, part)
+            if value is MISSING:
+                break
+        return value
+
+    def resolve_plain(self, event: PlainEvent) -> object:
+        """The value at this place in a plain event: what `resolve` gives on the event's
+        envelope, or `UNKNOWN` where the plain form cannot say exactly (a model's field,
+        the envelope's event or seq, a trace that is present)."""
+        parts = self._parts
+        if not parts:
+            return MISSING if self._root == "envelope" else UNKNOWN
+        head = parts[0]
+        value: object
+        if self._root == "envelope":
+            if head == "actor":
+                value = event.participant()
+            elif head == "time":
+                value = event.time()
+            elif head in _PLAIN_HEAD:
+                value = event.head.get(str(head))
+            elif head == "trace" and event.head.get("trace") is None:
+                value = None
+            else:
+                return UNKNOWN
+        elif head not in event.layout.fields:
+            return MISSING  # not a field of the event's model: resolve finds nothing either
+        elif head in event.layout.models:
+            if head != "target" or event.event_type != FEEDBACK_GIVEN or len(parts) < 2:
+                return UNKNOWN
+            # A target model's fields are its kind and the id field of that kind.
+            target = event.payload["target"]
+            step = parts[1]
+            if step == "kind":
+                value = target["kind"]
+            elif step == TARGET_ID_FIELDS.get(target["kind"]):
+                value = target["id"]
+            else:
+                return MISSING
+            parts = parts[1:]
+        else:
+            value = event.payload[str(head)]
+        for part in parts[1:]:
             value = _step(value, part)
             if value is MISSING:
                 break
@@ -276,6 +349,11 @@ class Predicate:
         """Whether the envelope passes."""
         raise NotImplementedError
 
+    def plain(self, event: PlainEvent) -> bool | None:
+        """Whether the envelope of a plain event passes, when the plain form can tell
+        exactly; None when only `test` on the envelope can (the default)."""
+        return None
+
     def paths(self) -> tuple[Path, ...]:
         """The paths the predicate reads (checked against the trigger's event class)."""
         return ()
@@ -306,7 +384,14 @@ class Compare(Predicate):
             raise InvalidRule(f"unknown comparison {self.op!r}; one of {sorted(_OPS)}")
 
     def test(self, envelope: Envelope) -> bool:
-        value = self.path.resolve(envelope)
+        return self.holds(self.path.resolve(envelope))
+
+    def plain(self, event: PlainEvent) -> bool | None:
+        value = self.path.resolve_plain(event)
+        return None if value is UNKNOWN else self.holds(value)
+
+    def holds(self, value: object) -> bool:
+        """Whether a resolved value (or MISSING) passes the comparison."""
         if value is MISSING:
             return False
         if self.op == "exists":
@@ -337,6 +422,20 @@ class AllOf(Predicate):
     def test(self, envelope: Envelope) -> bool:
         return all(p.test(envelope) for p in self.parts)
 
+    def plain(self, event: PlainEvent) -> bool | None:
+        # `test` stops at the first failing part, and a part that cannot tell might raise
+        # there: a sure answer only when no unsure part comes first (under a Not, "False or
+        # raises" is no sure False). A trigger's own conjunction may reject on a later
+        # False (Trigger.matches_plain): raising is no match there too.
+        unsure = False
+        for part in self.parts:
+            answer = part.plain(event)
+            if answer is False:
+                return None if unsure else False
+            if answer is None:
+                unsure = True
+        return None if unsure else True
+
     def paths(self) -> tuple[Path, ...]:
         return tuple(path for p in self.parts for path in p.paths())
 
@@ -350,6 +449,18 @@ class AnyOf(Predicate):
     def test(self, envelope: Envelope) -> bool:
         return any(p.test(envelope) for p in self.parts)
 
+    def plain(self, event: PlainEvent) -> bool | None:
+        # `test` stops at the first passing part: a sure True is the answer only when no
+        # part before it was unsure (it might have raised).
+        unsure = False
+        for part in self.parts:
+            answer = part.plain(event)
+            if answer is True:
+                return None if unsure else True
+            if answer is None:
+                unsure = True
+        return None if unsure else False
+
     def paths(self) -> tuple[Path, ...]:
         return tuple(path for p in self.parts for path in p.paths())
 
@@ -362,6 +473,10 @@ class Not(Predicate):
 
     def test(self, envelope: Envelope) -> bool:
         return not self.part.test(envelope)
+
+    def plain(self, event: PlainEvent) -> bool | None:
+        answer = self.part.plain(event)
+        return None if answer is None else not answer
 
     def paths(self) -> tuple[Path, ...]:
         return self.part.paths()

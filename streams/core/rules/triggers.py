@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -23,10 +23,13 @@ from streams.core.actors import AgentActor, EvaluatorActor, SystemActor, UserAct
 from streams.core.app_events import APP_EVENT_NAME, AppEventType, known_event_types
 from streams.core.events import EVENT_TYPES, AppEvent, Envelope, Event
 from streams.core.ids import sample_point, scope_key
+from streams.core.plain import PlainEvent
 from streams.core.rules.checks import InvalidRule, check_count, check_positive, utc
 from streams.core.rules.predicates import (
     ENVELOPE_NAMES,
     MISSING,
+    UNKNOWN,
+    AllOf,
     Compare,
     Path,
     Predicate,
@@ -422,6 +425,36 @@ class Trigger:
             sample_point(rule, envelope.event_id) < self.sample_fraction
         )
 
+    def matches_plain(self, event: PlainEvent, *, rule: str = "") -> bool | None:
+        """`matches` on a plain event where the plain form tells exactly (the same answer
+        as `matches` on the event's envelope), None where only the envelope can tell."""
+        if self.source is AppEvent:
+            if not event.app:
+                return False
+        elif event.event_type != (self.source if isinstance(self.source, str)
+                                  else self.source.event_type):
+            return False
+        # An unsure step may raise on the envelope: True only when none was; a sure False
+        # anywhere in the conjunction is a no-match (raising is one too).
+        unsure = False
+        for predicate in conjuncts(self.predicates):
+            answer = predicate.plain(event)
+            if answer is False:
+                return False
+            if answer is None:
+                unsure = True
+        if self.scope_by is not None:
+            for _name, source in self.scope_by.parts:
+                value = source.resolve_plain(event) if isinstance(source, Path) else UNKNOWN
+                if value is UNKNOWN:
+                    unsure = True
+                elif value is MISSING or value is None:
+                    return False
+        if self.sample_fraction is not None and \
+                sample_point(rule, event.event_id) >= self.sample_fraction:
+            return False
+        return None if unsure else True
+
     def scope_values(self, envelope: Envelope) -> dict[str, str]:
         """The envelope's scope values; empty when the trigger has no scope."""
         if self.scope_by is None:
@@ -431,6 +464,15 @@ class Trigger:
     def scope_key(self, envelope: Envelope) -> str | None:
         """The envelope's scope key; None when the trigger has no scope or a value is missing."""
         return None if self.scope_by is None else self.scope_by.key(envelope)
+
+
+def conjuncts(predicates: Iterable[Predicate]) -> Iterator[Predicate]:
+    """The predicates a trigger requires, AllOf taken apart (at any depth of AllOf)."""
+    for p in predicates:
+        if isinstance(p, AllOf):
+            yield from conjuncts(p.parts)
+        else:
+            yield p
 
 
 def on(source: type[Event] | type[AppEventType] | str) -> Trigger:

@@ -39,8 +39,8 @@ from streams.adapters.kafka.index import IndexWriter
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output
 from streams.core.errors import StreamsError
-from streams.core.events import Envelope
-from streams.core.matching import Forward, Matcher, ReactorStats, is_stateful
+from streams.core.events import RUN_STARTED, Envelope
+from streams.core.matching import Forward, Hit, Matcher, ReactorStats, is_stateful
 from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
 from streams.core.runs import ActionFn
@@ -124,11 +124,12 @@ class Reactor:
         `decider().batch_loop()`), sharing this reactor's matcher and records."""
         return RuleDecider(self.runtime, self.matcher, self.records)
 
-    def outputs(self, envelope: Envelope, raw: bytes | None) -> list[Output]:
+    def outputs(self, envelope: Envelope, raw: bytes | None,
+                hits: Sequence[Hit] | None = None) -> list[Output]:
         """The records one event makes: forwards of stateful rules' matches, firings of
-        stateless ones."""
+        stateless ones (of the rules in `hits` only, when given: `Matcher.match_plain`)."""
         out: list[Output] = []
-        for item in self.matcher.match(envelope):
+        for item in self.matcher.match(envelope, hits):
             if isinstance(item, Forward):
                 out.append(self.records.forward(item, raw))
             else:
@@ -160,18 +161,26 @@ class Reactor:
                     index.index(msg)
                 continue
             raw = msg.value()
-            envelope = self.records.decode(raw, msg.topic() or "", msg.partition() or 0,
-                                           msg.offset() or 0)
-            if index is not None:
-                if envelope is None:
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            read = self.records.read(raw, partition, offset)
+            if read is None:
+                if index is not None:
                     index.index(msg)  # skipped for its entries too, if not an envelope
-                else:
-                    index.index(msg, envelope)
+                continue
+            record, plain = read
+            if index is not None:
+                index.index(msg, record=record)
+            # Matched on the plain record first: an Envelope only for an event some rule
+            # matches or may match, or a run to start (or one the plain form cannot hold).
+            hits = None if plain is None else self.matcher.match_plain(plain)
+            if plain is not None and not hits and plain.event_type != RUN_STARTED:
+                continue
+            envelope = self.records.envelope_of(record, partition, offset)
             if envelope is None:
                 continue
             if self.executor.runs_here(envelope):
                 runs.append(envelope)
-            outputs += self.outputs(envelope, raw)
+            outputs += self.outputs(envelope, raw, hits)
         if runs:
             if self.loop is None:
                 raise RuntimeError("Reactor.bind(loop) was not called before runs arrived")

@@ -5,7 +5,9 @@ The reactor agent and the decider share one.
 
 from __future__ import annotations
 
-from streams.adapters.avro.codec import envelope_from_record
+from typing import Any
+
+from streams.adapters.avro.codec import envelope_from_record, plain_from_record
 from streams.adapters.avro.fast import FastCodec
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.log import envelope_headers
@@ -14,6 +16,7 @@ from streams.adapters.tracing import child_span, traced_as, tracing_enabled
 from streams.core.errors import SchemaError
 from streams.core.events import Envelope, Seq
 from streams.core.matching import Decision, Forward, Matcher, ReactorStats
+from streams.core.plain import PlainEvent
 from streams.core.rules.snapshots import entity_key
 from streams.core.tenancy import tenant_topics
 
@@ -33,6 +36,9 @@ class RuleRecords:
         # Decoding is the batch path's: fastavro against writer schemas cached per id (the
         # runtime's codec, on the serde's registry client).
         self.codec = codec
+        # Whether `read` keeps logical types (timestamps as datetimes). Off, as on the
+        # mirror's path: the plain head converts its one timestamp itself, for less.
+        self.logical = False
 
     def decode(self, value: bytes | None, topic: str, partition: int,
                offset: int) -> Envelope | None:
@@ -43,6 +49,27 @@ class RuleRecords:
             return envelope_from_record(record, Seq(partition=partition, offset=offset))
         except (SchemaError, KeyError, TypeError, ValueError):
             self.stats.undecodable += 1  # the feedback mirror dead-letters these
+            return None
+
+    def read(self, value: bytes | None, partition: int, offset: int,
+             ) -> tuple[dict[str, Any], PlainEvent | None] | None:
+        """The hot path's decode: a record and its plain form (None
+        when the plain form cannot hold it: build the envelope, which says why), or None
+        (counted) if the bytes are not a record. Raises RegistryUnavailable as `decode`."""
+        try:
+            _writer, record = self.codec.decode(value or b"", logical=self.logical)
+        except SchemaError:
+            self.stats.undecodable += 1
+            return None
+        return record, plain_from_record(record, partition, offset)
+
+    def envelope_of(self, record: dict[str, Any], partition: int,
+                    offset: int) -> Envelope | None:
+        """The envelope of a record `read` gave, or None (counted) if it is not one."""
+        try:
+            return envelope_from_record(record, Seq(partition=partition, offset=offset))
+        except (SchemaError, KeyError, TypeError, ValueError):
+            self.stats.undecodable += 1
             return None
 
     def envelope(self, envelope: Envelope) -> Output:

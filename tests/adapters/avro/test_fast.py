@@ -99,3 +99,25 @@ def test_decode_round_trip_and_framing_errors() -> None:
         codec.decode(data[:12])
     with pytest.raises(SchemaError, match="bytes after"):
         codec.decode(data + b"\x00\x00")
+
+
+def test_logical_mode_reads_timestamps_as_aware_datetimes_and_the_default_as_millis() -> None:
+    from streams.adapters.avro.codec import envelope_to_record
+    from streams.adapters.avro.schemas import event_schemas
+    from streams.core.actors import UserActor
+    from streams.core.events import AppEvent, Envelope
+
+    schema = event_schemas()["app_event"]
+    when = datetime(2026, 5, 1, 12, 30, 1, 123000, tzinfo=UTC)
+    envelope = Envelope.new(AppEvent(name="t:a", data={"n": 1}), tenant="acme",
+                            workspace="prod", actor=UserActor(id="ada"), time=when)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), envelope_to_record(envelope))
+    codec = FastCodec(OneSchemaRegistry(schema))  # type: ignore[arg-type]
+    data = frame(7, body.getvalue())
+    _writer, logical = codec.decode(data, logical=True)
+    _writer, plain = codec.decode(data)
+    assert logical["envelope"]["time"] == when and logical["envelope"]["time"].tzinfo is not None
+    assert plain["envelope"]["time"] == int(when.timestamp() * 1000)
+    assert {k: v for k, v in logical.items() if k != "envelope"} == \
+        {k: v for k, v in plain.items() if k != "envelope"}

@@ -1,0 +1,249 @@
+"""The rules reactor's step against its floor: the 50 rules of `bench/rules50.py` matched over
+the same records, in the same process, in alternating rounds.
+
+Produces N events to one tenant (mostly `bench:event` app events, and a few `bench:other`,
+`feedback_given` and `run_succeeded` so that every rule of the 50 is reached), consumes them
+once in batches of STREAMS_REACTOR_BATCH_SIZE, then times, round after round in alternating
+order over those same confluent-kafka messages:
+
+- the reactor: `Reactor.handle_batch` per batch, as the worker's batch loop calls it (decode,
+  match, firings and forwards as encoded records);
+- the floor: the same 50 rules' matching done the fastest way by hand: the `event_type`
+  header looked up in a dict of handlers, fastavro against writer schemas fetched once (no
+  logical types), `data_json` parsed, and for these 50 rules plain dict checks written by
+  hand (a dict from `service`, `region`, `feedback_type` and `rule` to the rule watching that
+  value, the comparisons inline, sampling by the same sha256 point).
+
+Both count their firings, and the run stops if they disagree. The floor writes nothing for a
+firing, the reactor two encoded records per firing (few events match: see `fired`). Printed:
+median events/s and CPU µs per event (thread time) for both, and their ratio.
+
+    eval "$(deploy/stack.sh env)"
+    .venv/bin/python -m bench.reactor_floor --events 20000 --rounds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import fastavro
+from confluent_kafka import Message, TopicPartition
+from rich.console import Console
+
+from bench.rules50 import ACTIONS, RULES
+from streams.adapters.avro.fast import without_logical_types
+from streams.adapters.kafka.log import envelope_headers
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, Envelope, FeedbackGiven, RunSucceeded
+from streams.core.feedback import Feedback
+from streams.core.rules import RuleSet
+from streams.core.targets import RunTarget
+from streams.core.tenancy import tenant_topics
+from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.root import Runtime
+from streams.runtime.worker.reactor import Reactor
+from streams.settings import Settings
+
+console = Console(stderr=True)
+
+FEEDBACK_TYPES = 20  # type_0 .. type_19: the rules watch type_0 .. type_9
+RUN_RULES = 20  # rule-0 .. rule-19: the rules watch rule-0 .. rule-4
+
+for _i in range(FEEDBACK_TYPES):  # the feedback types the events carry
+    type(Feedback)(f"BenchType{_i}", (Feedback,),
+                   {"__annotations__": {"correct": bool}, "__module__": __name__},
+                   name=f"type_{_i}", targets={"run"})
+
+
+def _event(i: int, tenant: str) -> Envelope:
+    actor = UserActor(id="bench")
+    kind, j = i % 100, i // 100
+    if kind == 0:
+        event: Any = AppEvent(name="bench:other", data={"n": i})
+    elif kind in (1, 2):
+        event = FeedbackGiven(feedback_type=f"type_{j % FEEDBACK_TYPES}",
+                              target=RunTarget(run_id=f"run_{i}"),
+                              value={"correct": j % 4 != 0})
+    elif kind in (3, 4):
+        event = RunSucceeded(run_id=f"run_{i}", rule=f"rule-{j % RUN_RULES}", action="noop",
+                             output={"ok": True})
+    else:
+        event = AppEvent(name="bench:event", data={
+            "service": f"svc-{i % 40}", "errors": i % 1000, "region": f"r{i % 13}",
+            "canary": i % 7 == 0})
+    return Envelope.new(event, tenant=tenant, workspace="bench", actor=actor)
+
+
+def produce(runtime: Runtime, tenant: str, n: int) -> None:
+    topic = tenant_topics(tenant, runtime.settings.topic_prefix).events
+    producer = runtime.producer_of_own(**{"linger.ms": 20})
+    serde = runtime.serde
+    for i in range(n):
+        envelope = _event(i, tenant)
+        value = serde.encode_envelope(envelope, topic)
+        while True:
+            try:
+                producer.produce(topic, value, key=envelope.correlation_id.encode(),
+                                 headers=envelope_headers(envelope))
+                break
+            except BufferError:
+                producer.poll(0.1)
+    producer.flush(60)
+
+
+def consume(runtime: Runtime, tenant: str, n: int, batch: int) -> list[list[Message]]:
+    """All n records, in the batches a batch loop would take them in."""
+    topic = tenant_topics(tenant, runtime.settings.topic_prefix).events
+    reader = runtime.reader(f"{runtime.settings.topic_prefix}-bench-read")
+    metadata = reader.list_topics(topic, timeout=10).topics[topic]
+    reader.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
+    batches: list[list[Message]] = []
+    got = 0
+    deadline = time.monotonic() + 120
+    while got < n and time.monotonic() < deadline:
+        messages = [m for m in reader.consume(batch, 1.0) if m.error() is None]
+        if messages:
+            batches.append(messages)
+            got += len(messages)
+    reader.close()
+    if got < n:
+        raise SystemExit(f"read {got} of {n} records back")
+    return batches
+
+
+class Floor:
+    """The 50 rules of bench/rules50.py matched by hand over fastavro records."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.registry = runtime.registry
+        self.schemas: dict[int, Any] = {}
+        self.errors = {f"svc-{i}": 990 + i for i in range(20)}
+        self.regions = {**{f"r{i}": i for i in range(10)}, **{f"q{i}": i for i in range(10)}}
+        self.feedback = {f"type_{i}" for i in range(10)}
+        self.runs = {f"rule-{i}" for i in range(5)}
+        self.sampled = [f"bench:sampled-{i}".encode() + b"\n" for i in range(5)]
+        self.handlers: dict[bytes, Callable[[dict[str, Any]], int]] = {
+            b"bench:event": self.bench_event, b"bench:other": self.bench_other,
+            b"feedback_given": self.feedback_given, b"run_succeeded": self.run_succeeded}
+
+    def schema(self, schema_id: int) -> Any:
+        parsed = self.schemas.get(schema_id)
+        if parsed is None:
+            raw = json.loads(self.registry.get_schema(schema_id).schema_str or "")
+            parsed = self.schemas[schema_id] = fastavro.parse_schema(without_logical_types(raw))
+        return parsed
+
+    def bench_event(self, record: dict[str, Any]) -> int:
+        data = json.loads(record["data_json"])
+        errors = data.get("errors")
+        if type(errors) is not int:
+            return 0
+        fired = 0
+        threshold = self.errors.get(data.get("service"))  # type: ignore[arg-type]
+        if threshold is not None and errors > threshold:
+            fired += 1
+        if errors >= 999 and data.get("region") in self.regions \
+                and data.get("canary") is not True:
+            fired += 1
+        return fired
+
+    def bench_other(self, record: dict[str, Any]) -> int:
+        event_id = record["envelope"]["event_id"].encode()
+        return sum(int.from_bytes(hashlib.sha256(salt + event_id).digest()[:8], "big")
+                   < 0.1 * 2**64 for salt in self.sampled)
+
+    def feedback_given(self, record: dict[str, Any]) -> int:
+        return int(record["feedback_type"] in self.feedback
+                   and record["value"].get("correct") is False)
+
+    def run_succeeded(self, record: dict[str, Any]) -> int:
+        return int(record["rule"] in self.runs)
+
+    def step(self, messages: Sequence[Message]) -> int:
+        handlers, schema = self.handlers, self.schema
+        fired = 0
+        for msg in messages:
+            event_type = None
+            for key, value in msg.headers() or ():
+                if key == "event_type":
+                    event_type = value
+                    break
+            handler = handlers.get(event_type)  # type: ignore[arg-type]
+            if handler is None:
+                continue
+            raw = msg.value() or b""
+            stream = io.BytesIO(raw)
+            stream.seek(5)
+            record = fastavro.schemaless_reader(stream, schema(int.from_bytes(raw[1:5], "big")),
+                                                None)
+            fired += handler(record)  # type: ignore[arg-type]
+        return fired
+
+
+def timed(run: Callable[[], int]) -> tuple[float, float, int]:
+    """Wall seconds, thread CPU seconds and the count `run` returns."""
+    cpu, wall = time.thread_time(), time.perf_counter()
+    count = run()
+    return time.perf_counter() - wall, time.thread_time() - cpu, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--logical", action="store_true",
+                        help="the reactor reads records with logical types (datetimes)")
+    args = parser.parse_args()
+    settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
+    runtime = Runtime(settings)
+    tenant = "bench"
+    runtime.admin.create_tenant(tenant)
+    console.print(f"producing {args.events} events; {len(RULES)} rules")
+    produce(runtime, tenant, args.events)
+    batches = consume(runtime, tenant, args.events, settings.reactor_batch_size)
+    reactor = Reactor(runtime, RuleSet(RULES), ACTIONS, client=StreamsClient(runtime))
+    if args.logical:
+        reactor.records.logical = True
+    floor = Floor(runtime)
+
+    def run_reactor() -> int:
+        return sum(len(reactor.handle_batch(b)) for b in batches) // 2  # two per firing
+
+    def run_floor() -> int:
+        return sum(floor.step(b) for b in batches)
+
+    run_reactor(), run_floor()  # warm: schemas fetched, caches filled
+    results: dict[str, list[tuple[float, float]]] = {"reactor": [], "floor": []}
+    fired: dict[str, int] = {}
+    for r in range(args.rounds):
+        order = [("reactor", run_reactor), ("floor", run_floor)]
+        for name, run in order if r % 2 == 0 else order[::-1]:
+            wall, cpu, count = timed(run)
+            results[name].append((wall, cpu))
+            fired[name] = count
+        console.print(f"  round {r + 1}: reactor {args.events / results['reactor'][-1][0]:,.0f}"
+                      f"/s, floor {args.events / results['floor'][-1][0]:,.0f}/s")
+    if fired["reactor"] != fired["floor"]:
+        raise SystemExit(f"the reactor fired {fired['reactor']} times, the floor "
+                         f"{fired['floor']}: they do not do the same job")
+    n = args.events
+    rate = {k: n / statistics.median(w for w, _ in v) for k, v in results.items()}
+    cpu = {k: 1e6 * statistics.median(c for _, c in v) / n for k, v in results.items()}
+    print(f"events={n} rules={len(RULES)} rounds={args.rounds} fired={fired['floor']} "
+          f"reactor={rate['reactor']:.0f}/s ({cpu['reactor']:.1f} us cpu/event) "
+          f"floor={rate['floor']:.0f}/s ({cpu['floor']:.1f} us cpu/event) "
+          f"ratio={rate['reactor'] / rate['floor']:.3f} "
+          f"cpu_ratio={cpu['floor'] / cpu['reactor']:.3f}")
+    runtime.close()
+
+
+if __name__ == "__main__":
+    main()
