@@ -205,6 +205,11 @@ class Settings:
         "", "STREAMS_STATE_DIR", "directory of this process's local state (rule state "
         "stores, materialized views), rebuilt from Kafka when missing or corrupt (default: "
         "$XDG_STATE_HOME/feedback-streams, or ~/.local/state/feedback-streams)")
+    rule_state_grace: float = _setting(
+        3600.0, "STREAMS_RULE_STATE_GRACE", "seconds of event time a stateful rule's match may "
+        "arrive late: a key's count entries and rate windows older than its newest match's "
+        "time minus this are forgotten, so rule state holds current windows, not history",
+        positive=True)
     processing_guarantee: str = _setting(
         "exactly_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
         "produce loops commit: exactly_once (each commit interval's outputs and input offsets "

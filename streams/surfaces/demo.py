@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -76,7 +76,6 @@ DEMO_TYPES = ["--types", "streams.examples.ops", "--types", "streams.core.propos
 class TenantView:
     """What the demo sees of one tenant's log."""
 
-    start_offsets: dict[str, int] = field(default_factory=dict)
     envelopes: list[Envelope] = field(default_factory=list)
     people_done: bool = False
     drafts: int = 0
@@ -239,8 +238,31 @@ def _wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 60.0
     raise StreamsError(f"streams serve not ready at {url} within {timeout:.0f}s")
 
 
-def _ends(consumer: Consumer, topic: str) -> int:
-    return sum(high for _low, high in watermarks(consumer, topic).values())
+class RecordCounts:
+    """Records per topic written since `start`, as a read_committed reader is handed them:
+    under exactly once, transaction markers take offsets, so end offsets overcount."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.counts: dict[str, int] = {}
+
+    def start(self, topics: list[str]) -> None:
+        """Count from each topic's end now."""
+        parts = []
+        for topic in topics:
+            self.counts.setdefault(topic, 0)
+            parts += [TopicPartition(topic, p, high)
+                      for p, (_low, high) in watermarks(self.consumer, topic).items()]
+        self.consumer.assign(parts)
+
+    def poll(self) -> dict[str, int]:
+        """The counts, after taking what has arrived."""
+        while batch := self.consumer.consume(10_000, 0.05):
+            for msg in batch:
+                if msg.error() is None:
+                    topic = msg.topic() or ""
+                    self.counts[topic] = self.counts.get(topic, 0) + 1
+        return self.counts
 
 
 def _standin_counts(standin: Any, workspace: str) -> dict[str, int]:
@@ -280,15 +302,16 @@ def view_table(title: str, sink: str, cells: dict[str, list[str]]) -> Table:
     return table
 
 
-def _table(settings: Settings, consumer: Consumer, views: dict[str, TenantView],
+def _table(settings: Settings, records: RecordCounts, views: dict[str, TenantView],
            started: float, in_sink: dict[str, int], sink: str) -> tuple[Table, bool]:
     cells: dict[str, list[str]] = {}
     done = True
+    counts = records.poll()
     for tenant, view in views.items():
         topics = tenant_topics(tenant, settings.topic_prefix)
-        events = _ends(consumer, topics.events) - view.start_offsets[topics.events]
-        scores = _ends(consumer, topics.scores) - view.start_offsets[topics.scores]
-        dead = _ends(consumer, topics.deadletter) - view.start_offsets[topics.deadletter]
+        events = counts.get(topics.events, 0)
+        scores = counts.get(topics.scores, 0)
+        dead = counts.get(topics.deadletter, 0)
         feedback = [e for e in view.envelopes if isinstance(e.event, FeedbackGiven)]
         judge = sum(1 for e in feedback if e.actor.kind == "evaluator")
         expected = view.expected_scores()
@@ -408,9 +431,9 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
                      if langfuse else "DuckDB' counts them in the embedded sink's file"))
     consumer = runtime.reader(fresh_group("demo-watch"))
     views = {t: TenantView() for t in tenants}
-    for tenant, view in views.items():
-        for topic in tenant_topics(tenant, settings.topic_prefix).all():
-            view.start_offsets[topic] = _ends(consumer, topic)
+    records = RecordCounts(consumer)
+    named = [tenant_topics(t, settings.topic_prefix) for t in tenants]
+    records.start([name for t in named for name in (t.events, t.scores, t.deadletter)])
 
     # The children get exactly these settings, whatever this process's environment says.
     env = settings.child_env()
@@ -492,7 +515,7 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
             producer = _Background(produce)
             settled_at: float | None = None
             while time.monotonic() - started < timeout:
-                table, done = _table(settings, consumer, views, started, in_sink(), sink_name)
+                table, done = _table(settings, records, views, started, in_sink(), sink_name)
                 live.update(table)
                 if producer.error is not None:
                     raise producer.error

@@ -164,6 +164,17 @@ class PartitionState:
         self.dirty.add(key)
         self.position = max(self.position, offset + 1)
 
+    def expire(self, key: str, before: datetime) -> None:
+        """Forget the key's count entries and rate windows no match at or after `before`
+        (event time) can be decided with: a key's state stays its current windows, not the
+        history of every window it saw. A match older than `before` that arrives later is
+        decided against windows without them (the decider passes its newest match's time
+        minus STREAMS_RULE_STATE_GRACE)."""
+        found = self.states.get(key)
+        if found is not None:
+            found.expire(before)
+            self.dirty.add(key)
+
     def passed(self, offset: int) -> None:
         """The partition's record at `offset` was read (decided or not)."""
         self.position = max(self.position, offset + 1)

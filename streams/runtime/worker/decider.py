@@ -32,6 +32,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
@@ -115,6 +116,9 @@ class RuleDecider:
         self.matcher = matcher
         self.records = records
         self.checkpoint_interval = checkpoint_interval
+        # How late (event time) a match may be and still find its windows: older count
+        # entries and rate windows are forgotten, so state does not grow with history.
+        self.grace = timedelta(seconds=runtime.settings.rule_state_grace)
         self.owned: dict[tuple[str, int], _Owned] = {}
         self.stats = DeciderStats()
         self.loop: BatchLoop | None = None
@@ -175,6 +179,7 @@ class RuleDecider:
                 out += firing_outputs(self.records, self.matcher, decision, envelope,
                                       stage="decider")
         part.applied(key, offset)
+        part.expire(key, envelope.time - self.grace)
         return out
 
     # -- the changelog -------------------------------------------------------------------

@@ -159,3 +159,26 @@ def test_load_keeps_the_newer_of_two_records_and_applies_tombstones() -> None:
     assert part.position == 12
     part.load("ops:a|", None)
     assert "ops:a|" not in part.upto
+
+
+def test_expiry_keeps_a_keys_current_windows_not_its_history() -> None:
+    # A rate-limited key seen in 200 ten-minute windows: without expiry its record held
+    # every window (state growing with history); expired after each match, the windows of
+    # the grace period only.
+    part = PartitionState()
+    key = entity_key(LIMITED.name, "service=api")
+    grace = timedelta(minutes=30)
+    for i in range(200):
+        event = spike("api", at=T0 + timedelta(minutes=10 * i))
+        evaluate(RuleSet([LIMITED]), event, part.state_of(key))
+        part.applied(key, i)
+        part.expire(key, event.time - grace)
+    record = json.loads(dict(part.snapshot(0))[key] or b"{}")
+    assert len(record["rate"]["windows"]) <= 4
+    assert record["upto"] == 200
+    # A late match inside the grace still finds its window: the limit holds for it.
+    late = spike("api", at=T0 + timedelta(minutes=10 * 199 + 1))
+    decisions = evaluate(RuleSet([LIMITED]), late, part.state_of(key))
+    assert [type(d).__name__ for d in decisions] == ["Fire"]  # 2 per window: the second
+    again = evaluate(RuleSet([LIMITED]), late, part.state_of(key))
+    assert [type(d).__name__ for d in again] == ["Throttled"]
