@@ -190,16 +190,16 @@ class Watch:
         self.events = events
         self.count = RecordCount(settings, scores)
 
-    def holders(self) -> int:
-        """Members of the mirror group holding partitions of the events topic (-1 when the
-        broker does not answer)."""
+    def holders(self) -> frozenset[str] | None:
+        """The member ids of the mirror group holding partitions of the events topic (None
+        when the broker does not answer)."""
         try:
             described = self.admin.describe_consumer_groups(
                 [self.group], request_timeout=5)[self.group].result()
         except Exception:
-            return -1
-        return sum(any(tp.topic == self.events for tp in m.assignment.topic_partitions)
-                   for m in described.members)
+            return None
+        return frozenset(m.member_id for m in described.members
+                         if any(tp.topic == self.events for tp in m.assignment.topic_partitions))
 
     def committed(self) -> dict[int, int]:
         """The group's committed offset on each events partition ({} when unknown)."""
@@ -231,8 +231,21 @@ def advanced(watch: Watch, since: dict[int, int]) -> bool:
     return len(now) == PARTITIONS and all(now[p] > since.get(p, -1) for p in range(PARTITIONS))
 
 
-def recovered(watch: Watch, since: dict[int, int]) -> bool:
-    return watch.holders() == 2 and advanced(watch, since)
+def recovery(watch: Watch, before: frozenset[str] | None, timeout: float, what: str) -> float:
+    """Wait until two members hold the events topic's partitions, a membership other than
+    `before` (a restarted or rejoined member; any two when `before` is None), and then every
+    partition's committed offset moved past where it stood then: seconds from the call."""
+    at = time.monotonic()
+
+    def regrouped() -> frozenset[str] | None:
+        members = watch.holders()
+        return members if members is not None and len(members) == 2 and (
+            before is None or members != before) else None
+
+    wait_for(regrouped, timeout, f"two members after {what}")
+    since = wait_for(watch.committed, timeout, f"the committed offsets after {what}")
+    wait_for(lambda: advanced(watch, since), timeout, f"progress on every partition after {what}")
+    return time.monotonic() - at
 
 
 def count_scores(settings: Settings, topic: str, want: int) -> tuple[int, Counter[str],
@@ -334,7 +347,7 @@ def run(settings: Settings, args: argparse.Namespace,
     faults = schedule(args.kills, args.pauses, restart is not None)
     lines: list[str] = []
     try:
-        wait_for(lambda: watch.holders() == 2, 180, "both workers to join")
+        wait_for(lambda: len(watch.holders() or ()) == 2, 180, "both workers to join")
         started = time.monotonic()
         thread = threading.Thread(target=feed.run, daemon=True)
         thread.start()
@@ -409,41 +422,38 @@ def inject(fault: str, doomed: Proc, workers: list[Proc], watch: Watch, pause: f
              120, "the worker to be scoring")
     which = workers.index(doomed)
     if fault == "kill":
-        since = watch.committed()
+        before = watch.holders()
         at = time.monotonic()
         doomed.signal(signal.SIGKILL)
         assert doomed.proc is not None
         doomed.proc.wait(30)
         doomed.start()
-        wait_for(lambda: recovered(watch, since), 300, "recovery after a SIGKILL")
-        return f"SIGKILL worker {which}, restarted: recovered in {time.monotonic() - at:.1f} s"
+        took = recovery(watch, before, 300, "a SIGKILL")
+        return (f"SIGKILL worker {which}, restarted: recovered in "
+                f"{time.monotonic() - at:.1f} s ({took:.1f} s after the restart)")
     if fault == "pause":
         since = watch.committed()
         at = time.monotonic()
         doomed.signal(signal.SIGSTOP)
         try:
             # The other worker takes the paused one's partitions and commits on every one.
-            wait_for(lambda: watch.holders() == 1 and advanced(watch, since), max(pause, 60),
-                     "the other worker to take over")
+            wait_for(lambda: len(watch.holders() or ()) == 1 and advanced(watch, since),
+                     max(pause, 60), "the other worker to take over")
             takeover = time.monotonic() - at
             time.sleep(max(0.0, pause - takeover))
         finally:
             doomed.signal(signal.SIGCONT)
-        since = watch.committed()
         resumed = time.monotonic()
-        wait_for(lambda: recovered(watch, since), 300, "recovery after SIGCONT")
-        return (f"SIGSTOP worker {which} {resumed - at:.0f} s, SIGCONT: "
-                f"takeover {takeover:.1f} s, recovered {time.monotonic() - resumed:.1f} s "
-                "after SIGCONT")
+        took = recovery(watch, watch.holders(), 300, "SIGCONT")
+        return (f"SIGSTOP worker {which} {resumed - at:.0f} s, SIGCONT: takeover "
+                f"{takeover:.1f} s, both working again {took:.1f} s after SIGCONT")
     assert fault == "broker" and restart is not None
-    since = watch.committed()
     at = time.monotonic()
     restart()
     back = time.monotonic()
-    wait_for(lambda: recovered(watch, since), 300, "recovery after the broker restart")
-    return (f"broker stopped and started ({back - at:.0f} s): recovered "
-            f"{time.monotonic() - back:.1f} s after it was back")
-
+    took = recovery(watch, None, 300, "the broker restart")
+    return (f"broker stopped and started ({back - at:.0f} s): both working again "
+            f"{took:.1f} s after it was back")
 
 if __name__ == "__main__":
     main()
