@@ -356,10 +356,13 @@ def run(settings: Settings, args: argparse.Namespace,
     console.print(f"prefix {settings.topic_prefix}, logs and the DuckDB file in {tmp}")
     worker_args = ["worker", "--types", "streams.examples.ops", "--batch-size",
                    str(args.batch), "--stats-interval", "0.5"]
-    workers = [Proc(worker_args, settings.child_env(None, **EOS), tmp / f"worker{i}.log").start()
-               for i in range(2)]
+    # No health ports: three processes here, and other jobs on the machine, would share one.
+    quiet = {"STREAMS_HEALTH_PORT": "0"}
+    workers = [Proc(worker_args, settings.child_env(None, **EOS, **quiet),
+                    tmp / f"worker{i}.log").start() for i in range(2)]
     sink = Proc(["sink", "duckdb", "--path", str(warehouse), "--cursor", "warehouse",
-                 "--stats-interval", "1"], settings.child_env(), tmp / "sink.log").start()
+                 "--stats-interval", "1"], settings.child_env(None, **quiet),
+                tmp / "sink.log").start()
     watch = Watch(settings, topics.events, topics.scores)
     feed = Feed(settings, topics.events, tenant, args.feedback, args.rate)
     faults = schedule(args.kills, args.pauses, restart is not None)
