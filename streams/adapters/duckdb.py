@@ -83,6 +83,9 @@ _STORE_OFFSET = ("insert into sink_offsets values (?, ?, ?, ?) "
                  "set next_offset = greatest(sink_offsets.next_offset, excluded.next_offset)")
 
 # Columns added after the first release: a file made before them gains them on open.
+# Rows per upsert statement: 22 parameters a row, so a statement holds at most 5,632.
+_ROWS_PER_STATEMENT = 256
+
 ADDED_COLUMNS = ("alter table scores add column if not exists rule varchar",
                  "alter table scores add column if not exists action varchar")
 
@@ -119,9 +122,7 @@ class DuckDBScoreSink:
         self.identity = identity or f"duckdb:{where}"
         self._connection: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.Lock()
-        placeholders = ", ".join("?" for _ in COLUMNS)
-        self._upsert = (f"insert or replace into scores ({', '.join(COLUMNS)}) "
-                        f"values ({placeholders})")
+        self._upserts: dict[int, str] = {}
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         if self._connection is None:
@@ -142,14 +143,30 @@ class DuckDBScoreSink:
             con = self._connect()
             try:
                 con.execute("begin transaction")
-                if rows:
-                    con.executemany(self._upsert, rows)
+                # One statement of many rows, not executemany: DuckDB runs executemany as
+                # one statement per row, ~100 rows/s on a loaded 2-core machine (500 rows in
+                # 3.5-5.6 s), far below the mirror's output; a VALUES list of 500 took 0.12 s.
+                # `_rows` made the keys unique, so no statement replaces a row twice.
+                for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+                    chunk = rows[start:start + _ROWS_PER_STATEMENT]
+                    con.execute(self._upsert(len(chunk)),
+                                [value for row in chunk for value in row])
                 if offsets:
                     con.executemany(_STORE_OFFSET, offsets)
                 con.execute("commit")
             except duckdb.Error as exc:
                 con.execute("rollback")
                 raise SinkError(f"DuckDB refused a batch of {len(rows)} scores: {exc}") from exc
+
+    def _upsert(self, n: int) -> str:
+        """The upsert of `n` rows in one statement (cached per row count)."""
+        statement = self._upserts.get(n)
+        if statement is None:
+            row = "(" + ", ".join("?" for _ in COLUMNS) + ")"
+            statement = self._upserts[n] = (
+                f"insert or replace into scores ({', '.join(COLUMNS)}) values "
+                + ", ".join(row for _ in range(n)))
+        return statement
 
     async def record(self, scores: Sequence[Score], /) -> Sequence[Rejected]:
         """Upsert a batch in one transaction; returns once it is committed to the file."""

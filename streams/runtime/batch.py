@@ -47,7 +47,12 @@ transaction: its new owner may already be redoing it.
 
 Outages are waits, not failures: a registry that cannot be reached makes the loop seek back
 to the batch and retry with backoff; a commit that fails because the coordinator is moving
-is retried; only an outage longer than `outage_limit` seconds ends the loop with
+is retried; a transactional call (sending the offsets, committing, aborting) that keeps
+failing with retriable errors is retried for `transaction_timeout` seconds only: by then the
+broker has aborted the transaction (a broker restart does so on load, bumping the producer's
+epoch, and librdkafka's repeated call then times out for good), so the loop aborts and redoes
+it, replacing the producer when the abort fails too; only an outage longer than
+`outage_limit` seconds ends the loop with
 `OutageTooLong`.
 """
 
@@ -217,6 +222,9 @@ class BatchLoop:
         self.commit_interval = commit_interval
         self.flush_timeout = flush_timeout
         self.outage_limit = outage_limit
+        # How long a transactional call is retried on retriable errors: past the broker's
+        # transaction timeout the transaction is aborted anyway (see the module).
+        self.transaction_timeout = runtime.settings.transaction_timeout
         self.name = name
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
@@ -359,7 +367,10 @@ class BatchLoop:
 
     def _retrying(self, what: str, call: Callable[[], None]) -> None:
         """Call a transactional API, again while it fails with a retriable error (a timeout,
-        a coordinator on its way): librdkafka says such a call may simply be repeated."""
+        a coordinator on its way): librdkafka says such a call may simply be repeated. Not
+        for longer than `transaction_timeout` seconds, though: the broker has aborted the
+        transaction by then, and the call's error is raised for the caller to abort."""
+        first: float | None = None
         while True:
             try:
                 call()
@@ -368,6 +379,13 @@ class BatchLoop:
             except KafkaException as exc:
                 error = _error_of(exc)
                 if error is None or not error.retriable() or error.txn_requires_abort():
+                    raise
+                now = time.monotonic()
+                first = now if first is None else first
+                if now - first >= self.transaction_timeout:
+                    log.warning("%s: %s still failing after %.0f s (%s): the broker has "
+                                "aborted the transaction by now; giving it up", self.name,
+                                what, now - first, error)
                     raise
                 self._wait_outage(f"{what} failed: {error}")
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from streams.adapters.duckdb import TABLE, DuckDBScoreSink
+from streams.adapters.duckdb import _ROWS_PER_STATEMENT, TABLE, DuckDBScoreSink
 from streams.core.errors import SinkError
+from streams.core.scores import Score
 from streams.core.sinks import OffsetStoringSink, stores_offsets
 from streams.core.sinks.contracts import check_score_sink, sample_scores
 from tests.conftest import REPO
@@ -97,6 +98,33 @@ async def test_a_failed_write_stores_neither_rows_nor_offsets(tmp_path: Path) ->
         await sink.write([scores[3], broken], {("t", 0): 4}, group=GROUP)
     assert sink.offsets(GROUP) == {("t", 0): 2}
     assert sink.query("select count(*) from scores") == [(2,)]
+    sink.close()
+
+
+def _many(n: int) -> list[Score]:
+    """`n` scores of distinct ids (the sample's first, renumbered)."""
+    first = sample_scores()[0]
+    return [replace(first, id=f"{first.id}-{i}", value=float(i % 2)) for i in range(n)]
+
+
+async def test_a_batch_of_several_statements_is_one_transaction(tmp_path: Path) -> None:
+    # The upsert writes a batch as multi-row statements of _ROWS_PER_STATEMENT rows: a batch
+    # of two and a bit statements, with keys repeated across them, stores each key once
+    # (the last value), and a row refused in the last statement undoes the earlier ones.
+    sink = DuckDBScoreSink(tmp_path / "scores.duckdb")
+    n = 2 * _ROWS_PER_STATEMENT + 7
+    scores = _many(n)
+    repeated = [replace(s, value=1.0 - s.value) for s in scores[:_ROWS_PER_STATEMENT + 3]]
+    await sink.write([*scores, *repeated], {("t", 0): n}, group=GROUP)
+    assert sink.query("select count(*), count(distinct id) from scores") == [(n, n)]
+    wanted = {s.id: s.value for s in [*scores, *repeated]}
+    assert dict(sink.query("select id, numeric_value from scores")) == wanted
+    broken = replace(scores[0], id="broken", name=None)  # type: ignore[arg-type]
+    more = [replace(s, id=f"more-{s.id}") for s in scores]
+    with pytest.raises(SinkError, match="DuckDB refused"):
+        await sink.write([*more, broken], {("t", 0): 2 * n}, group=GROUP)
+    assert sink.query("select count(*) from scores") == [(n,)]
+    assert sink.offsets(GROUP) == {("t", 0): n}
     sink.close()
 
 

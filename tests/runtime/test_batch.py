@@ -293,6 +293,44 @@ def test_a_retriable_commit_error_is_retried_not_aborted() -> None:
     assert loop.stats.outage_waits == 1 and loop.stats.aborts == 0
 
 
+def _timeouts(n: int) -> list[Exception]:
+    return [KafkaException(KafkaError(KafkaError._TIMED_OUT, retriable=True))
+            for _ in range(n)]
+
+
+def test_a_transactional_call_failing_past_the_transaction_timeout_is_given_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # After a broker restart the coordinator has aborted the open transaction (its timeout
+    # passed while the broker was down) and librdkafka's repeated send_offsets_to_transaction
+    # times out, retriably, for good: the loop must not retry it until the outage limit (a
+    # worker hung for 600 s, then exit 70), but give it up after the transaction timeout,
+    # abort and redo the work.
+    broker = Broker(records(6), failures={"send_offsets_to_transaction": _timeouts(8)})
+    loop = make(broker)
+    loop.transaction_timeout = 0.2
+    with caplog.at_level(logging.WARNING, "streams.runtime.batch"):
+        run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)  # nothing lost, nothing twice
+    assert loop.stats.aborts >= 1 and set(loop.stats.aborts_by_reason) == {"timed_out"}
+    assert broker.calls.count("abort_transaction") == loop.stats.aborts
+    assert loop.stats.producer_resets == 0
+    assert any("still failing after" in r.getMessage() for r in caplog.records)
+
+
+def test_an_abort_failing_past_the_transaction_timeout_replaces_the_producer() -> None:
+    # The abort times out for good too: the producer is replaced (the broker aborts the old
+    # one's transaction) and the work redone from the committed offsets.
+    broker = Broker(records(6), failures={"send_offsets_to_transaction": _timeouts(4),
+                                          "abort_transaction": _timeouts(4)})
+    loop = make(broker)
+    loop.transaction_timeout = 0.2
+    run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)
+    assert loop.stats.producer_resets >= 1
+    assert broker.calls.count("init_transactions") == 1 + loop.stats.producer_resets
+
+
 def test_a_fenced_producer_is_replaced_and_its_work_redone() -> None:
     fenced = KafkaError(KafkaError._FENCED, fatal=True)
     broker = Broker(records(12), failures={"commit_transaction": [KafkaException(fenced)]})
