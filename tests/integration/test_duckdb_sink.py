@@ -25,6 +25,7 @@ from streams.runtime.sink.runner import cursor_group
 from streams.settings import Settings
 from tests.conftest import REPO, WorkerProcess, wait_until
 from tests.integration.test_feedback_mirror import end_offsets
+from tests.integration.test_sinks import make_scores
 
 
 def after_last_records(settings: Settings, topic: str) -> dict[tuple[str, int], int]:
@@ -46,7 +47,6 @@ def after_last_records(settings: Settings, topic: str) -> dict[tuple[str, int], 
         return out
     finally:
         consumer.close()
-from tests.integration.test_sinks import make_scores
 
 RUNS = 10
 SCORES = RUNS * 4  # triage_quality: correct, severity (no note); resolution: resolved, minutes
