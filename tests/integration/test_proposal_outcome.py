@@ -102,10 +102,12 @@ async def draft(ws: Workspace, artifact_id: str, n: int, within: float = 120) ->
     for i in range(n):
         await ws.append(DraftRequested(artifact_id=artifact_id,
                                        fields={"when": f"draft {i}"}).to_event())
-    log = await wait_log(ws, lambda es: len(proposals_by_rule(es)) >= len(before) + n, within,
-                         f"{n} drafts of {artifact_id}")
-    made = [e for e in proposals_by_rule(log) if e.event_id not in before]
-    return [e.event.proposal_id for e in made if isinstance(e.event, ProposalMade)]
+    # A drafting run redone (its batch's transaction aborted) writes its proposal again with
+    # the same derived event id: distinct ids are what a reader folds.
+    log = await wait_log(ws, lambda es: len({e.event_id for e in proposals_by_rule(es)})
+                         >= len(before) + n, within, f"{n} drafts of {artifact_id}")
+    made = {e.event_id: e for e in proposals_by_rule(log) if e.event_id not in before}
+    return [e.event.proposal_id for e in made.values() if isinstance(e.event, ProposalMade)]
 
 
 async def all_finished(ws: Workspace, within: float = 120) -> list[Envelope]:

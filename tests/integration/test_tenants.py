@@ -15,11 +15,13 @@ def test_create_tenant_is_idempotent_and_sets_partitions_and_configs(settings: S
     first = admin.create_tenant(name, partitions=2)
     again = admin.create_tenant(name, partitions=2)
     assert first == again
+    # The rules topic is made with the tenant's partitions (keys spread over deciders) and
+    # never grown: a key's state lives in the partition its key hashes to.
     assert first.partitions == {first.topics.events: 2, first.topics.scores: 2,
-                                first.topics.deadletter: 2, first.topics.rules: 1}
+                                first.topics.deadletter: 2, first.topics.rules: 2}
     grown = admin.create_tenant(name, partitions=4)
     assert grown.partitions == {first.topics.events: 4, first.topics.scores: 4,
-                                first.topics.deadletter: 4, first.topics.rules: 1}
+                                first.topics.deadletter: 4, first.topics.rules: 2}
     assert name in admin.tenants()
     raw = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
     resource = ConfigResource(ConfigResource.Type.TOPIC, first.topics.events)
