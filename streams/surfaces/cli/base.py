@@ -295,8 +295,15 @@ def require_broker(runtime: Runtime) -> None:
         ) from exc
 
 
-def check_broker(runtime: Runtime) -> None:
-    """`require_broker` on the command's own runtime: the preflight of the long-running
-    commands (worker, sinks), ending the command with one line if it fails."""
-    with handled():
-        require_broker(runtime)
+def check_broker(config: Settings) -> None:
+    """`require_broker` on a Runtime of its own, closed after: the preflight of the
+    long-running commands (worker, sinks), ending the command with one line if it fails."""
+    # Lazy: the composition root loads the Kafka clients, which `--help` does not need.
+    from streams.runtime.root import Runtime
+
+    runtime = Runtime(config)
+    try:
+        with handled():
+            require_broker(runtime)
+    finally:
+        runtime.close()

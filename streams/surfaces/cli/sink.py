@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -26,23 +26,21 @@ from streams.surfaces.cli.base import (
     settings,
 )
 
-if TYPE_CHECKING:
-    from streams.runtime.root import Runtime
-
 __all__ = ["sink_app"]
 
 sink_app = typer.Typer(no_args_is_help=True, help="Run score sinks; sync score configs.")
 
 
-def _langfuse_client(runtime: Runtime) -> Any:
-    config = runtime.settings
+def _langfuse_client(config: Settings) -> Any:
+    from streams.runtime.root import Runtime
+
     missing = [variable for variable, value in (
         ("LANGFUSE_PUBLIC_KEY", config.langfuse_public_key),
         ("LANGFUSE_SECRET_KEY", config.langfuse_secret_key)) if not value]
     if missing:
         raise fail(f"set {', '.join(missing)} (and LANGFUSE_HOST) to the Langfuse project's "
                    "keys", ExitCode.CONFIG)
-    return runtime.langfuse()
+    return Runtime(config).langfuse()
 
 
 @contextmanager
@@ -70,7 +68,7 @@ BatchOption = Annotated[int | None, typer.Option(
 StatsOption = Annotated[float, typer.Option(help="Seconds between stats lines; 0: none.")]
 
 
-async def _run_sink(runtime: Runtime, sink: Any, *, cursor: str | None, replay: bool,
+async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: bool,
                     batch_size: int, stats_interval: float) -> None:
     """Run a sink under the sink runner until SIGTERM or SIGINT; print its stats as JSON
     lines (every `stats_interval` seconds when given, and once at the end)."""
@@ -78,11 +76,13 @@ async def _run_sink(runtime: Runtime, sink: Any, *, cursor: str | None, replay: 
     import signal
 
     from streams.adapters.tracing import configure_tracing
+    from streams.runtime.root import Runtime
     from streams.runtime.sink.runner import OutageTooLong, SinkRunner, serve_sink
 
     # Fail now, in one line, if no broker answers: the runner would wait for one.
-    await asyncio.to_thread(check_broker, runtime)
-    configure_tracing(runtime.settings.otlp_traces_endpoint, "streams-sink")
+    await asyncio.to_thread(check_broker, config)
+    configure_tracing(config.otlp_traces_endpoint, "streams-sink")
+    runtime = Runtime(config)
     runner = SinkRunner(runtime, sink, cursor=cursor, replay=replay, batch_size=batch_size)
     health = serve_sink(runner)  # metrics exported, /healthz and /readyz served
     loop = asyncio.get_running_loop()
@@ -131,12 +131,10 @@ def sink_langfuse(
 
     from streams.adapters.langfuse import LangfuseScoreConfigStore, LangfuseScoreSink
     from streams.core.sinks.configs import sync_score_configs
-    from streams.runtime.root import Runtime
 
     load_types(types)
     config = settings()
-    runtime = Runtime(config)  # one composition root for the whole command
-    client = _langfuse_client(runtime)
+    client = _langfuse_client(config)
     batch = batch_size or config.sink_batch_size
     sink = LangfuseScoreSink(
         client, batch_size=batch, timeout=config.langfuse_timeout,
@@ -149,7 +147,7 @@ def sink_langfuse(
                 created = await sync_score_configs(LangfuseScoreConfigStore(client))
             if created:
                 console.print(f"created score configs: {', '.join(created)}")
-        await _run_sink(runtime, sink, cursor=None if no_cursor else cursor, replay=replay,
+        await _run_sink(config, sink, cursor=None if no_cursor else cursor, replay=replay,
                         batch_size=batch, stats_interval=stats_interval)
     asyncio.run(main())
 
@@ -161,17 +159,12 @@ def sink_sync_configs(types: TypesOption = None) -> None:
 
     from streams.adapters.langfuse import LangfuseScoreConfigStore
     from streams.core.sinks.configs import sync_score_configs
-    from streams.runtime.root import Runtime
 
     load_types(types)
     config = settings()
-    runtime = Runtime(config)
-    try:
-        with handled(), _langfuse_reached(config):
-            created = asyncio.run(sync_score_configs(
-                LangfuseScoreConfigStore(_langfuse_client(runtime))))
-    finally:
-        runtime.close()
+    with handled(), _langfuse_reached(config):
+        created = asyncio.run(sync_score_configs(
+            LangfuseScoreConfigStore(_langfuse_client(config))))
     print(json.dumps({"created": created}))
 
 
@@ -190,7 +183,6 @@ def sink_duckdb(
     import asyncio
 
     from streams.adapters.duckdb import DuckDBScoreSink
-    from streams.runtime.root import Runtime
 
     load_types(types)
     config = settings()
@@ -203,7 +195,7 @@ def sink_duckdb(
     console.print(f"DuckDB sink: {sink.identity}, cursor "
                   f"{'(none)' if no_cursor else cursor}{' (replay)' if replay else ''}")
     try:
-        asyncio.run(_run_sink(Runtime(config), sink, cursor=None if no_cursor else cursor,
+        asyncio.run(_run_sink(config, sink, cursor=None if no_cursor else cursor,
                               replay=replay, batch_size=batch_size or config.sink_batch_size,
                               stats_interval=stats_interval))
     except StreamsError as exc:

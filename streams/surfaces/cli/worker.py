@@ -44,9 +44,8 @@ def worker(
     load_types(types)
     found_rules, actions, deps = load_rules(with_proposal_outcome(rules, proposal_outcome))
     config = settings()
-    runtime = Runtime(config)
-    check_broker(runtime)
+    check_broker(config)
     with handled():
-        Worker(runtime, cursor=cursor, batch_size=batch_size,
+        Worker(Runtime(config), cursor=cursor, batch_size=batch_size,
                stats_interval=stats_interval or None, rules=found_rules, actions=actions,
                deps=deps).run(loglevel=loglevel)
