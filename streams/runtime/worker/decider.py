@@ -37,7 +37,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from streams.adapters.kafka.log import header_value
+from streams.adapters.kafka.log import header_value, reached_end
 from streams.adapters.kafka.outputs import Output
 from streams.adapters.state import StateStore, open_store
 from streams.core.events import Envelope
@@ -336,6 +336,12 @@ class RuleDecider:
             while len(done) < len(ends):
                 messages = reader.consume(10_000, 0.2)
                 if not messages:
+                    # What is left may be transaction markers or aborted records: a
+                    # read_committed reader is never handed them, its position moves past.
+                    done |= {key for key, end in ends.items() if key not in done
+                             and reached_end(reader, key[0], key[1], end)}
+                    if len(done) >= len(ends):
+                        break
                     if time.monotonic() > quiet_until:
                         raise KafkaException(f"could not read the rule state changelog to "
                                              f"its end: {sorted(set(ends) - done)}")
