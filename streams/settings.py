@@ -156,8 +156,9 @@ class Settings:
         "offsets (with exactly_once: the longest a transaction stays open, so what a "
         "read_committed reader waits for a score at most)", positive=True)
     metadata_refresh_interval: float = _setting(
-        1.0, "STREAMS_METADATA_REFRESH_INTERVAL", "seconds between group consumers' "
-        "metadata refreshes (how soon a regex subscription sees a new tenant)",
+        1.0, "STREAMS_METADATA_REFRESH_INTERVAL", "seconds between clients' metadata "
+        "refreshes (how soon a regex subscription sees a new tenant, and a producer a "
+        "partition's leader back after a broker restart)",
         positive=True)
     action_timeout: float = _setting(300.0, "STREAMS_ACTION_TIMEOUT",
                                      "seconds one attempt of a rule's action may take",

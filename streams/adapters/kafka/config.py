@@ -145,9 +145,15 @@ def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
 
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     """An idempotent, fully acknowledged producer: nothing written is lost or doubled by
-    the producer's own retries."""
-    return client_config(settings, **{"enable.idempotence": True, "acks": "all",
-                                      "linger.ms": 5, "compression.type": "lz4", **extra})
+    the producer's own retries. It refreshes its metadata every `metadata_refresh_interval`
+    like the consumers: after a broker restart librdkafka (2.16) can keep a partition's
+    leader as -1 ("new leader-1 not found in cache") until the next periodic refresh, five
+    minutes by default, and every record for that partition waits that long
+    (tests/faults/test_exactly_once_broker.py met it)."""
+    return client_config(settings, **{
+        "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4",
+        "topic.metadata.refresh.interval.ms": int(settings.metadata_refresh_interval * 1000),
+        **extra})
 
 
 def transactional_producer_config(settings: Settings, transactional_id: str,
