@@ -15,8 +15,16 @@
    clients posting the same frames to an empty FastAPI endpoint under uvicorn (what HTTP
    alone costs here). Ratios are service / floor.
 
-Every command is checked: a non-200 answer fails the run. The load generator runs on the
-same machine as the server and the broker, so it competes with them for the cores.
+5. Overload (`--overload F`, default 3): `F` times the measured throughput offered open loop
+   for `--overload-seconds` (default 20). Past `STREAMS_SERVE_MAX_IN_FLIGHT` the server sheds
+   with 503 and `Retry-After`: the run prints what was offered, admitted and shed, the
+   admitted commands' p50/p99, and checks in the tenant's feedback that every admitted
+   command was recorded exactly once and no shed one was (each carries its id as its note).
+
+Every command is checked: an answer other than 200 (or, under load, 503 `unavailable` with
+`Retry-After`) fails the run. The load generator runs on the same machine as the server and
+the broker, so it competes with them for the cores: the overload phase prints the rate it
+actually managed to offer.
 """
 
 from __future__ import annotations
@@ -75,9 +83,10 @@ async def _seed(client: StreamsClient, runs: int) -> list[str]:
 RETRIES = {"transport": 0}
 
 
-async def _post(http: httpx.AsyncClient, url: str, frame: dict[str, Any]) -> None:
-    """One command; a connection error is retried with the same command id (it records
-    once), and counted."""
+async def _post(http: httpx.AsyncClient, url: str, frame: dict[str, Any]) -> bool:
+    """One command: True when recorded, False when the server shed it (503 `unavailable`
+    with Retry-After). A connection error is retried with the same command id (it records
+    once), and counted; any other answer ends the run."""
     for attempt in range(5):
         try:
             answer = await http.post(url, json=frame)
@@ -86,16 +95,21 @@ async def _post(http: httpx.AsyncClient, url: str, frame: dict[str, Any]) -> Non
                 raise
             RETRIES["transport"] += 1
             continue
+        if answer.status_code == 503 and "Retry-After" in answer.headers:
+            return False
         if answer.status_code != 200:
             raise SystemExit(f"command {frame['command_id']} failed: {answer.text}")
-        return
+        return True
+    raise AssertionError("unreachable")
 
 
-def _frame(command_id: str, run_id: str) -> dict[str, Any]:
+def _frame(command_id: str, run_id: str, note: str | None = None) -> dict[str, Any]:
+    value: dict[str, Any] = {"correct": True, "severity": "high"}
+    if note is not None:
+        value["note"] = note
     return {"type": "command", "command_id": command_id,
             "command": {"type": "give_feedback", "feedback_type": "triage_quality",
-                        "target": {"kind": "run", "run_id": run_id},
-                        "value": {"correct": True, "severity": "high"}}}
+                        "target": {"kind": "run", "run_id": run_id}, "value": value}}
 
 
 async def _throughput(url: str, token: str, runs: list[str], commands: int,
@@ -109,7 +123,9 @@ async def _throughput(url: str, token: str, runs: list[str], commands: int,
         async with httpx.AsyncClient(headers=headers, timeout=60) as http:
             for n in queue:
                 started = time.perf_counter()
-                await _post(http, url, _frame(f"tp_{tag}_{n}", runs[n % len(runs)]))
+                if not await _post(http, url, _frame(f"tp_{tag}_{n}", runs[n % len(runs)])):
+                    raise SystemExit(f"the server shed a command of {clients} clients: "
+                                     "raise STREAMS_SERVE_MAX_IN_FLIGHT or lower --clients")
                 latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
@@ -120,15 +136,23 @@ async def _throughput(url: str, token: str, runs: list[str], commands: int,
 
 
 async def _fixed_rate(url: str, token: str, runs: list[str], rate: float,
-                      seconds: float) -> dict[str, float]:
+                      seconds: float, tag: str = "fr") -> dict[str, Any]:
+    """`rate` commands/s on schedule (open loop) for `seconds`: what was sent, admitted and
+    shed, and the admitted commands' latency. Each command's note is its id."""
     latencies: list[float] = []
+    admitted: list[str] = []
+    shed: list[str] = []
     headers = {"Authorization": f"Bearer {token}"}
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     async with httpx.AsyncClient(headers=headers, timeout=60, limits=limits) as http:
         async def one(n: int) -> None:
+            command_id = f"{tag}_{n}"
             started = time.perf_counter()
-            await _post(http, url, _frame(f"fr_{n}", runs[n % len(runs)]))
-            latencies.append(time.perf_counter() - started)
+            if await _post(http, url, _frame(command_id, runs[n % len(runs)], command_id)):
+                latencies.append(time.perf_counter() - started)
+                admitted.append(command_id)
+            else:
+                shed.append(command_id)
 
         total = int(rate * seconds)
         start = time.perf_counter()
@@ -139,10 +163,33 @@ async def _fixed_rate(url: str, token: str, runs: list[str], rate: float,
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one(n)))
+        offered = time.perf_counter() - start
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - start
-    return {"sent_per_s": total / (elapsed if elapsed > 0 else 1), "p50_ms": _pct(latencies, 0.5),
-            "p99_ms": _pct(latencies, 0.99)}
+    return {"sent_per_s": total / (elapsed if elapsed > 0 else 1),
+            "offered_per_s": total / (offered if offered > 0 else 1),
+            "admitted": len(admitted), "shed": len(shed),
+            "admitted_per_s": len(admitted) / (elapsed if elapsed > 0 else 1),
+            "p50_ms": _pct(latencies, 0.5) if latencies else None,
+            "p99_ms": _pct(latencies, 0.99) if latencies else None,
+            "admitted_ids": admitted, "shed_ids": shed}
+
+
+async def _recorded_once(client: StreamsClient, admitted: list[str],
+                         shed: list[str]) -> dict[str, int]:
+    """How the overload phase's commands landed: admitted ones recorded once, shed ones not
+    at all (read back from the tenant's feedback by their notes)."""
+    ws = client.workspace(TENANT, "prod", actor=UserActor(id="check"))
+    ours = set(admitted) | set(shed)
+    notes: dict[str, int] = {}
+    for envelope in await ws.feedback(feedback_type="triage_quality"):
+        note = envelope.data["value"].get("note")
+        if note in ours:
+            notes[note] = notes.get(note, 0) + 1
+    return {"admitted_recorded_once": sum(1 for i in admitted if notes.get(i) == 1),
+            "admitted_not_recorded": sum(1 for i in admitted if i not in notes),
+            "recorded_more_than_once": sum(1 for n in notes.values() if n > 1),
+            "shed_but_recorded": sum(1 for i in shed if i in notes)}
 
 
 async def _floor(client: StreamsClient, runs: list[str], commands: int, clients: int,
@@ -245,6 +292,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await _throughput(url, token, runs, min(500, args.commands), args.clients)  # warm up
         rest = await _throughput(url, token, runs, args.commands, args.clients)
         rate = await _fixed_rate(url, token, runs, args.rate, args.seconds)
+        for key in ("admitted_ids", "shed_ids"):
+            rate.pop(key)
+        overload: dict[str, Any] = {}
+        if args.overload > 0:
+            offered = args.overload * rest["per_s"]
+            overload = await _fixed_rate(url, token, runs, offered, args.overload_seconds,
+                                         tag=f"ov{uuid.uuid4().hex[:6]}")
+            check = await _recorded_once(client, overload.pop("admitted_ids"),
+                                         overload.pop("shed_ids"))
+            overload = {"factor": args.overload, "asked_per_s": round(offered, 1),
+                        **overload, **check}
         floor_ids = await _floor(client, runs, args.commands, args.clients, True)
         floor_plain = await _floor(client, runs, args.commands, args.clients, False)
         ceiling = await _http_ceiling(runs, args.commands, args.clients)
@@ -258,6 +316,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "commands": args.commands, "clients": args.clients, "workers": args.workers,
         "rest": rest, "rest_at_fixed_rate": {"rate": args.rate, **rate},
+        "rest_overloaded": overload,
         "floor_handle_with_command_ids": floor_ids, "floor_handle_plain": floor_plain,
         "http_ceiling_empty_endpoint": ceiling,
         "ratio_rest_to_http_ceiling": round(rest["per_s"] / ceiling["per_s"], 3),
@@ -275,5 +334,8 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=1, help="streams serve --workers")
+    parser.add_argument("--overload", type=float, default=3.0,
+                        help="offer this many times the measured throughput (0: skip)")
+    parser.add_argument("--overload-seconds", type=float, default=20.0)
     result = asyncio.run(main(parser.parse_args()))
     print(json.dumps(result, indent=2))

@@ -60,7 +60,8 @@ async def serve(settings: Settings) -> AsyncIterator[Served]:
     service = CommandService(client, keys)
     port = free_port()
     # The service's own app: REST, the stream and the MCP mount (run by its lifespan).
-    server = uvicorn.Server(uvicorn.Config(create_app(service=service), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(create_app(service=service, settings=settings),
+                                           host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
     try:
