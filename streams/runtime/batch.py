@@ -63,6 +63,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -127,10 +128,13 @@ def abort_reason(error: KafkaError | None) -> str:
     """Why a transaction failed, as the one word its log line and metric carry: `fenced`
     (a newer producer or the broker's timeout took the transaction over), `group_moved`
     (the consumer group's generation moved on: a zombie's commit), `coordinator_moved`,
-    `broker_down`, `timed_out`, `delivery_failed` (an output was refused) or `other`."""
+    `broker_down`, `timed_out`, `hung` (a transactional call outlived its own timeout and
+    its producer was given up), `delivery_failed` (an output was refused) or `other`."""
     if error is None:
         return "other"
     code = error.code()
+    if code == KafkaError._TIMED_OUT and error.fatal():
+        return "hung"
     if code in _FENCED or error.fatal():
         return "fenced"
     if code in _GROUP_MOVED:
@@ -154,7 +158,8 @@ class BatchStats:
     """What a loop has done: batches, records in, outputs out, commits and repeats; with
     exactly_once, `commits` counts committed transactions, `aborts` the aborted ones (each
     redone from the committed offsets), `aborts_by_reason` them by `abort_reason`, and
-    `producer_resets` the transactional producers replaced after being fenced."""
+    `producer_resets` the transactional producers replaced after being fenced (or given up
+    as wedged: `producers_abandoned`)."""
 
     batches: int = 0
     records: int = 0
@@ -165,6 +170,7 @@ class BatchStats:
     outage_waits: int = 0
     aborts: int = 0
     producer_resets: int = 0
+    producers_abandoned: int = 0
     aborts_by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -225,6 +231,9 @@ class BatchLoop:
         # How long a transactional call is retried on retriable errors: past the broker's
         # transaction timeout the transaction is aborted anyway (see the module).
         self.transaction_timeout = runtime.settings.transaction_timeout
+        # How long past its own timeout a transactional call may go on before its producer
+        # is given up as wedged (librdkafka #5456: a call that does not honour its timeout).
+        self.hang_grace = max(5.0, self.transaction_timeout)
         self.name = name
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
@@ -334,7 +343,8 @@ class BatchLoop:
                                                            **self.producer_extra)
             while True:
                 try:
-                    producer.init_transactions(self.flush_timeout)
+                    self._watched("initialising transactions",
+                                  partial(producer.init_transactions, self.flush_timeout))
                     self._outage_over()
                     return producer
                 except KafkaException as exc:
@@ -365,15 +375,53 @@ class BatchLoop:
         producer = self._producer = self._make_producer()
         return producer
 
+    def _watched(self, what: str, call: Callable[[], None]) -> None:
+        """`call()`, a transactional call bounded by `flush_timeout`, on a thread of its own;
+        given up when it has not returned `hang_grace` seconds past that timeout, by raising
+        a fatal KafkaException (reason `hung`): the producer is replaced and the batch redone
+        from the committed offsets, instead of the loop waiting on a wedged call for good.
+
+        The wedged call keeps its thread and its producer, and nothing calls that producer
+        again, so no late commit can follow a redo: a call wedged before the commit leaves
+        no commit to come (the broker aborts the transaction after its timeout), and a commit
+        wedged after its offsets were sent leaves them pending, which the rewind's read of
+        the committed offsets waits out (a read_committed consumer asks for stable offsets,
+        KIP-447)."""
+        outcome: list[BaseException | None] = []
+        finished = threading.Event()
+
+        def attempt() -> None:
+            try:
+                call()
+                outcome.append(None)
+            except BaseException as exc:  # handed over to the loop's thread below
+                outcome.append(exc)
+            finally:
+                finished.set()
+
+        threading.Thread(target=attempt, name=f"{self.name}: {what}", daemon=True).start()
+        if not finished.wait(self.flush_timeout + self.hang_grace):
+            self.stats.producers_abandoned += 1
+            log.error("%s: %s did not return within %.0f s (its timeout is %.0f s): giving "
+                      "its producer up and redoing the batch with a new one", self.name, what,
+                      self.flush_timeout + self.hang_grace, self.flush_timeout,
+                      extra={"event": "producer_abandoned", "loop": self.name})
+            raise KafkaException(KafkaError(
+                KafkaError._TIMED_OUT, f"{what} did not return within its timeout",
+                fatal=True))
+        if outcome[0] is not None:
+            raise outcome[0]
+
     def _retrying(self, what: str, call: Callable[[], None]) -> None:
         """Call a transactional API, again while it fails with a retriable error (a timeout,
         a coordinator on its way): librdkafka says such a call may simply be repeated. Not
         for longer than `transaction_timeout` seconds, though: the broker has aborted the
-        transaction by then, and the call's error is raised for the caller to abort."""
+        transaction by then, and the call's error is raised for the caller to abort. Each
+        attempt is `_watched`."""
         first: float | None = None
         while True:
             try:
-                call()
+                self._watched(what, call)
                 self._outage_over()
                 return
             except KafkaException as exc:
@@ -597,7 +645,8 @@ class BatchLoop:
         if self.exactly_once and self._in_transaction:
             # Leaving on an error: what the transaction holds is redone by the next owner.
             try:
-                producer.abort_transaction(self.flush_timeout)
+                self._watched("aborting on the way out",
+                              partial(producer.abort_transaction, self.flush_timeout))
             except KafkaException as exc:
                 log.warning("%s: aborting on the way out failed (%s); the broker aborts it "
                             "after the transaction timeout", self.name, exc)

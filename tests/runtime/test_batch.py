@@ -67,14 +67,19 @@ class Broker:
     visible: list[bytes] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     generation: int = 1
-    # Errors to raise, by call name ("commit_transaction", ...), consumed in order.
-    failures: dict[str, list[KafkaException]] = field(default_factory=dict)
+    # Errors to raise, by call name ("commit_transaction", ...), consumed in order; an Event
+    # instead wedges the call until it is set (a librdkafka call ignoring its timeout).
+    failures: dict[str, list[KafkaException | threading.Event]] = field(default_factory=dict)
     producers: list[FakeProducer] = field(default_factory=list)
 
     def fail(self, call: str) -> None:
         queue = self.failures.get(call)
         if queue:
-            raise queue.pop(0)
+            failure = queue.pop(0)
+            if isinstance(failure, threading.Event):
+                failure.wait()
+                return
+            raise failure
 
 
 class FakeConsumer:
@@ -144,10 +149,12 @@ class FakeProducer:
         self.pending: list[bytes] = []
         self.pending_offsets: dict[int, int] = {}
         self.open = False
+        self.calls: list[str] = []
         broker.producers.append(self)
 
     def _call(self, name: str) -> None:
         self.broker.calls.append(name)
+        self.calls.append(name)
         self.broker.fail(name)
 
     def init_transactions(self, _timeout: float) -> None:
@@ -331,6 +338,35 @@ def test_an_abort_failing_past_the_transaction_timeout_replaces_the_producer() -
     assert broker.calls.count("init_transactions") == 1 + loop.stats.producer_resets
 
 
+@pytest.mark.parametrize("wedged", ["send_offsets_to_transaction", "commit_transaction",
+                                    "init_transactions"])
+def test_a_transactional_call_that_never_returns_gives_its_producer_up(
+    wedged: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # librdkafka #5456: a transactional call can go on past its own timeout, for good. The
+    # loop gives the producer up once the call is hang_grace past its timeout, makes a new
+    # one and redoes the batch from the committed offsets; the wedged producer is never
+    # called again, so nothing it held can commit later.
+    release = threading.Event()
+    broker = Broker(records(6), failures={wedged: [release]})
+    loop = make(broker, flush_timeout=0.05)
+    loop.hang_grace = 0.2
+    try:
+        with caplog.at_level(logging.WARNING, "streams.runtime.batch"):
+            run_until(loop, all_committed(broker))
+        assert sorted(broker.visible) == expected(broker)  # nothing lost, nothing twice
+        assert loop.stats.producers_abandoned == 1
+        assert loop.stats.producer_resets == (0 if wedged == "init_transactions" else 1)
+        first = broker.producers[0]
+        assert first.calls[-1] == wedged, "the wedged producer was called again"
+        if wedged != "init_transactions":
+            assert loop.stats.aborts_by_reason == {"hung": 1}
+            assert "abort_transaction" not in first.calls
+        assert any(getattr(r, "event", "") == "producer_abandoned" for r in caplog.records)
+    finally:
+        release.set()  # let the wedged call's thread end
+
+
 def test_a_fenced_producer_is_replaced_and_its_work_redone() -> None:
     fenced = KafkaError(KafkaError._FENCED, fatal=True)
     broker = Broker(records(12), failures={"commit_transaction": [KafkaException(fenced)]})
@@ -426,5 +462,6 @@ def test_abort_reasons() -> None:
         "coordinator_moved"
     assert abort_reason(KafkaError(KafkaError._ALL_BROKERS_DOWN)) == "broker_down"
     assert abort_reason(KafkaError(KafkaError._TIMED_OUT)) == "timed_out"
+    assert abort_reason(KafkaError(KafkaError._TIMED_OUT, fatal=True)) == "hung"
     assert abort_reason(KafkaError(KafkaError.UNKNOWN)) == "other"
     assert abort_reason(None) == "other"

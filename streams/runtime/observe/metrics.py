@@ -148,10 +148,10 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams.loop.transaction_aborts": ("counter", ("loop", "reason"),
                                         "transactions an exactly-once loop aborted and redid, "
                                         "by reason (fenced, group_moved, coordinator_moved, "
-                                        "broker_down, timed_out, delivery_failed, other)"),
+                                        "broker_down, timed_out, hung, delivery_failed, other)"),
     "streams.loop.producer_resets": ("counter", ("loop",),
                                      "transactional producers an exactly-once loop replaced "
-                                     "after they were fenced"),
+                                     "after they were fenced or wedged (hung)"),
     "streams.consumer.lag": ("gauge", ("group", "topic", "partition"),
                              "records after the member's position (high watermark - position)"),
     "streams.sink.deliveries": ("counter", ("sink", "tenant"), "scores a sink handed on"),
