@@ -860,6 +860,7 @@ class SinkRunner:
         ]
         if not offsets:
             return
+        rejoin_until: float | None = None
         while True:
             try:
                 await self._in_thread(self.consumer.commit, offsets=offsets,
@@ -867,6 +868,16 @@ class SinkRunner:
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 code = error.code() if isinstance(error, KafkaError) else None
+                if code == KafkaError.REBALANCE_IN_PROGRESS and self._stopping.is_set():
+                    # Stopping while another member leaves too (two mirrors of one cursor
+                    # stopped together): nobody polls for this member any more, so the
+                    # rebalance would never end and its last commit would be lost. Poll it
+                    # through the rebalance (what comes is not handed on) and commit again.
+                    now = time.monotonic()
+                    rejoin_until = rejoin_until or now + self.settings.session_timeout
+                    if now < rejoin_until:
+                        await self._in_thread(self.consumer.poll, 0.2)
+                        continue
                 if code in _MOVED:
                     log.info("commit skipped (%s): the partitions moved; their next owner "
                              "starts from the last commit", error)

@@ -1,14 +1,20 @@
-"""The sink runner's ordering rule and outage bookkeeping (no broker needed)."""
+"""The sink runner's ordering rule, outage bookkeeping and commits refused by a rebalance
+(no broker needed)."""
 
 from __future__ import annotations
 
 import logging
 import random
+from typing import Any, cast
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from streams.core.sinks.memory import InMemoryScoreSink
+from streams.runtime.root import Runtime
 from streams.runtime.sink import runner as sink_runner
-from streams.runtime.sink.runner import OffsetLedger, OutageTooLong, SinkStats
+from streams.runtime.sink.runner import OffsetLedger, OutageTooLong, SinkRunner, SinkStats
+from streams.settings import Settings
 
 
 def test_a_later_batch_accepted_first_is_not_committed_before_the_earlier_one() -> None:
@@ -120,3 +126,45 @@ def test_an_outage_waits_until_the_limit_and_logs_boundedly(
     now[0] += 61.0
     with pytest.raises(OutageTooLong, match="STREAMS_OUTAGE_LIMIT"):
         outage.waiting("commit failed")
+
+
+class _RebalancingConsumer:
+    """Refuses `refusals` commits with REBALANCE_IN_PROGRESS, then takes them; counts polls."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.polls = 0
+        self.committed: list[list[TopicPartition]] = []
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS))
+        self.committed.append(offsets)
+
+    def poll(self, _timeout: float) -> None:
+        self.polls += 1
+
+
+async def test_a_stopping_runner_polls_through_a_rebalance_to_make_its_last_commit() -> None:
+    # Two members of one cursor stopped together: the first to leave starts a rebalance, and
+    # the other's last commit is refused until it takes part in it. It must not give up the
+    # commit (its partitions' next owner is stopping too, so nobody would commit them).
+    runner = SinkRunner(Runtime(Settings(topic_prefix="fs")), InMemoryScoreSink(),
+                        cursor="shared")
+    consumer = _RebalancingConsumer(refusals=2)
+    runner._consumer = cast(Any, consumer)
+    runner._stopping.set()
+    await runner._commit({("fs.acme.scores", 0): 5})
+    assert consumer.polls == 2
+    assert [[(tp.topic, tp.partition, tp.offset) for tp in c] for c in consumer.committed] == \
+        [[("fs.acme.scores", 0, 5)]]
+
+
+async def test_a_running_runner_leaves_a_commit_refused_by_a_rebalance_to_the_next_owner() -> None:
+    runner = SinkRunner(Runtime(Settings(topic_prefix="fs")), InMemoryScoreSink(),
+                        cursor="shared")
+    consumer = _RebalancingConsumer(refusals=1)
+    runner._consumer = cast(Any, consumer)
+    await runner._commit({("fs.acme.scores", 0): 5})
+    assert consumer.polls == 0 and consumer.committed == []
