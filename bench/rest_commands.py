@@ -56,6 +56,10 @@ TENANT = "bench"
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _say(line: str) -> None:
+    print(f"[rest_commands] {line}", file=sys.stderr, flush=True)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -289,20 +293,27 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         base = f"http://127.0.0.1:{port}"
         await _ready(base)
         url = f"{base}/v1/workspaces/{TENANT}.prod/commands"
+        _say("warming up")
         await _throughput(url, token, runs, min(500, args.commands), args.clients)  # warm up
+        _say(f"throughput: {args.commands} commands from {args.clients} clients")
         rest = await _throughput(url, token, runs, args.commands, args.clients)
+        _say(f"  {rest['per_s']:,.0f}/s; fixed rate {args.rate:g}/s for {args.seconds:g} s")
         rate = await _fixed_rate(url, token, runs, args.rate, args.seconds)
         for key in ("admitted_ids", "shed_ids"):
             rate.pop(key)
         overload: dict[str, Any] = {}
         if args.overload > 0:
             offered = args.overload * rest["per_s"]
+            _say(f"overload: {offered:,.0f}/s offered for {args.overload_seconds:g} s")
             overload = await _fixed_rate(url, token, runs, offered, args.overload_seconds,
                                          tag=f"ov{uuid.uuid4().hex[:6]}")
+            _say(f"  {overload['admitted']} admitted, {overload['shed']} shed; checking "
+                 "what was recorded")
             check = await _recorded_once(client, overload.pop("admitted_ids"),
                                          overload.pop("shed_ids"))
             overload = {"factor": args.overload, "asked_per_s": round(offered, 1),
                         **overload, **check}
+        _say("floors: the handle with and without command ids, the HTTP ceiling")
         floor_ids = await _floor(client, runs, args.commands, args.clients, True)
         floor_plain = await _floor(client, runs, args.commands, args.clients, False)
         ceiling = await _http_ceiling(runs, args.commands, args.clients)
