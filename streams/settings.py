@@ -301,6 +301,11 @@ class Settings:
         128, "STREAMS_SERVE_MAX_IN_FLIGHT", "commands one `streams serve` process runs at "
         "once; past it a command is answered 503 unavailable with Retry-After at once, so "
         "admitted commands keep their latency under overload", minimum=1)
+    serve_max_lag: float = _setting(
+        0.0, "STREAMS_SERVE_MAX_LAG", "seconds `streams serve`'s event loop may run behind "
+        "before commands are answered 503 unavailable with Retry-After at once (for when the "
+        "loop itself is the bottleneck); 0, the default, turns this off: on a machine other "
+        "processes starve, every tick is late and the server would shed all", minimum=0.0)
     command_retention: float = _setting(
         7 * 24 * 3600.0, "STREAMS_COMMAND_RETENTION", "seconds a command id is remembered "
         "(retention of a tenant's command ledger topic, set when the topic is created)",

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import httpx
 import uvicorn
 
 from streams.core.actors import UserActor
@@ -84,6 +85,19 @@ async def start_run(ws: Workspace, run_id: str = "run_1") -> str:
                                firing_id="fir_1"), correlation_id=spike.id,
                     causation_id=spike.id)
     return spike.id
+
+
+async def post_shed_aware(http: httpx.AsyncClient, url: str, frame: dict[str, object],
+                          tries: int = 30) -> httpx.Response:
+    """POST a command frame as docs/api.md asks a client to: a 503 with Retry-After (the
+    server shed it: too many commands at once, or its loop running late) is sent again, with
+    the same command id, after the Retry-After seconds."""
+    for _ in range(tries - 1):
+        answer = await http.post(url, json=frame)
+        if answer.status_code != 503 or "Retry-After" not in answer.headers:
+            return answer
+        await asyncio.sleep(float(answer.headers["Retry-After"]))
+    return await http.post(url, json=frame)
 
 
 def command(command_id: str | None = "fb_1", run_id: str = "run_1",

@@ -17,6 +17,7 @@ from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient, Workspace
 from tests.conftest import _free_port as free_port
 from tests.integration.conftest import Server
+from tests.integration.served import post_shed_aware
 
 
 async def start_run(ws: Workspace, run_id: str = "run_1") -> None:
@@ -164,8 +165,8 @@ async def test_retries_record_once_across_two_servers_and_a_revoked_key_stops_on
     async with httpx.AsyncClient(timeout=60, headers=auth(token)) as http:
         async def send(n: int, command_id: str = "retry_me") -> httpx.Response:
             server = servers[n % 2]
-            return await http.post(
-                f"{server.url}/v1/workspaces/{tenant}.prod/commands", json=command(command_id))
+            return await post_shed_aware(
+                http, f"{server.url}/v1/workspaces/{tenant}.prod/commands", command(command_id))
 
         answers = await asyncio.gather(*(send(n) for n in range(100)))
         assert {a.status_code for a in answers} == {200}, {a.text for a in answers}
@@ -227,8 +228,8 @@ async def test_several_worker_processes_behind_one_port_record_a_command_once(
         async def send() -> httpx.Response:
             # a connection each, so the kernel spreads them over the workers
             async with httpx.AsyncClient(timeout=60, headers=auth(token)) as own:
-                return await own.post(
-                    f"{server.url}/v1/workspaces/{tenant}.prod/commands", json=command("w_1"))
+                return await post_shed_aware(
+                    own, f"{server.url}/v1/workspaces/{tenant}.prod/commands", command("w_1"))
 
         answers = await asyncio.gather(*(send() for _ in range(40)))
         assert {a.status_code for a in answers} == {200}, {a.text for a in answers}

@@ -122,6 +122,53 @@ async def test_past_its_limit_the_server_sheds_commands_at_once_with_retry_after
         assert after.status_code == 200
         assert app.state.admission.running == 0
         assert app.state.admission.shed == 1
+    await app.state.admission.close()
+
+
+async def test_while_its_event_loop_runs_late_the_server_sheds_commands_at_once() -> None:
+    import asyncio
+    import time
+
+    import httpx
+
+    from streams.core.commands import OutcomeFrame, RecordedOutcome, SeqOut
+    from streams.surfaces.http.app import create_app
+
+    ran: list[str] = []
+
+    class Quick:
+        """A started service whose commands are recorded at once."""
+
+        async def execute(self, _key: object, _workspace: str, body: bytes) -> OutcomeFrame:
+            ran.append("run")
+            return OutcomeFrame(command_id=None, outcome=RecordedOutcome(
+                seq=SeqOut(partition=0, offset=len(ran)), id=f"evt_{len(ran)}"))
+
+    app = create_app(service=Quick(), max_in_flight=100)  # type: ignore[arg-type]
+    admission = app.state.admission
+    admission.max_lag = 0.5
+    url = "/v1/workspaces/acme.prod/commands"
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://test") as client:
+        assert (await client.post(url, json={})).status_code == 200  # starts the ticker
+        await asyncio.sleep(admission.TICK / 2)  # the ticker is asleep now
+        time.sleep(1.2)  # noqa: ASYNC251  (the point: the loop is held, the ticker wakes late)
+        for _ in range(3):  # let the ticker run, not yet a whole tick
+            await asyncio.sleep(0)
+        assert admission.lag > admission.max_lag
+        shed = await client.post(url, json={})
+        assert shed.status_code == 503 and shed.headers["Retry-After"] == "1"
+        assert shed.json()["error"]["code"] == "unavailable"
+        assert "STREAMS_SERVE_MAX_LAG" in shed.json()["error"]["message"]
+        assert len(ran) == 1 and admission.shed_for_lag == 1
+        # On time again: admitted again.
+        for _ in range(200):
+            await asyncio.sleep(admission.TICK)
+            if admission.lag <= admission.max_lag:
+                break
+        assert (await client.post(url, json={})).status_code == 200
+        assert len(ran) == 2 and admission.running == 0
+    await admission.close()
 
 
 # -- what Schemathesis found, each fixed in the document or the server ----------------------

@@ -143,21 +143,68 @@ Service = Annotated[CommandService, Depends(service_of)]
 
 
 class Admission:
-    """How many commands run now, against a limit: `enter` is False when full (the caller
-    sheds the command), else counts it until `leave`. One event loop: no lock needed."""
+    """Whether a command may run now: not when `limit` commands run already, nor (with a
+    `max_lag`; 0 turns it off) while the event loop runs more than `max_lag` seconds late.
+    `enter` is False then (the caller sheds the command), else counts it until `leave`. One
+    event loop: no lock needed.
 
-    def __init__(self, limit: int) -> None:
+    The lag matters because the in-flight count alone does not bound queueing: when the
+    loop itself is the bottleneck (HTTP parsing and the commands' Python work on a busy
+    machine), requests wait before any handler runs, few are in flight, and nothing was
+    shed while admitted commands took 23-39 s (`bench.rest_commands --overload 3`). A
+    ticker (`watch`, started by the first `enter`) measures how late the loop wakes it."""
+
+    TICK = 0.05
+    """Seconds between the lag ticker's wake-ups."""
+
+    def __init__(self, limit: int, max_lag: float = 0.0) -> None:
         self.limit = limit
+        self.max_lag = max_lag
         self.running = 0
         self.shed = 0
+        self.shed_for_lag = 0
+        self.lag = 0.0
+        self._watching: asyncio.Task[None] | None = None
 
     def enter(self) -> bool:
-        """Count a command in, or False (counted as shed) when `limit` run already."""
+        """Count a command in, or False (counted as shed) when `limit` run already or the
+        loop is late by more than `max_lag`."""
+        if self._watching is None and self.max_lag:
+            self._watching = asyncio.get_running_loop().create_task(self.watch())
         if self.running >= self.limit:
             self.shed += 1
             return False
+        if self.max_lag and self.lag > self.max_lag:
+            self.shed += 1
+            self.shed_for_lag += 1
+            return False
         self.running += 1
         return True
+
+    @property
+    def why_shed(self) -> str:
+        """What the last refusal was for, as the error message's reason."""
+        if self.running >= self.limit:
+            return f"the server is running {self.limit} commands already " \
+                "(STREAMS_SERVE_MAX_IN_FLIGHT)"
+        return f"the server is {self.lag:.2f} s behind its work (over " \
+            "STREAMS_SERVE_MAX_LAG)"
+
+    async def watch(self) -> None:
+        """Measure the event loop's lag until cancelled (`close`)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            began = loop.time()
+            await asyncio.sleep(self.TICK)
+            self.lag = max(0.0, loop.time() - began - self.TICK)
+
+    async def close(self) -> None:
+        """Stop the lag ticker."""
+        task, self._watching = self._watching, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def leave(self) -> None:
         """A command admitted by `enter` is done."""
@@ -293,9 +340,8 @@ async def _command(request: Request, workspace_id: str, key: Key,
     admission: Admission = request.app.state.admission
     if not admission.enter():
         shed = _answer(CommandFailed(
-            "unavailable", f"the server is running {admission.limit} commands already "
-            "(STREAMS_SERVE_MAX_IN_FLIGHT): retry after the Retry-After seconds, with the "
-            "same command_id").frame())
+            "unavailable", f"{admission.why_shed}: retry after the Retry-After seconds, "
+            "with the same command_id").frame())
         shed.headers["Retry-After"] = "1"
         return shed
     try:
@@ -411,6 +457,7 @@ def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
                 await starting
             store.close()
             client.close()
+            await app.state.admission.close()
 
     return lifespan
 
@@ -440,7 +487,10 @@ def create_app(runtime: Runtime | None = None, *,
     app.state.service = service
     app.state.starting = "reading the key store"
     app.state.settings = settings or (runtime.settings if runtime is not None else Settings())
-    app.state.admission = Admission(max_in_flight or app.state.settings.serve_max_in_flight)
+    app.state.admission = admission = Admission(
+        max_in_flight or app.state.settings.serve_max_in_flight,
+        app.state.settings.serve_max_lag)
+    app.router.on_shutdown.append(admission.close)
     validating: Sequence[type[Feedback]] = list(
         types if types is not None
         else runtime.types if runtime is not None
