@@ -171,6 +171,7 @@ class BatchStats:
     aborts: int = 0
     producer_resets: int = 0
     producers_abandoned: int = 0
+    commits_before_blocking: int = 0
     aborts_by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -202,6 +203,7 @@ class BatchLoop:
         on_revoked: OnRevoked | None = None,
         before_commit: BeforeCommit | None = None,
         guarantee: str | None = None,
+        step_may_block: Callable[[Sequence[Message]], bool] | None = None,
     ) -> None:
         self.runtime = runtime
         self.guarantee = guarantee or runtime.settings.processing_guarantee
@@ -238,6 +240,11 @@ class BatchLoop:
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
         self.before_commit = before_commit
+        # Whether the step may take long on a batch (the reactor runs actions in it): with
+        # exactly_once the open transaction is committed first, or one older than the
+        # transaction timeout would be aborted by the broker and its work, actions included,
+        # redone.
+        self.step_may_block = step_may_block
         self._group = group
         self.stats = BatchStats()
         self.assigned: set[tuple[str, int]] = set()
@@ -675,6 +682,11 @@ class BatchLoop:
     def _process(self, consumer: Consumer, messages: list[Message]) -> bool:
         """Run the step over one batch and produce its outputs; False if the batch must be
         tried again (an outage), having seeked its partitions back to where it began."""
+        if self.exactly_once and self._in_transaction and self._done \
+                and self.step_may_block is not None and self.step_may_block(messages):
+            self.stats.commits_before_blocking += 1
+            if not self._commit_transaction(consumer):
+                return False  # aborted and rewound: this batch comes again
         try:
             # One span per batch (when tracing is on): see streams.adapters.tracing.
             with batch_span(messages, group=self._group):

@@ -367,6 +367,45 @@ def test_a_transactional_call_that_never_returns_gives_its_producer_up(
         release.set()  # let the wedged call's thread end
 
 
+def test_a_step_that_may_block_runs_with_no_transaction_open() -> None:
+    # The reactor runs actions inside its step, for as long as they take: a transaction left
+    # open across such a step outlived the broker's transaction timeout in CI, was aborted
+    # (fenced) and its actions ran again. Before a step that may block, the open
+    # transaction is committed; the step's own outputs go into the next one.
+    broker = Broker(records(6))
+    opened: list[bool] = []
+    loop: BatchLoop
+
+    def step(messages: Sequence[Any]) -> list[Output]:
+        opened.append(loop._in_transaction)
+        return copy(messages)
+
+    loop = make(broker, step=step, commit_every=100, commit_interval=100.0,
+                step_may_block=lambda messages: True)
+    run_until(loop, lambda: loop.stats.records == 12)  # stopping commits the last batch
+    assert all_committed(broker)()
+    assert sorted(broker.visible) == expected(broker)
+    assert len(opened) >= 2 and not any(opened), "a step ran inside an open transaction"
+    assert loop.stats.commits_before_blocking == len(opened) - 1
+    assert loop.stats.aborts == 0
+
+
+def test_a_step_that_will_not_block_shares_the_open_transaction() -> None:
+    broker = Broker(records(6))
+    opened: list[bool] = []
+    loop: BatchLoop
+
+    def step(messages: Sequence[Any]) -> list[Output]:
+        opened.append(loop._in_transaction)
+        return copy(messages)
+
+    loop = make(broker, step=step, commit_every=100, commit_interval=100.0,
+                step_may_block=lambda messages: False)
+    run_until(loop, lambda: len(opened) >= 2)
+    assert opened[0] is False and all(opened[1:])
+    assert loop.stats.commits_before_blocking == 0
+
+
 def test_a_fenced_producer_is_replaced_and_its_work_redone() -> None:
     fenced = KafkaError(KafkaError._FENCED, fatal=True)
     broker = Broker(records(12), failures={"commit_transaction": [KafkaException(fenced)]})

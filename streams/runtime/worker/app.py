@@ -153,6 +153,7 @@ class Worker:
             outage_limit=self.settings.outage_limit,
             on_assigned=self.reactor.assigned, on_revoked=self.reactor.revoked,
             before_commit=self.reactor.before_commit,
+            step_may_block=self.reactor.may_run_actions,
             name="rules-reactor") if self.reactor is not None else None
         # Stateful rules' decider: a batch loop over the tenants' rules topics, started by
         # `run` when a rule needs it (or rules may be installed as data).

@@ -137,6 +137,13 @@ class Reactor:
                                       stage="reactor")
         return out
 
+    @staticmethod
+    def may_run_actions(messages: Sequence[Message]) -> bool:
+        """Whether `handle_batch` may run actions on this batch (it holds a `run_started`),
+        and so take as long as they do: the loop commits its open transaction first."""
+        started = RUN_STARTED.encode()
+        return any(header_value(m.headers(), "event_type") == started for m in messages)
+
     def handle_batch(self, messages: Sequence[Message]) -> list[Output]:
         """The batch data path's step (runs in the loop's thread): match a batch of
         confluent-kafka messages and return the firings and forwards to produce; the runs of

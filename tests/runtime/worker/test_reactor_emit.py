@@ -48,3 +48,14 @@ async def test_what_fails_goes_to_the_retrying_delivery_with_what_follows() -> N
     await reactor.emit(envelopes)
     assert appended == [envelopes[0].event_id, f"failed {envelopes[1].event_id}"]
     assert retried == [[envelopes[1].event_id, envelopes[2].event_id]]
+
+
+def test_a_batch_may_run_actions_only_when_it_holds_a_run_started() -> None:
+    def message(event_type: bytes | None) -> Any:
+        headers = [] if event_type is None else [("event_type", event_type)]
+        return SimpleNamespace(headers=lambda: headers)
+
+    assert Reactor.may_run_actions([message(b"app_event"), message(b"run_started")])
+    assert not Reactor.may_run_actions([message(b"app_event"), message(b"feedback_given")])
+    assert not Reactor.may_run_actions([message(None)])
+    assert not Reactor.may_run_actions([])
