@@ -212,7 +212,7 @@ class Settings:
         "time minus this are forgotten, so rule state holds current windows, not history",
         positive=True)
     processing_guarantee: str = _setting(
-        "exactly_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
+        "at_least_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
         "produce loops commit: exactly_once (each commit interval's outputs and input offsets "
         "in one Kafka transaction; read downstream with isolation.level=read_committed) or "
         "at_least_once (outputs flushed, then offsets committed; repeats after a crash carry "
