@@ -367,12 +367,9 @@ def test_a_transactional_call_that_never_returns_gives_its_producer_up(
         release.set()  # let the wedged call's thread end
 
 
-def test_a_step_that_may_block_runs_with_no_transaction_open() -> None:
-    # The reactor runs actions inside its step, for as long as they take: a transaction left
-    # open across such a step outlived the broker's transaction timeout in CI, was aborted
-    # (fenced) and its actions ran again. Before a step that may block, the open
-    # transaction is committed; the step's own outputs go into the next one.
-    broker = Broker(records(6))
+def _noting_transactions(broker: Broker, may_block: bool) -> tuple[BatchLoop, list[bool]]:
+    """A loop that commits only when it must, and what it noted at each step: whether a
+    transaction was open when the step ran."""
     opened: list[bool] = []
     loop: BatchLoop
 
@@ -381,7 +378,17 @@ def test_a_step_that_may_block_runs_with_no_transaction_open() -> None:
         return copy(messages)
 
     loop = make(broker, step=step, commit_every=100, commit_interval=100.0,
-                step_may_block=lambda messages: True)
+                step_may_block=lambda messages: may_block)
+    return loop, opened
+
+
+def test_a_step_that_may_block_runs_with_no_transaction_open() -> None:
+    # The reactor runs actions inside its step, for as long as they take: a transaction left
+    # open across such a step outlived the broker's transaction timeout in CI, was aborted
+    # (fenced) and its actions ran again. Before a step that may block, the open
+    # transaction is committed; the step's own outputs go into the next one.
+    broker = Broker(records(6))
+    loop, opened = _noting_transactions(broker, may_block=True)
     run_until(loop, lambda: loop.stats.records == 12)  # stopping commits the last batch
     assert all_committed(broker)()
     assert sorted(broker.visible) == expected(broker)
@@ -391,16 +398,7 @@ def test_a_step_that_may_block_runs_with_no_transaction_open() -> None:
 
 
 def test_a_step_that_will_not_block_shares_the_open_transaction() -> None:
-    broker = Broker(records(6))
-    opened: list[bool] = []
-    loop: BatchLoop
-
-    def step(messages: Sequence[Any]) -> list[Output]:
-        opened.append(loop._in_transaction)
-        return copy(messages)
-
-    loop = make(broker, step=step, commit_every=100, commit_interval=100.0,
-                step_may_block=lambda messages: False)
+    loop, opened = _noting_transactions(Broker(records(6)), may_block=False)
     run_until(loop, lambda: len(opened) >= 2)
     assert opened[0] is False and all(opened[1:])
     assert loop.stats.commits_before_blocking == 0
