@@ -145,8 +145,8 @@ Service = Annotated[CommandService, Depends(service_of)]
 class Admission:
     """Whether a command may run now: not when `limit` commands run already, nor (with a
     `max_lag`; 0 turns it off) while the event loop runs more than `max_lag` seconds late.
-    `enter` is False then (the caller sheds the command), else counts it until `leave`. One
-    event loop: no lock needed.
+    `enter` says why not then (the caller sheds the command), else counts it in until
+    `leave`. One event loop: no lock needed.
 
     The lag matters because the in-flight count alone does not bound queueing: when the
     loop itself is the bottleneck (HTTP parsing and the commands' Python work on a busy
@@ -166,29 +166,22 @@ class Admission:
         self.lag = 0.0
         self._watching: asyncio.Task[None] | None = None
 
-    def enter(self) -> bool:
-        """Count a command in, or False (counted as shed) when `limit` run already or the
-        loop is late by more than `max_lag`."""
+    def enter(self) -> str | None:
+        """Count a command in (None), or say why it is shed (counted): `limit` commands run
+        already, or the loop is late by more than `max_lag`."""
         if self._watching is None and self.max_lag:
             self._watching = asyncio.get_running_loop().create_task(self.watch())
         if self.running >= self.limit:
             self.shed += 1
-            return False
+            return f"the server is running {self.limit} commands already " \
+                "(STREAMS_SERVE_MAX_IN_FLIGHT)"
         if self.max_lag and self.lag > self.max_lag:
             self.shed += 1
             self.shed_for_lag += 1
-            return False
+            return f"the server is {self.lag:.2f} s behind its work (over " \
+                "STREAMS_SERVE_MAX_LAG)"
         self.running += 1
-        return True
-
-    @property
-    def why_shed(self) -> str:
-        """What the last refusal was for, as the error message's reason."""
-        if self.running >= self.limit:
-            return f"the server is running {self.limit} commands already " \
-                "(STREAMS_SERVE_MAX_IN_FLIGHT)"
-        return f"the server is {self.lag:.2f} s behind its work (over " \
-            "STREAMS_SERVE_MAX_LAG)"
+        return None
 
     async def watch(self) -> None:
         """Measure the event loop's lag until cancelled (`close`)."""
@@ -338,9 +331,10 @@ async def _command(request: Request, workspace_id: str, key: Key,
     # Run one command frame, if there is room: shedding at once keeps the latency of the
     # admitted ones bounded, where an unbounded queue made every command wait (26 s p50).
     admission: Admission = request.app.state.admission
-    if not admission.enter():
+    why_shed = admission.enter()
+    if why_shed is not None:
         shed = _answer(CommandFailed(
-            "unavailable", f"{admission.why_shed}: retry after the Retry-After seconds, "
+            "unavailable", f"{why_shed}: retry after the Retry-After seconds, "
             "with the same command_id").frame())
         shed.headers["Retry-After"] = "1"
         return shed
