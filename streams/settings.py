@@ -327,6 +327,12 @@ class Settings:
         "`hold_reads` makes every read, off the event loop, write `reads-held` in "
         "STREAMS_STATE_DIR and wait (at most 120 s) until a file `reads-released` is there",
         choices=("", "kill_after_produce", "hold_reads"))
+    worker_fault: str = _setting(
+        "", "STREAMS_WORKER_FAULT", "failure tests only: `stop_in_transaction` makes an "
+        "exactly-once loop SIGSTOP its own process once, right after producing a batch's "
+        "outputs into its open transaction, when a file `<loop name>.stop-in-transaction` "
+        "is in STREAMS_STATE_DIR (it removes the file first): a pause that surely catches a "
+        "transaction open", choices=("", "stop_in_transaction"))
 
     # -- traces -------------------------------------------------------------------------------
     otlp_traces_endpoint: str | None = _setting(

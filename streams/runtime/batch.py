@@ -59,11 +59,14 @@ it, replacing the producer when the abort fails too; only an outage longer than
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -246,6 +249,10 @@ class BatchLoop:
         # redone.
         self.step_may_block = step_may_block
         self._group = group
+        # The `stop_in_transaction` failure-test fault (see Settings.worker_fault).
+        self._stop_file = runtime.settings.state_path(f"{name}.stop-in-transaction") \
+            if self.exactly_once and runtime.settings.worker_fault == "stop_in_transaction" \
+            else None
         self.stats = BatchStats()
         self.assigned: set[tuple[str, int]] = set()
         self._done: dict[tuple[str, int], int] = {}
@@ -724,4 +731,17 @@ class BatchLoop:
         self.stats.batches += 1
         self.stats.records += len(messages)
         self.stats.outputs += len(outputs)
+        if self._stop_file is not None and outputs and self._in_transaction:
+            self._stop_if_asked(self._stop_file)
         return True
+
+    def _stop_if_asked(self, stop_file: Path) -> None:
+        """The `stop_in_transaction` fault: SIGSTOP this process, its transaction open."""
+        try:
+            stop_file.unlink()
+        except FileNotFoundError:
+            return
+        self._stop_file = None
+        log.warning("%s: stopping this process inside an open transaction (the "
+                    "stop_in_transaction fault)", self.name)
+        os.kill(os.getpid(), signal.SIGSTOP)

@@ -16,6 +16,7 @@ import json
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
@@ -26,7 +27,7 @@ from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics, worker_group
 from streams.examples.ops import TriageQuality
-from streams.runtime.worker.app import MIRROR_CURSOR
+from streams.runtime.worker.app import MIRROR_CURSOR, MIRROR_LOOP
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, read_topic, wait_until
 from tests.faults.conftest import assert_alive, check_scores
@@ -44,6 +45,13 @@ def _members_with(settings: Settings, topic: str) -> int:
     described = admin.describe_consumer_groups([group])[group].result()
     return sum(any(tp.topic == topic for tp in member.assignment.topic_partitions)
                for member in described.members)
+
+
+def _stopped(worker: WorkerProcess) -> bool:
+    """Whether the worker's process is stopped (SIGSTOP): state T in /proc/<pid>/stat."""
+    assert worker.proc is not None
+    stat = Path(f"/proc/{worker.proc.pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] == "T"
 
 
 def _loop_stats(worker: WorkerProcess) -> dict[str, Any]:
@@ -123,15 +131,20 @@ async def test_sigkill_workers_repeatedly_mid_stream_counts_exactly(
 async def test_a_paused_worker_is_fenced_when_it_resumes(
     settings: Settings, tenant_factory: Callable[..., str],
     client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
+    tmp_path: Path,
 ) -> None:
     feedback, paused_for = 3000, 15.0
     tenant = tenant_factory(partitions=4)
     topics = tenant_topics(tenant, settings.topic_prefix)
     ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
     give = _giver(ws, await _chains(ws))
-    # A commit interval of 3 s keeps a transaction open most of the time, so the pause
-    # catches the zombie inside one.
-    zombie = worker_factory(*ARGS, **EOS, STREAMS_COMMIT_INTERVAL="3")
+    # The zombie stops itself (SIGSTOP) right after producing into an open transaction when
+    # asked: a SIGSTOP from here could land between two transactions, leaving nothing to
+    # refuse (CI saw that).
+    state = tmp_path / "zombie-state"
+    state.mkdir()
+    zombie = worker_factory(*ARGS, **EOS, STREAMS_WORKER_FAULT="stop_in_transaction",
+                            STREAMS_STATE_DIR=str(state))
     other = worker_factory(*ARGS, **EOS)
     wait_until(lambda: _members_with(settings, topics.events) == 2, 90,
                "both workers to share the topic")
@@ -140,24 +153,26 @@ async def test_a_paused_worker_is_fenced_when_it_resumes(
         given += await asyncio.gather(*(give(i) for i in range(start, start + 100)))
     wait_until(lambda: _loop_stats(zombie).get("batches", 0) > 0, 60,
                "the first worker to be working")
-    # Pause it inside a transaction: its feedback keeps coming.
-    pending = asyncio.gather(*(give(i) for i in range(600, 700)))
-    await asyncio.sleep(0.05)
-    assert zombie.proc is not None
-    zombie.proc.send_signal(signal.SIGSTOP)
+    # Ask it to stop inside its next transaction: its feedback keeps coming.
+    (state / f"{MIRROR_LOOP}.stop-in-transaction").touch()
+    next_chunk = 600
+    while not _stopped(zombie):
+        assert next_chunk < 1200, "the zombie never stopped inside a transaction"
+        given += await asyncio.gather(*(give(i) for i in range(next_chunk, next_chunk + 100)))
+        next_chunk += 100
     stopped = time.monotonic()
+    before = _loop_stats(zombie)  # frozen while it is stopped
+    assert zombie.proc is not None
     try:
-        given += await pending
         # Past its session timeout the other member takes its partitions over; past the
         # transaction timeout the broker aborts its open transaction.
         wait_until(lambda: _members_with(settings, topics.events) == 1, 60,
                    "the other worker to take the paused one's partitions")
-        for start in range(700, 1800, 100):
+        for start in range(next_chunk, 1800, 100):
             given += await asyncio.gather(*(give(i) for i in range(start, start + 100)))
         await asyncio.sleep(max(0.0, paused_for - (time.monotonic() - stopped)))
     finally:
         zombie.proc.send_signal(signal.SIGCONT)
-    before = _loop_stats(zombie)
     # Resumed, it tries to commit what it held: refused (the group moved on, or its producer
     # was fenced by the broker's abort), it aborts or replaces its producer and rejoins.
     wait_until(lambda: _loop_stats(zombie).get("aborts", 0) + _loop_stats(zombie).get(

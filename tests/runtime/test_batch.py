@@ -9,10 +9,12 @@ redone from the committed offsets; at_least_once keeps its flush-then-commit."""
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -20,6 +22,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.adapters.kafka.outputs import Output
 from streams.core.errors import ConfigError
+from streams.runtime import batch
 from streams.runtime.batch import BatchLoop, abort_reason
 from streams.runtime.root import Runtime
 from streams.settings import Settings
@@ -402,6 +405,43 @@ def test_a_step_that_will_not_block_shares_the_open_transaction() -> None:
     run_until(loop, lambda: len(opened) >= 2)
     assert opened[0] is False and all(opened[1:])
     assert loop.stats.commits_before_blocking == 0
+
+
+def _faulty(broker: Broker, state: Path, guarantee: str, fault: str) -> BatchLoop:
+    """A loop that commits only when stopped, with STREAMS_WORKER_FAULT=`fault`."""
+    runtime = FakeRuntime(broker, guarantee)
+    runtime.settings = Settings(processing_guarantee=guarantee, state_dir=str(state),
+                                worker_fault=fault)
+    return BatchLoop(cast(Runtime, runtime), group="g", subscription=[TOPIC], step=copy,
+                     batch_size=5, name="mirror", commit_every=100, commit_interval=100.0)
+
+
+def test_the_stop_in_transaction_fault_stops_once_inside_an_open_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Failure tests pause a worker with its transaction open; the fault fires only when its
+    # file is there, once, and only after outputs went into an open transaction.
+    signals: list[tuple[bool, int]] = []
+    loop: BatchLoop
+    monkeypatch.setattr(batch.os, "kill",
+                        lambda _pid, sig: signals.append((loop._in_transaction, sig)))
+    broker = Broker(records(6))
+    loop = _faulty(broker, tmp_path, "exactly_once", "stop_in_transaction")
+    (tmp_path / "mirror.stop-in-transaction").touch()
+    run_until(loop, lambda: loop.stats.records == 12)
+    assert signals == [(True, signal.SIGSTOP)]
+    assert not (tmp_path / "mirror.stop-in-transaction").exists()
+
+
+def test_the_stop_in_transaction_fault_needs_its_setting_and_exactly_once(
+    tmp_path: Path,
+) -> None:
+    def stop_file(guarantee: str, fault: str) -> object:
+        return _faulty(Broker(records(1)), tmp_path, guarantee, fault)._stop_file
+    assert stop_file("exactly_once", "stop_in_transaction") == \
+        tmp_path / "mirror.stop-in-transaction"
+    assert stop_file("exactly_once", "") is None
+    assert stop_file("at_least_once", "stop_in_transaction") is None
 
 
 def test_a_fenced_producer_is_replaced_and_its_work_redone() -> None:

@@ -55,11 +55,13 @@ from streams.runtime.worker.follower import RulebookFollower
 from streams.runtime.worker.mirror import MirrorStep
 from streams.runtime.worker.reactor import Reactor
 
-__all__ = ["MIRROR_CURSOR", "Worker"]
+__all__ = ["MIRROR_CURSOR", "MIRROR_LOOP", "Worker"]
 
 log = logging.getLogger(__name__)
 
 MIRROR_CURSOR = "feedback-mirror"
+MIRROR_LOOP = "feedback-mirror"
+"""The mirror loop's name (logs, stats, metrics' `loop` label)."""
 
 
 def _ensure_control_topic(admin: AdminClient, name: str, replication_factor: int) -> None:
@@ -125,7 +127,7 @@ class Worker:
             commit_interval=self.settings.commit_interval,
             flush_timeout=self.settings.flush_timeout,
             outage_limit=self.settings.outage_limit,
-            name="feedback-mirror")
+            name=MIRROR_LOOP)
         self.subscribed: set[str] = set()
         self.discovered_at: dict[str, float] = {}
         missing = sorted({r.then.name for r in self.rules} - set(self.actions))
@@ -299,7 +301,7 @@ class Worker:
         # worker takes its share of the partitions at once.
         stop = threading.Event()
         loops: list[tuple[Callable[[threading.Event], None], str]] = [
-            (self.mirror.run, "feedback-mirror")]
+            (self.mirror.run, MIRROR_LOOP)]
         if self.reactor_loop is not None:
             loops.append((self.reactor_loop.run, "rules-reactor"))
         if self.rulebook is not None:
