@@ -285,3 +285,45 @@ def read_topic(settings: Settings, topic: str, *, at_least: int = 0, timeout: fl
                             f"within {timeout:.0f}s")
     finally:
         consumer.close()
+
+
+def decided_matches(settings: Settings, tenant: str) -> int:
+    """How many forwarded matches (records of the tenant's rules topic) the decider group has
+    committed past. Counted by record, not by offset: with exactly_once each committed
+    transaction leaves a marker that takes an offset of its own, so an offset sum runs ahead
+    of the records decided."""
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from streams.adapters.kafka.config import admin_config, reader_config
+    from streams.core.tenancy import decider_group, tenant_topics
+
+    group = decider_group(settings.topic_prefix)
+    rules = tenant_topics(tenant, settings.topic_prefix).rules
+    admin = AdminClient(admin_config(settings))  # held: a dropped client never answers
+    try:
+        listed = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)])[group].result(timeout=30)
+    except Exception:  # no such group yet
+        return 0
+    committed = {tp.partition: tp.offset for tp in listed.topic_partitions
+                 if tp.topic == rules and tp.offset > 0}
+    if not committed:
+        return 0
+    consumer = Consumer(reader_config(settings, unique("decided-"),
+                                      **{"enable.partition.eof": True}))
+    try:
+        consumer.assign([TopicPartition(rules, p, 0) for p in committed])
+        counted, reading = 0, set(committed)
+        deadline = time.monotonic() + 30
+        # To each partition's end (a position past a trailing marker is never reported).
+        while reading and time.monotonic() < deadline:
+            for msg in consumer.consume(500, 0.5):
+                p, error = msg.partition() or 0, msg.error()
+                if error is None:
+                    counted += (msg.offset() or 0) < committed[p]
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    reading.discard(p)
+        return counted
+    finally:
+        consumer.close()

@@ -28,7 +28,7 @@ from streams.core.tenancy import decider_group, tenant_topics, worker_rules_grou
 from streams.runtime.client.workspace import Workspace
 from streams.runtime.worker.app import MIRROR_CURSOR
 from streams.settings import Settings
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, decided_matches, wait_until
 from tests.faults.conftest import assert_alive
 
 RULES = "tests.integration.rules_fixture"
@@ -76,7 +76,7 @@ async def firings(ws: Workspace, settings: Settings, tenant: str,
     """Once every forwarded match of `hits` hits per host is decided: the firings per
     (rule, scope key), distinct by firing id."""
     wanted = 2 * hits * len(HOSTS)
-    wait_until(lambda: sum(decided(settings, tenant).values()) >= wanted, 180,
+    wait_until(lambda: decided_matches(settings, tenant) >= wanted, 180,
                f"{wanted} decisions")
     await asyncio.sleep(2)
     seen: dict[str, tuple[str, str]] = {}

@@ -7,7 +7,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 from standins.chat_standin import ChatStandIn
@@ -28,23 +27,10 @@ from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, decided_matches, wait_until
 
 RULES = "tests.integration.rules_fixture"
 TYPES = "streams.examples.ops,streams.core.judges"
-
-
-def decided(settings: Settings, tenant: str) -> int:
-    """How many forwarded matches the decider group has committed for a tenant."""
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    group = f"{settings.topic_prefix}-rule-decider"
-    try:
-        result = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)])[group].result()
-    except Exception:
-        return 0
-    return sum(tp.offset for tp in result.topic_partitions
-               if tp.topic.endswith(f".{tenant}.rules") and tp.offset > 0)
 
 
 async def wait_log(ws: Workspace, check: Callable[[list[Envelope]], Any], within: float,
@@ -114,7 +100,7 @@ async def test_rate_limit_is_exact_across_two_workers_and_a_restart(
                            for i in range(100)))
     chains = {e.correlation_id for e in await ws.read()}
     assert len(chains) == 100
-    wait_until(lambda: decided(settings, tenant) >= 100, 120, "100 decisions")
+    wait_until(lambda: decided_matches(settings, tenant) >= 100, 120, "100 decisions")
     log = await wait_log(ws, lambda es: len(of(es, RunSucceeded, rule="t:limited")) >= 20,
                          60, "20 runs")
     partitions = {e.seq.partition for e in log if e.event_type == "t:item" and e.seq}
@@ -127,7 +113,7 @@ async def test_rate_limit_is_exact_across_two_workers_and_a_restart(
         worker.start()
     await asyncio.gather(*(ws.append(AppEvent(name="t:item", data={"i": i}))
                            for i in range(100, 200)))
-    wait_until(lambda: decided(settings, tenant) >= 200, 180, "200 decisions")
+    wait_until(lambda: decided_matches(settings, tenant) >= 200, 180, "200 decisions")
     await asyncio.sleep(2)
     log = await ws.read()
     runs = {e.event.run_id for e in of(log, RunStarted, rule="t:limited")}  # type: ignore[attr-defined]
@@ -197,7 +183,7 @@ async def test_throttles_and_sampling_apply_to_evaluator_rules(
                            for i in range(10)))
     sampled = await asyncio.gather(*(ws.append(AppEvent(name="t:sample", data={"i": i}))
                                      for i in range(100)))
-    wait_until(lambda: decided(settings, tenant) >= 10, 90, "10 decisions")
+    wait_until(lambda: decided_matches(settings, tenant) >= 10, 90, "10 decisions")
     engine = RuleEngine([Rule(name="t:sampled", when=on("t:sample").sample(0.5),
                               then=run("noop"))])
     expected = sum(1 for r in sampled if engine.evaluate(r.envelope))
