@@ -212,11 +212,11 @@ class Settings:
         "time minus this are forgotten, so rule state holds current windows, not history",
         positive=True)
     processing_guarantee: str = _setting(
-        "at_least_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
+        "exactly_once", "STREAMS_PROCESSING_GUARANTEE", "how a worker's consume-transform-"
         "produce loops commit: exactly_once (each commit interval's outputs and input offsets "
         "in one Kafka transaction; read downstream with isolation.level=read_committed) or "
         "at_least_once (outputs flushed, then offsets committed; repeats after a crash carry "
-        "the same ids)",
+        "the same ids; for a broker without transactions)",
         choices=("exactly_once", "at_least_once"))
     transaction_timeout: float = _setting(
         10.0, "STREAMS_TRANSACTION_TIMEOUT", "seconds an exactly-once loop's open transaction "
