@@ -81,7 +81,8 @@ async def test_broker_outage_not_ready_alive_and_recovers(
     worker = worker_factory("--batch-size", "20", STREAMS_HEALTH_PORT=str(port))
     sink = start_duckdb_sink(settings.replace(health_port=sink_port), tmp_path)
     try:
-        await _outage(own_stack, settings, ws, topics, worker, sink, port, sink_port)
+        await _outage(own_stack, settings, ws, topics, worker, sink, port, sink_port,
+                      tmp_path / "sink.log")
     finally:
         if sink.poll() is None:
             sink.terminate()
@@ -90,7 +91,7 @@ async def test_broker_outage_not_ready_alive_and_recovers(
 
 async def _outage(own_stack: OwnStack, settings: Settings, ws: Workspace, topics: TenantTopics,
                   worker: WorkerProcess, sink: subprocess.Popen[bytes], port: int,
-                  sink_port: int) -> None:
+                  sink_port: int, sink_log: Path) -> None:
     for p in (port, sink_port):
         await asyncio.to_thread(wait_until, lambda p=p: health(p, "/readyz")[0] == 200, 120,
                                 f"/readyz on {p} (worker {port}, sink {sink_port})")
@@ -179,8 +180,17 @@ async def _outage(own_stack: OwnStack, settings: Settings, ws: Workspace, topics
             return time.time()
         return None
 
-    sink_lag_zero_at = await asyncio.to_thread(wait_until, delivered, 300,
-                                               "the sink's lag to return to 0", 0.25)
+    try:
+        sink_lag_zero_at = await asyncio.to_thread(wait_until, delivered, 300,
+                                                   "the sink's lag to return to 0", 0.25)
+    except pytest.fail.Exception as exc:
+        # What the sink said is what tells why (a rare stall seen after the outage).
+        tail = (await asyncio.to_thread(sink_log.read_text, errors="replace")
+                ).splitlines()[-40:]
+        s = await asyncio.to_thread(scrape, sink_port)
+        pytest.fail(f"{exc}; the sink's lag "
+                    f"{s.select('streams_consumer_lag', topic=topics.scores) if s else None}, "
+                    "its last lines:\n" + "\n".join(tail))
     not_ready = [t for t, _l, r in probes.seen if r == 503]
     last_failing = [names for t, names in probes.failing if t > up]
     print(f"broker outage {up - down:.1f} s (stop-kafka returned, {OUTAGE:.0f} s, start-kafka "
