@@ -46,6 +46,10 @@ class Arrivals:
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.seen: dict[str, float] = {}
+        # When the worker produced each feedback's first score (its CreateTime, wall clock
+        # seconds) and when it arrived here (wall clock): the two halves of the latency.
+        self.produced: dict[str, float] = {}
+        self.arrived: dict[str, float] = {}
         self.stop = threading.Event()
         self.consumer = Consumer(consumer_config(settings, f"bench-e2e-{uuid.uuid4().hex}",
                                                  **{"fetch.wait.max.ms": 5}))
@@ -54,9 +58,20 @@ class Arrivals:
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            for msg in self.consumer.consume(1000, 0.05):
+            # What is queued now, else the first record within 50 ms: consume(n, timeout)
+            # alone waits for n records or the whole timeout, which would add up to 50 ms to
+            # every latency measured.
+            messages = self.consumer.consume(1000, 0)
+            if not messages:
+                first = self.consumer.poll(0.05)
+                messages = [first] if first is not None else []
+            for msg in messages:
                 if msg.error() is None and msg.key():
-                    self.seen.setdefault((msg.key() or b"").decode(), time.monotonic())
+                    key = (msg.key() or b"").decode()
+                    if key not in self.seen:
+                        self.seen[key] = time.monotonic()
+                        self.arrived[key] = time.time()
+                        self.produced[key] = msg.timestamp()[1] / 1000
         self.consumer.close()
 
 
@@ -66,18 +81,20 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def offer(ws: object, run_id: str, rate: float, seconds: float,
-                started: dict[str, float], calls: list[float]) -> float:
+                started: dict[str, float], calls: list[float],
+                begun_at: dict[str, float]) -> float:
     """Call give_feedback on each tick; returns the achieved rate of completed calls."""
     tasks: list[asyncio.Task[None]] = []
     total = int(rate * seconds)
     t0 = time.monotonic()
 
     async def one(i: int) -> None:
-        begun = time.monotonic()
+        begun, wall = time.monotonic(), time.time()
         recorded = await ws.give_feedback(  # type: ignore[attr-defined]
             TriageQuality(correct=i % 2 == 0, severity="high", note=f"n{i}"),
             on=RunTarget(run_id=run_id))
         started[recorded.id] = begun
+        begun_at[recorded.id] = wall
         calls.append(time.monotonic() - begun)
 
     for i in range(total):
@@ -90,7 +107,8 @@ async def offer(ws: object, run_id: str, rate: float, seconds: float,
 
 
 async def scenario(settings: Settings, tenant: str, rate: float, seconds: float,
-                   arrivals: Arrivals) -> tuple[float, dict[str, float]]:
+                   arrivals: Arrivals,
+                   begun_at: dict[str, float]) -> tuple[float, dict[str, float]]:
     client = StreamsClient(Runtime(settings))
     system = client.workspace(tenant, "bench")
     spike = await system.append(AppEvent(name="ops:error_spike", data={"service": "api"}))
@@ -106,7 +124,7 @@ async def scenario(settings: Settings, tenant: str, rate: float, seconds: float,
         await asyncio.sleep(0.05)
     started: dict[str, float] = {}
     calls: list[float] = []
-    achieved = await offer(ws, "run_bench", rate, seconds, started, calls)
+    achieved = await offer(ws, "run_bench", rate, seconds, started, calls, begun_at)
     client.close()
     console.print(f"  give_feedback itself: p50 {statistics.median(calls) * 1000:.1f} ms, "
                   f"p99 {percentile(calls, 0.99) * 1000:.1f} ms")
@@ -126,9 +144,10 @@ def main() -> None:
     worker = subprocess.Popen(
         [sys.executable, "-m", "streams", "worker", "--types", "streams.examples.ops"],
         env=settings.child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    begun_at: dict[str, float] = {}
     try:
         achieved, started = asyncio.run(
-            scenario(settings, tenant, args.rate, args.seconds, arrivals))
+            scenario(settings, tenant, args.rate, args.seconds, arrivals, begun_at))
         deadline = time.monotonic() + 60
         while any(i not in arrivals.seen for i in started) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -139,6 +158,15 @@ def main() -> None:
         arrivals.thread.join(10)
     latencies = [(arrivals.seen[i] - t) * 1000 for i, t in started.items() if i in arrivals.seen]
     missing = len(started) - len(latencies)
+    scored = [i for i in started if i in arrivals.seen]
+    # The score's CreateTime has millisecond resolution and both ends are this machine's
+    # wall clock, so the split is good to about a millisecond.
+    to_worker = [(arrivals.produced[i] - begun_at[i]) * 1000 for i in scored]
+    to_reader = [(arrivals.arrived[i] - arrivals.produced[i]) * 1000 for i in scored]
+    for what, values in (("call to the score's production", to_worker),
+                         ("production to a read_committed reader", to_reader)):
+        console.print(f"  {what}: p50 {statistics.median(values):.1f} ms, "
+                      f"p99 {percentile(values, 0.99):.1f} ms")
     console.print(f"  offered {args.rate:.0f}/s, achieved {achieved:,.0f}/s; "
                   f"{len(latencies)} scored, {missing} not within 60 s")
     print(f"offered={args.rate:.0f}/s achieved={achieved:.0f}/s n={len(latencies)} "

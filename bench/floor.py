@@ -32,6 +32,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from streams.adapters.avro.fast import without_logical_types
 from streams.adapters.avro.schemas import score_schema
+from streams.adapters.kafka.config import TRANSACTION_RETRY_BACKOFF_MS
 from streams.core.scores import ScoreConfigs, score_id
 
 __all__ = ["run_floor"]
@@ -87,7 +88,10 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
                          "acks": "all", "linger.ms": 20, "compression.type": "lz4",
                          "batch.num.messages": 10000, "delivery.report.only.error": True,
                          "on_delivery": on_error, **(security or {}),
-                         **({"transactional.id": f"bench-floor-{uuid.uuid4().hex}"}
+                         # The transactional floor retries as soon as the mirror does
+                         # (see transactional_producer_config).
+                         **({"transactional.id": f"bench-floor-{uuid.uuid4().hex}",
+                             "retry.backoff.ms": TRANSACTION_RETRY_BACKOFF_MS}
                             if transactional else {})})
     if transactional:
         producer.init_transactions(30)

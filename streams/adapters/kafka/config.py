@@ -22,6 +22,7 @@ from streams.core.errors import ConfigError
 from streams.settings import Settings
 
 __all__ = [
+    "TRANSACTION_RETRY_BACKOFF_MS",
     "admin_config",
     "authentication_failure",
     "client_config",
@@ -156,14 +157,27 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         **extra})
 
 
+TRANSACTION_RETRY_BACKOFF_MS = 5
+"""The transactional producer's first retry backoff (see transactional_producer_config)."""
+
+
 def transactional_producer_config(settings: Settings, transactional_id: str,
                                   **extra: Any) -> dict[str, Any]:
     """An exactly-once loop's producer: idempotent, fully acknowledged, with its
     `transactional.id` and a transaction timeout of `transaction_timeout` (how long a dead
-    owner's open transaction holds its partitions before the broker aborts it)."""
+    owner's open transaction holds its partitions before the broker aborts it).
+
+    Its first retry comes after 5 ms, not librdkafka's 100: a transaction begun right after
+    the last one committed finds the coordinator still writing that one's markers, and the
+    offsets it sends are refused once (CONCURRENT_TRANSACTIONS) and retried after the
+    backoff, so every transaction took at least 100 ms, capping a loop at ten commits a
+    second and adding 100 ms to each score's latency (bench/transaction_cycle.py measures
+    it; docs/limitations.md has the figures). Retries still back off exponentially up to
+    `retry.backoff.max.ms` (1 s) when the broker is away."""
     return producer_config(settings, **{
         "transactional.id": transactional_id,
         "transaction.timeout.ms": int(settings.transaction_timeout * 1000),
+        "retry.backoff.ms": TRANSACTION_RETRY_BACKOFF_MS,
         **extra,
     })
 
