@@ -23,16 +23,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 
+from bench.e2e_latency import percentile
 from streams.adapters.kafka.config import admin_config, consumer_config, producer_config
 from streams.settings import Settings
 
 console = Console(stderr=True)
 STEPS = ("begin+produce", "send_offsets", "commit", "total")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def cycle(settings: Settings, topic: str, backoff_ms: int, transactions: int,
