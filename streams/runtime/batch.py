@@ -363,7 +363,12 @@ class BatchLoop:
                     return producer
                 except KafkaException as exc:
                     error = _error_of(exc)
-                    self._wait_outage(f"initialising transactions failed: {exc}")
+                    self._wait_outage(
+                        f"initialising transactions failed: {exc} (exactly_once needs "
+                        "brokers with transactions: a cluster with fewer brokers than its "
+                        "transaction.state.log.replication.factor, 3 by default, never has a "
+                        "transaction coordinator; lower it to the broker count, or set "
+                        "STREAMS_PROCESSING_GUARANTEE=at_least_once)")
                     if error is not None and not error.retriable():
                         break  # this producer is done for: make another
 
