@@ -22,6 +22,7 @@ from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
 from streams.core.tenancy import TenantTopics, tenant_topics
 from streams.examples.ops import TriageQuality
+from streams.runtime.batch import EXACTLY_ONCE
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import Stack, WorkerProcess, _free_port, read_topic, wait_until
@@ -169,6 +170,8 @@ async def _outage(own_stack: OwnStack, settings: Settings, ws: Workspace, topics
     scores = read_topic(settings, topics.scores, at_least=len(given) * 3, timeout=300,
                         settle=3.0)
     repeats = check_scores(scores, dict.fromkeys(given, SCORED))
+    if settings.processing_guarantee == EXACTLY_ONCE:  # the default
+        assert repeats == 0, f"{repeats} scores written twice under exactly once"
     dead = read_topic(settings, topics.deadletter, timeout=30, settle=2.0)
     assert dead == [], [r["reason"] for _m, r in dead]
 

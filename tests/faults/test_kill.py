@@ -1,6 +1,7 @@
 """Two workers in one consumer group; one is SIGKILLed mid-stream, the other takes over its
 partitions, the killed one is restarted: every feedback event has its scores, repeats carry
-the same ids, and the surviving worker never exited."""
+the same ids (none under exactly once, the default), and the surviving worker never
+exited."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
+from streams.runtime.batch import EXACTLY_ONCE
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, read_topic, wait_until
 from tests.faults.conftest import assert_alive, check_scores
@@ -88,6 +90,8 @@ async def test_sigkill_one_of_two_workers_mid_stream(
     scores = read_topic(settings, topics.scores, at_least=FEEDBACK * len(NAMES), timeout=180,
                         settle=3.0)
     repeats = check_scores(scores, dict.fromkeys(given, NAMES))
+    if settings.processing_guarantee == EXACTLY_ONCE:  # the default
+        assert repeats == 0, f"{repeats} scores written twice under exactly once"
     assert_alive(survivor, doomed)
     print(f"{FEEDBACK} feedback events, 2 workers, one SIGKILLed after {killed_after} outputs "
           f"and restarted: {len(scores)} score records for {FEEDBACK * len(NAMES)} scores, "
