@@ -162,7 +162,8 @@ class BatchStats:
     exactly_once, `commits` counts committed transactions, `aborts` the aborted ones (each
     redone from the committed offsets), `aborts_by_reason` them by `abort_reason`, and
     `producer_resets` the transactional producers replaced after being fenced (or given up
-    as wedged: `producers_abandoned`)."""
+    as wedged: `producers_abandoned`); `commit_seconds` is the time spent committing
+    (delivery and offsets, or the transaction's offsets and commit), aborts included."""
 
     batches: int = 0
     records: int = 0
@@ -175,6 +176,7 @@ class BatchStats:
     producer_resets: int = 0
     producers_abandoned: int = 0
     commits_before_blocking: int = 0
+    commit_seconds: float = 0.0
     aborts_by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -308,7 +310,16 @@ class BatchLoop:
                 partitions: set[tuple[str, int]] | None = None) -> bool:
         """Commit done offsets (of `partitions`, or all) once their outputs are delivered;
         on a failed delivery, rewind instead. Returns whether it committed. With
-        exactly_once, commit the open transaction (every partition's work: see the module)."""
+        exactly_once, commit the open transaction (every partition's work: see the module).
+        The time it takes goes to `stats.commit_seconds`."""
+        began = time.perf_counter()
+        try:
+            return self._commit_now(consumer, producer, partitions)
+        finally:
+            self.stats.commit_seconds += time.perf_counter() - began
+
+    def _commit_now(self, consumer: Consumer, producer: Producer,
+                    partitions: set[tuple[str, int]] | None) -> bool:
         if self.exactly_once:
             return self._commit_transaction(consumer)
         chosen = {tp: o for tp, o in self._done.items()

@@ -257,6 +257,7 @@ def test_exactly_once_commits_outputs_and_offsets_in_one_transaction() -> None:
     broker = Broker(records(12))
     loop = make(broker)
     run_until(loop, all_committed(broker))
+    assert loop.stats.commits > 0 and loop.stats.commit_seconds > 0
     assert sorted(broker.visible) == expected(broker)
     assert len(broker.visible) == len(set(broker.visible))
     assert broker.calls[0] == "init_transactions"

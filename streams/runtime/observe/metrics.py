@@ -64,8 +64,8 @@ class WatchedLoop(Protocol):
 
     @property
     def stats(self) -> Any:
-        """The loop's counters (batches, commits, rewinds, outage_waits, aborts_by_reason,
-        producer_resets)."""
+        """The loop's counters (batches, commits, commit_seconds, rewinds, outage_waits,
+        aborts_by_reason, producer_resets)."""
         ...
 
     @property
@@ -145,6 +145,11 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
                                   "waits for an unreachable broker or registry"),
     "streams.loop.commits": ("counter", ("loop",),
                              "offset commits of a loop (exactly_once: committed transactions)"),
+    "streams.loop.commit_seconds": ("counter", ("loop",),
+                                    "seconds a loop spent committing (at_least_once: waiting "
+                                    "for delivery, then the offsets; exactly_once: the "
+                                    "transaction's offsets and commit); over commits, the "
+                                    "mean commit"),
     "streams.loop.transaction_aborts": ("counter", ("loop", "reason"),
                                         "transactions an exactly-once loop aborted and redid, "
                                         "by reason (fenced, group_moved, coordinator_moved, "
@@ -338,6 +343,7 @@ class Metrics:
             "streams.loop.rewinds": lambda: self._loop_stat("rewinds"),
             "streams.loop.outage_waits": lambda: self._loop_stat("outage_waits"),
             "streams.loop.commits": lambda: self._loop_stat("commits"),
+            "streams.loop.commit_seconds": lambda: self._loop_stat("commit_seconds"),
             "streams.loop.transaction_aborts": self._aborts,
             "streams.loop.producer_resets": lambda: self._loop_stat("producer_resets"),
             "streams.sink.deliveries": self._deliveries,
