@@ -17,6 +17,7 @@ Pure: no storage, no Kafka; the store (`streams.adapters.state`) and the decider
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -40,6 +41,7 @@ __all__ = [
     "from_record",
     "parse_entity_key",
     "record_of",
+    "record_upto",
     "to_record",
 ]
 
@@ -124,6 +126,22 @@ def record_of(value: bytes) -> dict[str, Any]:
     return found
 
 
+_UPTO_PREFIX = b'{"upto":'
+
+
+def record_upto(value: bytes) -> int:
+    """A state record's `upto`, read from its first field without parsing the rest (the
+    records `snapshot` writes begin `{"upto":<n>`); any other JSON form is parsed whole.
+    ValueError when it is not a state record."""
+    if value.startswith(_UPTO_PREFIX):
+        end = len(_UPTO_PREFIX)
+        while end < len(value) and value[end] in b"0123456789":
+            end += 1
+        if end > len(_UPTO_PREFIX) and end < len(value) and value[end] in b",}":
+            return int(value[len(_UPTO_PREFIX):end])
+    return int(record_of(value)["upto"])
+
+
 def encode_position(offset: int) -> bytes:
     """A position record's value."""
     return str(offset).encode()
@@ -202,6 +220,60 @@ class PartitionState:
             self.empty.pop(key, None)
         else:
             self.empty[key] = upto
+
+    def restore(self, records: Iterable[tuple[str, bytes | None]]
+                ) -> tuple[list[tuple[str, bytes | None]], list[str]]:
+        """`load` each of a changelog's records, in order, in one pass that decodes only
+        what is kept: per key, the records after its last tombstone that `load` would take
+        (by `upto` alone, read without parsing) are narrowed to the newest one, and only it
+        is decoded (a restore without a local store reads a tail that holds each key many
+        times). Returns the records that give the same state when stored (a key's tombstone,
+        then its kept record; the highest position), and the keys whose kept record could
+        not be read: such a key keeps the newest of its earlier records that reads."""
+        position: tuple[int, bytes] | None = None
+        kept: dict[str, tuple[bool, list[tuple[int, bytes]]]] = {}
+        unreadable: list[str] = []
+        for key, value in records:
+            if key == POSITION_KEY:
+                if value is not None:
+                    try:
+                        at = decode_position(value)
+                    except ValueError:
+                        unreadable.append(key)
+                        continue
+                    if position is None or at > position[0]:
+                        position = (at, value)
+                continue
+            if value is None:
+                kept[key] = (True, [])
+                continue
+            try:
+                upto = record_upto(value)
+            except (ValueError, KeyError, TypeError):
+                unreadable.append(key)
+                continue
+            dropped, taken = kept.get(key) or (False, [])
+            held = taken[-1][0] if taken else (0 if dropped else self.upto.get(key, 0))
+            if upto >= held:
+                taken.append((upto, value))
+            kept[key] = (dropped, taken)
+        out: list[tuple[str, bytes | None]] = []
+        for key, (dropped, taken) in kept.items():
+            if dropped:
+                self.load(key, None)
+                out.append((key, None))
+            for _upto, value in reversed(taken):
+                try:
+                    self.load(key, value)
+                except (ValueError, KeyError, TypeError):
+                    unreadable.append(key)
+                    continue
+                out.append((key, value))
+                break
+        if position is not None:
+            self.load(POSITION_KEY, position[1])
+            out.append((POSITION_KEY, position[1]))
+        return out, unreadable
 
     def snapshot(self, durable_position: int) -> list[tuple[str, bytes | None]]:
         """The records of the dirty keys (a key left empty as `{"upto": n}`), tombstones of

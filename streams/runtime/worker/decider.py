@@ -361,15 +361,15 @@ class RuleDecider:
                         done.add(key)
             for key, records in read.items():
                 owned = by_tp[key]
-                for name, value in records:
-                    try:
-                        owned.part.load(name, value)
-                    except (ValueError, KeyError, TypeError):
-                        log.warning("rule-decider: %s[%d]: a changelog record of %r cannot "
-                                    "be read; skipped", key[0], key[1], name)
+                # One pass that decodes only each key's newest record: a tail read without
+                # a local store holds each key many times.
+                kept, unreadable = owned.part.restore(records)
+                for name in unreadable:
+                    log.warning("rule-decider: %s[%d]: a changelog record of %r cannot "
+                                "be read; skipped", key[0], key[1], name)
                 self.stats.changelog_records_read += len(records)
-                owned.store.write(records, {CHECKPOINT: ends[key],
-                                            POSITION: owned.part.position})
+                owned.store.write(kept, {CHECKPOINT: ends[key],
+                                         POSITION: owned.part.position})
             for owned in opened:
                 self.stats.restored_keys += len(owned.part.upto)
         finally:

@@ -6,18 +6,23 @@ from __future__ import annotations
 import json
 import random
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.core.events import Envelope
 from streams.core.rules import Fire, Rule, RuleSet, RuleState, evaluate, on, run
 from streams.core.rules.snapshots import (
     POSITION_KEY,
     PartitionState,
+    encode_position,
     entity_key,
     from_record,
     parse_entity_key,
     record_of,
+    record_upto,
     to_record,
 )
 from tests.core.rules.samples import SPIKE, T0, spike
@@ -182,3 +187,92 @@ def test_expiry_keeps_a_keys_current_windows_not_its_history() -> None:
     assert [type(d).__name__ for d in decisions] == ["Fire"]  # 2 per window: the second
     again = evaluate(RuleSet([LIMITED]), late, part.state_of(key))
     assert [type(d).__name__ for d in again] == ["Throttled"]
+
+
+def _state_records() -> list[dict[str, Any]]:
+    """Well-formed state records of SPIKE's key `service=api`: counts of 1 and 2 entries."""
+    state = RuleState()
+    out = []
+    for minute in (0, 1):
+        evaluate(RuleSet([SPIKE]), spike("api", at=T0 + timedelta(minutes=minute)), state)
+        record = to_record(state, SPIKE.name, "service=api", upto=0)
+        assert record is not None
+        out.append(record)
+    return out
+
+
+KEYS = [entity_key(SPIKE.name, "service=api"), entity_key(SPIKE.name, "service=db")]
+
+
+def _seen(part: PartitionState) -> dict[str, Any]:
+    """What a partition's state holds, comparable."""
+    return {"position": part.position, "upto": dict(part.upto), "empty": dict(part.empty),
+            "states": {k: to_record(s, SPIKE.name, parse_entity_key(k)[1], 0)
+                       for k, s in part.states.items()}}
+
+
+_CHANGELOG = st.lists(st.one_of(
+    st.tuples(st.sampled_from(KEYS), st.none()),  # tombstones
+    st.tuples(st.sampled_from(KEYS), st.integers(0, 40), st.integers(0, 2),
+              st.booleans()),  # a state record: upto, content, its fields' order
+    st.tuples(st.just(POSITION_KEY), st.integers(0, 60)),
+), max_size=40)
+
+
+def _encoded(item: tuple[Any, ...]) -> tuple[str, bytes | None]:
+    if item[0] == POSITION_KEY:
+        return POSITION_KEY, encode_position(item[1])
+    if len(item) == 2:
+        return item[0], None
+    key, upto, content, upto_last = item
+    record: dict[str, Any] = {"upto": upto}
+    if content:
+        record.update({k: v for k, v in _state_records()[content - 1].items() if k != "upto"})
+    if upto_last:  # not the form `snapshot` writes: read by parsing it whole
+        record = {**{k: v for k, v in record.items() if k != "upto"}, "upto": upto}
+    return key, json.dumps(record, separators=(",", ":")).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=_CHANGELOG, tail=_CHANGELOG)
+def test_a_restore_in_one_pass_holds_what_loading_each_record_in_order_does(
+    before: list[tuple[Any, ...]], tail: list[tuple[Any, ...]],
+) -> None:
+    # `before` is what the local store held; `tail` the changelog read after it.
+    held = [_encoded(item) for item in before]
+    records = [_encoded(item) for item in tail]
+    one_by_one, at_once, from_store = PartitionState(), PartitionState(), PartitionState()
+    for part in (one_by_one, at_once, from_store):
+        for key, value in held:
+            part.load(key, value)
+    for key, value in records:
+        one_by_one.load(key, value)
+    stored, unreadable = at_once.restore(records)
+    assert unreadable == []
+    assert _seen(at_once) == _seen(one_by_one)
+    # What it returns, stored and loaded again in order, gives the same state too.
+    for key, value in stored:
+        from_store.load(key, value)
+    assert _seen(from_store) == _seen(one_by_one)
+    assert len(stored) <= 2 * len(KEYS) + 1
+
+
+def test_record_upto_reads_the_first_field_and_parses_any_other_form() -> None:
+    assert record_upto(b'{"upto":17,"count":{"n":2}}') == 17
+    assert record_upto(b'{"upto":3}') == 3
+    assert record_upto(b'{"count":{"n":2},"upto":5}') == 5
+    assert record_upto(b'{"upto": 8}') == 8  # a space: parsed whole
+    for bad in (b'{"upto":}', b"[1]", b"nope", b'{"count":1}'):
+        with pytest.raises((ValueError, KeyError)):
+            record_upto(bad)
+
+
+def test_a_kept_record_that_cannot_be_read_falls_back_to_the_one_before_it() -> None:
+    key = KEYS[0]
+    good = json.dumps({"upto": 4, **{k: v for k, v in _state_records()[0].items()
+                                     if k != "upto"}}).encode()
+    broken = b'{"upto":9,"count":{"n":"two"}}'
+    part = PartitionState()
+    stored, unreadable = part.restore([(key, good), (key, broken), (POSITION_KEY, b"x")])
+    assert unreadable == [POSITION_KEY, key]
+    assert part.upto[key] == 4 and stored == [(key, good)]
