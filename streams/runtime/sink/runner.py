@@ -490,6 +490,18 @@ class SinkRunner:
             self._error = exc
         self._assigned.set()
 
+    def hands_full(self, sending: int) -> bool:
+        """Whether the runner waits before taking another batch: the sink has `in_flight`
+        batches in hand, or (a sink that does not store its offsets) more than
+        `_UNCOMMITTED` accepted batches wait for their commit, which bounds what a crash
+        would send again. A sink that stores its offsets repeats nothing whatever the Kafka
+        cursor says (it is a progress marker), so commits never hold it back: waiting for
+        one could wait for ever, since a commit made while the group rejoins (a session lost
+        in a broker outage) needs the consumer polled, and only the fetch stage polls it."""
+        if sending >= self.in_flight:
+            return True
+        return self.store is None and self._ledger.pending > self.in_flight + _UNCOMMITTED
+
     def stop(self) -> None:
         """Ask the runner to finish the batch it is sending, flush the sink (if it has a
         flush), commit what was handed on, and return."""
@@ -521,8 +533,7 @@ class SinkRunner:
                 for stage in (fetching, committing):
                     if stage.done():
                         stage.result()  # its error: OutageTooLong, a fatal Kafka error
-                if len(sending) >= self.in_flight or \
-                        self._ledger.pending > self.in_flight + _UNCOMMITTED:
+                if self.hands_full(len(sending)):
                     # The sink has its hands full, or commits lag (a broker outage): wait.
                     await asyncio.wait({*sending, committing, fetching}, timeout=1.0,
                                        return_when=asyncio.FIRST_COMPLETED)

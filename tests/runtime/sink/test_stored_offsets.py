@@ -146,3 +146,26 @@ async def test_a_replay_writes_the_rows_again_and_leaves_the_stored_offsets() ->
     assert sink.offsets(runner.group) == {(T, 0): len(scores)}
     assert sink.query("select count(*) from scores") == [(len(scores),)]
     sink.close()
+
+
+def test_commits_behind_hold_back_only_a_sink_that_does_not_store_its_offsets() -> None:
+    # A broker outage that cost the consumer its session: its commits wait for the group to
+    # rejoin, which needs the consumer polled by the fetch stage. A runner waiting for those
+    # commits before taking another batch stops polling: the DuckDB sink stalled so once
+    # (tests/faults/test_health_outage.py). A sink that stores its offsets repeats nothing
+    # whatever the Kafka cursor says, so it does not wait for them.
+    stored = SinkRunner(Runtime(SETTINGS), CountingStore(), cursor="warehouse")
+    plain = SinkRunner(Runtime(SETTINGS), InMemoryScoreSink(), cursor="lf", in_flight=2)
+    for runner in (stored, plain):
+        for end in range(1, 20):  # accepted, never committed
+            runner.ledger.accept(runner.ledger.open({(T, 0): end}))
+    assert not stored.hands_full(sending=0)
+    assert plain.hands_full(sending=0)
+    # The sink's own hands bound both.
+    assert stored.hands_full(sending=1) and plain.hands_full(sending=2)
+    fresh = SinkRunner(Runtime(SETTINGS), InMemoryScoreSink(), cursor="lf", in_flight=2)
+    for end in range(1, 7):  # in_flight + 4 may wait for their commit
+        fresh.ledger.accept(fresh.ledger.open({(T, 0): end}))
+    assert not fresh.hands_full(sending=1)
+    fresh.ledger.accept(fresh.ledger.open({(T, 0): 8}))
+    assert fresh.hands_full(sending=1)
