@@ -133,6 +133,9 @@ _TRANSIENT = frozenset({KafkaError._WAIT_COORD, KafkaError._TRANSPORT, KafkaErro
 # Accepted batches that may wait for their commit (beyond those in flight) before the runner
 # stops taking new ones: a crash or a long commit outage repeats at most these.
 _UNCOMMITTED = 4
+# Seconds the fetch stage waits with a decoded batch the next stage does not take, before it
+# pauses its partitions and keeps the consumer polled (a rebalance needs the polling).
+_HOLD_BEFORE_PAUSING = 1.0
 # Records decoded at a time on the event loop between looks at the sink's HTTP answers.
 _SLICE = 50
 # How often a lasting outage or a repeated consume error is logged again.
@@ -204,7 +207,8 @@ def cursor_group(settings: Settings, cursor: str) -> str:
 
 @dataclass
 class SinkStats:
-    """What a runner has done."""
+    """What a runner has done (`paused`: times the fetch stage paused its partitions while
+    the sink or the commits held the next batch back)."""
 
     records: int = 0
     scores: int = 0
@@ -215,6 +219,7 @@ class SinkStats:
     batches: int = 0
     outage_waits: int = 0
     already_applied: int = 0
+    paused: int = 0
     per_tenant: dict[str, int] = field(default_factory=dict)
 
 
@@ -392,6 +397,9 @@ class SinkRunner:
         self._delivery: Delivery | None = None
         self._unknown_ids: dict[int, str] = {}
         self._draining = False
+        # Whether the fetch stage paused the assigned partitions (see _fetch_loop); used
+        # from the fetch stage's thread only (the assignment callback runs in it too).
+        self._paused = False
         # Read by the metrics and health endpoints (streams.runtime.observe), from their thread.
         self.name = self.label = cursor or "no-cursor"
         self.lag = LagTracker(self.group)
@@ -486,6 +494,8 @@ class SinkRunner:
                 tp.offset = self.start_offset(tp.topic, tp.partition)
         try:
             consumer.assign(partitions)
+            if self._paused:  # assigned while the fetch stage holds back (see _fetch_loop)
+                consumer.pause(partitions)
         except KafkaException as exc:
             self._error = exc
         self._assigned.set()
@@ -627,7 +637,10 @@ class SinkRunner:
         return None
 
     async def _fetch_loop(self, ready: asyncio.Queue[_Batch]) -> None:
-        """Stage 1: consume and decode batches, one ahead of the sink."""
+        """Stage 1: consume and decode batches, one ahead of the sink. While the next stage
+        takes nothing for a while (the sink slow, commits behind), the consumer is kept
+        polled with its partitions paused: its rebalances and its membership go on (a
+        commit made while the group rejoins waits for them), and nothing more is read."""
         while not self._stopping.is_set():
             messages = await self._in_thread(self._consume)
             if not messages:
@@ -636,10 +649,38 @@ class SinkRunner:
             if batch is None:
                 return
             batch.seq = self._ledger.open(batch.ends)
-            await ready.put(batch)
+            put = asyncio.ensure_future(ready.put(batch))
+            done, _ = await asyncio.wait({put}, timeout=_HOLD_BEFORE_PAUSING)
+            while not done:
+                if self._stopping.is_set():
+                    put.cancel()
+                    return
+                await self._in_thread(self._poll_paused)
+                done, _ = await asyncio.wait({put}, timeout=0)
+
+    def _poll_paused(self) -> None:
+        """Poll the consumer with every assigned partition paused (see `_fetch_loop`);
+        `_consume` resumes them. Records of partitions assigned meanwhile are not kept:
+        their partitions are paused too and sought back to the first of them."""
+        consumer = self.consumer
+        if not self._paused:
+            consumer.pause(consumer.assignment())
+            self._paused = True
+            self.stats.paused += 1
+        firsts: dict[Partition, int] = {}
+        for msg in consumer.consume(self.batch_size, 0.2):
+            if msg.error() is None:
+                tp = (msg.topic() or "", msg.partition() or 0)
+                firsts[tp] = min(firsts.get(tp, msg.offset() or 0), msg.offset() or 0)
+        for (topic, partition), offset in firsts.items():
+            consumer.pause([TopicPartition(topic, partition)])
+            consumer.seek(TopicPartition(topic, partition, offset))
 
     def _consume(self) -> list[Message]:
         self.turned_at = time.monotonic()
+        if self._paused:
+            self.consumer.resume(self.consumer.assignment())
+            self._paused = False
         self.lag.update(self.consumer)
         try:
             messages = self.consumer.consume(self.batch_size, self.batch_wait)
