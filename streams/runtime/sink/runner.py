@@ -663,18 +663,32 @@ class SinkRunner:
         `_consume` resumes them. Records of partitions assigned meanwhile are not kept:
         their partitions are paused too and sought back to the first of them."""
         consumer = self.consumer
-        if not self._paused:
-            consumer.pause(consumer.assignment())
-            self._paused = True
-            self.stats.paused += 1
+        try:
+            if not self._paused:
+                consumer.pause(consumer.assignment())
+                self._paused = True
+                self.stats.paused += 1
+            messages = consumer.consume(self.batch_size, 0.2)
+        except KafkaException as exc:  # as in _consume: a fatal error ends the runner
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.fatal():
+                raise
+            self._note_consume_error(error if isinstance(error, KafkaError) else None, exc)
+            time.sleep(0.2)
+            return
         firsts: dict[Partition, int] = {}
-        for msg in consumer.consume(self.batch_size, 0.2):
+        for msg in messages:
             if msg.error() is None:
                 tp = (msg.topic() or "", msg.partition() or 0)
                 firsts[tp] = min(firsts.get(tp, msg.offset() or 0), msg.offset() or 0)
         for (topic, partition), offset in firsts.items():
-            consumer.pause([TopicPartition(topic, partition)])
-            consumer.seek(TopicPartition(topic, partition, offset))
+            try:
+                consumer.pause([TopicPartition(topic, partition)])
+                consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                # Revoked in between: its next owner starts at the committed offset, which
+                # is at or before these records (they were never handed on).
+                log.info("no seek of %s/%d back to %d (%s)", topic, partition, offset, exc)
 
     def _consume(self) -> list[Message]:
         self.turned_at = time.monotonic()

@@ -10,7 +10,7 @@ import contextlib
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.core.sinks.memory import InMemoryScoreSink
 from streams.runtime.root import Runtime
@@ -153,3 +153,20 @@ def test_records_of_partitions_that_came_unpaused_are_sought_back_not_kept() -> 
     consumer.positions[1] = 40
     runner._poll_paused()
     assert consumer.paused == {0, 1} and consumer.positions[1] == 40
+
+
+def test_a_consume_error_while_held_back_is_noted_not_raised_unless_fatal() -> None:
+    consumer = PausingConsumer()
+    runner = _runner(consumer)
+    transient = KafkaException(KafkaError(KafkaError._TRANSPORT))
+    fatal = KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
+    for error in (transient, fatal):
+        def failing(n: int, timeout: float, error: KafkaException = error) -> list[Msg]:
+            raise error
+        consumer.consume = failing  # type: ignore[method-assign]
+        if error is transient:
+            runner._poll_paused()  # noted and waited, the runner goes on
+            assert consumer.paused == {0, 1}
+        else:
+            with pytest.raises(KafkaException):
+                runner._poll_paused()
