@@ -122,10 +122,10 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     if len(xs) != len(ys) or len(xs) < 2:
         return None
     rx, ry = _ranks(xs), _ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    sxx = sum((a - mx) ** 2 for a in rx)
-    syy = sum((b - my) ** 2 for b in ry)
+    mx, my = math.fsum(rx) / len(rx), math.fsum(ry) / len(ry)
+    sxy = math.fsum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = math.fsum((a - mx) ** 2 for a in rx)
+    syy = math.fsum((b - my) ** 2 for b in ry)
     if sxx == 0 or syy == 0:
         return None
     return sxy / math.sqrt(sxx * syy)
@@ -134,10 +134,10 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 def _numeric(pairs: Sequence[tuple[float, float]]) -> NumericAgreement:
     n = len(pairs)
     errors = [abs(a - b) for a, b in pairs]
-    mae = sum(errors) / n
+    mae = math.fsum(errors) / n
     mae_ci = None
     if n > 1:
-        sd = math.sqrt(sum((e - mae) ** 2 for e in errors) / (n - 1))
+        sd = math.sqrt(math.fsum((e - mae) ** 2 for e in errors) / (n - 1))
         half = Z95 * sd / math.sqrt(n)
         mae_ci = (max(0.0, mae - half), mae + half)
     r = spearman([a for a, _ in pairs], [b for _, b in pairs])

@@ -5,6 +5,7 @@ feedback on a chain belongs to `chain`. Repeats of an event (same event id) coun
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
@@ -55,8 +56,8 @@ def fold_quality(envelopes: Iterable[Envelope], *, feedback_type: str = "workflo
         days.setdefault(rule, {}).setdefault(envelope.time.date(), []).append(float(raw))
     return {
         rule: QualitySeries(
-            rule=rule, n=len(values), mean=sum(values) / len(values),
-            by_day={d: (len(v), sum(v) / len(v)) for d, v in sorted(days[rule].items())})
+            rule=rule, n=len(values), mean=math.fsum(values) / len(values),
+            by_day={d: (len(v), math.fsum(v) / len(v)) for d, v in sorted(days[rule].items())})
         for rule, values in sorted(sums.items())
     }
 

@@ -15,6 +15,7 @@ form over envelopes already read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -333,4 +334,4 @@ def rewrites(versions: list[HistoryVersion]) -> Rewrites:
     transitions = max(len(versions) - 1, 0)
     return Rewrites(transitions=transitions, rewrites=len(ratios),
                     rewrite_share=len(ratios) / transitions if transitions else 0.0,
-                    mean_edit_ratio=sum(ratios) / len(ratios) if ratios else None)
+                    mean_edit_ratio=math.fsum(ratios) / len(ratios) if ratios else None)

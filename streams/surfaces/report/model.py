@@ -186,7 +186,7 @@ def build_report(
             "chains": len(times),
             "seconds": {
                 "p50": quantile(times, 0.5), "p90": quantile(times, 0.9),
-                "mean": sum(times) / len(times), "max": times[-1],
+                "mean": math.fsum(times) / len(times), "max": times[-1],
             } if times else None,
             "histogram": histogram(times),
         },

@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.core.actors import EvaluatorActor, SystemActor, UserActor
 from streams.core.events import (
@@ -219,3 +221,29 @@ def test_quality_per_rule_and_day() -> None:
     assert got["email:triage"].mean == pytest.approx(0.7)
     assert list(got["email:triage"].by_day.values()) == [(1, 0.5), (1, 0.9)]
     assert got["email:reply"].mean == pytest.approx(0.2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scores=st.lists(st.floats(min_value=0, max_value=1, allow_nan=False), min_size=2,
+                       max_size=12),
+       data=st.data())
+def test_quality_is_the_same_in_any_reading_order(scores: list[float], data: Any) -> None:
+    # A tenant's log is read across partitions, so feedback arrives in a different order on
+    # each read: the means must not depend on it to the last bit (the report's file is
+    # compared with a fold of the log as written).
+    log = run_events("run_a", "email:triage", [])
+    log += [feedback(RunTarget(run_id="run_a"), {"quality_score": s}, JUDGE1, 1 + i,
+                     "workflow_review") for i, s in enumerate(scores)]
+    shuffled = data.draw(st.permutations(log))
+    assert fold_quality(shuffled) == fold_quality(log)
+
+
+def test_quality_means_do_not_depend_on_the_order_of_the_scores() -> None:
+    # 0.1 + 0.2 + 0.3 and 0.3 + 0.2 + 0.1 differ in the last bit when summed in order.
+    log = run_events("run_a", "email:triage", [])
+    ordered = [feedback(RunTarget(run_id="run_a"), {"quality_score": s}, JUDGE1, 1,
+                        "workflow_review") for s in (0.1, 0.2, 0.3)]
+    forwards = fold_quality(log + ordered)["email:triage"]
+    backwards = fold_quality(log + ordered[::-1])["email:triage"]
+    assert forwards == backwards
+    assert forwards.mean == pytest.approx(0.2)
