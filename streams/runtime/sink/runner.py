@@ -668,14 +668,10 @@ class SinkRunner:
                 consumer.pause(consumer.assignment())
                 self._paused = True
                 self.stats.paused += 1
-            messages = consumer.consume(self.batch_size, 0.2)
-        except KafkaException as exc:  # as in _consume: a fatal error ends the runner
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.fatal():
-                raise
-            self._note_consume_error(error if isinstance(error, KafkaError) else None, exc)
-            time.sleep(0.2)
+        except KafkaException as exc:
+            self._on_consume_exception(exc)
             return
+        messages = self._consumed(0.2)
         firsts: dict[Partition, int] = {}
         for msg in messages:
             if msg.error() is None:
@@ -696,15 +692,7 @@ class SinkRunner:
             self.consumer.resume(self.consumer.assignment())
             self._paused = False
         self.lag.update(self.consumer)
-        try:
-            messages = self.consumer.consume(self.batch_size, self.batch_wait)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.fatal():
-                raise
-            self._note_consume_error(error if isinstance(error, KafkaError) else None, exc)
-            time.sleep(0.2)
-            return []
+        messages = self._consumed(self.batch_wait)
         good: list[Message] = []
         for msg in messages:
             error = msg.error()
@@ -713,6 +701,22 @@ class SinkRunner:
                 continue
             good.append(msg)
         return good
+
+    def _consumed(self, timeout: float) -> list[Message]:
+        """One `consume` call; a consume error is a wait (no records), a fatal one ends the
+        runner."""
+        try:
+            return self.consumer.consume(self.batch_size, timeout)
+        except KafkaException as exc:
+            self._on_consume_exception(exc)
+            return []
+
+    def _on_consume_exception(self, exc: KafkaException) -> None:
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and error.fatal():
+            raise exc
+        self._note_consume_error(error if isinstance(error, KafkaError) else None, exc)
+        time.sleep(0.2)
 
     def _note_consume_error(self, error: KafkaError | None, shown: object) -> None:
         """Log a consume error, the same one at most every 30 s (librdkafka reports a broker
