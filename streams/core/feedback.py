@@ -272,6 +272,37 @@ def _problems(exc: ValidationError) -> str:
 def _check_numbers(value: object, path: str) -> None:
     """Refuse integers outside Avro's long, numbers that are not finite and text that is not
     valid Unicode (lone surrogates: UTF-8 cannot encode them), by field path."""
+    # The common case, a good value, is checked without building a path per field (the
+    # mirror checks every record another producer wrote); the paths are built only to say
+    # where a bad value is.
+    if not _wire_ok(value):
+        _refuse_numbers(value, path)
+
+
+def _wire_ok(value: object) -> bool:
+    """Whether `value` holds nothing `_refuse_numbers` refuses (the same rules, no paths)."""
+    if isinstance(value, str):
+        if value.isascii():
+            return True
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return LONG_MIN <= value <= LONG_MAX
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, Mapping):
+        return all(_wire_ok(key) and _wire_ok(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return all(_wire_ok(item) for item in value)
+    return True
+
+
+def _refuse_numbers(value: object, path: str) -> None:
     if isinstance(value, bool):
         return
     if isinstance(value, int):
@@ -291,8 +322,8 @@ def _check_numbers(value: object, path: str) -> None:
                 "Unicode (Avro strings are UTF-8)") from exc
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            _check_numbers(key, f"{path} key {key!r}")
-            _check_numbers(item, f"{path}.{key}")
+            _refuse_numbers(key, f"{path} key {key!r}")
+            _refuse_numbers(item, f"{path}.{key}")
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            _check_numbers(item, f"{path}[{i}]")
+            _refuse_numbers(item, f"{path}[{i}]")

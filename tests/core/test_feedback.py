@@ -2,10 +2,19 @@ import enum
 from typing import Annotated, Literal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 from streams.core.errors import ValidationFailed
-from streams.core.feedback import Feedback, FeedbackRegistry, snake_case, validate_feedback
+from streams.core.feedback import (
+    Feedback,
+    FeedbackRegistry,
+    _refuse_numbers,
+    _wire_ok,
+    snake_case,
+    validate_feedback,
+)
 
 
 @pytest.fixture
@@ -175,3 +184,25 @@ def test_a_field_that_could_never_be_written_is_refused_at_definition(
         x: Literal["p1", "p2"]
 
     assert types.get("unwritable") is Writable
+
+
+_wire_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=6)
+    | st.sampled_from(["\ud800", "ok \udfff", "é", ""]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.text(max_size=4) | st.sampled_from(["\udc80"]), inner, max_size=4),
+    max_leaves=12)
+
+
+@given(_wire_values)
+def test_the_quick_wire_check_agrees_with_the_one_that_names_the_field(value: object) -> None:
+    # check_plain_value first asks _wire_ok (no field paths built) and builds the paths only
+    # for a value it refuses: the two must refuse exactly the same values.
+    try:
+        _refuse_numbers(value, "v")
+    except ValidationFailed:
+        refused = True
+    else:
+        refused = False
+    assert _wire_ok(value) is not refused
