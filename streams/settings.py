@@ -155,6 +155,13 @@ class Settings:
         1.0, "STREAMS_COMMIT_INTERVAL", "seconds between a worker's commits of acked "
         "offsets (with exactly_once: the longest a transaction stays open, so what a "
         "read_committed reader waits for a score at most)", positive=True)
+    commit_when_caught_up: bool = _setting(
+        True, "STREAMS_COMMIT_WHEN_CAUGHT_UP", "whether an exactly_once loop also commits its "
+        "transaction as soon as it has read everything there is to read (a light stream's "
+        "outputs reach read_committed readers one commit after they are produced, not up "
+        "to STREAMS_COMMIT_INTERVAL later; the cost is more, smaller transactions while the "
+        "stream is light); a loop behind its input commits every 10 batches or "
+        "STREAMS_COMMIT_INTERVAL either way")
     metadata_refresh_interval: float = _setting(
         1.0, "STREAMS_METADATA_REFRESH_INTERVAL", "seconds between clients' metadata "
         "refreshes (how soon a regex subscription sees a new tenant, and a producer a "

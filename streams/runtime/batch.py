@@ -17,7 +17,9 @@ timers). Per batch of up to `batch_size` records:
 
 With `guarantee="exactly_once"` (STREAMS_PROCESSING_GUARANTEE) step 4 is one Kafka
 transaction instead: the loop's producer is transactional (`init_transactions` once), a
-transaction is begun before a batch's outputs are produced and stays open for the commit
+transaction is begun before a batch's outputs are produced and stays open until the loop has
+read all there is (`commit_when_caught_up`, STREAMS_COMMIT_WHEN_CAUGHT_UP: a batch smaller
+than `batch_size`), or, while the loop is behind, for `commit_every` batches or the commit
 interval; the commit sends the done offsets into it with the consumer's group metadata
 (`send_offsets_to_transaction`, KIP-447) and commits it, so the outputs and the offsets that
 pass their inputs become visible to read_committed readers together, or not at all. A
@@ -201,6 +203,7 @@ class BatchLoop:
         poll_timeout: float = 0.1,
         commit_every: int = 10,
         commit_interval: float = 1.0,
+        commit_when_caught_up: bool | None = None,
         flush_timeout: float = 30.0,
         outage_limit: float = 600.0,
         name: str = "batch-loop",
@@ -233,6 +236,13 @@ class BatchLoop:
         self.poll_timeout = poll_timeout
         self.commit_every = commit_every
         self.commit_interval = commit_interval
+        # Exactly once, a transaction's outputs are invisible to read_committed readers until
+        # it commits: a loop that has read all there is commits at once rather than holding
+        # a light stream's outputs for the interval (at least once they are visible when
+        # produced, so there it would only add offset commits).
+        self.commit_when_caught_up = self.exactly_once and (
+            runtime.settings.commit_when_caught_up if commit_when_caught_up is None
+            else commit_when_caught_up)
         self.flush_timeout = flush_timeout
         self.outage_limit = outage_limit
         # How long a transactional call is retried on retriable errors: past the broker's
@@ -651,8 +661,12 @@ class BatchLoop:
                 if messages:
                     batches_since_commit += 1
                 now = time.monotonic()
+                # Fewer records than a batch: the consumer's queue is empty, the loop has
+                # read all there is for now.
+                caught_up = len(messages) < self.batch_size
                 if self._done and (batches_since_commit >= self.commit_every
-                                   or now - last_commit >= self.commit_interval):
+                                   or now - last_commit >= self.commit_interval
+                                   or (caught_up and self.commit_when_caught_up)):
                     self._commit(consumer, self._current_producer())
                     batches_since_commit = 0
                     last_commit = now

@@ -270,6 +270,42 @@ def test_exactly_once_commits_outputs_and_offsets_in_one_transaction() -> None:
     assert loop.stats.aborts == 0
 
 
+def test_a_loop_that_has_read_everything_commits_its_transaction_at_once() -> None:
+    # Neither the batch count nor the interval is due: the last, short batch (4 of 5
+    # records) says the loop has caught up, so the transaction commits now, and a
+    # read_committed reader sees its outputs.
+    broker = Broker(records(12))
+    loop = make(broker, commit_every=1000, commit_interval=3600)
+    assert loop.commit_when_caught_up
+    run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)
+    # The full batches before it shared one transaction.
+    assert broker.calls.count("commit_transaction") == 1
+
+
+def test_without_committing_when_caught_up_the_transaction_waits_for_the_interval() -> None:
+    broker = Broker(records(12))
+    loop = make(broker, commit_every=1000, commit_interval=3600, commit_when_caught_up=False)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while loop.stats.records < 24:
+        assert time.monotonic() < deadline, "the loop did not read the log"
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert broker.visible == [] and "commit_transaction" not in broker.calls
+    stop.set()  # the loop commits what it holds on the way out
+    thread.join(10)
+    assert sorted(broker.visible) == expected(broker)
+
+
+def test_at_least_once_does_not_commit_when_caught_up() -> None:
+    # Its outputs are visible when produced: an early commit would only add offset commits.
+    loop = make(Broker(records(1)), "at_least_once", commit_when_caught_up=True)
+    assert not loop.commit_when_caught_up
+
+
 @pytest.mark.parametrize(("failing", "error", "reason"), [
     ("commit_transaction", KafkaError(KafkaError._TRANSPORT, txn_requires_abort=True),
      "broker_down"),
