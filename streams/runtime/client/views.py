@@ -37,7 +37,7 @@ from typing import TypeVar
 from confluent_kafka import Consumer, TopicPartition
 
 from streams.adapters.avro.codec import envelope_from_record
-from streams.adapters.kafka.log import watermarks
+from streams.adapters.kafka.log import watermarks_of
 from streams.adapters.views import RawEvent, ViewCorrupt, ViewStore
 from streams.core.errors import KafkaUnavailable, SchemaError, ValidationFailed
 from streams.core.events import Envelope, RuleFired, RunStarted, Seq
@@ -91,6 +91,9 @@ class TenantView:
         self._opened = False
         self._lock = threading.Lock()
         self._caught_up_at = -math.inf
+        # The events topic's partitions as last seen: later catch-ups ask for their offsets
+        # in one round trip (`watermarks_of`).
+        self._partitions: list[int] = []
 
     # -- catching up ------------------------------------------------------------------------
 
@@ -130,8 +133,10 @@ class TenantView:
             self.store.open()
             self._opened = True
         consumer = self._reader()
-        marks = watermarks(consumer, self.topic, timeout=self.settings.admin_timeout,
-                           settings=self.settings)
+        marks = watermarks_of(self.runtime.admin.client, consumer, self.topic,
+                              self._partitions, timeout=self.settings.admin_timeout,
+                              settings=self.settings)
+        self._partitions = list(marks)
         checkpoint = self.store.checkpoint()
         if any(checkpoint.get(p, 0) > high for p, (_low, high) in marks.items()) or \
                 set(checkpoint) - set(marks):
