@@ -32,19 +32,22 @@ STEPS = ("begin+produce", "send_offsets", "commit", "total")
 
 
 def cycle(settings: Settings, topic: str, backoff_ms: int, transactions: int,
-          records: int) -> dict[str, list[float]]:
-    """`transactions` transactions in a row with `retry.backoff.ms` = backoff_ms; each step's
-    seconds."""
-    producer = Producer(producer_config(settings, **{
-        "transactional.id": f"{topic}-{backoff_ms}", "retry.backoff.ms": backoff_ms}))
-    consumer = Consumer(consumer_config(settings, f"{topic}-{backoff_ms}"))
+          records: int, producers: int = 1) -> dict[str, list[float]]:
+    """`transactions` transactions in a row with `retry.backoff.ms` = backoff_ms, taking
+    turns over `producers` transactional producers; each step's seconds."""
+    pool = [Producer(producer_config(settings, **{
+        "transactional.id": f"{topic}-{backoff_ms}-{producers}-{n}",
+        "retry.backoff.ms": backoff_ms})) for n in range(producers)]
+    consumer = Consumer(consumer_config(settings, f"{topic}-{backoff_ms}-{producers}"))
     consumer.subscribe([topic])
     consumer.poll(3.0)  # joined: its group metadata is what a loop would send
-    producer.init_transactions(30)
+    for producer in pool:
+        producer.init_transactions(30)
     taken: dict[str, list[float]] = {step: [] for step in STEPS}
     value = b"x" * 200
     try:
         for i in range(transactions):
+            producer = pool[i % producers]
             t0 = time.perf_counter()
             producer.begin_transaction()
             for j in range(records):
@@ -68,16 +71,23 @@ def main() -> None:
                         help="retry.backoff.ms values to compare, in order")
     parser.add_argument("--transactions", type=int, default=200)
     parser.add_argument("--records", type=int, default=10)
+    parser.add_argument("--producers", default="1",
+                        help="how many transactional producers take turns, values to compare "
+                             "(a producer's next transaction waits for its last one's "
+                             "markers; another producer's does not)")
     args = parser.parse_args()
     settings = Settings.from_env()
     topic = f"bench-txn-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(admin_config(settings))
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result()
     try:
-        for backoff in (int(b) for b in args.backoffs.split(",")):
-            console.print(f"{args.transactions} transactions, retry.backoff.ms={backoff}...")
-            taken = cycle(settings, topic, backoff, args.transactions, args.records)
-            print(f"retry_backoff_ms={backoff} " + " ".join(
+        for backoff, producers in ((int(b), int(n)) for b in args.backoffs.split(",")
+                                   for n in args.producers.split(",")):
+            console.print(f"{args.transactions} transactions, retry.backoff.ms={backoff}, "
+                          f"{producers} producer(s)...")
+            taken = cycle(settings, topic, backoff, args.transactions, args.records,
+                          producers)
+            print(f"retry_backoff_ms={backoff} producers={producers} " + " ".join(
                 f"{step}_p50_ms={percentile(v, 0.5) * 1000:.1f} "
                 f"{step}_p99_ms={percentile(v, 0.99) * 1000:.1f}"
                 for step, v in taken.items()))

@@ -74,6 +74,7 @@ class Broker:
     # instead wedges the call until it is set (a librdkafka call ignoring its timeout).
     failures: dict[str, list[KafkaException | threading.Event]] = field(default_factory=dict)
     producers: list[FakeProducer] = field(default_factory=list)
+    committers: list[FakeProducer] = field(default_factory=list)  # by commit, in order
 
     def fail(self, call: str) -> None:
         queue = self.failures.get(call)
@@ -193,6 +194,7 @@ class FakeProducer:
 
     def commit_transaction(self, _timeout: float) -> None:
         self._call("commit_transaction")
+        self.broker.committers.append(self)
         self.broker.visible += self.pending
         self.broker.committed.update(self.pending_offsets)
         self.pending, self.pending_offsets, self.open = [], {}, False
@@ -260,10 +262,11 @@ def test_exactly_once_commits_outputs_and_offsets_in_one_transaction() -> None:
     assert loop.stats.commits > 0 and loop.stats.commit_seconds > 0
     assert sorted(broker.visible) == expected(broker)
     assert len(broker.visible) == len(set(broker.visible))
-    assert broker.calls[0] == "init_transactions"
+    # Two transactional producers, initialised before the first batch.
+    assert broker.calls[:2] == ["init_transactions", "init_transactions"]
     assert "commit" not in broker.calls  # no offset commit outside a transaction
     first = broker.calls.index("commit_transaction")
-    assert broker.calls[1:first + 1] == ["begin_transaction", "send_offsets_to_transaction",
+    assert broker.calls[2:first + 1] == ["begin_transaction", "send_offsets_to_transaction",
                                          "commit_transaction"]
     assert broker.producers[0].config["transactional.id"].startswith("fs-feedback-mirror.txn.")
     assert loop.stats.commits == broker.calls.count("commit_transaction")
@@ -304,6 +307,16 @@ def test_at_least_once_does_not_commit_when_caught_up() -> None:
     # Its outputs are visible when produced: an early commit would only add offset commits.
     loop = make(Broker(records(1)), "at_least_once", commit_when_caught_up=True)
     assert not loop.commit_when_caught_up
+
+
+def test_the_two_producers_take_turns_a_transaction_each() -> None:
+    broker = Broker(records(12))
+    loop = make(broker)  # a transaction per batch of 5
+    run_until(loop, all_committed(broker))
+    first, second = broker.producers
+    assert len(broker.committers) == loop.stats.commits >= 4
+    assert broker.committers == [(first, second)[i % 2] for i in range(loop.stats.commits)]
+    assert sorted(broker.visible) == expected(broker)
 
 
 @pytest.mark.parametrize(("failing", "error", "reason"), [
@@ -375,7 +388,7 @@ def test_an_abort_failing_past_the_transaction_timeout_replaces_the_producer() -
     run_until(loop, all_committed(broker))
     assert sorted(broker.visible) == expected(broker)
     assert loop.stats.producer_resets >= 1
-    assert broker.calls.count("init_transactions") == 1 + loop.stats.producer_resets
+    assert broker.calls.count("init_transactions") == 2 + loop.stats.producer_resets
 
 
 @pytest.mark.parametrize("wedged", ["send_offsets_to_transaction", "commit_transaction",
@@ -491,8 +504,8 @@ def test_a_fenced_producer_is_replaced_and_its_work_redone() -> None:
     assert "abort_transaction" not in broker.calls
     assert loop.stats.producer_resets == 1 and loop.stats.aborts_by_reason == {"fenced": 1}
     ids = [p.config["transactional.id"] for p in broker.producers]
-    assert len(ids) == 2 and ids[0] != ids[1]
-    assert broker.calls.count("init_transactions") == 2
+    assert len(ids) == 3 and len(set(ids)) == 3  # the two, and the fenced one's successor
+    assert broker.calls.count("init_transactions") == 3
 
 
 def test_a_zombie_cannot_commit_after_the_group_moved_on() -> None:
