@@ -281,6 +281,27 @@ def _check_numbers(value: object, path: str) -> None:
 
 def _wire_ok(value: object) -> bool:
     """Whether `value` holds nothing `_refuse_numbers` refuses (the same rules, no paths)."""
+    if type(value) is dict:
+        # The usual value: a flat mapping of text keys to booleans, text and numbers, checked
+        # in one loop (a call per field costs more than the checks themselves).
+        for key, item in value.items():
+            if (type(key) is not str or not key.isascii()) and not _wire_ok(key):
+                return False
+            kind = type(item)
+            if kind is bool or item is None:
+                continue
+            if kind is str:
+                if not item.isascii() and not _wire_ok(item):
+                    return False
+            elif kind is float:
+                if not math.isfinite(item):
+                    return False
+            elif kind is int:
+                if not LONG_MIN <= item <= LONG_MAX:
+                    return False
+            elif not _wire_ok(item):
+                return False
+        return True
     if isinstance(value, str):
         if value.isascii():
             return True

@@ -2,7 +2,7 @@ import enum
 from typing import Annotated, Literal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
@@ -195,6 +195,7 @@ _wire_values = st.recursive(
     max_leaves=12)
 
 
+@settings(max_examples=400, deadline=None)
 @given(_wire_values)
 def test_the_quick_wire_check_agrees_with_the_one_that_names_the_field(value: object) -> None:
     # check_plain_value first asks _wire_ok (no field paths built) and builds the paths only

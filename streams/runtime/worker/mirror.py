@@ -88,6 +88,7 @@ class MirrorStep:
         self.stats = MirrorStats()
         self._types: dict[str, tuple[type[Feedback], ScoreConfigs] | None] = {}
         self._routes: dict[str, tuple[str, str] | None] = {}
+        self._writer: WriterSchema | None = None
 
     def _route(self, topic: str) -> tuple[str, str] | None:
         """(tenant, scores topic) of an events topic, remembered per topic."""
@@ -238,7 +239,10 @@ class MirrorStep:
             self.on_delay(tenant, time.time() - seconds)
 
     def _score_writer(self) -> WriterSchema:
-        return self.codec.registered(score_schema())
+        # Registered once (the codec remembers it too; this spares the look-up per record).
+        if self._writer is None:
+            self._writer = self.codec.registered(score_schema())
+        return self._writer
 
     def dead_letter(self, topic: str, partition: int, offset: int, key: bytes | None,
                     value: bytes | None, reason: str, stage: str = "mirror") -> Output:
