@@ -7,10 +7,11 @@ Three implementations read the same N feedback_given events from one tenant's ev
 - `streams worker` as a separate process (start-up and group join excluded, reported apart);
 - the in-process loop under both processing guarantees (STREAMS_PROCESSING_GUARANTEE), in
   `--rounds` alternating rounds (at_least_once, exactly_once, at_least_once, ...), each
-  round a new consumer group over the same N events, and the floor both ways
-  (bench/floor.py, `transactional`): the line prints each guarantee's median rate, the
-  median of the rounds' exactly_once / at_least_once ratios, and the process's CPU
-  microseconds per event;
+  round a new consumer group over the same N events, each mirror run right after a floor
+  run under the same guarantee (bench/floor.py, `transactional`), so the two meet the same
+  machine: the line prints, per guarantee, the median rates and CPU microseconds per event
+  of the mirror and its floor, the median of the rounds' mirror / floor ratios (and the
+  CPU ratio floor / mirror), and the median of the exactly_once / at_least_once ratios;
 - with `--metrics`, the in-process loop again with the worker's metrics on (the per-feedback
   delay histogram, the observable counts and the lag tracker, a Prometheus reader scraped
   every second), so the metrics' cost is the ratio of the two in-process runs.
@@ -267,22 +268,21 @@ def main() -> None:
     guarantees = ["at_least_once", "exactly_once"] if args.guarantees == "both" \
         else [args.guarantees]
     configs = {"triage_quality": score_configs(TriageQuality)}
-    floors: dict[str, dict[str, float]] = {}
-    for guarantee in guarantees:
+    floors: dict[str, list[dict[str, float]]] = {g: [] for g in guarantees}
+
+    def run_floor_round(guarantee: str) -> dict[str, float]:
         console.print(f"tuned floor (bench/floor.py), {guarantee}...")
-        floors[guarantee] = run_floor(settings.bootstrap_servers, settings.schema_registry_url,
-                                      topics.events, floor_topic, args.events, configs,
-                                      args.batch, transactional=guarantee == "exactly_once")
-        console.print(f"  {floors[guarantee]['rate']:,.0f} feedback/s "
-                      f"({floors[guarantee]['seconds']:.1f}s)")
-    floor = floors[guarantees[0]]
-    floor_runs = len(guarantees)
-    line = f"events={args.events} batch={args.batch} floor_rate={floor['rate']:.0f}/s"
-    if "exactly_once" in floors:
-        eos_floor = floors["exactly_once"]
-        line += (f" floor_eos_rate={eos_floor['rate']:.0f}/s"
-                 f" floor_cpu_us={floor['cpu_s'] / args.events * 1e6:.1f}"
-                 f" floor_eos_cpu_us={eos_floor['cpu_s'] / args.events * 1e6:.1f}")
+        result = run_floor(settings.bootstrap_servers, settings.schema_registry_url,
+                           topics.events, floor_topic, args.events, configs, args.batch,
+                           transactional=guarantee == "exactly_once")
+        floors[guarantee].append(result)
+        console.print(f"  {result['rate']:,.0f} feedback/s ({result['seconds']:.1f}s, "
+                      f"{result['cpu_s'] / args.events * 1e6:.1f} µs CPU per event)")
+        return result
+
+    # The worker's figure is divided by a floor run just before it.
+    floor = run_floor_round(guarantees[0])
+    line = f"events={args.events} batch={args.batch}"
     runs = 0
     if not args.no_worker:
         # First, while the tenant's scores topic is empty: the run ends at N x 3 scores there.
@@ -298,6 +298,9 @@ def main() -> None:
     rounds: dict[str, list[dict[str, float]]] = {g: [] for g in guarantees}
     for number in range(args.rounds):
         for guarantee in guarantees:
+            # Rounds alternate floor and mirror, so both meet the same machine.
+            if not (number == 0 and guarantee == guarantees[0] and args.no_worker):
+                run_floor_round(guarantee)  # else the first floor run is this round's
             console.print(f"batch mirror (BatchLoop + MirrorStep, in process), {guarantee}, "
                           f"round {number + 1}/{args.rounds}...")
             result = run_batch_mirror(settings, tenant, args.events, args.batch,
@@ -309,20 +312,27 @@ def main() -> None:
                           f"{result['commits']:.0f} commits)")
     first_guarantee = rounds[guarantees[0]]
     mirror = {"rate": _median([r["rate"] for r in first_guarantee])}
-    line += (f" batch_mirror_rate={mirror['rate']:.0f}/s "
-             f"batch_mirror_ratio={mirror['rate'] / floor['rate']:.2f} traced={args.traced}"
-             f" rounds={args.rounds} commit_interval={settings.commit_interval:g}s")
+    line += (f" traced={args.traced} rounds={args.rounds}"
+             f" commit_interval={settings.commit_interval:g}s")
     for guarantee in guarantees:
         cpu_us = _median([r["cpu_s"] / args.events * 1e6 for r in rounds[guarantee]])
+        # The floor runs of the mirror's rounds (the first guarantee's first floor run is
+        # the worker's when a worker ran).
+        paired = floors[guarantee][-len(rounds[guarantee]):]
+        floor_cpu_us = _median([r["cpu_s"] / args.events * 1e6 for r in paired])
+        ratios = [m["rate"] / f["rate"] for m, f in zip(rounds[guarantee], paired, strict=True)]
         line += (f" {guarantee}_rate={_median([r['rate'] for r in rounds[guarantee]]):.0f}/s"
-                 f" {guarantee}_cpu_us={cpu_us:.1f}")
+                 f" {guarantee}_cpu_us={cpu_us:.1f}"
+                 f" {guarantee}_floor_rate={_median([r['rate'] for r in paired]):.0f}/s"
+                 f" {guarantee}_floor_cpu_us={floor_cpu_us:.1f}"
+                 f" {guarantee}_floor_ratio={_median(ratios):.3f}"
+                 f" {guarantee}_floor_ratios={','.join(f'{r:.3f}' for r in ratios)}"
+                 f" {guarantee}_cpu_ratio={floor_cpu_us / cpu_us:.3f}")
     if len(guarantees) == 2:
         ratios = [e["rate"] / a["rate"] for a, e in zip(rounds["at_least_once"],
                                                         rounds["exactly_once"], strict=True)]
-        eos_rate = _median([r["rate"] for r in rounds["exactly_once"]])
         line += (f" eos_alos_ratio={_median(ratios):.3f}"
-                 f" eos_alos_ratios={','.join(f'{r:.3f}' for r in ratios)}"
-                 f" eos_floor_ratio={eos_rate / floors['exactly_once']['rate']:.2f}")
+                 f" eos_alos_ratios={','.join(f'{r:.3f}' for r in ratios)}")
     if args.traced:
         provider.force_flush()
         line += f" spans={exporter.spans} links={exporter.links}"
@@ -335,6 +345,7 @@ def main() -> None:
                  f"metrics_cost={1 - measured['rate'] / mirror['rate']:+.1%}")
         runs += 1
 
+    floor_runs = sum(len(runs_of) for runs_of in floors.values())
     floor_values = topic_values(settings, floor_topic, want * floor_runs)
     mirror_values = topic_values(settings, topics.scores, want * runs)
     same = sorted(floor_values * runs) == sorted(mirror_values * floor_runs)
