@@ -27,6 +27,7 @@ process on the machine reads only the delta.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -147,6 +148,10 @@ class TenantIndex:
         self._ensure_topic = ensure_topic
         self._consumer: Consumer | None = None
         self._ends: Consumer | None = None
+        # The reader of events by place (chain_events, message_at): made once, one read at a
+        # time (a consumer made per read cost more than the read).
+        self._events_reader: Consumer | None = None
+        self._events_lock = threading.Lock()
         self._partitions = 0
         self.store = store if store is not None else IndexStore(
             settings.state_path("index", f"{self.topic}.sqlite"))
@@ -646,10 +651,15 @@ class TenantIndex:
                      ranges: list[tuple[int, int | None]]) -> list[Message]:
         """The records of one events partition in each [start, end) range (end None: the
         partition's current end)."""
-        consumer = Consumer(reader_config(self.settings,
-                                          reader_group(self.topic, "chain",
-                                                       self.settings.topic_prefix),
-                                          **_SMALL_PREFETCH))
+        with self._events_lock:
+            if self._events_reader is None:
+                self._events_reader = Consumer(reader_config(
+                    self.settings, reader_group(self.topic, "chain", self.settings.topic_prefix),
+                    **_SMALL_PREFETCH))
+            return self._read_events_with(self._events_reader, partition, ranges)
+
+    def _read_events_with(self, consumer: Consumer, partition: int,
+                          ranges: list[tuple[int, int | None]]) -> list[Message]:
         out: list[Message] = []
         try:
             tp = TopicPartition(self.events_topic, partition)
@@ -674,11 +684,11 @@ class TenantIndex:
                         self.event_records_read += 1
                         if position <= end:
                             out.append(msg)
-                consumer.unassign()
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.events_topic} failed: {exc}") from exc
         finally:
-            consumer.close()
+            with contextlib.suppress(KafkaException):
+                consumer.unassign()
         return out
 
     def _written_ends(self) -> Consumer:
@@ -702,6 +712,10 @@ class TenantIndex:
             if self._ends is not None:
                 self._ends.close()
                 self._ends = None
+        with self._events_lock:
+            if self._events_reader is not None:
+                self._events_reader.close()
+                self._events_reader = None
 
 
 class IndexWriter:
