@@ -147,11 +147,13 @@ def test_a_rebalance_commits_the_revoked_partitions_delivered_work(
     group = f"g-{uuid.uuid4().hex[:8]}"
 
     def make(name: str) -> BatchLoop:
-        # No periodic commits: only the revoke (or the stop) commits.
+        # No periodic commits, and none when caught up (exactly once would commit at
+        # once): only the revoke (or the stop) commits.
         return BatchLoop(
             Runtime(settings), group=group, subscription=[source],
             step=copy_to(lambda: sink), batch_size=50, commit_every=10**9,
-            commit_interval=10**9, flush_timeout=10, name=name, guarantee=guarantee)
+            commit_interval=10**9, commit_when_caught_up=False, flush_timeout=10,
+            name=name, guarantee=guarantee)
 
     first = make("first")
     thread_a, stop_a = start(first)
