@@ -400,6 +400,9 @@ class SinkRunner:
         # Whether the fetch stage paused the assigned partitions (see _fetch_loop); used
         # from the fetch stage's thread only (the assignment callback runs in it too).
         self._paused = False
+        # Records a paused poll was handed anyway (a partition that came with a rebalance,
+        # unpaused): handed on first once reading resumes, in the fetch stage's thread.
+        self._held: list[Message] = []
         # Read by the metrics and health endpoints (streams.runtime.observe), from their thread.
         self.name = self.label = cursor or "no-cursor"
         self.lag = LagTracker(self.group)
@@ -492,6 +495,10 @@ class SinkRunner:
         elif self.replay:
             for tp in partitions:
                 tp.offset = self.start_offset(tp.topic, tp.partition)
+        assigned = {(tp.topic, tp.partition) for tp in partitions}
+        # Read again from where the assignment starts: a held record of these is not kept.
+        self._held = [m for m in self._held if (m.topic() or "", m.partition() or 0)
+                      not in assigned]
         try:
             consumer.assign(partitions)
             if self._paused:  # assigned while the fetch stage holds back (see _fetch_loop)
@@ -660,8 +667,10 @@ class SinkRunner:
 
     def _poll_paused(self) -> None:
         """Poll the consumer with every assigned partition paused (see `_fetch_loop`);
-        `_consume` resumes them. Records of partitions assigned meanwhile are not kept:
-        their partitions are paused too and sought back to the first of them."""
+        `_consume` resumes them. Records it is handed anyway (a partition that came with a
+        rebalance unpaused) are held for `_consume` to hand on first, and their partitions
+        paused: seeking back instead could fail (the partition's fetch state in flux during
+        a broker outage) and would then skip them."""
         consumer = self.consumer
         try:
             if not self._paused:
@@ -671,26 +680,29 @@ class SinkRunner:
         except KafkaException as exc:
             self._on_consume_exception(exc)
             return
-        messages = self._consumed(0.2)
-        firsts: dict[Partition, int] = {}
-        for msg in messages:
-            if msg.error() is None:
-                tp = (msg.topic() or "", msg.partition() or 0)
-                firsts[tp] = min(firsts.get(tp, msg.offset() or 0), msg.offset() or 0)
-        for (topic, partition), offset in firsts.items():
+        messages = [m for m in self._consumed(0.2) if m.error() is None]
+        self._held += messages
+        unpaused = {(m.topic() or "", m.partition() or 0) for m in messages}
+        if unpaused:
             try:
-                consumer.pause([TopicPartition(topic, partition)])
-                consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:
-                # Revoked in between: its next owner starts at the committed offset, which
-                # is at or before these records (they were never handed on).
-                log.info("no seek of %s/%d back to %d (%s)", topic, partition, offset, exc)
+                consumer.pause([TopicPartition(t, p) for t, p in unpaused])
+            except KafkaException as exc:  # revoked in between: _consume drops its records
+                log.info("no pause of %s (%s)", sorted(unpaused), exc)
 
     def _consume(self) -> list[Message]:
         self.turned_at = time.monotonic()
         if self._paused:
             self.consumer.resume(self.consumer.assignment())
             self._paused = False
+        if self._held:
+            # What a paused poll was handed, of partitions still assigned, before anything
+            # fetched after them.
+            assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+            held = [m for m in self._held
+                    if (m.topic() or "", m.partition() or 0) in assigned]
+            self._held = []
+            if held:
+                return held
         self.lag.update(self.consumer)
         messages = self._consumed(self.batch_wait)
         good: list[Message] = []

@@ -145,14 +145,34 @@ def test_partitions_assigned_while_held_back_are_paused_too() -> None:
     assert consumer.assigned == [TopicPartition(T, 1, -1001)] and consumer.paused == {1}
 
 
-def test_records_of_partitions_that_came_unpaused_are_sought_back_not_kept() -> None:
+def test_records_of_partitions_that_came_unpaused_are_held_and_handed_on_first() -> None:
     consumer = PausingConsumer()
     runner = _runner(consumer)
     runner._paused = True
     consumer.paused = {0}  # partition 1 came with a rebalance, not paused
     consumer.positions[1] = 40
     runner._poll_paused()
-    assert consumer.paused == {0, 1} and consumer.positions[1] == 40
+    assert consumer.paused == {0, 1}
+    runner._poll_paused()  # paused now: nothing more
+    # Resumed: the held records come first, in order, then reading goes on after them.
+    held = runner._consume()
+    assert [(m.partition(), m.offset()) for m in held] == [(1, o) for o in range(40, 50)]
+    after: list[Msg] = []
+    while not any(m.partition() == 1 for m in after):
+        after += runner._consume()
+    assert next(m.offset() for m in after if m.partition() == 1) == 50
+
+
+def test_held_records_of_a_partition_assigned_again_are_dropped() -> None:
+    # Assigned again, it is read from its committed offset: the held copies would repeat.
+    consumer = PausingConsumer()
+    runner = _runner(consumer)
+    runner._paused = True
+    consumer.paused = {0}
+    consumer.positions[1] = 40
+    runner._poll_paused()
+    runner._on_assign(consumer, [TopicPartition(T, 1)])  # type: ignore[arg-type]
+    assert runner._held == []
 
 
 def test_a_consume_error_while_held_back_is_noted_not_raised_unless_fatal() -> None:
