@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streams.core.commands import (
     ERROR_CODES,
@@ -16,6 +19,7 @@ from streams.core.commands import (
     check_value,
     command_digest,
     error_frame_of,
+    feedback_digest,
     fold_ledger,
     ledger_key,
     parse_frame,
@@ -33,7 +37,7 @@ from streams.core.errors import (
 )
 from streams.core.feedback import registry
 from streams.core.ids import command_event_id
-from streams.core.targets import RunTarget
+from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.examples.ops import TriageQuality  # noqa: F401  (registers triage_quality)
 
 
@@ -161,6 +165,39 @@ def test_the_digest_ignores_key_order_and_tells_commands_apart() -> None:
     c = GiveFeedback.model_validate(frame(value={"correct": False, "severity": "high"})[
         "command"])
     assert command_digest(a) == command_digest(b) != command_digest(c)
+
+
+def test_the_digest_is_pinned_so_ledgers_written_by_earlier_versions_still_match() -> None:
+    # A ledger outlives deployments: a retry after an upgrade must find the same digest.
+    command = GiveFeedback(feedback_type="triage_quality", target=RunTarget(run_id="run_1"),
+                           value={"severity": "high", "correct": True})
+    text = ('{"feedback_type":"triage_quality","target":{"kind":"run","run_id":"run_1"},'
+            '"type":"give_feedback","value":{"correct":true,"severity":"high"}}')
+    assert command_digest(command) == hashlib.sha256(text.encode()).hexdigest()
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                 max_size=3),
+    max_leaves=8)
+_targets = st.one_of(
+    st.builds(RunTarget, run_id=st.text(min_size=1, max_size=10)),
+    st.builds(FiringTarget, firing_id=st.text(min_size=1, max_size=10)),
+    st.builds(ChainTarget, correlation_id=st.text(min_size=1, max_size=10)))
+
+
+@given(feedback_type=st.text(min_size=1, max_size=20), target=_targets,
+       value=st.dictionaries(st.text(max_size=6), _json_values, max_size=4))
+def test_the_digest_of_parts_is_the_digest_of_the_command(
+        feedback_type: str, target: RunTarget | FiringTarget | ChainTarget,
+        value: dict[str, object]) -> None:
+    # give_feedback_many digests each item from its parts; a command id used through the
+    # batch and through any single surface must name the same command.
+    command = GiveFeedback(feedback_type=feedback_type, target=target, value=value)
+    assert feedback_digest(feedback_type, target.model_dump(mode="json"), value) \
+        == command_digest(command)
 
 
 def test_command_event_ids_are_derived_per_actor_workspace_and_id() -> None:

@@ -31,7 +31,11 @@ _APP_EVENT = "app_event"
 
 
 def _actor_record(envelope: Envelope) -> dict[str, Any]:
-    actor = envelope.actor
+    return actor_record(envelope.actor)
+
+
+def actor_record(actor: Any) -> dict[str, Any]:
+    """The Avro dict of an actor."""
     if isinstance(actor, UserActor | AgentActor):
         return {"kind": actor.kind, "id": actor.id, "version": None}
     if isinstance(actor, EvaluatorActor):
@@ -70,20 +74,27 @@ def envelope_to_record(envelope: Envelope) -> dict[str, Any]:
     if isinstance(event, AppEvent):
         body = {"name": event.name, "data_json": json.dumps(event.data, default=str)}
     elif isinstance(event, FeedbackGiven):
-        body = {
-            "feedback_type": event.feedback_type,
-            "target": {"kind": event.target.kind, "id": event.target.id},
-            "target_trace_id": event.target_trace_id,
-            "value": event.value,
-            "target_rule": event.target_rule,
-            "target_action": event.target_action,
-        }
+        return feedback_record(head, event.feedback_type, event.target.kind, event.target.id,
+                               event.target_trace_id, event.value, event.target_rule,
+                               event.target_action)
     elif isinstance(event, RunSucceeded):
         body = event.model_dump(exclude={"output"})
         body["output_json"] = json.dumps(event.output, default=str)
     else:
         body = event.model_dump()
     return {"envelope": head, **body}
+
+
+def feedback_record(head: dict[str, Any], feedback_type: str, target_kind: str,
+                    target_id: str, target_trace_id: str | None, value: Mapping[str, Any],
+                    target_rule: str | None, target_action: str | None) -> dict[str, Any]:
+    """The Avro dict of a feedback_given event under the envelope fields `head` (what
+    `envelope_to_record` writes for one): give_feedback_many builds it from the parts a batch
+    shares, without an Envelope per item."""
+    return {"envelope": head, "feedback_type": feedback_type,
+            "target": {"kind": target_kind, "id": target_id},
+            "target_trace_id": target_trace_id, "value": value,
+            "target_rule": target_rule, "target_action": target_action}
 
 
 def envelope_from_record(record: Mapping[str, Any], seq: Seq | None = None) -> Envelope:

@@ -27,7 +27,7 @@ from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.access import denied
 from streams.adapters.kafka.config import reader_config
-from streams.adapters.kafka.reports import ReportPoller
+from streams.adapters.kafka.reports import ReportPoller, produce_all
 from streams.core.errors import (
     KafkaUnavailable,
     NotFound,
@@ -229,6 +229,27 @@ class EventLog:
                     f"append to {topic} not acknowledged within {wait:g} s "
                     "(STREAMS_FEEDBACK_TIMEOUT); check that the brokers in "
                     "KAFKA_BOOTSTRAP_SERVERS are up") from exc
+
+    async def append_encoded(self, tenant: str,
+                             records: list[tuple[bytes, bytes, Headers]],
+                             wait_s: float | None = None) -> list[Seq | Exception]:
+        """Write encoded events (key, value, headers) to a tenant's events topic together and
+        return, in order, where each landed or the error it was refused with (AccessDenied,
+        KafkaUnavailable), once the broker acknowledged them all: a batch's appends in one
+        wait. NotFound if the tenant does not exist; KafkaUnavailable if the acknowledgements
+        do not all arrive within `wait_s` (default STREAMS_FEEDBACK_TIMEOUT)."""
+        topic = tenant_topics(tenant, self.settings.topic_prefix).events
+        if topic not in self._known:
+            await asyncio.to_thread(self._check_topic, topic)
+        wait = self.settings.feedback_timeout if wait_s is None else wait_s
+        landed = await produce_all(
+            self._producer, self.reports,
+            [(topic, key, value, headers, None) for key, value, headers in records],
+            wait_s=wait,
+            refused=lambda err, t: denied(err, self.settings, f"write to topic {t}") or
+            KafkaUnavailable(f"append to {t} failed: {err}"))
+        return [where if isinstance(where, Exception) else
+                Seq(partition=where[0], offset=where[1]) for where in landed]
 
     def close(self) -> None:
         """Flush what is pending (a shared producer is flushed by its owner)."""

@@ -15,11 +15,19 @@ import asyncio
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Message, Producer
 
-__all__ = ["ReportPoller"]
+from streams.core.errors import KafkaUnavailable
+
+__all__ = ["Outgoing", "ReportPoller", "produce_all"]
+
+Outgoing = tuple[str, bytes | None, bytes, list[tuple[str, str | bytes | None]] | None,
+                 int | None]
+"""One record to produce: (topic, key, value, headers, partition or None for the
+producer's partitioner)."""
 
 
 class ReportPoller:
@@ -55,3 +63,79 @@ class ReportPoller:
         while self._waiting.get(loop, 0) > 0:
             self._producer.poll(0)
             await asyncio.sleep(self._interval)
+
+
+async def produce_all(producer: Producer, reports: ReportPoller, records: Sequence[Outgoing],
+                      *, wait_s: float,
+                      refused: Callable[[Any, str], Exception] | None = None,
+                      ) -> list[tuple[int, int] | Exception]:
+    """Produce `records` and return, in their order, each one's (partition, offset) once the
+    broker acknowledged it, or the error it was refused with; nothing is flushed, so the
+    producer batches them (and whatever else shares it).
+
+    One future for the whole sequence, settled when its last report arrives: a batch costs
+    one wake of the event loop, not one per record. `refused(err, topic)` maps a delivery
+    error (default KafkaUnavailable). KafkaUnavailable if the producer's queue stays full or
+    the reports do not all arrive within `wait_s` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    results: list[tuple[int, int] | Exception | None] = [None] * len(records)
+    done: asyncio.Future[None] = loop.create_future()
+    left = [len(records)]
+    if not records:
+        return []
+
+    def report(n: int, topic: str) -> Callable[[Any, Message], None]:
+        def delivered(err: Any, msg: Message) -> None:
+            results[n] = (msg.partition() or 0, msg.offset() or 0) if err is None else \
+                (refused(err, topic) if refused is not None else
+                 KafkaUnavailable(f"writing to {topic} failed: {err}"))
+            left[0] -= 1
+            if left[0] == 0:
+                try:
+                    here = asyncio.get_running_loop()
+                except RuntimeError:
+                    here = None
+                if here is loop:
+                    if not done.done():
+                        done.set_result(None)
+                else:
+                    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                        loop.call_soon_threadsafe(_finish, done)
+        return delivered
+
+    deadline = loop.time() + wait_s
+    with reports.awaiting(loop):
+        for n, (topic, key, value, headers, partition) in enumerate(records):
+            while True:
+                try:
+                    if partition is None:
+                        producer.produce(topic, value=value, key=key, headers=headers,
+                                         on_delivery=report(n, topic))
+                    else:
+                        producer.produce(topic, value=value, key=key, headers=headers,
+                                         partition=partition, on_delivery=report(n, topic))
+                    break
+                except BufferError as exc:  # the local queue is full: let it drain
+                    if loop.time() >= deadline:
+                        raise KafkaUnavailable(
+                            f"writing to {topic}: the producer's queue stayed full for "
+                            f"{wait_s:g} s; are the brokers up?") from exc
+                    producer.poll(0)
+                    await asyncio.sleep(0.005)
+                except KafkaException as exc:
+                    raise KafkaUnavailable(f"writing to {topic} failed: {exc}") from exc
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.shield(done)
+        except TimeoutError as exc:
+            raise KafkaUnavailable(
+                f"{left[0]} of {len(records)} records were not acknowledged within "
+                f"{wait_s:g} s; check that the brokers in KAFKA_BOOTSTRAP_SERVERS are up, "
+                "then retry") from exc
+    return [r if r is not None else KafkaUnavailable("no delivery report") for r in results]
+
+
+def _finish(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Message
 
-from streams.adapters.kafka.reports import ReportPoller
+from streams.adapters.kafka.reports import Outgoing, ReportPoller, produce_all
 from streams.core.commands import (
     LedgerEntry,
     fold_ledger,
@@ -34,7 +34,7 @@ from streams.core.errors import (
 from streams.core.tenancy import commands_topic
 from streams.runtime.root import Runtime
 
-__all__ = ["CommandLedger", "FindEvent", "Recorder"]
+__all__ = ["Claim", "CommandLedger", "FindEvent", "Recorder"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,11 @@ _POLL = 0.05
 _LOOK_FOR_EVENT = 2.0
 
 _OWNER = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+Claim = tuple[str, LedgerEntry | None]
+"""What `claim_many` found for a command: ("recorded", its entry), ("won", this call's
+claim: record it, then `record_many`), or ("held", None): another attempt holds it or a
+write failed, so `run` decides (it waits for that attempt, or takes over its lease)."""
 
 
 def _settle(future: asyncio.Future[Any], result: Any) -> None:
@@ -279,6 +284,76 @@ class CommandLedger:
             self._produce(key, done, _log_failure)
             self._apply(partition, offset, key.encode(), done.encode())
             return done
+
+    async def claim_many(self, commands: list[tuple[str, str, str]],
+                         ) -> list[Claim | Conflict]:
+        """Claim many commands at once: (ledger key, digest, command id) each, distinct keys.
+
+        The claims are produced together and read back together (one wait per partition,
+        not per command), so a batch costs what one command does. A command already
+        recorded answers its entry, Conflict in its place if the digest differs; one that
+        another attempt holds, or whose claim was not acknowledged, is "held" (give it to
+        `run`). Raises KafkaUnavailable only if the ledger cannot be read back in time.
+        """
+        loop = asyncio.get_running_loop()
+        timeout = self.settings.feedback_timeout
+        deadline = loop.time() + timeout
+        answers: list[Claim | Conflict] = []
+        mine: dict[int, LedgerEntry] = {}
+        out: list[Outgoing] = []
+        now = int(time.time() * 1000)
+        for n, (key, digest, command_id) in enumerate(commands):
+            current = self.get(key)
+            if current is not None and current.state in ("recorded", "claimed"):
+                try:
+                    self._answer(current, digest, command_id)
+                except Conflict as exc:
+                    answers.append(exc)
+                    continue
+                answers.append(("recorded", current) if current.state == "recorded"
+                               else ("held", None))
+                continue
+            entry = LedgerEntry(state="claimed", digest=digest, claim=uuid.uuid4().hex,
+                                owner=_OWNER, at_ms=now)
+            mine[n] = entry
+            answers.append(("won", entry))
+            out.append((self.topic, key.encode(), entry.encode(), None, self._partition(key)))
+        landed = await produce_all(self._producer, self._reports, out, wait_s=timeout)
+        ends: dict[int, int] = {}
+        for n, where in zip(mine, landed, strict=True):
+            if isinstance(where, Exception):
+                answers[n] = ("held", None)
+                continue
+            ends[where[0]] = max(ends.get(where[0], -1), where[1])
+            self.claims += 1
+        read = await asyncio.gather(*(self._read_back(p, o, max(0.0, deadline - loop.time()))
+                                      for p, o in ends.items()))
+        if not all(read):
+            raise KafkaUnavailable(f"{self.topic} was not read back within {timeout:g} s; "
+                                   "check the brokers, then retry with the same command ids")
+        claims: list[Claim | Conflict] = []
+        for n, answer in enumerate(answers):
+            if not isinstance(answer, Exception) and answer[0] == "won":
+                winner = self.get(commands[n][0])
+                if winner is None or winner.claim != mine[n].claim or \
+                        winner.state != "claimed":
+                    answer = ("held", None)  # another attempt's claim came first
+            assert not isinstance(answer, Exception) or isinstance(answer, Conflict)
+            claims.append(answer)
+        return claims
+
+    def record_many(self, outcomes: list[tuple[str, LedgerEntry, int, int, str]]) -> None:
+        """Write the outcomes of claims `claim_many` won: (key, claim, partition, offset,
+        event id) each; not waited for, and applied here at once (as `run` does: should a
+        record be lost, a retry finds the claim and the event in the log)."""
+        for key, claim, partition, offset, event_id in outcomes:
+            done = claim.model_copy(update={"state": "recorded", "partition": partition,
+                                            "offset": offset, "event_id": event_id})
+            self._produce(key, done, _log_failure)
+            with self._lock:
+                folded = fold_ledger(self._state.get(key), done)
+                if folded is not None:
+                    self._state[key] = folded
 
     async def _recorded(self, key: str, claimed: LedgerEntry,
                         found: tuple[int, int, str]) -> LedgerEntry:

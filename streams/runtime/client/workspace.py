@@ -13,12 +13,11 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from confluent_kafka import Message
-from opentelemetry import metrics, trace
 
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.index import TenantIndex
@@ -32,7 +31,7 @@ from streams.core.commands import (
     LedgerEntry,
     command_digest,
 )
-from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
+from streams.core.errors import KafkaUnavailable, NotFound, StreamsError, ValidationFailed
 from streams.core.events import (
     ArtifactCreated,
     Change,
@@ -74,17 +73,11 @@ from streams.core.view import (
 from streams.core.viewrows import PageKey, decode_cursor, encode_cursor
 from streams.runtime.client.folds import ProposalFolds
 from streams.runtime.client.ledger import CommandLedger
+from streams.runtime.client.many import FeedbackItem, Given, give_many
+from streams.runtime.client.telemetry import feedback_counter, tracer
 from streams.runtime.client.views import TenantView
 from streams.runtime.root import Runtime
 from streams.settings import Settings
-
-_feedback_counter = metrics.get_meter("streams").create_counter(
-    "streams.feedback", description="feedback given, by tenant, type and participant")
-
-
-def _tracer() -> trace.Tracer:
-    # Looked up per call, so a tracer provider configured after import is used.
-    return trace.get_tracer("streams")
 
 
 @dataclass(frozen=True)
@@ -475,6 +468,32 @@ class Workspace:
             return await self._give(feedback, on, None)
         return await self._give_once(feedback, on, command_id)
 
+    async def give_feedback_many(
+        self,
+        items: Iterable[FeedbackItem | tuple[Any, ...]],
+        *,
+        batch_size: int = 1000,
+    ) -> list[Given | StreamsError]:
+        """Record many pieces of feedback, each as `give_feedback` would, in far fewer round
+        trips: for a producer of feedback in bulk (an import, a labelling job, a surface
+        coalescing commands).
+
+        `items` are FeedbackItem(value, on, feedback_type=None, command_id=None), or tuples
+        in that order. Returns, in the items' order, a `Given` (seq and event id) for each
+        recorded item, or the error that item alone was refused with (ValidationFailed,
+        NotFound, TooLarge, Conflict, KafkaUnavailable, ...): one bad item does not fail the
+        others. Command ids record once across this call, `give_feedback` and every surface:
+        a repeated id answers the first recording's seq and id; an id repeated within the
+        call with the same feedback is one command, with different feedback a Conflict.
+
+        Items are processed `batch_size` at a time (each batch waits for one ledger read-back
+        and one round of acknowledgements). Raises Forbidden if this actor may not give
+        feedback, and KafkaUnavailable (nothing of the failing batch is answered) if the
+        brokers do not answer within STREAMS_FEEDBACK_TIMEOUT; retry with the same command
+        ids to record each item once.
+        """
+        return await give_many(self, items, batch_size)
+
     async def record_command(
         self,
         value: Mapping[str, Any],
@@ -555,7 +574,7 @@ class Workspace:
                       "streams.feedback_type": cls.feedback_name,
                       "streams.target_kind": on.kind,
                       "streams.participant": self.actor.participant}
-        with _tracer().start_as_current_span(f"streams.feedback {cls.feedback_name}",
+        with tracer().start_as_current_span(f"streams.feedback {cls.feedback_name}",
                                              attributes=attributes) as span:
             if on.kind not in cls.feedback_targets:
                 raise ValidationFailed(
@@ -583,7 +602,7 @@ class Workspace:
                                          event_id=event_id)
             span.set_attribute("streams.seq", str(recorded.seq))
             span.set_attribute("streams.event_id", recorded.id)
-        _feedback_counter.add(1, attributes)
+        feedback_counter.add(1, attributes)
         return recorded
 
     async def read(self) -> list[Envelope]:

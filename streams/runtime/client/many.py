@@ -1,0 +1,320 @@
+"""`give_many`: many pieces of feedback from one actor in one call (`Workspace.
+give_feedback_many`), each recorded exactly as `give_feedback` records it, at the cost of a
+few round trips per batch instead of a few per piece.
+
+Per batch: every item is validated and its target located (each distinct target once); its
+event is encoded straight from its parts (no Envelope per item, the same record
+`envelope_to_record` writes); the command ids are claimed in the ledger together, with one
+read-back per ledger partition; the events are appended together, with one wait for their
+acknowledgements; the outcomes are written without waiting. A command id another attempt
+holds goes through `give_feedback`'s own path, which waits for that attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from streams.adapters.avro.codec import actor_record, feedback_record
+from streams.adapters.avro.fast import RegistryUnavailable, WriterSchema
+from streams.adapters.avro.schemas import feedback_given_schema
+from streams.adapters.kafka.log import (
+    HEADER_EVENT_TYPE,
+    HEADER_TRACEPARENT,
+    Headers,
+)
+from streams.adapters.tracing import current_trace
+from streams.core.commands import COMMAND_ID_PATTERN, feedback_digest, ledger_key
+from streams.core.errors import (
+    Conflict,
+    KafkaUnavailable,
+    StreamsError,
+    TooLarge,
+    ValidationFailed,
+)
+from streams.core.events import FeedbackGiven, Seq
+from streams.core.feedback import Feedback, validate_feedback, value_record
+from streams.core.ids import command_event_id, new_id
+from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+from streams.core.view import Located
+from streams.runtime.client.telemetry import feedback_counter, tracer
+
+if TYPE_CHECKING:
+    from streams.runtime.client.workspace import Workspace
+
+__all__ = ["FeedbackItem", "Given", "give_many"]
+
+AnyTarget = RunTarget | FiringTarget | ChainTarget
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackItem:
+    """One piece of feedback for `give_feedback_many`: what `give_feedback` takes."""
+
+    value: Feedback | Mapping[str, Any]
+    on: AnyTarget
+    feedback_type: str | None = None
+    command_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Given:
+    """Where an item's feedback event is (its seq) and its event id; for a repeated command
+    id, those of the first time it was recorded."""
+
+    seq: Seq
+    id: str
+
+
+@dataclass(slots=True)
+class _Item:
+    n: int
+    feedback: Feedback
+    on: AnyTarget
+    command_id: str | None
+    where: Located | None = None
+    event_id: str = ""
+    value: bytes = b""
+    key: str = ""
+    digest: str = ""
+
+
+async def give_many(ws: Workspace, items: Iterable[FeedbackItem | tuple[Any, ...]],
+                    batch_size: int) -> list[Given | StreamsError]:
+    """See `Workspace.give_feedback_many`."""
+    listed = [i if isinstance(i, FeedbackItem) else FeedbackItem(*i) for i in items]
+    ws._check_append(FeedbackGiven.event_type)
+    if batch_size < 1:
+        raise ValidationFailed(f"batch_size must be at least 1, not {batch_size}")
+    out: list[Given | StreamsError] = []
+    for start in range(0, len(listed), batch_size):
+        out += await _batch(ws, listed[start:start + batch_size])
+    return out
+
+
+def _checked(ws: Workspace, n: int, item: FeedbackItem) -> _Item:
+    on = item.on
+    if not isinstance(on, RunTarget | FiringTarget | ChainTarget):
+        raise ValidationFailed(
+            f"item {n}: on= must be a RunTarget, FiringTarget or ChainTarget, not "
+            f"{type(on).__name__} (e.g. on=RunTarget(run_id=...))")
+    command_id = item.command_id
+    if command_id is not None and (not isinstance(command_id, str)
+                                   or not COMMAND_ID_PATTERN.fullmatch(command_id)):
+        raise ValidationFailed(
+            f"invalid command id {command_id!r}: use 1-128 letters, digits and _.:- "
+            "starting with a letter or digit")
+    feedback = validate_feedback(item.value, item.feedback_type, ws.client.types)
+    cls = type(feedback)
+    if on.kind not in cls.feedback_targets:
+        raise ValidationFailed(f"{cls.feedback_name} feedback cannot be given on a {on.kind}; "
+                               f"it targets {sorted(cls.feedback_targets)}")
+    return _Item(n, feedback, on, command_id)
+
+
+async def _located(ws: Workspace, targets: Mapping[tuple[str, str], AnyTarget],
+                   ) -> dict[tuple[str, str], Located | StreamsError]:
+    timeout = ws.client.settings.feedback_timeout
+    found: dict[tuple[str, str], Located | StreamsError] = {}
+    try:
+        async with asyncio.timeout(timeout):
+            for key, target in targets.items():
+                try:
+                    found[key] = await ws.locate(target)
+                except StreamsError as exc:
+                    found[key] = exc
+    except TimeoutError as exc:
+        raise KafkaUnavailable(
+            f"looking up {len(targets)} targets took more than {timeout:g} s "
+            "(STREAMS_FEEDBACK_TIMEOUT): check that the brokers are up; if the index is "
+            f"catching up with a long unindexed log, run `streams index build --tenant "
+            f"{ws.tenant}`, then retry with the same command ids") from exc
+    return found
+
+
+async def _writer(ws: Workspace, cls: type[Feedback], deadline: float) -> WriterSchema:
+    # The schema is registered once per type and process; an outage is waited out, as
+    # give_feedback waits, until the deadline.
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            return ws.client.runtime.codec.registered(feedback_given_schema(cls))
+        except RegistryUnavailable as exc:
+            if loop.time() + 0.5 >= deadline:
+                raise RegistryUnavailable(f"{exc}; gave up (STREAMS_FEEDBACK_TIMEOUT)") from exc
+            await asyncio.sleep(0.5)
+
+
+def _too_large(item: _Item, size: int, limit: int) -> TooLarge:
+    sizes = {k: len(repr(v)) for k, v in value_record(item.feedback).items()}
+    largest = max(sizes, key=lambda k: sizes[k]) if sizes else "(none)"
+    return TooLarge(
+        f"the feedback_given event is {size} bytes encoded, over the maximum record size of "
+        f"{limit} bytes (STREAMS_MAX_RECORD_BYTES); its largest field is value.{largest}: "
+        "shorten it, or store the content elsewhere and give a reference to it")
+
+
+async def _batch(ws: Workspace, batch: list[FeedbackItem]) -> list[Given | StreamsError]:
+    client = ws.client
+    settings = client.settings
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.feedback_timeout
+    results: list[Given | StreamsError | None] = [None] * len(batch)
+    ready: list[_Item] = []
+    for n, raw in enumerate(batch):
+        try:
+            ready.append(_checked(ws, n, raw))
+        except StreamsError as exc:
+            results[n] = exc
+    targets: dict[tuple[str, str], AnyTarget] = {(i.on.kind, i.on.id): i.on for i in ready}
+    located = await _located(ws, targets) if targets else {}
+    participant = ws.actor.participant
+    attributes = {"streams.tenant": ws.tenant, "streams.workspace": ws.workspace,
+                  "streams.participant": participant}
+    with tracer().start_as_current_span("streams.feedback_many", attributes=attributes) as span:
+        span.set_attribute("streams.items", len(batch))
+        trace = current_trace()
+        headers: Headers = [(HEADER_EVENT_TYPE, FeedbackGiven.event_type.encode()),
+                            ("workspace", ws.workspace.encode())]
+        if trace is not None:
+            headers.append((HEADER_TRACEPARENT, trace.traceparent.encode()))
+            if trace.tracestate:
+                headers.append(("tracestate", trace.tracestate.encode()))
+        shared = {"tenant": ws.tenant, "workspace": ws.workspace,
+                  "event_type": FeedbackGiven.event_type, "actor": actor_record(ws.actor),
+                  "trace": trace.model_dump() if trace is not None else None,
+                  "time": int(time.time() * 1000)}
+        writers: dict[type[Feedback], WriterSchema] = {}
+        target_json: dict[tuple[str, str], dict[str, Any]] = {}
+        limit = settings.max_record_bytes
+        encode = client.runtime.codec.encode
+        kept: list[_Item] = []
+        for item in ready:
+            where = located[(item.on.kind, item.on.id)]
+            if isinstance(where, StreamsError):
+                results[item.n] = where
+                continue
+            item.where = where
+            cls = type(item.feedback)
+            writer = writers.get(cls)
+            if writer is None:
+                writer = writers[cls] = await _writer(ws, cls, deadline)
+            item.event_id = new_id("evt") if item.command_id is None else command_event_id(
+                ws.tenant, ws.workspace, participant, item.command_id)
+            head = {**shared, "event_id": item.event_id,
+                    "correlation_id": where.correlation_id, "causation_id": where.event_id}
+            value = value_record(item.feedback)
+            item.value = encode(writer, feedback_record(
+                head, cls.feedback_name, item.on.kind, item.on.id, where.trace_id, value,
+                where.rule, where.action))
+            if len(item.value) > limit:
+                results[item.n] = _too_large(item, len(item.value), limit)
+                continue
+            if item.command_id is not None:
+                tkey = (item.on.kind, item.on.id)
+                on_json = target_json.get(tkey)
+                if on_json is None:
+                    on_json = target_json[tkey] = item.on.model_dump(mode="json")
+                item.digest = feedback_digest(cls.feedback_name, on_json,
+                                              item.feedback.model_dump(mode="json"))
+                item.key = ledger_key(ws.workspace, participant, item.command_id)
+            kept.append(item)
+        await _record(ws, kept, results, headers)
+        counts: dict[str, int] = {}
+        for item in kept:
+            if isinstance(results[item.n], Given):
+                name = type(item.feedback).feedback_name
+                counts[name] = counts.get(name, 0) + 1
+        for name, count in counts.items():
+            feedback_counter.add(count, {**attributes, "streams.feedback_type": name})
+    assert all(r is not None for r in results)
+    return [r for r in results if r is not None]
+
+
+async def _record(ws: Workspace, items: list[_Item], results: list[Given | StreamsError | None],
+                  headers: Headers) -> None:
+    """Claim the items' command ids, append the events of the claims won and of the items
+    without ids, then write the outcomes; each item's answer goes to `results`."""
+    appending = [i for i in items if i.command_id is None]
+    first: dict[str, _Item] = {}
+    repeats: list[_Item] = []
+    for item in items:
+        if item.command_id is not None:
+            if item.key in first:
+                repeats.append(item)  # the same command twice in a batch: answered as one
+            else:
+                first[item.key] = item
+    claimed = list(first.values())
+    won: list[tuple[_Item, Any]] = []
+    held: list[_Item] = []
+    if claimed:
+        ledger = await ws.client.ledger(ws.tenant)
+        answers = await ledger.claim_many([(i.key, i.digest, i.command_id or "")
+                                           for i in claimed])
+        for item, answer in zip(claimed, answers, strict=True):
+            if isinstance(answer, StreamsError):
+                results[item.n] = answer
+            elif answer[0] == "recorded":
+                entry = answer[1]
+                assert entry is not None and entry.partition is not None
+                assert entry.offset is not None and entry.event_id is not None
+                results[item.n] = Given(Seq(partition=entry.partition, offset=entry.offset),
+                                        entry.event_id)
+            elif answer[0] == "won":
+                won.append((item, answer[1]))
+                appending.append(item)
+            else:
+                held.append(item)
+    if appending:
+        where = await ws.client.log.append_encoded(
+            ws.tenant, [(i.where.correlation_id.encode(), i.value, headers)  # type: ignore[union-attr]
+                        for i in appending])
+        for item, seq in zip(appending, where, strict=True):
+            if isinstance(seq, StreamsError):
+                results[item.n] = seq
+            elif isinstance(seq, Exception):
+                results[item.n] = KafkaUnavailable(f"append failed: {seq}")
+            else:
+                results[item.n] = Given(seq, item.event_id)
+    if won:
+        ledger = await ws.client.ledger(ws.tenant)
+        outcomes = []
+        for item, claim in won:
+            given = results[item.n]
+            if isinstance(given, Given):
+                outcomes.append((item.key, claim, given.seq.partition, given.seq.offset,
+                                 given.id))
+        ledger.record_many(outcomes)
+    if held:
+        # Another attempt holds these: give_feedback's path waits for its outcome (or takes
+        # over its lease), one command at a time, as rare as concurrent retries are.
+        answered = await asyncio.gather(*(_one(ws, i) for i in held), return_exceptions=True)
+        for item, one in zip(held, answered, strict=True):
+            if isinstance(one, BaseException) and not isinstance(one, StreamsError):
+                raise one
+            results[item.n] = one
+    for item in repeats:
+        before = first[item.key]
+        earlier = results[before.n]
+        if isinstance(earlier, Given) and item.digest != before.digest:
+            results[item.n] = _conflict(item)
+        else:
+            results[item.n] = earlier
+
+
+async def _one(ws: Workspace, item: _Item) -> Given:
+    assert item.command_id is not None
+    entry, mine = await ws._record_once(item.feedback, item.on, item.command_id)
+    if mine is not None:
+        return Given(mine.seq, mine.id)
+    assert entry.partition is not None and entry.offset is not None
+    assert entry.event_id is not None
+    return Given(Seq(partition=entry.partition, offset=entry.offset), entry.event_id)
+
+
+def _conflict(item: _Item) -> StreamsError:
+    return Conflict(f"command id {item.command_id!r} was already used for a different command "
+                    "by this actor in this workspace: use a new command id")
