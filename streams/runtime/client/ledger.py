@@ -52,6 +52,8 @@ _LOOK_FOR_EVENT = 2.0
 
 _OWNER = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
+_OWN_LIMIT = 200_000
+
 Claim = tuple[str, LedgerEntry | None]
 """What `claim_many` found for a command: ("recorded", its entry), ("won", this call's
 claim: record it, then `record_many`), or ("held", None): another attempt holds it or a
@@ -97,6 +99,8 @@ class CommandLedger:
         # The producer's report poller (the event log's, when it shares the producer).
         self._reports = reports or ReportPoller(producer, 0.001)
         self.claims = 0
+        # Records written by give_feedback_many and not read back yet, by their value.
+        self._own: dict[bytes, LedgerEntry] = {}
 
     def _apply(self, _partition: int, _offset: int, key: bytes, value: bytes | None) -> None:
         name = key.decode()
@@ -104,12 +108,20 @@ class CommandLedger:
             if value is None:
                 self._state.pop(name, None)
                 return
-            record = LedgerEntry.decode(value)
+            # A record this process wrote is known: its bytes name it (each claim id is
+            # unique), so reading it back costs no decoding.
+            record = self._own.pop(value, None) or LedgerEntry.decode(value)
             if record is None:
                 return
             folded = fold_ledger(self._state.get(name), record)
             if folded is not None:
                 self._state[name] = folded
+
+    def _remember(self, value: bytes, entry: LedgerEntry) -> None:
+        # Bounded: a record never read back (the topic gone) must not hold memory for ever.
+        if len(self._own) >= _OWN_LIMIT:
+            self._own.clear()
+        self._own[value] = entry
 
     def start(self) -> None:
         """Create the topic if missing and follow it (once; later calls return at once)."""
@@ -144,8 +156,12 @@ class CommandLedger:
 
     def _produce(self, key: str, entry: LedgerEntry,
                  on_delivery: Callable[[Any, Message], None]) -> None:
+        self._produce_value(key, entry.encode(), on_delivery)
+
+    def _produce_value(self, key: str, value: bytes,
+                       on_delivery: Callable[[Any, Message], None]) -> None:
         try:
-            self._producer.produce(self.topic, key=key.encode(), value=entry.encode(),
+            self._producer.produce(self.topic, key=key.encode(), value=value,
                                    partition=self._partition(key), on_delivery=on_delivery)
         except (KafkaException, BufferError) as exc:
             raise KafkaUnavailable(f"writing to {self.topic} failed: {exc}; check the "
@@ -302,6 +318,7 @@ class CommandLedger:
         mine: dict[int, LedgerEntry] = {}
         out: list[Outgoing] = []
         now = int(time.time() * 1000)
+        prefix = uuid.uuid4().hex[:24]
         for n, (key, digest, command_id) in enumerate(commands):
             current = self.get(key)
             if current is not None and current.state in ("recorded", "claimed"):
@@ -313,11 +330,15 @@ class CommandLedger:
                 answers.append(("recorded", current) if current.state == "recorded"
                                else ("held", None))
                 continue
-            entry = LedgerEntry(state="claimed", digest=digest, claim=uuid.uuid4().hex,
+            # Named by the batch's random prefix and the item's place: a claim id only needs
+            # to be unique.
+            entry = LedgerEntry(state="claimed", digest=digest, claim=f"{prefix}{n:08x}",
                                 owner=_OWNER, at_ms=now)
             mine[n] = entry
             answers.append(("won", entry))
-            out.append((self.topic, key.encode(), entry.encode(), None, self._partition(key)))
+            value = entry.encode()
+            self._remember(value, entry)
+            out.append((self.topic, key.encode(), value, None, self._partition(key)))
         landed = await produce_all(self._producer, self._reports, out, wait_s=timeout)
         ends: dict[int, int] = {}
         for n, where in zip(mine, landed, strict=True):
@@ -338,7 +359,6 @@ class CommandLedger:
                 if winner is None or winner.claim != mine[n].claim or \
                         winner.state != "claimed":
                     answer = ("held", None)  # another attempt's claim came first
-            assert not isinstance(answer, Exception) or isinstance(answer, Conflict)
             claims.append(answer)
         return claims
 
@@ -347,9 +367,13 @@ class CommandLedger:
         event id) each; not waited for, and applied here at once (as `run` does: should a
         record be lost, a retry finds the claim and the event in the log)."""
         for key, claim, partition, offset, event_id in outcomes:
-            done = claim.model_copy(update={"state": "recorded", "partition": partition,
-                                            "offset": offset, "event_id": event_id})
-            self._produce(key, done, _log_failure)
+            done = LedgerEntry(
+                state="recorded", digest=claim.digest, claim=claim.claim,
+                supersedes=claim.supersedes, owner=claim.owner, at_ms=claim.at_ms,
+                partition=partition, offset=offset, event_id=event_id)
+            value = done.encode()
+            self._remember(value, done)
+            self._produce_value(key, value, _log_failure)
             with self._lock:
                 folded = fold_ledger(self._state.get(key), done)
                 if folded is not None:

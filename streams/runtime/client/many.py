@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from streams.adapters.avro.codec import actor_record, feedback_record
 from streams.adapters.avro.fast import RegistryUnavailable, WriterSchema
 from streams.adapters.avro.schemas import feedback_given_schema
+from streams.adapters.avro.template import RecordTemplate
 from streams.adapters.kafka.log import (
     HEADER_EVENT_TYPE,
     HEADER_TRACEPARENT,
@@ -148,6 +149,25 @@ async def _writer(ws: Workspace, cls: type[Feedback], deadline: float) -> Writer
             await asyncio.sleep(0.5)
 
 
+# A template per writer schema, made once per process: the writer objects are the codec's
+# cached ones, so identity tells them apart (two registries may reuse an id).
+_templates: dict[int, tuple[WriterSchema, RecordTemplate]] = {}
+_VARYING = ("envelope.event_id", "value")
+
+
+def _template(writer: WriterSchema) -> RecordTemplate:
+    found = _templates.get(id(writer))
+    if found is None or found[0] is not writer:
+        found = _templates[id(writer)] = (writer, RecordTemplate(writer, _VARYING))
+    return found[1]
+
+
+def _flat(record: dict[str, Any]) -> dict[str, Any]:
+    flat = {f"envelope.{k}": v for k, v in record["envelope"].items()}
+    flat.update((k, v) for k, v in record.items() if k != "envelope")
+    return flat
+
+
 def _too_large(item: _Item, size: int, limit: int) -> TooLarge:
     sizes = {k: len(repr(v)) for k, v in value_record(item.feedback).items()}
     largest = max(sizes, key=lambda k: sizes[k]) if sizes else "(none)"
@@ -187,41 +207,9 @@ async def _batch(ws: Workspace, batch: list[FeedbackItem]) -> list[Given | Strea
                   "event_type": FeedbackGiven.event_type, "actor": actor_record(ws.actor),
                   "trace": trace.model_dump() if trace is not None else None,
                   "time": int(time.time() * 1000)}
-        writers: dict[type[Feedback], WriterSchema] = {}
-        target_json: dict[tuple[str, str], dict[str, Any]] = {}
-        limit = settings.max_record_bytes
-        encode = client.runtime.codec.encode
-        kept: list[_Item] = []
-        for item in ready:
-            where = located[(item.on.kind, item.on.id)]
-            if isinstance(where, StreamsError):
-                results[item.n] = where
-                continue
-            item.where = where
-            cls = type(item.feedback)
-            writer = writers.get(cls)
-            if writer is None:
-                writer = writers[cls] = await _writer(ws, cls, deadline)
-            item.event_id = new_id("evt") if item.command_id is None else command_event_id(
-                ws.tenant, ws.workspace, participant, item.command_id)
-            head = {**shared, "event_id": item.event_id,
-                    "correlation_id": where.correlation_id, "causation_id": where.event_id}
-            value = value_record(item.feedback)
-            item.value = encode(writer, feedback_record(
-                head, cls.feedback_name, item.on.kind, item.on.id, where.trace_id, value,
-                where.rule, where.action))
-            if len(item.value) > limit:
-                results[item.n] = _too_large(item, len(item.value), limit)
-                continue
-            if item.command_id is not None:
-                tkey = (item.on.kind, item.on.id)
-                on_json = target_json.get(tkey)
-                if on_json is None:
-                    on_json = target_json[tkey] = item.on.model_dump(mode="json")
-                item.digest = feedback_digest(cls.feedback_name, on_json,
-                                              item.feedback.model_dump(mode="json"))
-                item.key = ledger_key(ws.workspace, participant, item.command_id)
-            kept.append(item)
+        writers = {cls: _template(await _writer(ws, cls, deadline))
+                   for cls in {type(i.feedback) for i in ready}}
+        kept = _encoded(ws, ready, located, results, writers, shared)
         await _record(ws, kept, results, headers)
         counts: dict[str, int] = {}
         for item in kept:
@@ -232,6 +220,51 @@ async def _batch(ws: Workspace, batch: list[FeedbackItem]) -> list[Given | Strea
             feedback_counter.add(count, {**attributes, "streams.feedback_type": name})
     assert all(r is not None for r in results)
     return [r for r in results if r is not None]
+
+
+def _encoded(ws: Workspace, ready: list[_Item],
+             located: Mapping[tuple[str, str], Located | StreamsError],
+             results: list[Given | StreamsError | None],
+             writers: Mapping[type[Feedback], RecordTemplate],
+             shared: Mapping[str, Any]) -> list[_Item]:
+    """Encode each located item's event (and digest its command); the items to record."""
+    participant = ws.actor.participant
+    limit = ws.client.settings.max_record_bytes
+    fixed_parts: dict[tuple[type[Feedback], str, str], tuple[bytes, ...]] = {}
+    target_json: dict[tuple[type[Feedback], str, str], dict[str, Any]] = {}
+    kept: list[_Item] = []
+    for item in ready:
+        where = located[(item.on.kind, item.on.id)]
+        if isinstance(where, StreamsError):
+            results[item.n] = where
+            continue
+        item.where = where
+        cls = type(item.feedback)
+        made = writers[cls]
+        tkey = (cls, item.on.kind, item.on.id)
+        fixed = fixed_parts.get(tkey)
+        if fixed is None:  # what every event of this type on this target shares
+            fixed = fixed_parts[tkey] = made.fixed(_flat(feedback_record(
+                {**shared, "event_id": "", "correlation_id": where.correlation_id,
+                 "causation_id": where.event_id},
+                cls.feedback_name, item.on.kind, item.on.id, where.trace_id, {},
+                where.rule, where.action)))
+        item.event_id = new_id("evt") if item.command_id is None else command_event_id(
+            ws.tenant, ws.workspace, participant, item.command_id)
+        item.value = made.encode(fixed, {"envelope.event_id": item.event_id,
+                                         "value": value_record(item.feedback)})
+        if len(item.value) > limit:
+            results[item.n] = _too_large(item, len(item.value), limit)
+            continue
+        if item.command_id is not None:
+            on_json = target_json.get(tkey)
+            if on_json is None:
+                on_json = target_json[tkey] = item.on.model_dump(mode="json")
+            item.digest = feedback_digest(cls.feedback_name, on_json,
+                                          item.feedback.model_dump(mode="json"))
+            item.key = ledger_key(ws.workspace, participant, item.command_id)
+        kept.append(item)
+    return kept
 
 
 async def _record(ws: Workspace, items: list[_Item], results: list[Given | StreamsError | None],

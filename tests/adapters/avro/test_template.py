@@ -1,0 +1,96 @@
+"""RecordTemplate's bytes are fastavro's bytes of the whole record, without a registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.adapters.avro.codec import feedback_record
+from streams.adapters.avro.fast import FastCodec, WriterSchema, frame, without_logical_types
+from streams.adapters.avro.schemas import feedback_given_schema
+from streams.adapters.avro.template import RecordTemplate
+from streams.core.errors import SchemaError
+from streams.examples.ops import Resolution, TriageQuality
+
+VARYING = ("envelope.event_id", "value")
+
+
+def writer_of(cls: type[Any]) -> WriterSchema:
+    schema = feedback_given_schema(cls)
+    return WriterSchema(7, "FeedbackGiven", fastavro.parse_schema(without_logical_types(schema)),
+                        schema)
+
+
+texts = st.text(max_size=12)
+maybe = st.none() | texts
+heads = st.fixed_dictionaries({
+    "event_id": texts, "tenant": texts, "workspace": texts, "event_type": texts,
+    "time": st.integers(min_value=-2**62, max_value=2**62),
+    "actor": st.fixed_dictionaries({"kind": st.sampled_from(["user", "agent", "system"]),
+                                    "id": texts, "version": maybe}),
+    "correlation_id": texts, "causation_id": maybe,
+    "trace": st.none() | st.fixed_dictionaries({"traceparent": texts, "tracestate": maybe})})
+triage = st.fixed_dictionaries({"correct": st.booleans(),
+                                "severity": st.sampled_from(["low", "high", "critical"]),
+                                "note": maybe})
+resolution = st.fixed_dictionaries({
+    "resolved": st.booleans(),
+    "minutes_to_mitigate": st.none() | st.integers(min_value=0, max_value=1440)})
+
+
+def record(head: dict[str, Any], value: dict[str, Any], kind: str, target: str,
+           trace_id: str | None, rule: str | None, action: str | None) -> dict[str, Any]:
+    return feedback_record(head, "triage_quality", kind, target, trace_id, value, rule, action)
+
+
+def flat(rec: dict[str, Any]) -> dict[str, Any]:
+    out = {f"envelope.{k}": v for k, v in rec["envelope"].items()}
+    out.update({k: v for k, v in rec.items() if k != "envelope"})
+    return out
+
+
+@settings(max_examples=300)
+@given(head=heads, values=st.lists(triage, min_size=1, max_size=4),
+       ids=st.lists(texts, min_size=4, max_size=4),
+       kind=st.sampled_from(["run", "firing", "chain"]), target=texts, trace_id=maybe,
+       rule=maybe, action=maybe)
+def test_a_records_bytes_are_fastavros_bytes_of_the_whole_record(
+        head: dict[str, Any], values: list[dict[str, Any]], ids: list[str], kind: str,
+        target: str, trace_id: str | None, rule: str | None, action: str | None) -> None:
+    writer = writer_of(TriageQuality)
+    template = RecordTemplate(writer, VARYING)
+    fixed = template.fixed(flat(record(head, values[0], kind, target, trace_id, rule, action)))
+    for event_id, value in zip(ids, values, strict=False):
+        whole = record({**head, "event_id": event_id}, value, kind, target, trace_id, rule,
+                       action)
+        assert template.encode(fixed, {"envelope.event_id": event_id, "value": value}) == \
+            FastCodec.encode(writer, whole)
+
+
+@given(head=heads, value=resolution)
+def test_another_types_value_record_too(head: dict[str, Any], value: dict[str, Any]) -> None:
+    writer = writer_of(Resolution)
+    template = RecordTemplate(writer, VARYING)
+    whole = feedback_record(head, "resolution", "chain", "evt_1", None, value, None, None)
+    assert template.encode(template.fixed(flat(whole)), flat(whole)) == \
+        FastCodec.encode(writer, whole)
+
+
+def test_runs_alternate_and_start_with_the_framing() -> None:
+    template = RecordTemplate(writer_of(TriageQuality), VARYING)
+    assert [run.varying for run in template.runs] == [True, False, True]
+    assert template.encode((b"",), {"envelope.event_id": "", "value": {
+        "correct": True, "severity": "low", "note": None}}).startswith(frame(7, b""))
+
+
+def test_unknown_fields_and_bad_values_are_schema_errors() -> None:
+    writer = writer_of(TriageQuality)
+    with pytest.raises(SchemaError, match="no fields"):
+        RecordTemplate(writer, ("envelope.nope",))
+    template = RecordTemplate(writer, VARYING)
+    with pytest.raises(SchemaError, match="cannot encode"):
+        template.encode((b"",), {"envelope.event_id": "e", "value": {"correct": "yes"}})
