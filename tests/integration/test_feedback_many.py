@@ -151,3 +151,32 @@ async def test_two_processes_giving_the_same_batch_record_each_command_once(
     events = await feedback_events(first, tenant)
     assert sorted(e.event_id for e in events) == sorted(a.id for a in one  # type: ignore[union-attr]
                                                         )
+
+
+async def test_a_surfaces_concurrent_commands_go_together_each_answered_alone(
+        tenant_factory: Callable[..., str], client_factory: Callable[..., Any]) -> None:
+    tenant = tenant_factory()
+    client: StreamsClient = client_factory()
+    ws = client.workspace(tenant, "prod", actor=ADA)
+    await start_run(ws, "run_a")
+    on = RunTarget(run_id="run_a")
+
+    async def command(n: int) -> Any:
+        value = {"correct": True, "severity": "high" if n != 7 else "unknown"}
+        try:
+            return await client.workspace(tenant, "prod", actor=ADA).record_command(
+                value, on=on, feedback_type="triage_quality", command_id=f"cmd_{n}")
+        except ValidationFailed as exc:
+            return exc
+
+    answers = await asyncio.gather(*(command(n) for n in range(200)))
+    assert isinstance(answers[7], ValidationFailed) and "severity" in str(answers[7])
+    recorded = [a for n, a in enumerate(answers) if n != 7]
+    assert len({event_id for _seq, event_id in recorded}) == 199
+    batches = client.batcher(ws).batches
+    assert 1 <= batches < 100, batches  # group commit: far fewer batches than commands
+    again = await ws.record_command({"correct": True, "severity": "high"}, on=on,
+                                    feedback_type="triage_quality", command_id="cmd_3")
+    assert again == answers[3]
+    assert sorted(e.event_id for e in await feedback_events(client, tenant)) == sorted(
+        event_id for _seq, event_id in recorded)

@@ -16,7 +16,8 @@ only the event id and the value vary per item, the chain's and the target's per 
 from __future__ import annotations
 
 import io
-from collections.abc import Collection, Mapping
+import threading
+from collections.abc import Collection, Hashable, Mapping
 from typing import Any
 
 import fastavro
@@ -24,7 +25,10 @@ import fastavro
 from streams.adapters.avro.fast import WriterSchema, frame, without_logical_types
 from streams.core.errors import SchemaError
 
-__all__ = ["RecordTemplate"]
+__all__ = ["KEPT", "RecordTemplate"]
+
+KEPT = 10_000
+"""How many sets of fixed runs a template keeps for reuse."""
 
 
 class _Run:
@@ -76,6 +80,21 @@ class RecordTemplate:
                                  for _, here, kind in run.fields]}
             run.parsed = fastavro.parse_schema(schema, named_schemas=dict(named))
         self._header = frame(writer.id, b"")
+        self._kept: dict[Hashable, tuple[bytes, ...]] = {}
+        self._keeping = threading.Lock()
+
+    def cached(self, key: Hashable) -> tuple[bytes, ...] | None:
+        """Fixed runs kept under `key` by `keep`, if still kept."""
+        return self._kept.get(key)
+
+    def keep(self, key: Hashable, fixed: tuple[bytes, ...]) -> tuple[bytes, ...]:
+        """Keep fixed runs for reuse under `key` (the values they were made from); the
+        oldest go past KEPT entries. Returns `fixed`."""
+        with self._keeping:  # callers in several threads share a template
+            if len(self._kept) >= KEPT:
+                del self._kept[next(iter(self._kept))]
+            self._kept[key] = fixed
+        return fixed
 
     def _write(self, run: _Run, values: Mapping[str, Any]) -> bytes:
         out = io.BytesIO()

@@ -13,6 +13,8 @@ holds goes through `give_feedback`'s own path, which waits for that attempt.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from streams.core.errors import (
     TooLarge,
     ValidationFailed,
 )
-from streams.core.events import FeedbackGiven, Seq
+from streams.core.events import FeedbackGiven, Seq, TraceContext
 from streams.core.feedback import Feedback, validate_feedback, value_record
 from streams.core.ids import command_event_id, new_id
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
@@ -46,7 +48,7 @@ from streams.runtime.client.telemetry import feedback_counter, tracer
 if TYPE_CHECKING:
     from streams.runtime.client.workspace import Workspace
 
-__all__ = ["FeedbackItem", "Given", "give_many"]
+__all__ = ["FeedbackBatcher", "FeedbackItem", "Given", "give_many"]
 
 AnyTarget = RunTarget | FiringTarget | ChainTarget
 
@@ -59,6 +61,8 @@ class FeedbackItem:
     on: AnyTarget
     feedback_type: str | None = None
     command_id: str | None = None
+    trace: TraceContext | None = None
+    """The trace context the item's event carries (default: the batch's span's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,8 @@ class _Item:
     value: bytes = b""
     key: str = ""
     digest: str = ""
+    trace: TraceContext | None = None
+    headers: Headers | None = None
 
 
 async def give_many(ws: Workspace, items: Iterable[FeedbackItem | tuple[Any, ...]],
@@ -113,7 +119,7 @@ def _checked(ws: Workspace, n: int, item: FeedbackItem) -> _Item:
     if on.kind not in cls.feedback_targets:
         raise ValidationFailed(f"{cls.feedback_name} feedback cannot be given on a {on.kind}; "
                                f"it targets {sorted(cls.feedback_targets)}")
-    return _Item(n, feedback, on, command_id)
+    return _Item(n, feedback, on, command_id, trace=item.trace)
 
 
 async def _located(ws: Workspace, targets: Mapping[tuple[str, str], AnyTarget],
@@ -149,10 +155,31 @@ async def _writer(ws: Workspace, cls: type[Feedback], deadline: float) -> Writer
             await asyncio.sleep(0.5)
 
 
+class _Traced:
+    """The record headers of a batch's events, made once per trace context."""
+
+    def __init__(self, workspace: str) -> None:
+        self._base: Headers = [(HEADER_EVENT_TYPE, FeedbackGiven.event_type.encode()),
+                               ("workspace", workspace.encode())]
+        self._made: dict[tuple[str, str | None], Headers] = {}
+
+    def headers(self, trace: TraceContext | None) -> Headers:
+        if trace is None:
+            return self._base
+        key = (trace.traceparent, trace.tracestate)
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = [*self._base,
+                                      (HEADER_TRACEPARENT, trace.traceparent.encode())]
+            if trace.tracestate:
+                made.append(("tracestate", trace.tracestate.encode()))
+        return made
+
+
 # A template per writer schema, made once per process: the writer objects are the codec's
 # cached ones, so identity tells them apart (two registries may reuse an id).
 _templates: dict[int, tuple[WriterSchema, RecordTemplate]] = {}
-_VARYING = ("envelope.event_id", "value")
+_VARYING = ("envelope.event_id", "envelope.time", "envelope.trace", "value")
 
 
 def _template(writer: WriterSchema) -> RecordTemplate:
@@ -197,20 +224,17 @@ async def _batch(ws: Workspace, batch: list[FeedbackItem]) -> list[Given | Strea
     with tracer().start_as_current_span("streams.feedback_many", attributes=attributes) as span:
         span.set_attribute("streams.items", len(batch))
         trace = current_trace()
-        headers: Headers = [(HEADER_EVENT_TYPE, FeedbackGiven.event_type.encode()),
-                            ("workspace", ws.workspace.encode())]
-        if trace is not None:
-            headers.append((HEADER_TRACEPARENT, trace.traceparent.encode()))
-            if trace.tracestate:
-                headers.append(("tracestate", trace.tracestate.encode()))
         shared = {"tenant": ws.tenant, "workspace": ws.workspace,
                   "event_type": FeedbackGiven.event_type, "actor": actor_record(ws.actor),
-                  "trace": trace.model_dump() if trace is not None else None,
                   "time": int(time.time() * 1000)}
+        traced = _Traced(ws.workspace)
+        for item in ready:
+            item.trace = item.trace or trace
+            item.headers = traced.headers(item.trace)
         writers = {cls: _template(await _writer(ws, cls, deadline))
                    for cls in {type(i.feedback) for i in ready}}
         kept = _encoded(ws, ready, located, results, writers, shared)
-        await _record(ws, kept, results, headers)
+        await _record(ws, kept, results)
         counts: dict[str, int] = {}
         for item in kept:
             if isinstance(results[item.n], Given):
@@ -229,8 +253,8 @@ def _encoded(ws: Workspace, ready: list[_Item],
              shared: Mapping[str, Any]) -> list[_Item]:
     """Encode each located item's event (and digest its command); the items to record."""
     participant = ws.actor.participant
+    now = shared["time"]
     limit = ws.client.settings.max_record_bytes
-    fixed_parts: dict[tuple[type[Feedback], str, str], tuple[bytes, ...]] = {}
     target_json: dict[tuple[type[Feedback], str, str], dict[str, Any]] = {}
     kept: list[_Item] = []
     for item in ready:
@@ -242,17 +266,23 @@ def _encoded(ws: Workspace, ready: list[_Item],
         cls = type(item.feedback)
         made = writers[cls]
         tkey = (cls, item.on.kind, item.on.id)
-        fixed = fixed_parts.get(tkey)
-        if fixed is None:  # what every event of this type on this target shares
-            fixed = fixed_parts[tkey] = made.fixed(_flat(feedback_record(
+        # What every event of this type by this actor on this target shares, kept across
+        # batches: small batches (a surface's) find it made.
+        fkey = (ws.tenant, ws.workspace, shared["actor"]["kind"], shared["actor"]["id"],
+                shared["actor"]["version"], item.on.kind, item.on.id, where)
+        fixed = made.cached(fkey)
+        if fixed is None:
+            fixed = made.keep(fkey, made.fixed(_flat(feedback_record(
                 {**shared, "event_id": "", "correlation_id": where.correlation_id,
-                 "causation_id": where.event_id},
+                 "causation_id": where.event_id, "trace": None},
                 cls.feedback_name, item.on.kind, item.on.id, where.trace_id, {},
-                where.rule, where.action)))
+                where.rule, where.action))))
         item.event_id = new_id("evt") if item.command_id is None else command_event_id(
             ws.tenant, ws.workspace, participant, item.command_id)
-        item.value = made.encode(fixed, {"envelope.event_id": item.event_id,
-                                         "value": value_record(item.feedback)})
+        item.value = made.encode(fixed, {
+            "envelope.event_id": item.event_id, "envelope.time": now,
+            "value": value_record(item.feedback),
+            "envelope.trace": None if item.trace is None else item.trace.model_dump()})
         if len(item.value) > limit:
             results[item.n] = _too_large(item, len(item.value), limit)
             continue
@@ -267,8 +297,8 @@ def _encoded(ws: Workspace, ready: list[_Item],
     return kept
 
 
-async def _record(ws: Workspace, items: list[_Item], results: list[Given | StreamsError | None],
-                  headers: Headers) -> None:
+async def _record(ws: Workspace, items: list[_Item],
+                  results: list[Given | StreamsError | None]) -> None:
     """Claim the items' command ids, append the events of the claims won and of the items
     without ids, then write the outcomes; each item's answer goes to `results`."""
     appending = [i for i in items if i.command_id is None]
@@ -303,7 +333,7 @@ async def _record(ws: Workspace, items: list[_Item], results: list[Given | Strea
                 held.append(item)
     if appending:
         where = await ws.client.log.append_encoded(
-            ws.tenant, [(i.where.correlation_id.encode(), i.value, headers)  # type: ignore[union-attr]
+            ws.tenant, [(i.where.correlation_id.encode(), i.value, i.headers or [])  # type: ignore[union-attr]
                         for i in appending])
         for item, seq in zip(appending, where, strict=True):
             if isinstance(seq, StreamsError):
@@ -313,6 +343,8 @@ async def _record(ws: Workspace, items: list[_Item], results: list[Given | Strea
             else:
                 results[item.n] = Given(seq, item.event_id)
     if won:
+        if ws.client.settings.serve_fault == "kill_after_produce":
+            os.kill(os.getpid(), signal.SIGKILL)  # failure tests: die before the outcomes
         ledger = await ws.client.ledger(ws.tenant)
         outcomes = []
         for item, claim in won:
@@ -351,3 +383,56 @@ async def _one(ws: Workspace, item: _Item) -> Given:
 def _conflict(item: _Item) -> StreamsError:
     return Conflict(f"command id {item.command_id!r} was already used for a different command "
                     "by this actor in this workspace: use a new command id")
+
+
+class FeedbackBatcher:
+    """Group commit for one actor's feedback in one workspace: calls made while a batch is
+    being recorded wait and go together in the next (`give_many`), so concurrent commands of
+    a surface (a WebSocket's frames, REST requests, MCP tool calls) share claims, round trips
+    and acknowledgements. A call to an idle batcher is sent at once: nothing waits for a
+    batch to fill. One per event loop (its futures belong to the loop).
+    """
+
+    def __init__(self, ws: Workspace, batch_size: int = 1000) -> None:
+        self._ws = ws
+        self._batch_size = batch_size
+        self._pending: list[tuple[FeedbackItem, asyncio.Future[Given | StreamsError]]] = []
+        self._flushing = False
+        self.batches = 0
+        """Batches sent so far."""
+
+    async def give(self, item: FeedbackItem) -> Given:
+        """Record one item with the next batch; its Given, or raises the error it alone was
+        refused with (or the batch's, when the brokers did not answer)."""
+        future: asyncio.Future[Given | StreamsError] = \
+            asyncio.get_running_loop().create_future()
+        self._pending.append((item, future))
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().create_task(self._flush())
+        answer = await asyncio.shield(future)
+        if isinstance(answer, StreamsError):
+            raise answer
+        return answer
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending:
+                batch = self._pending[:self._batch_size]
+                del self._pending[:self._batch_size]
+                self.batches += 1
+                try:
+                    answers: list[Given | StreamsError] = await _batch(
+                        self._ws, [item for item, _ in batch])
+                except StreamsError as exc:  # the batch as a whole: every call gets it
+                    answers = [exc] * len(batch)
+                except Exception as exc:  # never leave a caller waiting
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (_, future), answer in zip(batch, answers, strict=True):
+                    if not future.done():
+                        future.set_result(answer)
+        finally:
+            self._flushing = False

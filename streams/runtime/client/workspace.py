@@ -73,7 +73,7 @@ from streams.core.view import (
 from streams.core.viewrows import PageKey, decode_cursor, encode_cursor
 from streams.runtime.client.folds import ProposalFolds
 from streams.runtime.client.ledger import CommandLedger
-from streams.runtime.client.many import FeedbackItem, Given, give_many
+from streams.runtime.client.many import FeedbackBatcher, FeedbackItem, Given, give_many
 from streams.runtime.client.telemetry import feedback_counter, tracer
 from streams.runtime.client.views import TenantView
 from streams.runtime.root import Runtime
@@ -171,6 +171,8 @@ class StreamsClient:
         self._indexes: dict[str, TenantIndex] = {}
         self._views: dict[str, TenantView] = {}
         self._ledgers: dict[str, CommandLedger] = {}
+        self._batchers: dict[tuple[int, str, str, Actor, frozenset[Capability] | None],
+                             FeedbackBatcher] = {}
         self._made = threading.Lock()
         self._owns_runtime = False
         self._closed = False
@@ -248,6 +250,16 @@ class StreamsClient:
             if index is None:
                 index = self._indexes[tenant] = self.runtime.index(tenant)
             return index
+
+    def batcher(self, ws: Workspace) -> FeedbackBatcher:
+        """The event loop's group commit for `ws`'s actor in `ws`'s workspace (see
+        FeedbackBatcher): every handle of that actor, workspace and capabilities shares it."""
+        key = (id(asyncio.get_running_loop()), ws.tenant, ws.workspace, ws.actor,
+               ws.capabilities)
+        found = self._batchers.get(key)
+        if found is None:
+            found = self._batchers[key] = FeedbackBatcher(ws)
+        return found
 
     async def ledger(self, tenant: str) -> CommandLedger:
         """The tenant's command ledger (idempotent command ids), followed from first use; its
@@ -503,17 +515,24 @@ class Workspace:
         command_id: str | None,
     ) -> tuple[Seq, str]:
         """give_feedback for surfaces: the same checks and idempotency, answering only the
-        seq and event id, so a repeated command id costs no read of the earlier event."""
-        feedback = validate_feedback(value, feedback_type, self.client.types)
-        if command_id is None:
-            recorded = await self._give(feedback, on, None)
-            return recorded.seq, recorded.id
-        entry, mine = await self._record_once(feedback, on, command_id)
-        if mine is not None:
-            return mine.seq, mine.id
-        assert entry.partition is not None and entry.offset is not None
-        assert entry.event_id is not None
-        return Seq(partition=entry.partition, offset=entry.offset), entry.event_id
+        seq and event id, so a repeated command id costs no read of the earlier event.
+
+        Concurrent calls of one actor in one workspace are recorded together
+        (`StreamsClient.batcher`, group commit through give_feedback_many): a surface's
+        commands in flight share the ledger's claims and the broker's round trips."""
+        self._check_append(FeedbackGiven.event_type)
+        attributes = {"streams.tenant": self.tenant, "streams.workspace": self.workspace,
+                      "streams.feedback_type": feedback_type, "streams.target_kind": on.kind,
+                      "streams.participant": self.actor.participant}
+        # Concurrent commands go to the broker together (FeedbackBatcher); each keeps a span
+        # of its own, whose context its event carries, as give_feedback's does.
+        with tracer().start_as_current_span(f"streams.feedback {feedback_type}",
+                                            attributes=attributes) as span:
+            given = await self.client.batcher(self).give(FeedbackItem(
+                value, on, feedback_type, command_id, trace=current_trace()))
+            span.set_attribute("streams.seq", str(given.seq))
+            span.set_attribute("streams.event_id", given.id)
+        return given.seq, given.id
 
     async def _give_once(self, feedback: Feedback, on: RunTarget | FiringTarget | ChainTarget,
                          command_id: str) -> Recorded:

@@ -53,22 +53,30 @@ def flat(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+traces = st.none() | st.fixed_dictionaries({"traceparent": texts, "tracestate": maybe})
+
+
 @settings(max_examples=300)
 @given(head=heads, values=st.lists(triage, min_size=1, max_size=4),
        ids=st.lists(texts, min_size=4, max_size=4),
+       contexts=st.lists(traces, min_size=4, max_size=4),
+       varying=st.sampled_from([VARYING, ("envelope.event_id", "envelope.trace", "value")]),
        kind=st.sampled_from(["run", "firing", "chain"]), target=texts, trace_id=maybe,
        rule=maybe, action=maybe)
 def test_a_records_bytes_are_fastavros_bytes_of_the_whole_record(
-        head: dict[str, Any], values: list[dict[str, Any]], ids: list[str], kind: str,
+        head: dict[str, Any], values: list[dict[str, Any]], ids: list[str],
+        contexts: list[dict[str, Any] | None], varying: tuple[str, ...], kind: str,
         target: str, trace_id: str | None, rule: str | None, action: str | None) -> None:
     writer = writer_of(TriageQuality)
-    template = RecordTemplate(writer, VARYING)
+    template = RecordTemplate(writer, varying)
     fixed = template.fixed(flat(record(head, values[0], kind, target, trace_id, rule, action)))
-    for event_id, value in zip(ids, values, strict=False):
-        whole = record({**head, "event_id": event_id}, value, kind, target, trace_id, rule,
-                       action)
-        assert template.encode(fixed, {"envelope.event_id": event_id, "value": value}) == \
-            FastCodec.encode(writer, whole)
+    for event_id, value, context in zip(ids, values, contexts, strict=False):
+        per_record = {"event_id": event_id}
+        if "envelope.trace" in varying:
+            per_record["trace"] = context  # type: ignore[assignment]
+        whole = record({**head, **per_record}, value, kind, target, trace_id, rule, action)
+        assert template.encode(fixed, {**{f"envelope.{k}": v for k, v in per_record.items()},
+                                       "value": value}) == FastCodec.encode(writer, whole)
 
 
 @given(head=heads, value=resolution)
@@ -94,3 +102,13 @@ def test_unknown_fields_and_bad_values_are_schema_errors() -> None:
     template = RecordTemplate(writer, VARYING)
     with pytest.raises(SchemaError, match="cannot encode"):
         template.encode((b"",), {"envelope.event_id": "e", "value": {"correct": "yes"}})
+
+
+def test_kept_fixed_runs_are_bounded_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("streams.adapters.avro.template.KEPT", 2)
+    template = RecordTemplate(writer_of(TriageQuality), VARYING)
+    assert template.keep("a", (b"1",)) == (b"1",)
+    template.keep("b", (b"2",))
+    template.keep("c", (b"3",))
+    assert (template.cached("a"), template.cached("b"), template.cached("c")) == (
+        None, (b"2",), (b"3",))
