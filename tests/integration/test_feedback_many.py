@@ -32,6 +32,16 @@ async def feedback_events(client: StreamsClient, tenant: str) -> list[Envelope]:
             if isinstance(e.event, FeedbackGiven)]
 
 
+async def one_run(tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+                  ) -> tuple[StreamsClient, str, Workspace, RunTarget]:
+    """A new tenant with one run, run_a, and a client and Ada's handle on it."""
+    tenant = tenant_factory()
+    client: StreamsClient = client_factory()
+    ws = client.workspace(tenant, "prod", actor=ADA)
+    await start_run(ws, "run_a")
+    return client, tenant, ws, RunTarget(run_id="run_a")
+
+
 def shown(answers: list[Any]) -> list[Any]:
     """Answers comparable: errors by type and message (exceptions are equal only to
     themselves)."""
@@ -111,11 +121,7 @@ async def test_bad_items_are_refused_alone_with_their_own_errors(
 
 async def test_command_ids_record_once_across_batches_and_the_single_path(
         tenant_factory: Callable[..., str], client_factory: Callable[..., Any]) -> None:
-    tenant = tenant_factory()
-    client: StreamsClient = client_factory()
-    ws = client.workspace(tenant, "prod", actor=ADA)
-    await start_run(ws, "run_a")
-    on = RunTarget(run_id="run_a")
+    client, tenant, ws, on = await one_run(tenant_factory, client_factory)
     earlier = await ws.give_feedback(good(), on=on, command_id="a")
 
     batch = [FeedbackItem(good(), on, command_id="a"),             # recorded before
@@ -149,17 +155,13 @@ async def test_two_processes_giving_the_same_batch_record_each_command_once(
     assert all(isinstance(a, Given) for a in one), [a for a in one if not isinstance(a, Given)]
     assert one == other
     events = await feedback_events(first, tenant)
-    assert sorted(e.event_id for e in events) == sorted(a.id for a in one  # type: ignore[union-attr]
-                                                        )
+    assert sorted(e.event_id for e in events) == sorted(
+        a.id for a in one if isinstance(a, Given))
 
 
 async def test_a_surfaces_concurrent_commands_go_together_each_answered_alone(
         tenant_factory: Callable[..., str], client_factory: Callable[..., Any]) -> None:
-    tenant = tenant_factory()
-    client: StreamsClient = client_factory()
-    ws = client.workspace(tenant, "prod", actor=ADA)
-    await start_run(ws, "run_a")
-    on = RunTarget(run_id="run_a")
+    client, tenant, ws, on = await one_run(tenant_factory, client_factory)
 
     async def command(n: int) -> Any:
         value = {"correct": True, "severity": "high" if n != 7 else "unknown"}
