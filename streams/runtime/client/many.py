@@ -18,7 +18,7 @@ import signal
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from streams.adapters.avro.codec import actor_record, feedback_record
 from streams.adapters.avro.fast import RegistryUnavailable, WriterSchema
@@ -27,10 +27,17 @@ from streams.adapters.avro.template import RecordTemplate
 from streams.adapters.kafka.log import (
     HEADER_EVENT_TYPE,
     HEADER_TRACEPARENT,
+    EventLog,
     Headers,
 )
 from streams.adapters.tracing import current_trace
-from streams.core.commands import COMMAND_ID_PATTERN, feedback_digest, ledger_key
+from streams.core.actors import Actor
+from streams.core.commands import (
+    COMMAND_ID_PATTERN,
+    LedgerEntry,
+    feedback_digest,
+    ledger_key,
+)
 from streams.core.errors import (
     Conflict,
     KafkaUnavailable,
@@ -39,18 +46,49 @@ from streams.core.errors import (
     ValidationFailed,
 )
 from streams.core.events import FeedbackGiven, Seq, TraceContext
-from streams.core.feedback import Feedback, validate_feedback, value_record
+from streams.core.feedback import Feedback, FeedbackRegistry, validate_feedback, value_record
 from streams.core.ids import command_event_id, new_id
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.view import Located
+from streams.runtime.client.ledger import CommandLedger
 from streams.runtime.client.telemetry import feedback_counter, tracer
+from streams.runtime.root import Runtime
+from streams.settings import Settings
 
-if TYPE_CHECKING:
-    from streams.runtime.client.workspace import Workspace
 
-__all__ = ["FeedbackBatcher", "FeedbackItem", "Given", "give_many"]
+class _Client(Protocol):
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def types(self) -> FeedbackRegistry: ...
+    @property
+    def runtime(self) -> Runtime: ...
+    @property
+    def log(self) -> EventLog: ...
+    async def ledger(self, tenant: str) -> CommandLedger: ...
+
+
+class Handle(Protocol):
+    """What a batch needs of a workspace handle; `Workspace` is one. (A protocol, so this
+    module does not import the handle's, which imports this one.)"""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def workspace(self) -> str: ...
+    @property
+    def actor(self) -> Actor: ...
+    @property
+    def client(self) -> _Client: ...
+    def _check_append(self, event_type: str) -> None: ...
+    async def locate(self, target: AnyTarget) -> Located: ...
+    async def _record_once(self, feedback: Feedback, on: AnyTarget,
+                           command_id: str) -> tuple[LedgerEntry, Any]: ...
+
+__all__ = ["FeedbackBatcher", "FeedbackItem", "Given", "Handle", "give_many"]
 
 AnyTarget = RunTarget | FiringTarget | ChainTarget
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +127,7 @@ class _Item:
     headers: Headers | None = None
 
 
-async def give_many(ws: Workspace, items: Iterable[FeedbackItem | tuple[Any, ...]],
+async def give_many(ws: Handle, items: Iterable[FeedbackItem | tuple[Any, ...]],
                     batch_size: int) -> list[Given | StreamsError]:
     """See `Workspace.give_feedback_many`."""
     listed = [i if isinstance(i, FeedbackItem) else FeedbackItem(*i) for i in items]
@@ -102,7 +140,7 @@ async def give_many(ws: Workspace, items: Iterable[FeedbackItem | tuple[Any, ...
     return out
 
 
-def _checked(ws: Workspace, n: int, item: FeedbackItem) -> _Item:
+def _checked(ws: Handle, n: int, item: FeedbackItem) -> _Item:
     on = item.on
     if not isinstance(on, RunTarget | FiringTarget | ChainTarget):
         raise ValidationFailed(
@@ -122,7 +160,7 @@ def _checked(ws: Workspace, n: int, item: FeedbackItem) -> _Item:
     return _Item(n, feedback, on, command_id, trace=item.trace)
 
 
-async def _located(ws: Workspace, targets: Mapping[tuple[str, str], AnyTarget],
+async def _located(ws: Handle, targets: Mapping[tuple[str, str], AnyTarget],
                    ) -> dict[tuple[str, str], Located | StreamsError]:
     timeout = ws.client.settings.feedback_timeout
     found: dict[tuple[str, str], Located | StreamsError] = {}
@@ -142,7 +180,7 @@ async def _located(ws: Workspace, targets: Mapping[tuple[str, str], AnyTarget],
     return found
 
 
-async def _writer(ws: Workspace, cls: type[Feedback], deadline: float) -> WriterSchema:
+async def _writer(ws: Handle, cls: type[Feedback], deadline: float) -> WriterSchema:
     # The schema is registered once per type and process; an outage is waited out, as
     # give_feedback waits, until the deadline.
     loop = asyncio.get_running_loop()
@@ -204,7 +242,7 @@ def _too_large(item: _Item, size: int, limit: int) -> TooLarge:
         "shorten it, or store the content elsewhere and give a reference to it")
 
 
-async def _batch(ws: Workspace, batch: list[FeedbackItem]) -> list[Given | StreamsError]:
+async def _batch(ws: Handle, batch: list[FeedbackItem]) -> list[Given | StreamsError]:
     client = ws.client
     settings = client.settings
     loop = asyncio.get_running_loop()
@@ -246,7 +284,7 @@ async def _batch(ws: Workspace, batch: list[FeedbackItem]) -> list[Given | Strea
     return [r for r in results if r is not None]
 
 
-def _encoded(ws: Workspace, ready: list[_Item],
+def _encoded(ws: Handle, ready: list[_Item],
              located: Mapping[tuple[str, str], Located | StreamsError],
              results: list[Given | StreamsError | None],
              writers: Mapping[type[Feedback], RecordTemplate],
@@ -297,7 +335,7 @@ def _encoded(ws: Workspace, ready: list[_Item],
     return kept
 
 
-async def _record(ws: Workspace, items: list[_Item],
+async def _record(ws: Handle, items: list[_Item],
                   results: list[Given | StreamsError | None]) -> None:
     """Claim the items' command ids, append the events of the claims won and of the items
     without ids, then write the outcomes; each item's answer goes to `results`."""
@@ -370,7 +408,7 @@ async def _record(ws: Workspace, items: list[_Item],
             results[item.n] = earlier
 
 
-async def _one(ws: Workspace, item: _Item) -> Given:
+async def _one(ws: Handle, item: _Item) -> Given:
     assert item.command_id is not None
     entry, mine = await ws._record_once(item.feedback, item.on, item.command_id)
     if mine is not None:
@@ -393,7 +431,7 @@ class FeedbackBatcher:
     batch to fill. One per event loop (its futures belong to the loop).
     """
 
-    def __init__(self, ws: Workspace, batch_size: int = 1000) -> None:
+    def __init__(self, ws: Handle, batch_size: int = 1000) -> None:
         self._ws = ws
         self._batch_size = batch_size
         self._pending: list[tuple[FeedbackItem, asyncio.Future[Given | StreamsError]]] = []
