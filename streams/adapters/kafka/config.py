@@ -14,6 +14,7 @@ import logging
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError
@@ -105,8 +106,11 @@ librdkafka_log = logging.getLogger("streams.librdkafka")
 librdkafka_log.addFilter(_RateLimit())
 
 
-def _error_callback(key: tuple[str, str, str] | None, brokers: str) -> Any:
+def _error_callback(key: tuple[str, str, str] | None, brokers: str,
+                    on_error: Callable[[KafkaError], None] | None) -> Any:
     def error_cb(error: KafkaError) -> None:
+        if on_error is not None:
+            on_error(error)
         if key is not None and error.code() in _AUTH_CODES:
             with _AUTH_LOCK:
                 _AUTH_FAILURES[key] = error.str()
@@ -130,16 +134,18 @@ def authentication_failure(settings: Settings) -> str | None:
         return _AUTH_FAILURES.get(key)
 
 
-def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+def client_config(settings: Settings, *, on_error: Callable[[KafkaError], None] | None = None,
+                  **extra: Any) -> dict[str, Any]:
     """What every confluent-kafka client shares: brokers and security, then `extra`, then
     the operator's KAFKA_EXTRA_CONFIG (last, so an operator can override anything). librdkafka's
     log lines and client errors go to `librdkafka_log`, rate-limited; with SASL, the error
-    callback also remembers authentication failures (`authentication_failure`)."""
+    callback also remembers authentication failures (`authentication_failure`). `on_error`,
+    when given, sees every client error first (a runner counts the broker going away)."""
     security = security_config(settings)
     key = _credentials_key(settings, security["sasl.password"]) \
         if "sasl.password" in security else None
     extra = {"logger": librdkafka_log,
-             "error_cb": _error_callback(key, settings.bootstrap_servers), **extra}
+             "error_cb": _error_callback(key, settings.bootstrap_servers, on_error), **extra}
     return {"bootstrap.servers": settings.bootstrap_servers, **security,
             **extra, **settings.kafka_extra}
 

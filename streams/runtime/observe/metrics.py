@@ -165,6 +165,8 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
                             "scores dead-lettered by a sink runner: rejected, undecodable"),
     "streams.sink.outage_waits": ("counter", ("sink",),
                                   "waits for an unreachable broker or registry"),
+    "streams.sink.broker_errors": ("counter", ("sink",),
+                                   "times a sink's consumer found the brokers unreachable"),
     "streams.sink.delay": ("histogram", ("sink",),
                            "seconds from a feedback event's time to its score's delivery "
                            "by the sink"),
@@ -350,6 +352,7 @@ class Metrics:
             "streams.sink.retries": lambda: self._sink_stat("retries"),
             "streams.sink.errors": self._sink_errors,
             "streams.sink.outage_waits": lambda: self._sink_stat("outage_waits"),
+            "streams.sink.broker_errors": lambda: self._sink_stat("broker_errors"),
         }
         for name, read in observed.items():
             meter.create_observable_counter(name, callbacks=[_callback(read)],

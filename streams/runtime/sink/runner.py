@@ -130,6 +130,9 @@ _TRANSIENT = frozenset({KafkaError._WAIT_COORD, KafkaError._TRANSPORT, KafkaErro
                         KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                         KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
                         KafkaError._WAIT_CACHE, KafkaError._RESOLVE})
+# What the consumer's error callback says when the brokers cannot be reached (counted).
+_BROKER_AWAY = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                          KafkaError._RESOLVE})
 # Accepted batches that may wait for their commit (beyond those in flight) before the runner
 # stops taking new ones: a crash or a long commit outage repeats at most these.
 _UNCOMMITTED = 4
@@ -208,7 +211,9 @@ def cursor_group(settings: Settings, cursor: str) -> str:
 @dataclass
 class SinkStats:
     """What a runner has done (`paused`: times the fetch stage paused its partitions while
-    the sink or the commits held the next batch back)."""
+    the sink or the commits held the next batch back; `broker_errors`: times its consumer
+    reported the brokers unreachable, which a commit blocked through a short outage and then
+    accepted does not count in `outage_waits`)."""
 
     records: int = 0
     scores: int = 0
@@ -218,6 +223,7 @@ class SinkStats:
     retries: int = 0
     batches: int = 0
     outage_waits: int = 0
+    broker_errors: int = 0
     already_applied: int = 0
     paused: int = 0
     per_tenant: dict[str, int] = field(default_factory=dict)
@@ -435,6 +441,7 @@ class SinkRunner:
         if self._consumer is None:
             # read_committed: a sink never sees the records of an aborted transaction.
             self._consumer = self.runtime.consumer(self.group, logger=kafka_log,
+                                                   on_error=self._on_client_error,
                                                    **{"isolation.level": "read_committed"})
         return self._consumer
 
@@ -446,6 +453,11 @@ class SinkRunner:
         if self._delivery is None:
             self._delivery = self.runtime.delivery_of_own(logger=kafka_log)
         return self._delivery
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        # librdkafka's thread: an int increment, no lock needed for a statistic.
+        if error.code() in _BROKER_AWAY:
+            self.stats.broker_errors += 1
 
     @property
     def ledger(self) -> OffsetLedger:

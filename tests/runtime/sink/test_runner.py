@@ -168,3 +168,20 @@ async def test_a_running_runner_leaves_a_commit_refused_by_a_rebalance_to_the_ne
     runner._consumer = cast(Any, consumer)
     await runner._commit({("fs.acme.scores", 0): 5})
     assert consumer.polls == 0 and consumer.committed == []
+
+
+def test_the_consumer_counts_the_brokers_going_away_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runner = SinkRunner(Runtime(Settings(topic_prefix="fs")), InMemoryScoreSink(),
+                        cursor="shared")
+    configs: list[dict[str, Any]] = []
+    monkeypatch.setattr(runner.runtime, "consumer", lambda group, **extra: configs.append(
+        runner.runtime.consumer_config(group, **extra)) or "consumer")
+    assert runner.consumer == "consumer"
+    error_cb = configs[0]["error_cb"]
+    error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    error_cb(KafkaError(KafkaError._TRANSPORT))
+    error_cb(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert runner.stats.broker_errors == 2
+    assert "on_error" not in configs[0]  # a keyword of ours, not a librdkafka property
