@@ -17,7 +17,8 @@
 
 5. Overload (`--overload F`, default 3): `F` times the measured throughput offered open loop
    for `--overload-seconds` (default 20). Past `STREAMS_SERVE_MAX_IN_FLIGHT` the server sheds
-   with 503 and `Retry-After`: the run prints what was offered, admitted and shed, the
+   with 503 and `Retry-After`: the run prints what was offered, admitted and shed (and what
+   the load generator could not send, all its `--overload-connections` busy), the
    admitted commands' p50/p99, and checks in the tenant's feedback that every admitted
    command was recorded exactly once and no shed one was (each carries its id as its note).
 
@@ -31,7 +32,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -142,23 +146,34 @@ async def _throughput(url: str, token: str, runs: list[str], commands: int,
 
 
 async def _fixed_rate(url: str, token: str, runs: list[str], rate: float,
-                      seconds: float, tag: str = "fr") -> dict[str, Any]:
+                      seconds: float, tag: str = "fr", connections: int = 200,
+                      ) -> dict[str, Any]:
     """`rate` commands/s on schedule (open loop) for `seconds`: what was sent, admitted and
-    shed, and the admitted commands' latency. Each command's note is its id."""
+    shed, and the admitted commands' latency. Each command's note is its id.
+
+    At most `connections` commands are in flight: a command due while all are busy is not
+    sent and is counted (`unsent`), not queued in the client. A queue in the load generator
+    would be measured as the server's latency, and a client pool thousands of requests deep
+    spends its own CPU on the queue (httpcore scans it per request) and stops offering load."""
     latencies: list[float] = []
     admitted: list[str] = []
     shed: list[str] = []
+    in_flight = peak = unsent = 0
     headers = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     async with httpx.AsyncClient(headers=headers, timeout=60, limits=limits) as http:
         async def one(n: int) -> None:
+            nonlocal in_flight
             command_id = f"{tag}_{n}"
             started = time.perf_counter()
-            if await _post(http, url, _frame(command_id, runs[n % len(runs)], command_id)):
-                latencies.append(time.perf_counter() - started)
-                admitted.append(command_id)
-            else:
-                shed.append(command_id)
+            try:
+                if await _post(http, url, _frame(command_id, runs[n % len(runs)], command_id)):
+                    latencies.append(time.perf_counter() - started)
+                    admitted.append(command_id)
+                else:
+                    shed.append(command_id)
+            finally:
+                in_flight -= 1
 
         total = int(rate * seconds)
         start = time.perf_counter()
@@ -168,17 +183,98 @@ async def _fixed_rate(url: str, token: str, runs: list[str], rate: float,
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if in_flight >= connections:
+                unsent += 1
+                continue
+            in_flight += 1
+            peak = max(peak, in_flight)
             tasks.append(asyncio.create_task(one(n)))
         offered = time.perf_counter() - start
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - start
-    return {"sent_per_s": total / (elapsed if elapsed > 0 else 1),
+    sent = total - unsent
+    return {"sent_per_s": sent / (elapsed if elapsed > 0 else 1),
             "offered_per_s": total / (offered if offered > 0 else 1),
+            "unsent_no_free_connection": unsent, "peak_in_flight": peak,
             "admitted": len(admitted), "shed": len(shed),
             "admitted_per_s": len(admitted) / (elapsed if elapsed > 0 else 1),
             "p50_ms": _pct(latencies, 0.5) if latencies else None,
             "p99_ms": _pct(latencies, 0.99) if latencies else None,
             "admitted_ids": admitted, "shed_ids": shed}
+
+
+VEGETA = "github.com/tsenart/vegeta/v12@v12.12.0"
+
+
+def _vegeta() -> str:
+    """The vegeta binary: VEGETA, else on PATH, else built into .stack/cache/bin with `go`."""
+    found = os.environ.get("VEGETA") or shutil.which("vegeta")
+    cached = REPO / ".stack" / "cache" / "bin" / "vegeta"
+    if found:
+        return found
+    if not cached.exists():
+        if shutil.which("go") is None:
+            raise SystemExit(f"--loadgen vegeta needs vegeta ({VEGETA}): set VEGETA to its "
+                             "path, put it on PATH, or install Go so this bench can build it")
+        _say(f"building {VEGETA} into {cached.parent}")
+        subprocess.run(["go", "install", VEGETA], check=True,
+                       env={**os.environ, "GOBIN": str(cached.parent)})
+    return str(cached)
+
+
+def _vegeta_rate(url: str, token: str, runs: list[str], rate: float, seconds: float,
+                 tag: str) -> dict[str, Any]:
+    """`_fixed_rate` with vegeta (Go) as the load generator: the same commands, on schedule,
+    each its own request, no cap on connections. A Python generator on these two cores ran out
+    of CPU before the server did (a whole core while the server used half of one), so its
+    latencies were its own. Admitted commands are told by their outcome frames' command
+    ids; every other command sent was shed (counted by status)."""
+    total = int(rate * seconds)
+    headers = {"Authorization": [f"Bearer {token}"], "Content-Type": ["application/json"]}
+    lines = []
+    for n in range(total):
+        command_id = f"{tag}_{n}"
+        body = json.dumps(_frame(command_id, runs[n % len(runs)], command_id)).encode()
+        lines.append(json.dumps({"method": "POST", "url": url, "header": headers,
+                                 "body": base64.b64encode(body).decode()}))
+    attack = subprocess.run(
+        [_vegeta(), "attack", "-format=json", "-lazy", f"-rate={rate:.0f}/s",
+         f"-duration={seconds:g}s", "-timeout=60s"],
+        input=("\n".join(lines) + "\n").encode(), capture_output=True, check=True)
+    encoded = subprocess.run([_vegeta(), "encode", "--to", "json"], input=attack.stdout,
+                             capture_output=True, check=True)
+    latencies: list[float] = []
+    admitted: list[str] = []
+    codes: dict[int, int] = {}
+    errors: dict[str, int] = {}
+    for line in encoded.stdout.splitlines():
+        result = json.loads(line)
+        if result.get("error") == "no targets to attack":
+            continue  # the pacer's last tick or two past rate x seconds: nothing was sent
+        code = int(result["code"])
+        codes[code] = codes.get(code, 0) + 1
+        if code == 200:
+            frame = json.loads(base64.b64decode(result["body"]))
+            admitted.append(frame["command_id"])
+            latencies.append(result["latency"] / 1e9)
+        elif code == 0:  # no answer: connection refused, timed out, out of file descriptors
+            errors.setdefault(str(result.get("error"))[:200], 0)
+            errors[str(result.get("error"))[:200]] += 1
+        elif code != 503:
+            raise SystemExit(f"a command failed under overload: {code} {result.get('error')} "
+                             f"{base64.b64decode(result.get('body') or b'')[:300]!r}")
+    sent = sum(codes.values())
+    taken = set(admitted)
+    # Every answered command not admitted was shed (any other answer ended the run). With
+    # unanswered ones (which may have been recorded) the shed ones cannot be told apart.
+    shed = [] if errors else [f"{tag}_{n}" for n in range(sent) if f"{tag}_{n}" not in taken]
+    return {"sent": sent, "offered_per_s": round(rate, 1), "admitted": len(admitted),
+            "shed": codes.get(503, 0), "admitted_per_s": len(admitted) / seconds,
+            "p50_ms": _pct(latencies, 0.5) if latencies else None,
+            "p99_ms": _pct(latencies, 0.99) if latencies else None,
+            "max_ms": max(latencies) * 1000 if latencies else None,
+            "unanswered": codes.get(0, 0), "unanswered_errors": errors,
+            "admitted_ids": admitted, "shed_ids": shed, "loadgen": "vegeta"}
 
 
 async def _recorded_once(client: StreamsClient, admitted: list[str],
@@ -307,10 +403,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         if args.overload > 0:
             offered = args.overload * rest["per_s"]
             _say(f"overload: {offered:,.0f}/s offered for {args.overload_seconds:g} s")
-            overload = await _fixed_rate(url, token, runs, offered, args.overload_seconds,
-                                         tag=f"ov{uuid.uuid4().hex[:6]}")
-            _say(f"  {overload['admitted']} admitted, {overload['shed']} shed; checking "
-                 "what was recorded")
+            tag = f"ov{uuid.uuid4().hex[:6]}"
+            overload = await asyncio.to_thread(
+                _vegeta_rate, url, token, runs, offered, args.overload_seconds, tag) \
+                if args.loadgen == "vegeta" else await _fixed_rate(
+                    url, token, runs, offered, args.overload_seconds, tag=tag,
+                    connections=args.overload_connections)
+            _say(f"  {overload['admitted']} admitted (p50 {overload['p50_ms']} ms, p99 "
+                 f"{overload['p99_ms']} ms), {overload['shed']} shed, "
+                 f"{overload.get('unsent_no_free_connection', 0)} unsent; checking what was "
+                 "recorded")
             check = await _recorded_once(client, overload.pop("admitted_ids"),
                                          overload.pop("shed_ids"))
             overload = {"factor": args.overload, "asked_per_s": round(offered, 1),
@@ -351,5 +453,11 @@ if __name__ == "__main__":
     parser.add_argument("--overload", type=float, default=3.0,
                         help="offer this many times the measured throughput (0: skip)")
     parser.add_argument("--overload-seconds", type=float, default=20.0)
+    parser.add_argument("--loadgen", choices=("python", "vegeta"), default="python",
+                        help="the overload phase's load generator: this process (httpx), or "
+                        f"vegeta ({VEGETA}; built with go when missing)")
+    parser.add_argument("--overload-connections", type=int, default=400,
+                        help="the overload phase's connections: a command due while all "
+                        "are busy is counted unsent, not queued")
     result = asyncio.run(main(parser.parse_args()))
     print(json.dumps(result, indent=2))

@@ -51,6 +51,7 @@ from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.settings import Settings
+from streams.surfaces.http.admission import Admission, ShedCommands
 from streams.surfaces.modules import import_user_module
 
 with needs("serve", "streams serve"):
@@ -140,68 +141,6 @@ def service_of(request: Request) -> CommandService:
 
 Key = Annotated[str | None, Depends(bearer_key)]
 Service = Annotated[CommandService, Depends(service_of)]
-
-
-class Admission:
-    """Whether a command may run now: not when `limit` commands run already, nor (with a
-    `max_lag`; 0 turns it off) while the event loop runs more than `max_lag` seconds late.
-    `enter` says why not then (the caller sheds the command), else counts it in until
-    `leave`. One event loop: no lock needed.
-
-    The lag matters because the in-flight count alone does not bound queueing: when the
-    loop itself is the bottleneck (HTTP parsing and the commands' Python work on a busy
-    machine), requests wait before any handler runs, few are in flight, and nothing was
-    shed while admitted commands took 23-39 s (`bench.rest_commands --overload 3`). A
-    ticker (`watch`, started by the first `enter`) measures how late the loop wakes it."""
-
-    TICK = 0.05
-    """Seconds between the lag ticker's wake-ups."""
-
-    def __init__(self, limit: int, max_lag: float = 0.0) -> None:
-        self.limit = limit
-        self.max_lag = max_lag
-        self.running = 0
-        self.shed = 0
-        self.shed_for_lag = 0
-        self.lag = 0.0
-        self._watching: asyncio.Task[None] | None = None
-
-    def enter(self) -> str | None:
-        """Count a command in (None), or say why it is shed (counted): `limit` commands run
-        already, or the loop is late by more than `max_lag`."""
-        if self._watching is None and self.max_lag:
-            self._watching = asyncio.get_running_loop().create_task(self.watch())
-        if self.running >= self.limit:
-            self.shed += 1
-            return f"the server is running {self.limit} commands already " \
-                "(STREAMS_SERVE_MAX_IN_FLIGHT)"
-        if self.max_lag and self.lag > self.max_lag:
-            self.shed += 1
-            self.shed_for_lag += 1
-            return f"the server is {self.lag:.2f} s behind its work (over " \
-                "STREAMS_SERVE_MAX_LAG)"
-        self.running += 1
-        return None
-
-    async def watch(self) -> None:
-        """Measure the event loop's lag until cancelled (`close`)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            began = loop.time()
-            await asyncio.sleep(self.TICK)
-            self.lag = max(0.0, loop.time() - began - self.TICK)
-
-    async def close(self) -> None:
-        """Stop the lag ticker."""
-        task, self._watching = self._watching, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    def leave(self) -> None:
-        """A command admitted by `enter` is done."""
-        self.running -= 1
 
 
 _HINTS = {"query.cursor": "invalid cursor: pass the next_cursor of an earlier page unchanged, "
@@ -328,24 +267,13 @@ commands = APIRouter(prefix=WORKSPACE)
 )
 async def _command(request: Request, workspace_id: str, key: Key,
                    service: Service) -> JSONResponse:
-    # Run one command frame, if there is room: shedding at once keeps the latency of the
-    # admitted ones bounded, where an unbounded queue made every command wait (26 s p50).
-    admission: Admission = request.app.state.admission
-    why_shed = admission.enter()
-    if why_shed is not None:
-        shed = _answer(CommandFailed(
-            "unavailable", f"{why_shed}: retry after the Retry-After seconds, "
-            "with the same command_id").frame())
-        shed.headers["Retry-After"] = "1"
-        return shed
+    # Run one command frame. It was admitted before routing (ShedCommands, the outermost
+    # layer): a command past the limit never gets here.
     try:
-        try:
-            body = await _body(request)
-        except CommandFailed as exc:
-            return _answer(exc.frame())
-        return _answer(await service.execute(key, workspace_id, body))
-    finally:
-        admission.leave()
+        body = await _body(request)
+    except CommandFailed as exc:
+        return _answer(exc.frame())
+    return _answer(await service.execute(key, workspace_id, body))
 
 
 runs = APIRouter(prefix=WORKSPACE)
@@ -485,6 +413,7 @@ def create_app(runtime: Runtime | None = None, *,
         max_in_flight or app.state.settings.serve_max_in_flight,
         app.state.settings.serve_max_lag)
     app.router.on_shutdown.append(admission.close)
+    app.add_middleware(ShedCommands, admission=admission)
     validating: Sequence[type[Feedback]] = list(
         types if types is not None
         else runtime.types if runtime is not None
