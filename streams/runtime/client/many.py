@@ -439,6 +439,11 @@ class FeedbackBatcher:
         self.batches = 0
         """Batches sent so far."""
 
+    @property
+    def idle(self) -> bool:
+        """Nothing waits and nothing is being recorded: the batcher may be dropped."""
+        return not self._flushing and not self._pending
+
     async def give(self, item: FeedbackItem) -> Given:
         """Record one item with the next batch; its Given, or raises the error it alone was
         refused with (or the batch's, when the brokers did not answer)."""

@@ -79,6 +79,10 @@ from streams.runtime.client.views import TenantView
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 
+BATCHERS_KEPT = 10_000
+"""Group-commit batchers a client keeps (one per event loop, actor and workspace) before it
+drops the idle ones."""
+
 
 @dataclass(frozen=True)
 class RunsPage:
@@ -258,6 +262,11 @@ class StreamsClient:
                ws.capabilities)
         found = self._batchers.get(key)
         if found is None:
+            if len(self._batchers) >= BATCHERS_KEPT:
+                # One per actor and workspace seen: a server meets many over its life. An
+                # idle one holds nothing, so dropping it loses nothing.
+                for old in [k for k, b in self._batchers.items() if b.idle]:
+                    del self._batchers[old]
             found = self._batchers[key] = FeedbackBatcher(ws)
         return found
 

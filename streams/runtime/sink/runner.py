@@ -706,6 +706,7 @@ class SinkRunner:
         if self._paused:
             self.consumer.resume(self.consumer.assignment())
             self._paused = False
+        self.lag.update(self.consumer)  # every turn, held records or not
         if self._held:
             # What a paused poll was handed, of partitions still assigned, before anything
             # fetched after them.
@@ -715,7 +716,6 @@ class SinkRunner:
             self._held = []
             if held:
                 return held
-        self.lag.update(self.consumer)
         messages = self._consumed(self.batch_wait)
         good: list[Message] = []
         for msg in messages:
