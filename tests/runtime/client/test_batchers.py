@@ -6,20 +6,11 @@ import pytest
 
 from streams.core.actors import UserActor
 from streams.runtime.client import workspace as workspace_module
-from streams.runtime.client.workspace import StreamsClient
-from streams.runtime.root import Runtime
-from streams.settings import Settings
-from tests.conftest import _free_port
-
-
-def _client() -> StreamsClient:
-    port = _free_port()
-    return StreamsClient(Runtime(Settings(bootstrap_servers=f"127.0.0.1:{port}",
-                                  schema_registry_url=f"http://127.0.0.1:{port}")))
+from tests.runtime.client.factories import offline_client
 
 
 async def test_handles_of_one_actor_and_workspace_share_a_batcher() -> None:
-    client = _client()
+    client = offline_client()
     ada = client.workspace("acme", "prod", actor=UserActor(id="ada"))
     again = client.workspace("acme", "prod", actor=UserActor(id="ada"))
     assert client.batcher(ada) is client.batcher(again)
@@ -33,7 +24,7 @@ async def test_past_the_limit_idle_batchers_are_dropped_and_busy_ones_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(workspace_module, "BATCHERS_KEPT", 3)
-    client = _client()
+    client = offline_client()
     handles = [client.workspace("acme", f"w{n}", actor=UserActor(id="ada")) for n in range(8)]
     busy = client.batcher(handles[0])
     busy._pending.append(object())  # type: ignore[arg-type]  # a call waiting: not idle

@@ -10,20 +10,11 @@ from streams.core.errors import Forbidden
 from streams.core.events import Change, Envelope, ProposalMade
 from streams.core.proposals import EVALUATOR, ProposalOutcome
 from streams.core.targets import RunTarget
-from streams.runtime.client.workspace import StreamsClient
-from streams.runtime.root import Runtime
-from streams.settings import Settings
-from tests.conftest import _free_port
-
-
-def _client() -> StreamsClient:
-    port = _free_port()
-    return StreamsClient(Runtime(Settings(bootstrap_servers=f"127.0.0.1:{port}",
-                                  schema_registry_url=f"http://127.0.0.1:{port}")))
+from tests.runtime.client.factories import offline_client
 
 
 async def test_the_evaluator_cannot_append_anything_but_feedback() -> None:
-    client = _client()
+    client = offline_client()
     evaluator = client.workspace("acme", "support").as_actor(EVALUATOR)
     proposal = ProposalMade(proposal_id="p1", artifact_id="a1", kind="note",
                             change=Change(set={"text": "x"}))
@@ -38,7 +29,7 @@ async def test_the_evaluator_cannot_append_anything_but_feedback() -> None:
 
 
 async def test_a_narrowed_handle_refuses_before_any_io() -> None:
-    client = _client()
+    client = offline_client()
     reader = client.workspace("acme", "support").as_actor(
         UserActor(id="ada"), capabilities=frozenset({Capability.READ}))
     with pytest.raises(Forbidden, match="appending feedback_given needs 'give_feedback'"):
@@ -52,7 +43,7 @@ async def test_a_narrowed_handle_refuses_before_any_io() -> None:
 
 
 async def test_proposal_methods_check_capabilities_before_any_io() -> None:
-    client = _client()
+    client = offline_client()
     evaluator = client.workspace("acme", "support").as_actor(EVALUATOR)
     with pytest.raises(Forbidden, match="appending artifact_created"):
         await evaluator.create_artifact("a1", {"text": "x"})
