@@ -41,6 +41,7 @@ from typing import Any, Final
 
 from streams.core.app_events import AppEventTypes, app_event_types, known_event_types
 from streams.core.events import EVENT_TYPES, AppEvent, Event
+from streams.core.jsonform import schema_problem
 from streams.core.rules.actions import Action, RetryPolicy
 from streams.core.rules.checks import InvalidRule
 from streams.core.rules.engine import Rule
@@ -257,24 +258,6 @@ def rule_to_json(rule: Rule) -> str:
 # -- JSON -> rule ------------------------------------------------------------------------------
 
 
-def _at(path: Collection[str | int]) -> str:
-    text = "$"
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return text
-
-
-def _schema_error(data: object) -> str | None:
-    """The deepest, most specific schema violation, as 'at $.x.y: message', or None."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import best_match
-
-    error = best_match(Draft202012Validator(RULE_SCHEMA).iter_errors(data))
-    if error is None:
-        return None
-    return f"at {_at(error.absolute_path)}: {error.message}"
-
-
 def _path_from_list(parts: list[str | int], at: str) -> Path:
     try:
         return Path(str(parts[0]), tuple(parts[1:]))
@@ -340,7 +323,7 @@ def rule_from_dict(
     naming another action is refused. `types`: the declared app event types (the
     process-wide registry by default). Every refusal is `InvalidRule` naming the JSON path.
     """
-    problem = _schema_error(data)
+    problem = schema_problem(RULE_SCHEMA, data)
     if problem is not None:
         raise InvalidRule(f"rule JSON {problem}. The rule's JSON Schema is "
                           f"schemas/rule/v1.schema.json (docs/rules.md, 'Rules as data')")

@@ -1,0 +1,276 @@
+"""Annotation queues as data: what enters a queue, what people give on its items, and how.
+
+A queue's JSON form (its JSON Schema is `QUEUE_SCHEMA`, committed as
+schemas/queue/v1.schema.json):
+
+    {"name": "triage-review",
+     "description": "wrong triage verdicts, seen by two people",
+     "enters": {"runs_of": "ops:wrong-triage"},
+     "sample": 0.25,
+     "feedback_types": ["triage_quality"],
+     "reviewers": 2,
+     "blind": true,
+     "lease_seconds": 600}
+
+`enters` names one source of items, by kind:
+- `{"runs_of": rule}`: the runs of a rule; `{"firings_of": rule}`: its firings;
+  `{"chains": {}}`: every chain (a correlation of an app event, its firings and runs);
+- `{"judged_below": {"evaluator", "feedback_type", "field", "threshold", "on"}}`: targets an
+  evaluator scored below `threshold` on a numeric `field` of its `feedback_type`;
+- `{"disagreements": {"evaluator", "feedback_type", "on"}}`: targets where the evaluator and
+  a person gave different values of the same feedback type.
+`on` is the kind of target those verdicts are on (`run`, the default, `firing`, `chain`).
+`sample` keeps that share of what enters, uniformly (1, the default, keeps all).
+
+`reviewers` (k, default 1) is how many different people review each item; `blind` hides the
+other reviewers' and the evaluators' verdicts from a reviewer until they submit;
+`lease_seconds` is how long a reviewer holds an item before it returns to the queue.
+
+`queue_from_dict` refuses, naming the JSON path (`$.feedback_types[0]`) and what to write
+there: anything the schema does not allow, a feedback type nobody registered, one that cannot
+be given on the queue's items, an evaluator's feedback type that is unknown, or a field of it
+that is not a number.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from streams.core.errors import ValidationFailed
+from streams.core.feedback import Feedback, FeedbackRegistry
+from streams.core.feedback import registry as default_registry
+from streams.core.jsonform import schema_problem
+from streams.core.typeinfo import UnsupportedType, field_shape
+
+__all__ = [
+    "ITEM_KINDS",
+    "QUEUE_SCHEMA",
+    "QUEUE_SCHEMA_ID",
+    "Entry",
+    "InvalidQueue",
+    "Queue",
+    "parse_queue",
+    "queue_from_dict",
+    "queue_to_dict",
+]
+
+QUEUE_SCHEMA_ID: Final = "https://feedback-streams.dev/schemas/queue/v1.schema.json"
+
+ITEM_KINDS: Final = ("run", "firing", "chain")
+"""The kinds of items a queue holds: the kinds of targets feedback is given on."""
+
+_NAME: Final = "^[a-z0-9][a-z0-9:_.-]*$"
+_ON: Final[dict[str, Any]] = {"enum": list(ITEM_KINDS), "default": "run",
+                              "description": "The kind of target the evaluator's verdicts "
+                                             "are on."}
+_EVALUATOR: Final[dict[str, Any]] = {
+    "type": "string", "minLength": 1, "pattern": "^[^\\x00-\\x1f\\x7f]+$",
+    "description": "The evaluator's name, or name@version for one version only."}
+
+
+def _source(key: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "required": [key],
+            "properties": {key: body}}
+
+
+QUEUE_SCHEMA: Final[dict[str, Any]] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": QUEUE_SCHEMA_ID,
+    "title": "Queue",
+    "description": "A feedback-streams annotation queue as data (streams.core.queues).",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "enters", "feedback_types"],
+    "properties": {
+        "name": {"type": "string", "pattern": _NAME, "maxLength": 128},
+        "description": {"type": "string"},
+        "enters": {
+            "description": "Where the queue's items come from: exactly one source.",
+            "oneOf": [
+                _source("runs_of", {"type": "string", "pattern": _NAME,
+                                    "description": "A rule's name: its runs."}),
+                _source("firings_of", {"type": "string", "pattern": _NAME,
+                                       "description": "A rule's name: its firings."}),
+                _source("chains", {"type": "object", "additionalProperties": False,
+                                   "description": "Every chain."}),
+                _source("judged_below", {
+                    "type": "object", "additionalProperties": False,
+                    "required": ["evaluator", "feedback_type", "field", "threshold"],
+                    "properties": {"evaluator": _EVALUATOR,
+                                   "feedback_type": {"type": "string", "minLength": 1},
+                                   "field": {"type": "string", "minLength": 1},
+                                   "threshold": {"type": "number"},
+                                   "on": _ON}}),
+                _source("disagreements", {
+                    "type": "object", "additionalProperties": False,
+                    "required": ["evaluator", "feedback_type"],
+                    "properties": {"evaluator": _EVALUATOR,
+                                   "feedback_type": {"type": "string", "minLength": 1},
+                                   "on": _ON}}),
+            ],
+        },
+        "sample": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1},
+        "feedback_types": {"type": "array", "minItems": 1, "uniqueItems": True,
+                           "items": {"type": "string", "minLength": 1}},
+        "reviewers": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1},
+        "blind": {"type": "boolean", "default": False},
+        "lease_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400,
+                          "default": 900},
+    },
+}
+"""The JSON Schema of a queue's JSON form (committed as schemas/queue/v1.schema.json)."""
+
+
+class InvalidQueue(ValidationFailed, ValueError):
+    """A queue definition that cannot be used; the message names the JSON path and the fix."""
+
+
+EntryKind = Literal["runs_of", "firings_of", "chains", "judged_below", "disagreements"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What enters a queue: `kind`, and for its kind the rule, or the evaluator, its feedback
+    type, the numeric field and threshold (judged_below), and the targets' kind (`on`)."""
+
+    kind: EntryKind
+    rule: str | None = None
+    evaluator: str | None = None
+    feedback_type: str | None = None
+    field: str | None = None
+    threshold: float | None = None
+    on: str = "run"
+
+    @property
+    def item_kind(self) -> str:
+        """The kind of the items this entry brings: run, firing or chain."""
+        return {"runs_of": "run", "firings_of": "firing", "chains": "chain"}.get(
+            self.kind, self.on)
+
+
+@dataclass(frozen=True)
+class Queue:
+    """An annotation queue (see the module's docstring for each field)."""
+
+    name: str
+    enters: Entry
+    feedback_types: tuple[str, ...]
+    sample: float = 1.0
+    reviewers: int = 1
+    blind: bool = False
+    lease_seconds: float = 900.0
+    description: str | None = None
+
+    @property
+    def item_kind(self) -> str:
+        """The kind of the queue's items: run, firing or chain."""
+        return self.enters.item_kind
+
+
+def _numeric(cls: type[Feedback], field: str) -> bool:
+    # The same reading of a field's type as the Avro schema and the score mapping use.
+    info = cls.model_fields.get(field)
+    if info is None:
+        return False
+    try:
+        return field_shape(info).kind in ("int", "float")
+    except UnsupportedType:
+        return False
+
+
+def _entry(data: Mapping[str, Any], types: FeedbackRegistry) -> Entry:
+    ((kind, body),) = data.items()
+    if kind == "runs_of":
+        return Entry(kind="runs_of", rule=body)
+    if kind == "firings_of":
+        return Entry(kind="firings_of", rule=body)
+    if kind == "chains":
+        return Entry(kind="chains")
+    at = f"$.enters.{kind}"
+    cls = types.get(body["feedback_type"])
+    if cls is None or cls.feedback_abstract:
+        raise InvalidQueue(
+            f"queue JSON at {at}.feedback_type: no feedback type {body['feedback_type']!r}; "
+            f"the registered types are {types.names()}: load the module that defines it")
+    on = body.get("on", "run")
+    if on not in cls.feedback_targets:
+        raise InvalidQueue(
+            f"queue JSON at {at}.on: {cls.feedback_name} feedback is never given on a {on}; "
+            f"it targets {sorted(cls.feedback_targets)}")
+    if kind == "judged_below":
+        if not _numeric(cls, body["field"]):
+            numbers = sorted(f for f in cls.model_fields if _numeric(cls, f))
+            raise InvalidQueue(
+                f"queue JSON at {at}.field: {body['field']!r} is not a numeric field of "
+                f"{cls.feedback_name}; its numeric fields are {numbers}")
+        return Entry(kind="judged_below", evaluator=body["evaluator"],
+                     feedback_type=cls.feedback_name, field=body["field"],
+                     threshold=float(body["threshold"]), on=on)
+    return Entry(kind="disagreements", evaluator=body["evaluator"],
+                 feedback_type=cls.feedback_name, on=on)
+
+
+def queue_from_dict(data: object, *, types: FeedbackRegistry | None = None) -> Queue:
+    """The queue a JSON form describes, checked against `types` (the process-wide feedback
+    registry by default). Every refusal is `InvalidQueue` naming the JSON path."""
+    problem = schema_problem(QUEUE_SCHEMA, data)
+    if problem is not None:
+        raise InvalidQueue(f"queue JSON {problem}. The queue's JSON Schema is "
+                           "schemas/queue/v1.schema.json (docs/ui.md, 'Queues as data')")
+    assert isinstance(data, dict)
+    registered = types if types is not None else default_registry
+    entry = _entry(data["enters"], registered)
+    for n, name in enumerate(data["feedback_types"]):
+        cls = registered.get(name)
+        if cls is None or cls.feedback_abstract:
+            raise InvalidQueue(
+                f"queue JSON at $.feedback_types[{n}]: no feedback type {name!r}; the "
+                f"registered types are {registered.names()}: load the module that defines "
+                f"{name!r} (`streams serve --types <module>`, or STREAMS_FEEDBACK_MODULES)")
+        if entry.item_kind not in cls.feedback_targets:
+            raise InvalidQueue(
+                f"queue JSON at $.feedback_types[{n}]: {name} feedback cannot be given on "
+                f"a {entry.item_kind}, and this queue's items are {entry.item_kind}s; it "
+                f"targets {sorted(cls.feedback_targets)}")
+    return Queue(name=data["name"], enters=entry,
+                 feedback_types=tuple(data["feedback_types"]),
+                 sample=float(data.get("sample", 1.0)), reviewers=data.get("reviewers", 1),
+                 blind=data.get("blind", False),
+                 lease_seconds=float(data.get("lease_seconds", 900.0)),
+                 description=data.get("description"))
+
+
+def queue_to_dict(queue: Queue) -> dict[str, Any]:
+    """A queue's JSON form (defaults spelled out); `queue_from_dict` gives the queue back."""
+    entry = queue.enters
+    body: Any
+    if entry.kind in ("runs_of", "firings_of"):
+        body = entry.rule
+    elif entry.kind == "chains":
+        body = {}
+    else:
+        body = {"evaluator": entry.evaluator, "feedback_type": entry.feedback_type,
+                "on": entry.on}
+        if entry.kind == "judged_below":
+            body.update(field=entry.field, threshold=entry.threshold)
+    data: dict[str, Any] = {"name": queue.name, "enters": {entry.kind: body},
+                            "feedback_types": list(queue.feedback_types),
+                            "sample": queue.sample, "reviewers": queue.reviewers,
+                            "blind": queue.blind, "lease_seconds": queue.lease_seconds}
+    if queue.description is not None:
+        data["description"] = queue.description
+    return data
+
+
+def parse_queue(text: str | bytes, *, types: FeedbackRegistry | None = None) -> Queue:
+    """The queue of a JSON text (see `queue_from_dict`); text that is not JSON is refused
+    with the line and column of the mistake."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidQueue(f"queue JSON is not valid JSON: {exc.msg} at line {exc.lineno} "
+                           f"column {exc.colno}") from exc
+    return queue_from_dict(data, types=types)

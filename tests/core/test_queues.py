@@ -1,0 +1,132 @@
+"""Queues as data: the JSON form, its committed schema, and refusals that name the path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import streams.examples.ops  # noqa: F401  (registers triage_quality, resolution, ...)
+from streams.core.errors import ValidationFailed
+from streams.core.queues import (
+    QUEUE_SCHEMA,
+    Entry,
+    InvalidQueue,
+    Queue,
+    parse_queue,
+    queue_from_dict,
+    queue_to_dict,
+)
+
+SCHEMA_FILE = Path(__file__).parents[2] / "schemas" / "queue" / "v1.schema.json"
+
+
+def a_queue(**changes: Any) -> dict[str, Any]:
+    """A valid queue's JSON form (the module docstring's example), with `changes`."""
+    return {"name": "triage-review", "enters": {"runs_of": "ops:wrong-triage"},
+            "feedback_types": ["triage_quality"], "reviewers": 2, "blind": True,
+            "sample": 0.25, "lease_seconds": 600, **changes}
+
+
+def test_the_committed_schema_is_the_codes_schema() -> None:
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator.check_schema(QUEUE_SCHEMA)
+    assert json.loads(SCHEMA_FILE.read_text()) == QUEUE_SCHEMA
+
+
+def test_the_documented_example() -> None:
+    queue = queue_from_dict(a_queue())
+    assert queue == Queue(name="triage-review", enters=Entry(kind="runs_of",
+                                                             rule="ops:wrong-triage"),
+                          feedback_types=("triage_quality",), sample=0.25, reviewers=2,
+                          blind=True, lease_seconds=600.0)
+    assert queue.item_kind == "run"
+
+
+def test_defaults_one_reviewer_not_blind_everything_sampled_a_quarter_hour_lease() -> None:
+    queue = queue_from_dict({"name": "q", "enters": {"chains": {}},
+                             "feedback_types": ["resolution"]})
+    assert (queue.reviewers, queue.blind, queue.sample, queue.lease_seconds) == \
+        (1, False, 1.0, 900.0)
+    assert queue.item_kind == "chain"
+
+
+@st.composite
+def queues(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["runs_of", "firings_of", "chains", "judged_below",
+                                 "disagreements"]))
+    enters: dict[str, Any]
+    if kind in ("runs_of", "firings_of"):
+        enters = {kind: draw(st.from_regex(r"[a-z0-9][a-z0-9:_.-]{0,20}", fullmatch=True))}
+        types = ["triage_quality"] if kind == "runs_of" else ["should_have_fired"]
+    elif kind == "chains":
+        enters, types = {"chains": {}}, ["resolution"]
+    else:
+        body: dict[str, Any] = {"evaluator": draw(st.sampled_from(["judge", "judge@2"])),
+                                "feedback_type": "resolution", "on": "chain"}
+        if kind == "judged_below":
+            body.update(field="minutes_to_mitigate",
+                        threshold=draw(st.floats(-1e6, 1e6, allow_nan=False)))
+        enters, types = {kind: body}, ["resolution"]
+    data: dict[str, Any] = {"name": draw(st.from_regex(r"[a-z0-9][a-z0-9-]{0,20}",
+                                                       fullmatch=True)),
+                            "enters": enters, "feedback_types": types}
+    if draw(st.booleans()):
+        data["reviewers"] = draw(st.integers(1, 100))
+        data["blind"] = draw(st.booleans())
+        data["sample"] = draw(st.floats(0.001, 1.0))
+        data["lease_seconds"] = draw(st.floats(1.0, 86400.0))
+        data["description"] = draw(st.text(max_size=20))
+    return data
+
+
+@given(queues())
+def test_a_queue_s_json_form_gives_the_queue_back(data: dict[str, Any]) -> None:
+    from jsonschema import Draft202012Validator
+
+    queue = queue_from_dict(data)
+    again = queue_to_dict(queue)
+    Draft202012Validator(QUEUE_SCHEMA).validate(again)
+    assert queue_from_dict(again) == queue
+    assert parse_queue(json.dumps(again)) == queue
+
+
+@pytest.mark.parametrize(("changes", "path", "says"), [
+    ({"reviewers": 0}, "$.reviewers", "less than the minimum"),
+    ({"sample": 0}, "$.sample", "less than or equal to the minimum"),
+    ({"lease_seconds": -1}, "$.lease_seconds", "less than or equal to the minimum"),
+    ({"name": "Triage Review"}, "$.name", "does not match"),
+    ({"feedback_types": []}, "$.feedback_types", "should be non-empty"),
+    ({"enters": {"runs_of": "a", "chains": {}}}, "$.enters", "is not valid under any"),
+    ({"enters": {"everything": {}}}, "$.enters", "is not valid under any"),
+    ({"assignee": "ada"}, "$", "Additional properties are not allowed ('assignee'"),
+    ({"feedback_types": ["nope"]}, "$.feedback_types[0]", "no feedback type 'nope'"),
+    ({"feedback_types": ["triage_quality", "resolution"]}, "$.feedback_types[1]",
+     "resolution feedback cannot be given on a run"),
+    ({"enters": {"judged_below": {"evaluator": "judge", "feedback_type": "nope",
+                                  "field": "x", "threshold": 1}}},
+     "$.enters.judged_below.feedback_type", "no feedback type 'nope'"),
+    ({"enters": {"judged_below": {"evaluator": "judge", "feedback_type": "resolution",
+                                  "field": "resolved", "threshold": 1, "on": "chain"}},
+      "feedback_types": ["resolution"]},
+     "$.enters.judged_below.field", "its numeric fields are ['minutes_to_mitigate']"),
+    ({"enters": {"disagreements": {"evaluator": "judge", "feedback_type": "resolution"}}},
+     "$.enters.disagreements.on", "never given on a run; it targets ['chain']"),
+])
+def test_a_bad_queue_is_refused_at_its_path(changes: dict[str, Any], path: str,
+                                            says: str) -> None:
+    with pytest.raises(InvalidQueue) as refused:
+        queue_from_dict(a_queue(**changes))
+    assert f"at {path}:" in str(refused.value)
+    assert says in str(refused.value)
+    assert isinstance(refused.value, ValidationFailed)
+
+
+def test_text_that_is_not_json_is_refused_with_its_line_and_column() -> None:
+    with pytest.raises(InvalidQueue, match="line 2 column 1"):
+        parse_queue('{"name": "q",\n}')
