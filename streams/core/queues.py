@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final, Literal
 
 from streams.core.errors import ValidationFailed
@@ -52,6 +52,9 @@ __all__ = [
     "Entry",
     "InvalidQueue",
     "Queue",
+    "QueueEntry",
+    "check_install",
+    "entry_key",
     "parse_queue",
     "queue_from_dict",
     "queue_to_dict",
@@ -274,3 +277,79 @@ def parse_queue(text: str | bytes, *, types: FeedbackRegistry | None = None) -> 
         raise InvalidQueue(f"queue JSON is not valid JSON: {exc.msg} at line {exc.lineno} "
                            f"column {exc.colno}") from exc
     return queue_from_dict(data, types=types)
+
+
+# -- installed queues -----------------------------------------------------------------------
+
+
+def entry_key(workspace: str, name: str) -> str:
+    """The key of a queue's entry in its tenant's queues topic: queue names are unique per
+    workspace (workspaces carry no newline)."""
+    return f"{workspace}\n{name}"
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """The newest word on one queue of a workspace, as its tenant's queues topic
+    (`<prefix>.<tenant>.queues`, compacted, keyed by `entry_key`) keeps it: the definition
+    (its JSON form), who installed it and when (ms since the epoch), and whether it has been
+    archived since."""
+
+    workspace: str
+    name: str
+    state: Literal["installed", "archived"]
+    definition: dict[str, Any]
+    installed_at_ms: int
+    installed_by: str
+    archived_at_ms: int | None = None
+    archived_by: str | None = None
+
+    @property
+    def live(self) -> bool:
+        """Installed and not archived since."""
+        return self.state == "installed"
+
+    @property
+    def key(self) -> str:
+        """Its key in the queues topic."""
+        return entry_key(self.workspace, self.name)
+
+    def archived(self, at_ms: int, by: str) -> QueueEntry:
+        """This entry, archived at `at_ms` by `by`."""
+        return replace(self, state="archived", archived_at_ms=at_ms, archived_by=by)
+
+    def encode(self) -> bytes:
+        """The record value."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> QueueEntry:
+        """The entry of a record value; InvalidQueue naming what is wrong otherwise."""
+        try:
+            data = json.loads(value)
+            entry = cls(**data)
+        except (ValueError, TypeError) as exc:
+            raise InvalidQueue(f"not a queue entry: {exc}") from exc
+        if entry.state not in ("installed", "archived") or not isinstance(entry.definition,
+                                                                         dict):
+            raise InvalidQueue(f"not a queue entry: state {entry.state!r}")
+        return entry
+
+
+def check_install(definition: object, workspace: str,
+                  installed: Mapping[str, QueueEntry], *,
+                  types: FeedbackRegistry | None = None) -> tuple[Queue, bool]:
+    """The queue a definition describes and whether it repeats the live queue of that name
+    (same definition: nothing to write). InvalidQueue if the definition is refused (see
+    `queue_from_dict`) or a live queue of that name has another definition."""
+    queue = queue_from_dict(definition, types=types)
+    canonical = queue_to_dict(queue)
+    current = installed.get(entry_key(workspace, queue.name))
+    if current is None or not current.live:
+        return queue, False
+    if current.definition == canonical:
+        return queue, True
+    raise InvalidQueue(
+        f"queue {queue.name!r} is live in workspace {workspace!r} with another definition: "
+        f"archive it first (streams queues archive {queue.name}) or give this one another "
+        "name")

@@ -60,11 +60,12 @@ RULEBOOK: Final = "rulebook"
 REDRIVEN: Final = "redriven"
 COMMANDS: Final = "commands"
 RULESTATE: Final = "rulestate"
+QUEUES: Final = "queues"
 
 KINDS = (EVENTS, SCORES, DEADLETTER, RULES)
 """The kinds `parse_topic` recognizes: the topics every tenant has (TenantTopics.all)."""
 
-TENANT_KINDS = (*KINDS, INDEX, RULEBOOK, REDRIVEN, COMMANDS, RULESTATE)
+TENANT_KINDS = (*KINDS, INDEX, RULEBOOK, REDRIVEN, COMMANDS, RULESTATE, QUEUES)
 """Every kind of a tenant's topics, those made on demand included."""
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "INDEX",
     "KINDS",
     "PREFIX_PATTERN",
+    "QUEUES",
     "REDRIVEN",
     "RULEBOOK",
     "RULES",
@@ -196,6 +198,11 @@ class TenantTopics:
         return sibling_topic(self.events, RULEBOOK)
 
     @property
+    def queues(self) -> str:
+        """The tenant's annotation queues topic (streams.core.queues)."""
+        return sibling_topic(self.events, QUEUES)
+
+    @property
     def redriven(self) -> str:
         """The tenant's redriven topic."""
         return sibling_topic(self.events, REDRIVEN)
@@ -213,7 +220,7 @@ class TenantTopics:
     def every(self) -> tuple[str, ...]:
         """Every topic the tenant may have (what deleting it deletes)."""
         return (*self.all(), self.index, self.rulebook, self.commands, self.redriven,
-                self.rulestate)
+                self.rulestate, self.queues)
 
 
 def tenant_topics(tenant: str, prefix: str = "fs") -> TenantTopics:

@@ -17,6 +17,9 @@ from streams.core.queues import (
     Entry,
     InvalidQueue,
     Queue,
+    QueueEntry,
+    check_install,
+    entry_key,
     parse_queue,
     queue_from_dict,
     queue_to_dict,
@@ -130,3 +133,45 @@ def test_a_bad_queue_is_refused_at_its_path(changes: dict[str, Any], path: str,
 def test_text_that_is_not_json_is_refused_with_its_line_and_column() -> None:
     with pytest.raises(InvalidQueue, match="line 2 column 1"):
         parse_queue('{"name": "q",\n}')
+
+
+# -- installed queues -----------------------------------------------------------------------
+
+
+def an_entry(**changes: Any) -> QueueEntry:
+    """The installed entry of `a_queue()` in workspace prod, with `changes`."""
+    fields: dict[str, Any] = {
+        "workspace": "prod", "name": "triage-review", "state": "installed",
+        "definition": queue_to_dict(queue_from_dict(a_queue())),
+        "installed_at_ms": 1_700_000_000_000, "installed_by": "user:ada", **changes}
+    return QueueEntry(**fields)
+
+
+def test_an_entry_survives_its_record_and_garbage_is_refused() -> None:
+    entry = an_entry()
+    assert QueueEntry.decode(entry.encode()) == entry
+    archived = entry.archived(1_700_000_001_000, "user:bo")
+    assert not archived.live and QueueEntry.decode(archived.encode()) == archived
+    assert entry.key == entry_key("prod", "triage-review") == "prod\ntriage-review"
+    for garbage in (b"not json", b"{}", b'{"state": "maybe"}',
+                    an_entry(state="maybe").encode()):  # type: ignore[arg-type]
+        with pytest.raises(InvalidQueue, match="not a queue entry"):
+            QueueEntry.decode(garbage)
+
+
+def test_an_install_is_new_a_repeat_or_refused_against_what_is_live() -> None:
+    installed = {an_entry().key: an_entry()}
+    # The same queue, defaults left out or spelled out: a repeat.
+    assert check_install(a_queue(), "prod", installed)[1] is True
+    assert check_install(an_entry().definition, "prod", installed)[1] is True
+    # Another workspace, or nothing installed: new.
+    assert check_install(a_queue(), "dev", installed)[1] is False
+    assert check_install(a_queue(), "prod", {})[1] is False
+    # Another definition under the live name: refused, saying what to do.
+    with pytest.raises(InvalidQueue, match=r"archive it first \(streams queues archive "
+                                           r"triage-review\)"):
+        check_install(a_queue(reviewers=3), "prod", installed)
+    # Once archived, the name is free for a new definition.
+    archived = {an_entry().key: an_entry().archived(1, "user:bo")}
+    assert check_install(a_queue(reviewers=3), "prod", archived) == \
+        (queue_from_dict(a_queue(reviewers=3)), False)

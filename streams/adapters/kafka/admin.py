@@ -22,6 +22,7 @@ from streams.core.tenancy import (
     EVENTS,
     INDEX,
     KINDS,
+    QUEUES,
     REDRIVEN,
     RULEBOOK,
     RULES,
@@ -60,6 +61,8 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     INDEX: {"cleanup.policy": "compact", "retention.ms": "-1", "segment.ms": "3600000"},
     # Installed rules (streams.core.rulebook): the newest entry per rule name is the word.
     RULEBOOK: {"cleanup.policy": "compact", "retention.ms": "-1"},
+    # A tenant's annotation queues: the newest entry per (workspace, queue), so compacted.
+    QUEUES: {"cleanup.policy": "compact", "retention.ms": "-1"},
     # Dead letters re-driven (streams.core.deadletters): one marker per letter, kept.
     REDRIVEN: {"cleanup.policy": "compact", "retention.ms": "-1"},
 }
@@ -194,6 +197,13 @@ class TenantAdmin:
         if it is missing; `streams rules install` calls this; returns its name."""
         topic = rulebook_topic(tenant, self.settings.topic_prefix)
         self._ensure(topic, 1, self.topic_config(RULEBOOK))
+        return topic
+
+    def ensure_queues_topic(self, tenant: str) -> str:
+        """Create the tenant's compacted one-partition queues topic (its annotation queues)
+        if it is missing; `streams queues install` calls this; returns its name."""
+        topic = tenant_topics(tenant, self.settings.topic_prefix).queues
+        self._ensure(topic, 1, self.topic_config(QUEUES))
         return topic
 
     def ensure_compacted_topic(self, topic: str, partitions: int,

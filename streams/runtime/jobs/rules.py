@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Collection
 from dataclasses import dataclass, replace
-from typing import Any
-
-from confluent_kafka import KafkaException
 
 from streams.adapters.kafka.log import watermarks
 from streams.core.actors import Actor, SystemActor
 from streams.core.app_events import AppEventTypes
-from streams.core.errors import KafkaUnavailable, NotFound, ValidationFailed
+from streams.core.errors import NotFound
 from streams.core.events import RuleArchived, RuleFired, RuleInstalled
 from streams.core.rulebook import (
     RulebookEntry,
@@ -40,11 +36,10 @@ from streams.core.rules import Rule
 from streams.core.runs import fire_envelopes
 from streams.core.tenancy import rulebook_group, rulebook_topic, tenant_topics
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.jobs.entries import read_entries, write_entry
 from streams.runtime.root import Runtime
 
 __all__ = ["Backfilled", "Installed", "Rulebook"]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,33 +76,8 @@ class Rulebook:
 
     def entries(self, tenant: str) -> dict[str, RulebookEntry]:
         """The tenant's rulebook, newest entry per rule ({} when nothing was installed)."""
-        topic = rulebook_topic(tenant, self.settings.topic_prefix)
-        if not self._exists(topic):
-            return {}
-        reader = self.runtime.topic_reader(topic)
-        found: dict[str, RulebookEntry] = {}
-        try:
-            for msg in reader.read_to_end():
-                key = (msg.key() or b"").decode()
-                value = msg.value()
-                if value is None:
-                    found.pop(key, None)
-                    continue
-                try:
-                    found[key] = RulebookEntry.decode(value)
-                except ValidationFailed as exc:
-                    log.warning("rulebook %s: skipping %s: %s", topic, key, exc)
-        finally:
-            reader.close()
-        return found
-
-    def _exists(self, topic: str) -> bool:
-        try:
-            meta = self.runtime.admin.client.list_topics(topic, timeout=self.settings.admin_timeout)
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"cannot list topics: {exc}") from exc
-        info = meta.topics.get(topic)
-        return info is not None and info.error is None
+        return read_entries(self.runtime, rulebook_topic(tenant, self.settings.topic_prefix),
+                            RulebookEntry.decode)
 
     def installation_point(self, tenant: str) -> dict[int, int]:
         """The end offset of each partition of the tenant's events topic, now."""
@@ -178,22 +148,10 @@ class Rulebook:
         return entry
 
     def _write(self, tenant: str, entry: RulebookEntry) -> None:
-        topic = self.runtime.admin.ensure_rulebook_topic(tenant)
-        errors: list[str] = []
-
-        def report(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
-        producer = self.runtime.producer
-        producer.produce(topic, key=entry.rule.encode(), value=entry.encode(),
-                         on_delivery=report)
-        left = producer.flush(self.settings.feedback_timeout)
-        if errors or left:
-            raise KafkaUnavailable(
-                f"the rulebook entry of {entry.rule!r} was not acknowledged "
-                f"({'; '.join(errors) or 'timed out'}); the fact is in the log: run the same "
-                f"install again to write the entry")
+        write_entry(self.runtime, self.runtime.admin.ensure_rulebook_topic(tenant),
+                    entry.rule.encode(), entry.encode(),
+                    f"the rulebook entry of {entry.rule!r}",
+                    "the fact is in the log: run the same install again to write the entry")
 
     async def backfill(self, tenant: str, rule: Rule, entry: RulebookEntry) -> Backfilled:
         """Replay `rule` over the tenant's events before its installation point and write

@@ -21,6 +21,7 @@ from streams.surfaces.cli.demo import demo
 from streams.surfaces.cli.index import index_app
 from streams.surfaces.cli.keys import keys_app
 from streams.surfaces.cli.mcp import mcp
+from streams.surfaces.cli.queues import queues_app
 from streams.surfaces.cli.report import report
 from streams.surfaces.cli.rules import rules_app
 from streams.surfaces.cli.schemas import schemas_app
@@ -74,6 +75,7 @@ app.add_typer(index_app, name="index")
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(sink_app, name="sink")
 app.add_typer(rules_app, name="rules")
+app.add_typer(queues_app, name="queues")
 app.add_typer(deadletters_app, name="deadletters")
 app.command()(report)
 app.command()(demo)
