@@ -47,6 +47,7 @@ from streams.core.typeinfo import UnsupportedType, field_shape
 
 __all__ = [
     "ITEM_KINDS",
+    "QUEUE_NAME_PATTERN",
     "QUEUE_SCHEMA",
     "QUEUE_SCHEMA_ID",
     "Entry",
@@ -54,7 +55,9 @@ __all__ = [
     "Queue",
     "QueueEntry",
     "check_install",
+    "entry_json",
     "entry_key",
+    "numeric_fields",
     "parse_queue",
     "queue_from_dict",
     "queue_to_dict",
@@ -65,7 +68,9 @@ QUEUE_SCHEMA_ID: Final = "https://feedback-streams.dev/schemas/queue/v1.schema.j
 ITEM_KINDS: Final = ("run", "firing", "chain")
 """The kinds of items a queue holds: the kinds of targets feedback is given on."""
 
-_NAME: Final = "^[a-z0-9][a-z0-9:_.-]*$"
+QUEUE_NAME_PATTERN: Final = "^[a-z0-9][a-z0-9:_.-]*$"
+"""What a queue's name matches."""
+_NAME: Final = QUEUE_NAME_PATTERN
 _ON: Final[dict[str, Any]] = {"enum": list(ITEM_KINDS), "default": "run",
                               "description": "The kind of target the evaluator's verdicts "
                                              "are on."}
@@ -173,15 +178,17 @@ class Queue:
         return self.enters.item_kind
 
 
-def _numeric(cls: type[Feedback], field: str) -> bool:
-    # The same reading of a field's type as the Avro schema and the score mapping use.
-    info = cls.model_fields.get(field)
-    if info is None:
-        return False
-    try:
-        return field_shape(info).kind in ("int", "float")
-    except UnsupportedType:
-        return False
+def numeric_fields(cls: type[Feedback]) -> list[str]:
+    """The fields of a feedback type a `judged_below` threshold may read: numbers (the same
+    reading of a field's type as the Avro schema and the score mapping use)."""
+    found = []
+    for name, info in cls.model_fields.items():
+        try:
+            if field_shape(info).kind in ("int", "float"):
+                found.append(name)
+        except UnsupportedType:
+            continue
+    return sorted(found)
 
 
 def _entry(data: Mapping[str, Any], types: FeedbackRegistry) -> Entry:
@@ -204,8 +211,8 @@ def _entry(data: Mapping[str, Any], types: FeedbackRegistry) -> Entry:
             f"queue JSON at {at}.on: {cls.feedback_name} feedback is never given on a {on}; "
             f"it targets {sorted(cls.feedback_targets)}")
     if kind == "judged_below":
-        if not _numeric(cls, body["field"]):
-            numbers = sorted(f for f in cls.model_fields if _numeric(cls, f))
+        numbers = numeric_fields(cls)
+        if body["field"] not in numbers:
             raise InvalidQueue(
                 f"queue JSON at {at}.field: {body['field']!r} is not a numeric field of "
                 f"{cls.feedback_name}; its numeric fields are {numbers}")
@@ -334,6 +341,14 @@ class QueueEntry:
                                                                          dict):
             raise InvalidQueue(f"not a queue entry: state {entry.state!r}")
         return entry
+
+
+def entry_json(entry: QueueEntry) -> dict[str, Any]:
+    """A queue's entry as JSON, as `streams queues` prints it."""
+    return {"queue": entry.name, "workspace": entry.workspace, "state": entry.state,
+            "installed_at_ms": entry.installed_at_ms, "installed_by": entry.installed_by,
+            "archived_at_ms": entry.archived_at_ms, "archived_by": entry.archived_by,
+            "definition": entry.definition}
 
 
 def check_install(definition: object, workspace: str,

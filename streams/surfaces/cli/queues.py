@@ -61,13 +61,6 @@ def _actor(by: str | None) -> Any:
         return actor_from_participant(by)
 
 
-def _entry_json(entry: Any) -> dict[str, Any]:
-    return {"queue": entry.name, "workspace": entry.workspace, "state": entry.state,
-            "installed_at_ms": entry.installed_at_ms, "installed_by": entry.installed_by,
-            "archived_at_ms": entry.archived_at_ms, "archived_by": entry.archived_by,
-            "definition": entry.definition}
-
-
 def _print(data: Any) -> None:
     print(json.dumps(data, indent=2))
 
@@ -79,12 +72,13 @@ def queues_list(
     all_: Annotated[bool, typer.Option("--all", help="Archived queues too.")] = False,
 ) -> None:
     """A workspace's queues (newest entry per queue), as JSON."""
+    from streams.core.queues import entry_json
     from streams.runtime.jobs.queues import QueueBook
 
     async def main(runtime: Any) -> list[dict[str, Any]]:
         found = await asyncio.to_thread(QueueBook(runtime).queues, tenant, workspace,
                                         archived=all_)
-        return [_entry_json(e) for e in found]
+        return [entry_json(e) for e in found]
 
     _print(_run(main, tenant))
 
@@ -100,7 +94,7 @@ def queues_install(
 ) -> None:
     """Install a queue in a workspace; its feedback types must be defined in the --types
     modules. Installing the same definition again writes nothing (`repeat`: true)."""
-    from streams.core.queues import InvalidQueue
+    from streams.core.queues import InvalidQueue, entry_json
     from streams.runtime.jobs.queues import QueueBook
 
     load_types(types)
@@ -119,7 +113,7 @@ def queues_install(
                                                     actor=actor)
         except InvalidQueue as exc:
             raise InvalidQueue(f"{file}: {exc}") from exc
-        return {**_entry_json(done.entry), "repeat": done.repeat}
+        return {**entry_json(done.entry), "repeat": done.repeat}
 
     _print(_run(main, tenant))
 
@@ -132,12 +126,13 @@ def queues_archive(
     by: ByOption = None,
 ) -> None:
     """Archive a live queue of a workspace."""
+    from streams.core.queues import entry_json
     from streams.runtime.jobs.queues import QueueBook
 
     actor = _actor(by)
 
     async def main(runtime: Any) -> dict[str, Any]:
-        return _entry_json(await QueueBook(runtime).archive(tenant, workspace, name,
+        return entry_json(await QueueBook(runtime).archive(tenant, workspace, name,
                                                             actor=actor))
 
     _print(_run(main, tenant))
