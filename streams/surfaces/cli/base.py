@@ -10,11 +10,12 @@ failed and what to do, and an exit code of its kind (`ExitCode`, tabled in docs/
 
 from __future__ import annotations
 
+import asyncio
 import difflib
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from enum import IntEnum
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -42,6 +43,7 @@ __all__ = [
     "LangfuseUnreachable",
     "ModuleFailed",
     "RegistryUnreachable",
+    "TenantOption",
     "TypesOption",
     "check_broker",
     "console",
@@ -55,6 +57,7 @@ __all__ = [
     "no_such_tenant",
     "require_broker",
     "require_tenant",
+    "run_for_tenant",
     "settings",
     "with_proposal_outcome",
 ]
@@ -305,5 +308,26 @@ def check_broker(config: Settings) -> None:
     try:
         with handled():
             require_broker(runtime)
+    finally:
+        runtime.close()
+
+
+_T = TypeVar("_T")
+
+TenantOption = Annotated[str, typer.Option("--tenant", help="The tenant.")]
+
+
+def run_for_tenant(make: Callable[[Any], Coroutine[Any, Any, _T]], tenant: str) -> _T:
+    """Run `make(runtime)` on a Runtime from the environment, once `tenant` is known to
+    exist (a definition for a misspelled tenant would act on nothing, silently); project
+    errors become a message and an exit code."""
+    # Lazy: the composition root loads the Kafka clients, which `--help` does not need.
+    from streams.runtime.root import Runtime
+
+    runtime = Runtime(settings())
+    try:
+        with handled():
+            require_tenant(runtime, tenant)
+            return asyncio.run(make(runtime))
     finally:
         runtime.close()

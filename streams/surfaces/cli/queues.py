@@ -9,47 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
 from streams.surfaces.cli.base import (
+    TenantOption,
     TypesOption,
     fail,
     handled,
     load_types,
-    require_tenant,
-    settings,
+    run_for_tenant,
 )
 
 __all__ = ["queues_app"]
 
 queues_app = typer.Typer(no_args_is_help=True,
                          help="Annotation queues as data: install, archive, list.")
-_T = TypeVar("_T")
 
-TenantOption = Annotated[str, typer.Option("--tenant", help="The tenant.")]
 WorkspaceOption = Annotated[str, typer.Option("--workspace", help="The queue's workspace.")]
 ByOption = Annotated[str | None, typer.Option(
     "--by", help="Who does it, as a participant (user:<id>, agent:<id>); the system by "
     "default.")]
-
-
-def _run(make: Callable[[Any], Coroutine[Any, Any, _T]], tenant: str) -> _T:
-    """Run `make(runtime)` on a Runtime from the environment, once `tenant` is known to
-    exist; project errors become a message and an exit code."""
-    # Lazy: the composition root loads the Kafka clients, which `queues --help` does not need.
-    from streams.runtime.root import Runtime
-
-    runtime = Runtime(settings())
-    try:
-        with handled():
-            require_tenant(runtime, tenant)
-            return asyncio.run(make(runtime))
-    finally:
-        runtime.close()
 
 
 def _actor(by: str | None) -> Any:
@@ -80,7 +62,7 @@ def queues_list(
                                         archived=all_)
         return [entry_json(e) for e in found]
 
-    _print(_run(main, tenant))
+    _print(run_for_tenant(main, tenant))
 
 
 @queues_app.command("install")
@@ -115,7 +97,7 @@ def queues_install(
             raise InvalidQueue(f"{file}: {exc}") from exc
         return {**entry_json(done.entry), "repeat": done.repeat}
 
-    _print(_run(main, tenant))
+    _print(run_for_tenant(main, tenant))
 
 
 @queues_app.command("archive")
@@ -135,4 +117,4 @@ def queues_archive(
         return entry_json(await QueueBook(runtime).archive(tenant, workspace, name,
                                                             actor=actor))
 
-    _print(_run(main, tenant))
+    _print(run_for_tenant(main, tenant))

@@ -11,29 +11,25 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
 from streams.surfaces.cli.base import (
+    TenantOption,
     TypesOption,
     fail,
-    handled,
     load_rules,
     load_types,
-    require_tenant,
-    settings,
+    run_for_tenant,
 )
 
 __all__ = ["rules_app"]
 
 rules_app = typer.Typer(no_args_is_help=True,
                         help="Rules as data: propose, resolve, install, archive, list.")
-_T = TypeVar("_T")
 
-TenantOption = Annotated[str, typer.Option("--tenant", help="The tenant.")]
 WorkspaceOption = Annotated[str, typer.Option(
     "--workspace", help="The workspace the facts (proposal, install, archive) are logged in.")]
 RulesOption = Annotated[list[str] | None, typer.Option(
@@ -41,22 +37,6 @@ RulesOption = Annotated[list[str] | None, typer.Option(
     "--rules); repeatable. Default: $STREAMS_RULE_MODULES.")]
 ByOption = Annotated[str, typer.Option(
     "--by", help="Who does it, as a participant: user:<id>, agent:<id>, system.")]
-
-
-def _run(make: Callable[[Any], Coroutine[Any, Any, _T]], tenant: str) -> _T:
-    """Run `make(runtime)` on a Runtime from the environment, once `tenant` is known to
-    exist (a rule for a misspelled tenant would act on nothing, silently); project errors
-    become a message and an exit code."""
-    # Lazy: the composition root loads the Kafka clients, which `rules --help` does not need.
-    from streams.runtime.root import Runtime
-
-    runtime = Runtime(settings())
-    try:
-        with handled():
-            require_tenant(runtime, tenant)
-            return asyncio.run(make(runtime))
-    finally:
-        runtime.close()
 
 
 def _print(data: Any) -> None:
@@ -100,7 +80,7 @@ def rules_list(
                 for e in sorted(entries.values(), key=lambda e: e.rule)
                 if all_ or e.live]
 
-    _print(_run(main, tenant))
+    _print(run_for_tenant(main, tenant))
 
 
 @rules_app.command("install")
@@ -155,7 +135,7 @@ def rules_install(
                                "already": done.backfilled.already}
         return out
 
-    _print(_run(main, tenant))
+    _print(run_for_tenant(main, tenant))
 
 
 def accepted_definition(ledger: Any, artifact_id: str) -> Any:
@@ -202,7 +182,7 @@ def rules_archive(
         return {"rule": entry.rule, "state": entry.state,
                 "archived_event_id": entry.archived_event_id}
 
-    _print(_run(main, tenant))
+    _print(run_for_tenant(main, tenant))
 
 
 @rules_app.command("propose")
@@ -239,7 +219,7 @@ def rules_propose(
         return {"proposal_id": proposal_id, "artifact_id": artifact_id, "rule": rule.name,
                 "event_id": recorded.id}
 
-    _print(_run(main, tenant))
+    _print(run_for_tenant(main, tenant))
 
 
 @rules_app.command("resolve")
@@ -264,4 +244,4 @@ def rules_resolve(
                                                     resolution=resolution))
         return {"proposal_id": proposal, "resolution": resolution, "event_id": recorded.id}
 
-    _print(_run(main, tenant))
+    _print(run_for_tenant(main, tenant))
