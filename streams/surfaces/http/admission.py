@@ -3,23 +3,24 @@
 `Admission` counts commands in and says why one is shed; `ShedCommands` applies it as the
 app's outermost layer, so a command is counted from the moment the server starts on its
 request (before routing, the body, the key) and a shed one costs only its HTTP parsing and a
-prepared answer: 503 with `Retry-After` and an `unavailable` error frame.
+short answer: 503 with `Retry-After` and an `unavailable` error frame.
 
 Why outermost: counted in the route's handler, the limit bounded only the commands that had
 reached it. When the event loop itself was the bottleneck, requests queued between the
-connection and the handler, few were ever in a handler, nothing was shed, and admitted
-commands took 23-39 s at three times the capacity (`bench.rest_commands --overload 3`, before
-this module). Counting from the first thing the app does bounds every request the loop is
-working on, so an admitted command waits behind at most `limit` others.
+connection and the handler, and admitted commands took p50 28.3 s, p99 34.9 s at three
+times the capacity (`bench.rest_commands --overload 3 --loadgen vegeta`, before this module;
+377-413 ms p99 with it, docs/api.md). Counting from the first thing the app does bounds every
+request the loop is working on, so an admitted command waits behind at most `limit` others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+from starlette.responses import JSONResponse
 
 from streams.core.commands import CommandFailed
 
@@ -116,19 +117,15 @@ class ShedCommands:
             return
         why = self.admission.enter()
         if why is not None:
-            await _shed(send, why)
+            frame = CommandFailed("unavailable", f"{why}: retry after the Retry-After seconds, "
+                                  "with the same command_id").frame()
+            # The same rendering as every other error frame the app answers.
+            shed = JSONResponse(frame.model_dump(mode="json"), status_code=frame.status,
+                                headers={"Retry-After": "1"})
+            await shed(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)
         finally:
             self.admission.leave()
 
-
-async def _shed(send: Send, why: str) -> None:
-    frame = CommandFailed("unavailable", f"{why}: retry after the Retry-After seconds, with "
-                          "the same command_id").frame()
-    body = json.dumps(frame.model_dump(mode="json")).encode()
-    await send({"type": "http.response.start", "status": frame.status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"retry-after", b"1")]})
-    await send({"type": "http.response.body", "body": body})
