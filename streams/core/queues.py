@@ -43,11 +43,11 @@ from streams.core.errors import ValidationFailed
 from streams.core.feedback import Feedback, FeedbackRegistry
 from streams.core.feedback import registry as default_registry
 from streams.core.jsonform import schema_problem
+from streams.core.rules.engine import RULE_NAME
 from streams.core.typeinfo import UnsupportedType, field_shape
 
 __all__ = [
     "ITEM_KINDS",
-    "QUEUE_NAME_PATTERN",
     "QUEUE_SCHEMA",
     "QUEUE_SCHEMA_ID",
     "Entry",
@@ -68,9 +68,7 @@ QUEUE_SCHEMA_ID: Final = "https://feedback-streams.dev/schemas/queue/v1.schema.j
 ITEM_KINDS: Final = ("run", "firing", "chain")
 """The kinds of items a queue holds: the kinds of targets feedback is given on."""
 
-QUEUE_NAME_PATTERN: Final = "^[a-z0-9][a-z0-9:_.-]*$"
-"""What a queue's name matches."""
-_NAME: Final = QUEUE_NAME_PATTERN
+_NAME: Final = "^[a-z0-9][a-z0-9:_.-]*$"  # a queue's name
 _ON: Final[dict[str, Any]] = {"enum": list(ITEM_KINDS), "default": "run",
                               "description": "The kind of target the evaluator's verdicts "
                                              "are on."}
@@ -98,9 +96,9 @@ QUEUE_SCHEMA: Final[dict[str, Any]] = {
         "enters": {
             "description": "Where the queue's items come from: exactly one source.",
             "oneOf": [
-                _source("runs_of", {"type": "string", "pattern": _NAME,
+                _source("runs_of", {"type": "string", "pattern": RULE_NAME.pattern,
                                     "description": "A rule's name: its runs."}),
-                _source("firings_of", {"type": "string", "pattern": _NAME,
+                _source("firings_of", {"type": "string", "pattern": RULE_NAME.pattern,
                                        "description": "A rule's name: its firings."}),
                 _source("chains", {"type": "object", "additionalProperties": False,
                                    "description": "Every chain."}),
@@ -191,6 +189,16 @@ def numeric_fields(cls: type[Feedback]) -> list[str]:
     return sorted(found)
 
 
+def _registered(types: FeedbackRegistry, name: str, at: str) -> type[Feedback]:
+    cls = types.get(name)
+    if cls is None or cls.feedback_abstract:
+        raise InvalidQueue(
+            f"queue JSON at {at}: no feedback type {name!r}; the registered types are "
+            f"{types.names()}: load the module that defines {name!r} (`--types <module>`, "
+            "or STREAMS_FEEDBACK_MODULES)")
+    return cls
+
+
 def _entry(data: Mapping[str, Any], types: FeedbackRegistry) -> Entry:
     ((kind, body),) = data.items()
     if kind == "runs_of":
@@ -200,11 +208,7 @@ def _entry(data: Mapping[str, Any], types: FeedbackRegistry) -> Entry:
     if kind == "chains":
         return Entry(kind="chains")
     at = f"$.enters.{kind}"
-    cls = types.get(body["feedback_type"])
-    if cls is None or cls.feedback_abstract:
-        raise InvalidQueue(
-            f"queue JSON at {at}.feedback_type: no feedback type {body['feedback_type']!r}; "
-            f"the registered types are {types.names()}: load the module that defines it")
+    cls = _registered(types, body["feedback_type"], f"{at}.feedback_type")
     on = body.get("on", "run")
     if on not in cls.feedback_targets:
         raise InvalidQueue(
@@ -234,12 +238,7 @@ def queue_from_dict(data: object, *, types: FeedbackRegistry | None = None) -> Q
     registered = types if types is not None else default_registry
     entry = _entry(data["enters"], registered)
     for n, name in enumerate(data["feedback_types"]):
-        cls = registered.get(name)
-        if cls is None or cls.feedback_abstract:
-            raise InvalidQueue(
-                f"queue JSON at $.feedback_types[{n}]: no feedback type {name!r}; the "
-                f"registered types are {registered.names()}: load the module that defines "
-                f"{name!r} (`streams serve --types <module>`, or STREAMS_FEEDBACK_MODULES)")
+        cls = _registered(registered, name, f"$.feedback_types[{n}]")
         if entry.item_kind not in cls.feedback_targets:
             raise InvalidQueue(
                 f"queue JSON at $.feedback_types[{n}]: {name} feedback cannot be given on "

@@ -31,6 +31,7 @@ from streams.runtime.root import Runtime
 
 __all__ = ["QueueBook", "QueueInstalled"]
 
+
 @dataclass(frozen=True)
 class QueueInstalled:
     """The outcome of an install: the queue's entry, and whether it was live already with
