@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -43,10 +44,43 @@ class Stack:
     ca_location: str | None = None
 
 
+# Ports handed out below the kernel's ephemeral range, above the fixed ports of
+# deploy/test.sh's groups (18081-22095) and of a developer's stack.
+_PORTS_FROM = 27000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on, outside the kernel's ephemeral range.
+
+    Why not bind to port 0: that hands out an ephemeral port, and once a test stops the
+    server on it (a broker restart), any outbound connection on the machine (the other test
+    groups' clients) may take it as its source port, so the server cannot bind it again."""
+    low = _ephemeral_low()
+    if low - _PORTS_FROM < 1000:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    pick = random.SystemRandom()
+    for _ in range(1000):
+        port = pick.randrange(_PORTS_FROM, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {_PORTS_FROM}-{low - 1}")
 
 
 def _docker_answers() -> bool:
