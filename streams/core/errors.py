@@ -62,7 +62,8 @@ class Unauthorized(StreamsError):
 
 
 class Conflict(StreamsError):
-    """A command id already names a different command of the same actor and workspace."""
+    """The request contradicts what is recorded: a command id that already names a different
+    command of the same actor and workspace, a live queue's name given another definition."""
 
 
 class SlowConsumer(StreamsError):

@@ -35,11 +35,11 @@ that is not a number.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Final, Literal
 
-from streams.core.errors import ValidationFailed
+from streams.core.errors import Conflict, ValidationFailed
 from streams.core.feedback import Feedback, FeedbackRegistry
 from streams.core.feedback import registry as default_registry
 from streams.core.jsonform import schema_problem
@@ -48,18 +48,21 @@ from streams.core.typeinfo import UnsupportedType, field_shape
 
 __all__ = [
     "ITEM_KINDS",
+    "QUEUE_NAME_PATTERN",
     "QUEUE_SCHEMA",
     "QUEUE_SCHEMA_ID",
     "Entry",
     "InvalidQueue",
     "Queue",
     "QueueEntry",
+    "QueueNameTaken",
     "check_install",
     "entry_json",
     "entry_key",
     "numeric_fields",
     "parse_queue",
     "queue_from_dict",
+    "queue_schema_for",
     "queue_to_dict",
 ]
 
@@ -68,7 +71,8 @@ QUEUE_SCHEMA_ID: Final = "https://feedback-streams.dev/schemas/queue/v1.schema.j
 ITEM_KINDS: Final = ("run", "firing", "chain")
 """The kinds of items a queue holds: the kinds of targets feedback is given on."""
 
-_NAME: Final = "^[a-z0-9][a-z0-9:_.-]*$"  # a queue's name
+QUEUE_NAME_PATTERN: Final = "^[a-z0-9][a-z0-9:_.-]*$"
+"""A queue's name (at most 128 characters): its JSON form's `name`, the REST path's."""
 _ON: Final[dict[str, Any]] = {"enum": list(ITEM_KINDS), "default": "run",
                               "description": "The kind of target the evaluator's verdicts "
                                              "are on."}
@@ -91,7 +95,7 @@ QUEUE_SCHEMA: Final[dict[str, Any]] = {
     "additionalProperties": False,
     "required": ["name", "enters", "feedback_types"],
     "properties": {
-        "name": {"type": "string", "pattern": _NAME, "maxLength": 128},
+        "name": {"type": "string", "pattern": QUEUE_NAME_PATTERN, "maxLength": 128},
         "description": {"type": "string"},
         "enters": {
             "description": "Where the queue's items come from: exactly one source.",
@@ -132,6 +136,10 @@ QUEUE_SCHEMA: Final[dict[str, Any]] = {
 
 class InvalidQueue(ValidationFailed, ValueError):
     """A queue definition that cannot be used; the message names the JSON path and the fix."""
+
+
+class QueueNameTaken(Conflict):
+    """A live queue of that name has another definition: archive it first, or rename."""
 
 
 EntryKind = Literal["runs_of", "firings_of", "chains", "judged_below", "disagreements"]
@@ -187,6 +195,82 @@ def numeric_fields(cls: type[Feedback]) -> list[str]:
         except UnsupportedType:
             continue
     return sorted(found)
+
+
+def _camel(*words: str) -> str:
+    # RunQueue, JudgedBelow, RetrievalVerdict, MinutesToMitigate: the names of the parts.
+    return "".join(part[:1].upper() + part[1:] for word in words
+                   for part in word.replace(":", "_").replace(".", "_").replace("-", "_")
+                   .split("_"))
+
+
+def _kind_branch(kind: str, types: list[type[Feedback]],
+                 ref: Callable[[str, dict[str, Any]], dict[str, Any]]) -> dict[str, Any] | None:
+    """The queues of one item kind `types` allow: their sources and the feedback types that
+    can be given on that kind; None when no type can be. Each part is named and referenced
+    through `ref` (a client generated from the document names its classes by them)."""
+    given = sorted(c.feedback_name for c in types if kind in c.feedback_targets)
+    if not given:
+        return None
+    on: dict[str, Any] = {"const": kind}
+    # `on` defaults to run: a run queue may leave it out, a firing or chain queue must say it.
+    needs_on = [] if kind == "run" else ["on"]
+    own = {"run": "runs_of", "firing": "firings_of", "chain": "chains"}[kind]
+    prefix = _camel(kind, "queue")
+    sources: list[dict[str, Any]] = [ref(_camel(prefix, own), QUEUE_SCHEMA["properties"][
+        "enters"]["oneOf"][["runs_of", "firings_of", "chains"].index(own)])]
+
+    def named(source: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return ref(name, _source(source, ref(f"{name}Body", body)))
+
+    for cls in sorted(types, key=lambda c: c.feedback_name):
+        if kind not in cls.feedback_targets:
+            continue
+        for field in numeric_fields(cls):
+            sources.append(named("judged_below", _camel(
+                prefix, "judged_below", cls.feedback_name, field), {
+                "type": "object", "additionalProperties": False,
+                "required": ["evaluator", "feedback_type", "field", "threshold", *needs_on],
+                "properties": {"evaluator": _EVALUATOR,
+                               "feedback_type": {"const": cls.feedback_name},
+                               "field": {"const": field}, "threshold": {"type": "number"},
+                               "on": on}}))
+    sources.append(named("disagreements", _camel(prefix, "disagreements"), {
+        "type": "object", "additionalProperties": False,
+        "required": ["evaluator", "feedback_type", *needs_on],
+        "properties": {"evaluator": _EVALUATOR, "feedback_type": {"enum": given}, "on": on}}))
+    properties = dict(QUEUE_SCHEMA["properties"])
+    properties["enters"] = {"description": f"Where the {kind}s come from.",
+                            "anyOf": sources}
+    properties["feedback_types"] = {**properties["feedback_types"],
+                                    "items": {"enum": given}}
+    return ref(prefix, {"type": "object", "additionalProperties": False,
+                        "required": QUEUE_SCHEMA["required"], "properties": properties})
+
+
+def queue_schema_for(types: Iterable[type[Feedback]], *,
+                     ref_template: str = "#/$defs/{name}") -> dict[str, Any]:
+    """The JSON Schema of exactly the queue definitions `queue_from_dict` accepts with these
+    feedback types registered: QUEUE_SCHEMA with the checks against the types spelled out
+    (one branch per item kind; its sources, the evaluators' feedback types and numeric
+    fields, and the feedback types that can be given on that kind). The REST document
+    publishes it, so a definition valid by the document is one the server installs.
+
+    Its named parts are under `$defs`, referenced by `ref_template` (a document moves them
+    to its components, as it does with pydantic's)."""
+    defs: dict[str, Any] = {}
+
+    def ref(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+        defs[name] = {**schema, "title": name}
+        return {"$ref": ref_template.format(name=name)}
+
+    concrete = [c for c in types if not c.feedback_abstract]
+    branches = [b for kind in ITEM_KINDS
+                if (b := _kind_branch(kind, concrete, ref)) is not None]
+    described = {"description": QUEUE_SCHEMA["description"], "title": "QueueDefinition"}
+    if not branches:
+        return {**described, "not": {}}
+    return {**described, "anyOf": branches, "$defs": defs}
 
 
 def _registered(types: FeedbackRegistry, name: str, at: str) -> type[Feedback]:
@@ -355,7 +439,8 @@ def check_install(definition: object, workspace: str,
                   types: FeedbackRegistry | None = None) -> tuple[Queue, bool]:
     """The queue a definition describes and whether it repeats the live queue of that name
     (same definition: nothing to write). InvalidQueue if the definition is refused (see
-    `queue_from_dict`) or a live queue of that name has another definition."""
+    `queue_from_dict`); QueueNameTaken if a live queue of that name has another
+    definition."""
     queue = queue_from_dict(definition, types=types)
     canonical = queue_to_dict(queue)
     current = installed.get(entry_key(workspace, queue.name))
@@ -363,7 +448,7 @@ def check_install(definition: object, workspace: str,
         return queue, False
     if current.definition == canonical:
         return queue, True
-    raise InvalidQueue(
+    raise QueueNameTaken(
         f"queue {queue.name!r} is live in workspace {workspace!r} with another definition: "
         f"archive it first (streams queues archive {queue.name}) or give this one another "
         "name")

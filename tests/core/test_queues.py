@@ -12,16 +12,20 @@ from hypothesis import strategies as st
 
 import streams.examples.ops  # noqa: F401  (registers triage_quality, resolution, ...)
 from streams.core.errors import ValidationFailed
+from streams.core.feedback import registry
 from streams.core.queues import (
     QUEUE_SCHEMA,
     Entry,
     InvalidQueue,
     Queue,
     QueueEntry,
+    QueueNameTaken,
     check_install,
     entry_key,
+    numeric_fields,
     parse_queue,
     queue_from_dict,
+    queue_schema_for,
     queue_to_dict,
 )
 
@@ -130,6 +134,68 @@ def test_a_bad_queue_is_refused_at_its_path(changes: dict[str, Any], path: str,
     assert isinstance(refused.value, ValidationFailed)
 
 
+@st.composite
+def candidates(draw: st.DrawFn) -> dict[str, Any]:
+    """Queue definitions valid by QUEUE_SCHEMA: half of them fitted to the registered types
+    (what the checks accept), the others with any feedback type, field and target kind."""
+    names = [*registry.names(), "nope"]
+    fits = draw(st.booleans())
+
+    def targeting(kind: str) -> list[str]:
+        found = [n for n in registry.names()
+                 if (c := registry.get(n)) is not None and kind in c.feedback_targets]
+        return found if fits and found else names
+
+    kind = draw(st.sampled_from(["runs_of", "firings_of", "chains", "judged_below",
+                                 "disagreements"]))
+    body: Any
+    item = {"runs_of": "run", "firings_of": "firing", "chains": "chain"}.get(kind)
+    if kind in ("runs_of", "firings_of"):
+        body = "ops:wrong-triage"
+    elif kind == "chains":
+        body = {}
+    else:
+        on = draw(st.sampled_from(["run", "firing", "chain"]))
+        item = on
+        body = {"evaluator": "judge@2", "feedback_type": draw(st.sampled_from(targeting(on)))}
+        if on != "run" or draw(st.booleans()):
+            body["on"] = on
+        if kind == "judged_below":
+            cls = registry.get(body["feedback_type"])
+            fields = numeric_fields(cls) if fits and cls is not None else []
+            body.update(field=draw(st.sampled_from(fields or [
+                "minutes_to_mitigate", "confidence", "quality_score", "resolved", "x"])),
+                threshold=draw(st.floats(-10, 10)))
+    assert item is not None
+    return {"name": "q", "enters": {kind: body},
+            "feedback_types": draw(st.lists(st.sampled_from(targeting(item)), min_size=1,
+                                            max_size=3, unique=True))}
+
+
+@given(candidates())
+def test_the_published_schema_accepts_exactly_what_an_install_accepts(
+        data: dict[str, Any]) -> None:
+    # queue_schema_for is what the REST document publishes: a definition valid by it must
+    # be installed, and one it calls invalid refused, or the contract lies either way.
+    from jsonschema import Draft202012Validator
+
+    types = [registry.get(n) for n in registry.names()]
+    valid = Draft202012Validator(queue_schema_for(t for t in types if t is not None)
+                                 ).is_valid(data)
+    try:
+        queue_from_dict(data)
+        accepted = True
+    except InvalidQueue:
+        accepted = False
+    assert valid == accepted, data
+
+
+def test_the_published_schema_of_no_types_accepts_nothing() -> None:
+    from jsonschema import Draft202012Validator
+
+    assert not Draft202012Validator(queue_schema_for([])).is_valid(a_queue())
+
+
 def test_text_that_is_not_json_is_refused_with_its_line_and_column() -> None:
     with pytest.raises(InvalidQueue, match="line 2 column 1"):
         parse_queue('{"name": "q",\n}')
@@ -168,7 +234,7 @@ def test_an_install_is_new_a_repeat_or_refused_against_what_is_live() -> None:
     assert check_install(a_queue(), "dev", installed)[1] is False
     assert check_install(a_queue(), "prod", {})[1] is False
     # Another definition under the live name: refused, saying what to do.
-    with pytest.raises(InvalidQueue, match=r"archive it first \(streams queues archive "
+    with pytest.raises(QueueNameTaken, match=r"archive it first \(streams queues archive "
                                            r"triage-review\)"):
         check_install(a_queue(reviewers=3), "prod", installed)
     # Once archived, the name is free for a new definition.
