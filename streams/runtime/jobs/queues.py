@@ -18,18 +18,29 @@ Two processes installing the same name at the same moment both write: the newer 
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from streams.core.actors import Actor, SystemActor
 from streams.core.errors import NotFound
 from streams.core.feedback import FeedbackRegistry
-from streams.core.queues import QueueEntry, check_install, entry_key, queue_to_dict
+from streams.core.queues import (
+    InvalidQueue,
+    QueueEntry,
+    check_install,
+    entry_json,
+    entry_key,
+    queue_to_dict,
+)
 from streams.core.tenancy import tenant_topics
-from streams.runtime.jobs.entries import read_entries, write_entry
+from streams.runtime.client.commands import CommandService
+from streams.runtime.jobs.entries import EntryView, read_entries, topic_exists, write_entry
 from streams.runtime.root import Runtime
 
-__all__ = ["QueueBook", "QueueInstalled"]
+__all__ = ["QueueBook", "QueueInstalled", "QueueService"]
 
 
 @dataclass(frozen=True)
@@ -43,17 +54,41 @@ class QueueInstalled:
 
 class QueueBook:
     """Installs, archives and lists a tenant's annotation queues (the `streams queues`
-    commands), on the runtime's admin client, producer and readers."""
+    commands), on the runtime's admin client, producer and readers.
 
-    def __init__(self, runtime: Runtime) -> None:
+    With `follow` (a server), each tenant's queues topic is read once and then followed
+    (an EntryView per tenant, until `close`); without it (the CLI), each look-up reads the
+    topic."""
+
+    def __init__(self, runtime: Runtime, *, follow: bool = False) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
+        self.follow = follow
+        self._views: dict[str, EntryView[QueueEntry]] = {}
+        self._lock = threading.Lock()
 
     def entries(self, tenant: str) -> dict[str, QueueEntry]:
         """The tenant's queues, newest entry per workspace and name ({} when none was ever
-        installed), by `entry_key`."""
-        return read_entries(self.runtime, tenant_topics(tenant, self.settings.topic_prefix)
-                            .queues, QueueEntry.decode)
+        installed), by `entry_key`; what was written before the call is in it."""
+        topic = tenant_topics(tenant, self.settings.topic_prefix).queues
+        if not self.follow:
+            return read_entries(self.runtime, topic, QueueEntry.decode)
+        with self._lock:
+            view = self._views.get(tenant)
+            if view is None:
+                if not topic_exists(self.runtime, topic):
+                    return {}
+                view = EntryView(self.runtime, topic, QueueEntry.decode)
+                view.start()
+                self._views[tenant] = view
+        return view.current()
+
+    def close(self) -> None:
+        """Stop following every tenant's queues topic."""
+        with self._lock:
+            views, self._views = list(self._views.values()), {}
+        for view in views:
+            view.close()
 
     def queues(self, tenant: str, workspace: str, *,
                archived: bool = False) -> list[QueueEntry]:
@@ -99,3 +134,49 @@ class QueueBook:
         write_entry(self.runtime, self.runtime.admin.ensure_queues_topic(tenant),
                     entry.key.encode(), entry.encode(), f"the entry of queue {entry.name!r}",
                     "check the brokers, then run the same command again")
+
+
+class QueueService:
+    """The queues for the surfaces (REST, MCP): each call checks the caller's key through the
+    command service (`read` to list, `manage_queues` to install or archive), then asks the
+    book, acting as the key's actor. Answers are JSON-ready dicts."""
+
+    def __init__(self, service: CommandService, book: QueueBook) -> None:
+        self.service = service
+        self.book = book
+
+    async def list(self, token: str | None, workspace_id: str, *,
+                   archived: bool = False) -> dict[str, Any]:
+        """{"queues": [entry, ...]}: the workspace's live queues (and archived ones with
+        `archived`), by name."""
+        _key, ws = self.service.authorize(token, workspace_id, "read")
+        await self.service.client.log.require_tenant(ws.tenant)
+        found = await asyncio.to_thread(self.book.queues, ws.tenant, ws.workspace,
+                                        archived=archived)
+        return {"queues": [entry_json(e) for e in found]}
+
+    async def install(self, token: str | None, workspace_id: str,
+                      body: bytes | str | dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Install a queue from its JSON form: ({"queue": entry, "repeat": bool}, created).
+        InvalidQueue (naming the JSON path), QueueNameTaken (a live queue of that name with
+        another definition), or the key's refusal."""
+        key, ws = self.service.authorize(token, workspace_id, "manage_queues")
+        definition: object = body
+        if isinstance(body, bytes | str):
+            try:
+                definition = json.loads(body)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise InvalidQueue(f"the body is not JSON: {exc}; send a queue's JSON form "
+                                   "(schemas/queue/v1.schema.json)") from exc
+        await self.service.client.log.require_tenant(ws.tenant)
+        done = await self.book.install(ws.tenant, ws.workspace, definition,
+                                       types=self.service.client.types, actor=key.actor)
+        return {"queue": entry_json(done.entry), "repeat": done.repeat}, not done.repeat
+
+    async def archive(self, token: str | None, workspace_id: str,
+                      name: str) -> dict[str, Any]:
+        """Archive a live queue: {"queue": entry}; NotFound naming the live ones."""
+        key, ws = self.service.authorize(token, workspace_id, "manage_queues")
+        await self.service.client.log.require_tenant(ws.tenant)
+        entry = await self.book.archive(ws.tenant, ws.workspace, name, actor=key.actor)
+        return {"queue": entry_json(entry)}
