@@ -1,10 +1,11 @@
 """API keys, in pure code: what a key is bound to, its token format and how it is checked.
 
 A key is bound to one tenant, one actor (a person, an evaluator name@version, an agent) and a
-set of capabilities (CAPABILITIES: `give_feedback`, `read`). Its token, shown once when the
-key is created, is `fsk_<key id>_<secret>`; only the SHA-256 of the secret is stored (the
-secret is 256 random bits, so a fast hash cannot be searched). Records of keys are JSON in a
-compacted topic every server process reads (streams.runtime.client.keys.KeyStore).
+set of capabilities (CAPABILITIES: `give_feedback`, `read`, `manage_queues`). Its token,
+shown once when the key is created, is `fsk_<key id>_<secret>`; only the SHA-256 of the
+secret is stored (the secret is 256 random bits, so a fast hash cannot be searched). Records
+of keys are JSON in a compacted topic every server process reads
+(streams.runtime.client.keys.KeyStore).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ __all__ = [
     "parse_token",
 ]
 
-CAPABILITIES: Final = frozenset({"give_feedback", "read"})
-"""What a key may do: give feedback (commands), read (runs, feedback, types)."""
+CAPABILITIES: Final = frozenset({"give_feedback", "read", "manage_queues"})
+"""What a key may do: give feedback (commands), read (runs, feedback, types, queues),
+manage queues (install and archive annotation queues)."""
 
 _TOKEN: Final = re.compile(r"fsk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 

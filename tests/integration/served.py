@@ -37,6 +37,10 @@ class Served:
     service: CommandService
 
     @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def ws(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
 

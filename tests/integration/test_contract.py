@@ -28,6 +28,7 @@ from streams.adapters.avro.files import PROJECT_FEEDBACK_MODULES
 from streams.core.actors import UserActor
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.jobs.queues import QueueBook
 from tests.integration.conftest import REPO, Server
 from tests.integration.served import start_run
 
@@ -46,8 +47,9 @@ CHECKS = ",".join([
     "ignored_auth",                  # without the key: 401, the key is not ignored
 ])
 """The checks on: every one Schemathesis has but the stateful ones about resources created
-by the API (`use_after_free`, `ensure_resource_availability`: no operation here creates or
-deletes a resource another operation reads by id) and `object_level_authorization` (it needs
+by the API (`use_after_free`, `ensure_resource_availability`: installing a queue creates
+one, but no operation reads or deletes a queue by its id: the queues are read as a list, and
+an archived queue stays listed) and `object_level_authorization` (it needs
 two keys of different tenants per request pair; tests/integration/test_serve.py covers
 another tenant's key on every route)."""
 
@@ -83,7 +85,8 @@ async def test_the_server_keeps_the_committed_contract(
     tenant = tenant_factory()
     client: StreamsClient = client_factory()
     chain = await start_run(client.workspace(tenant, "prod"))
-    _k, token = keys.create(tenant, UserActor(id="ada"), {"give_feedback", "read"})
+    _k, token = keys.create(tenant, UserActor(id="ada"),
+                            {"give_feedback", "read", "manage_queues"})
     server = serve_factory(STREAMS_FEEDBACK_MODULES=",".join(PROJECT_FEEDBACK_MODULES))
     committed = json.loads(DOC.read_text())
     served = (await asyncio.to_thread(httpx.get, f"{server.url}/openapi.json", timeout=30)).json()
@@ -112,7 +115,11 @@ async def test_the_server_keeps_the_committed_contract(
     assert run.returncode == 0, output[-20000:]
     result = json.loads(report.read_text())
     assert result["failures"] == [] and result["errors"] == [], output[-20000:]
-    assert result["operations"]["tested"] == 6
+    assert result["operations"]["tested"] == 9
     # The valid commands were recorded (the outcome frame's schema was checked, and the
     # feedback pages Schemathesis read had envelopes in them), not only refused.
     assert await client.workspace(tenant, "prod").feedback(), "no command was recorded"
+    # Valid queue definitions were installed, not only refused.
+    installed = await asyncio.to_thread(QueueBook(client.runtime).queues, tenant, "prod",
+                                        archived=True)
+    assert installed, "no queue was installed"

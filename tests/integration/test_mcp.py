@@ -50,7 +50,8 @@ async def test_the_tools_over_streamable_http(settings: Settings,
         wid = f"{tenant}.prod"
         async with Client(_http(served.mcp, served.key(tenant))) as mcp:
             tools = {t.name: t for t in (await mcp.list_tools()).tools}
-            assert set(tools) == {"give_feedback", "list_runs", "read_feedback"}
+            assert set(tools) == {"give_feedback", "list_runs", "read_feedback", "list_queues",
+                          "install_queue", "archive_queue"}
             schema = tools["give_feedback"].input_schema
             assert set(schema["required"]) == {"workspace_id", "feedback_type", "target",
                                                "value"}
@@ -154,7 +155,8 @@ async def test_the_tools_over_stdio_act_with_the_processes_key(
                                    env=env, cwd=str(REPO))
     async with Client(server, read_timeout_seconds=60) as mcp:
         assert {t.name for t in (await mcp.list_tools()).tools} == {
-            "give_feedback", "list_runs", "read_feedback"}
+            "give_feedback", "list_runs", "read_feedback", "list_queues", "install_queue",
+            "archive_queue"}
         given = _frame(await mcp.call_tool("give_feedback", {
             "workspace_id": f"{tenant}.prod", **FEEDBACK, "command_id": "stdio_1"}))
         assert given["type"] == "outcome", given

@@ -25,14 +25,20 @@ def test_the_document_names_every_route_and_the_command_frame() -> None:
         "/v1/workspaces/{workspace_id}/runs/{run_id}",
         "/v1/workspaces/{workspace_id}/feedback",
         "/v1/workspaces/{workspace_id}/feedback-types",
-        "/v1/workspaces/{workspace_id}/me"}
+        "/v1/workspaces/{workspace_id}/me", "/v1/workspaces/{workspace_id}/queues",
+        "/v1/workspaces/{workspace_id}/queues/{name}/archive"}
+    install = document["paths"]["/v1/workspaces/{workspace_id}/queues"]["post"]
+    assert install["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/QueueDefinition"}
+    # 201 installed, 200 a repeat, 409 another definition under a live name.
+    assert {"200", "201", "409", "422"} <= set(install["responses"])
     post = document["paths"]["/v1/workspaces/{workspace_id}/commands"]["post"]
     assert post["requestBody"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/CommandFrame"}
     assert {"401", "403", "404", "409", "413", "422", "503"} <= set(post["responses"])
     schemas = document["components"]["schemas"]
-    assert {"CommandFrame", "GiveFeedback", "RunTarget", "OutcomeFrame", "ErrorFrame"} <= set(
-        schemas)
+    assert {"CommandFrame", "GiveFeedback", "RunTarget", "OutcomeFrame", "ErrorFrame",
+            "QueueDefinition", "QueueOut"} <= set(schemas)
 
 
 def _served() -> Any:
@@ -267,14 +273,16 @@ def test_reads_declare_their_bodies_and_every_route_the_bearer_key() -> None:
             "securitySchemes"]["bearer"]["description"]}
     bodies = {}
     for path, item in document["paths"].items():
-        for operation in item.values():
+        for method, operation in item.items():
             assert operation["security"] == [{"bearer": []}]
             assert not [p for p in operation.get("parameters", []) if p["in"] == "header"]
-            bodies[path.rsplit("/", 1)[-1]] = operation["responses"]["200"]["content"][
-                "application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
-    assert bodies == {"commands": "OutcomeFrame", "runs": "RunsPage", "{run_id}": "RunOut",
-                      "feedback": "FeedbackPage", "feedback-types": "FeedbackTypes",
-                      "me": "Identity"}
+            bodies[method, path.rsplit("/", 1)[-1]] = operation["responses"]["200"][
+                "content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert bodies == {("post", "commands"): "OutcomeFrame", ("get", "runs"): "RunsPage",
+                      ("get", "{run_id}"): "RunOut", ("get", "feedback"): "FeedbackPage",
+                      ("get", "feedback-types"): "FeedbackTypes", ("get", "me"): "Identity",
+                      ("get", "queues"): "Queues", ("post", "queues"): "QueueInstalledOut",
+                      ("post", "archive"): "QueueOutcome"}
 
 
 def test_another_method_on_a_route_is_an_error_frame_with_allow() -> None:

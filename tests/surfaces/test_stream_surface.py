@@ -34,7 +34,8 @@ def test_an_event_frame_carries_the_seq_and_the_envelope_as_json() -> None:
 def test_the_mcp_tools_and_their_inputs() -> None:
     server = mcp_server(lambda: None)  # type: ignore[arg-type,return-value]  # never called
     tools = {t.name: t for t in asyncio.run(server.list_tools())}
-    assert set(tools) == {"give_feedback", "list_runs", "read_feedback"}
+    assert set(tools) == {"give_feedback", "list_runs", "read_feedback", "list_queues",
+                          "install_queue", "archive_queue"}
     give = tools["give_feedback"].input_schema
     assert set(give["required"]) == {"workspace_id", "feedback_type", "target", "value"}
     assert "ctx" not in give["properties"]

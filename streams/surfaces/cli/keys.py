@@ -68,7 +68,8 @@ def create(
     = None,
     agent: Annotated[str | None, typer.Option(help="Act as this agent.")] = None,
     can: Annotated[list[str] | None, typer.Option(
-        "--can", help="Capability: give_feedback or read; repeatable. Default: both.")] = None,
+        "--can", help="Capability: give_feedback, read or manage_queues; repeatable. "
+        "Default: give_feedback and read.")] = None,
     note: Annotated[str, typer.Option(help="A note shown by `keys list`.")] = "",
 ) -> None:
     """Create a key bound to a tenant and an actor; prints its token once, on stdout."""

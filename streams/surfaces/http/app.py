@@ -6,6 +6,9 @@
     GET  /v1/workspaces/{workspace_id}/feedback       feedback (feedback_type=, participant=, ...)
     GET  /v1/workspaces/{workspace_id}/feedback-types the registered types, schemas, score configs
     GET  /v1/workspaces/{workspace_id}/me             who the key acts as, its capabilities
+    GET  /v1/workspaces/{workspace_id}/queues         the annotation queues (archived=true too)
+    POST /v1/workspaces/{workspace_id}/queues         install a queue from its JSON form
+    POST /v1/workspaces/{workspace_id}/queues/{name}/archive   archive a live queue
     GET  /ui/                                         the annotation page (docs/ui.md)
     GET  /healthz                                     alive (the event loop answers); no key
     GET  /readyz                                      ready: started, broker and registry answer
@@ -17,8 +20,8 @@ document is committed as docs/openapi.json (tests/surfaces/test_http.py keeps it
 `create_app(runtime)` builds the app on a Runtime (streams.runtime.root, the only place
 clients are made): its lifespan makes the workspace handle and the key store on the runtime
 and starts the store (no I/O before). One router per resource (commands, runs, feedback, the
-key's identity, health) shares two dependencies: the service, once started, and the request's
-bearer key.
+key's identity, queues, health) shares two dependencies: the service, once started, and the
+request's bearer key.
 """
 
 from __future__ import annotations
@@ -43,12 +46,14 @@ from streams.core.commands import (
 )
 from streams.core.errors import StreamsError
 from streams.core.feedback import Feedback
+from streams.core.queues import QUEUE_NAME_PATTERN
 from streams.core.tenancy import TENANT_PATTERN, WORKSPACE_PATTERN
 from streams.core.viewrows import PAGE_CURSOR_PATTERN
 from streams.extras import needs
 from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.jobs.queues import QueueBook, QueueService
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 from streams.surfaces.http.admission import Admission, ShedCommands
@@ -56,6 +61,7 @@ from streams.surfaces.modules import import_user_module
 
 with needs("serve", "streams serve"):
     from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+    from fastapi import Path as Path_
     from fastapi.exception_handlers import http_exception_handler
     from fastapi.exceptions import RequestValidationError
     from fastapi.openapi.utils import get_openapi
@@ -67,6 +73,9 @@ with needs("serve", "streams serve"):
         FeedbackPage,
         FeedbackTypes,
         Identity,
+        QueueInstalledOut,
+        QueueOutcome,
+        Queues,
         RunOut,
         RunsPage,
         contract_document,
@@ -93,7 +102,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (401, "unauthorized: no, unknown, malformed or revoked API key"),
         (403, "forbidden: a key of another tenant, or without the capability"),
         (404, "not_found: the target, run or tenant does not exist"),
-        (409, "conflict: the command id was used for a different command"),
+        (409, "conflict: the command id was used for a different command, or a live queue "
+              "of that name has another definition"),
         (413, "too_large: the body is over 1 MiB, or the record over the maximum size"),
         (422, "validation_failed: malformed JSON, unknown frame or command type, bad fields "
               "(with their paths)"),
@@ -139,8 +149,27 @@ def service_of(request: Request) -> CommandService:
     return started_service(request.app)
 
 
+def started_queues(app: FastAPI) -> QueueService:
+    """The app's queue service, over its started service (made once, following each
+    tenant's queues topic until shutdown); unavailable while the service is starting."""
+    service = started_service(app)
+    made: QueueService | None = app.state.queues
+    if made is None or made.service is not service:
+        if made is not None:
+            made.book.close()
+        made = app.state.queues = QueueService(
+            service, QueueBook(service.client.runtime, follow=True))
+    return made
+
+
+def queues_of(request: Request) -> QueueService:
+    """The queue service of the request's app."""
+    return started_queues(request.app)
+
+
 Key = Annotated[str | None, Depends(bearer_key)]
 Service = Annotated[CommandService, Depends(service_of)]
+QueuesService = Annotated[QueueService, Depends(queues_of)]
 
 
 _HINTS = {"query.cursor": "invalid cursor: pass the next_cursor of an earlier page unchanged, "
@@ -345,6 +374,56 @@ async def _me(request: Request, workspace_id: str, key: Key, service: Service) -
     return await _read(request, call)
 
 
+queues = APIRouter(prefix=WORKSPACE)
+"""Annotation queues: list, install and archive them (streams.core.queues)."""
+
+QUEUE_NAME = Path_(description="a live queue's name", pattern=QUEUE_NAME_PATTERN,
+                   max_length=128)
+
+
+@queues.get("/queues", responses=_answers(Queues), name="queues",
+            summary="The workspace's annotation queues, by name")
+async def _queues(request: Request, workspace_id: str, key: Key, service: QueuesService,
+                  archived: Annotated[bool, Query(
+                      description="archived queues too")] = False) -> Response:
+    # The workspace's queues (the key needs `read`).
+    return await _read(request, lambda: service.list(key, workspace_id, archived=archived))
+
+
+@queues.post(
+    "/queues", name="install_queue",
+    responses={**_answers(QueueInstalledOut),
+               201: {"model": QueueInstalledOut, "description": "installed"},
+               200: {"model": QueueInstalledOut, "description": "live already with this "
+                     "definition: nothing written (repeat: true)"}},
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/QueueDefinition"}}}}},
+    summary="Install an annotation queue from its JSON form (the key needs manage_queues)",
+)
+async def _install_queue(request: Request, workspace_id: str, key: Key,
+                         service: QueuesService) -> JSONResponse:
+    # 201 with the installed entry; 200 for a repeat of a live queue's definition.
+    try:
+        body = await _body(request)
+        answer, created = await service.install(key, workspace_id, body)
+    except Exception as exc:
+        return _answer(error_frame_of(exc))
+    return JSONResponse(answer, status_code=201 if created else 200)
+
+
+@queues.post("/queues/{name}/archive", responses=_answers(QueueOutcome), name="archive_queue",
+             summary="Archive a live queue (the key needs manage_queues); its items stay")
+async def _archive_queue(request: Request, workspace_id: str,
+                         name: Annotated[str, QUEUE_NAME], key: Key,
+                         service: QueuesService) -> JSONResponse:
+    # The archived entry; not_found naming the live queues when there is none of that name.
+    try:
+        answer = await service.archive(key, workspace_id, name)
+    except Exception as exc:
+        return _answer(error_frame_of(exc))
+    return JSONResponse(answer)
+
+
 def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
     """The lifespan that makes the service on the runtime: the workspace handle and the key
     store, started in the background (the app answers unavailable until then)."""
@@ -377,6 +456,8 @@ def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
             starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await starting
+            if app.state.queues is not None:
+                app.state.queues.book.close()
             store.close()
             client.close()
             await app.state.admission.close()
@@ -407,12 +488,18 @@ def create_app(runtime: Runtime | None = None, *,
                   description="Give and read feedback: command frames over REST. "
                   "See docs/api.md.")
     app.state.service = service
+    app.state.queues = None
     app.state.starting = "reading the key store"
     app.state.settings = settings or (runtime.settings if runtime is not None else Settings())
     app.state.admission = admission = Admission(
         max_in_flight or app.state.settings.serve_max_in_flight,
         app.state.settings.serve_max_lag)
     app.router.on_shutdown.append(admission.close)
+
+    async def close_queues() -> None:
+        if app.state.queues is not None:
+            await asyncio.to_thread(app.state.queues.book.close)
+    app.router.on_shutdown.append(close_queues)
     app.add_middleware(ShedCommands, admission=admission)
     validating: Sequence[type[Feedback]] = list(
         types if types is not None
@@ -448,10 +535,11 @@ def create_app(runtime: Runtime | None = None, *,
                                 headers={"Allow": allowed})
         return await http_exception_handler(request, exc)
 
-    install_realtime(app, lambda: started_service(app))  # the WebSocket stream, MCP tools
+    # The WebSocket stream and the MCP tools.
+    install_realtime(app, lambda: started_service(app), lambda: started_queues(app))
     # The annotation page: static files shipped in the package, no build step (docs/ui.md).
     app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
-    for router in (health, commands, runs, feedback, keys):
+    for router in (health, commands, runs, feedback, keys, queues):
         app.include_router(router)
 
     def openapi() -> dict[str, Any]:

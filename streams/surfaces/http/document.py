@@ -2,6 +2,9 @@
 
 FastAPI writes the routes; this module makes the parts it cannot know precise:
 
+- a queue definition (POST .../queues) is `queue_schema_for(types)`: the queue's JSON Schema
+  with the feedback types, evaluators' fields and target kinds the server accepts spelled
+  out, so a definition valid by the document is installed;
 - the command frame's `command` is a union discriminated by `feedback_type`, one branch per
   registered feedback type (`GiveFeedback_<Class>`): that type's name as a constant, the
   target kinds it takes and its value's JSON schema (`<Class>`), generated from the
@@ -28,6 +31,7 @@ from streams.core.actors import Actor
 from streams.core.commands import CommandFrame
 from streams.core.events import Seq, TraceContext
 from streams.core.feedback import Feedback
+from streams.core.queues import queue_schema_for
 from streams.core.viewrows import PAGE_CURSOR_PATTERN
 
 __all__ = [
@@ -38,6 +42,10 @@ __all__ = [
     "FeedbackTypeOut",
     "FeedbackTypes",
     "Identity",
+    "QueueInstalledOut",
+    "QueueOut",
+    "QueueOutcome",
+    "Queues",
     "RunOut",
     "RunsPage",
     "contract_document",
@@ -115,8 +123,42 @@ class Identity(BaseModel):
     actor: Actor
     tenant: str
     workspace: str
-    capabilities: list[Literal["give_feedback", "read"]]
+    capabilities: list[Literal["give_feedback", "manage_queues", "read"]]
     key_id: str
+
+
+class QueueOut(BaseModel):
+    """An annotation queue of the workspace as installed: its definition (the JSON form with
+    the defaults spelled out), who installed it and when, whether it is archived."""
+
+    queue: str
+    workspace: str
+    state: Literal["installed", "archived"]
+    installed_at_ms: int
+    installed_by: str
+    archived_at_ms: int | None
+    archived_by: str | None
+    definition: dict[str, Any]
+
+
+class Queues(BaseModel):
+    """The workspace's queues, by name."""
+
+    queues: list[QueueOut]
+
+
+class QueueInstalledOut(BaseModel):
+    """An installed queue; `repeat` when it was live already with this definition (nothing
+    was written)."""
+
+    queue: QueueOut
+    repeat: bool
+
+
+class QueueOutcome(BaseModel):
+    """A queue after a change (archived)."""
+
+    queue: QueueOut
 
 
 _TARGETS = {"run": "RunTarget", "firing": "FiringTarget", "chain": "ChainTarget"}
@@ -182,7 +224,13 @@ def contract_document(document: dict[str, Any], types: Iterable[type[Feedback]],
     for name in _TARGETS.values():  # `kind` tells the targets apart: always sent
         schemas[name]["required"] = ["kind", *schemas[name].get("required", [])]
     schemas["CommandFrame"] = frame
+    types = list(types)
     schemas["GiveFeedback"] = _commands(types, schemas)
+    # A queue definition the server installs, exactly: its checks against the registered
+    # feedback types are part of the schema (streams.core.queues.queue_schema_for).
+    queue = queue_schema_for(types, ref_template=_REF.format("{name}"))
+    schemas.update(queue.pop("$defs", {}))
+    schemas["QueueDefinition"] = queue
     components["securitySchemes"] = {BEARER: {
         "type": "http", "scheme": "bearer",
         "description": "an API key from `streams keys create`: `Authorization: Bearer fsk_...`"}}

@@ -1,4 +1,5 @@
-"""MCP: the give_feedback, list_runs and read_feedback tools, with the official MCP SDK.
+"""MCP: the give_feedback, list_runs and read_feedback tools, and list_queues, install_queue
+and archive_queue, with the official MCP SDK.
 
 `mcp_server(backend, key=...)` builds an `MCPServer` whose tools answer exactly what the REST
 and WebSocket surfaces answer: give_feedback takes the command's fields (and an optional
@@ -19,10 +20,12 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from streams.core.commands import ErrorFrame, OutcomeFrame, error_frame_of
+from streams.core.errors import KafkaUnavailable
 from streams.extras import needs
 from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.jobs.queues import QueueBook, QueueService
 from streams.runtime.root import Runtime
 
 with needs("mcp", "the MCP tools"):
@@ -60,14 +63,22 @@ def _token(ctx: Context, key: str | None) -> str | None:
 
 
 def mcp_server(service: CommandService | Callable[[], CommandService], *,
-               key: str | None = None) -> MCPServer:
-    """The MCP server of the tools over the command service (or a function returning it, for
-    an app that builds its service at startup); with `key` every call acts with that key
-    (stdio), without it with the bearer key of each HTTP request."""
+               key: str | None = None,
+               queues: QueueService | Callable[[], QueueService] | None = None,
+               ) -> MCPServer:
+    """The MCP server of the tools over the command service and the queue service (or
+    functions returning them, for an app that builds its services at startup); with `key`
+    every call acts with that key (stdio), without it with the bearer key of each HTTP
+    request. Without `queues`, the queue tools answer unavailable."""
     server = MCPServer("feedback-streams", instructions=INSTRUCTIONS)
 
     def get() -> CommandService:
         return service if isinstance(service, CommandService) else service()
+
+    def get_queues() -> QueueService:
+        if queues is None:
+            raise KafkaUnavailable("this MCP server has no queue service")
+        return queues if isinstance(queues, QueueService) else queues()
 
     @server.tool()
     async def give_feedback(
@@ -123,14 +134,55 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
             return _result(error_frame_of(exc))
         return _result(page)
 
+    @server.tool()
+    async def list_queues(workspace_id: str, ctx: Context,
+                          archived: bool = False) -> CallToolResult:
+        """The workspace's annotation queues by name (archived ones too with `archived`):
+        {"queues": [{"queue", "state", "definition", "installed_by", ...}]}."""
+        try:
+            return _result(await get_queues().list(_token(ctx, key), workspace_id,
+                                                   archived=archived))
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+
+    @server.tool()
+    async def install_queue(
+        workspace_id: str,
+        definition: Annotated[dict[str, Any], Field(description=(
+            'the queue\'s JSON form: {"name": ..., "enters": {"runs_of": RULE} | '
+            '{"firings_of": RULE} | {"chains": {}} | {"judged_below": {...}} | '
+            '{"disagreements": {...}}, "feedback_types": [...], "reviewers": k, "blind": '
+            'bool, "lease_seconds": s, "sample": share} (schemas/queue/v1.schema.json)'))],
+        ctx: Context,
+    ) -> CallToolResult:
+        """Install an annotation queue (the key needs manage_queues): {"queue": entry,
+        "repeat": bool}; repeat when it was live already with this definition. A live queue
+        of that name with another definition is a conflict error; archive it first."""
+        try:
+            answer, _created = await get_queues().install(_token(ctx, key), workspace_id,
+                                                          definition)
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+        return _result(answer)
+
+    @server.tool()
+    async def archive_queue(workspace_id: str, name: str, ctx: Context) -> CallToolResult:
+        """Archive a live queue (the key needs manage_queues): {"queue": entry}. Its items
+        stay in the log; not_found names the live queues when there is none of that name."""
+        try:
+            return _result(await get_queues().archive(_token(ctx, key), workspace_id, name))
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+
     return server
 
 
-def mount_mcp(app: FastAPI, service: Callable[[], CommandService], path: str = MCP_PATH,
+def mount_mcp(app: FastAPI, service: Callable[[], CommandService],
+              queues: Callable[[], QueueService] | None = None, path: str = MCP_PATH,
               ) -> MCPServer:
     """Mount the tools over streamable HTTP at `path` on `app`. The app's lifespan must run
     the returned server's `session_manager.run()` (an async context manager)."""
-    server = mcp_server(service)
+    server = mcp_server(service, queues=queues)
     app.mount(path, server.streamable_http_app(streamable_http_path="/"))
     return server
 
@@ -143,9 +195,13 @@ async def serve_stdio(runtime: Runtime, *, key: str) -> None:
 
     client = StreamsClient(runtime)
     keys = KeyStore(runtime)
+    book = QueueBook(runtime, follow=True)
     try:
         await anyio.to_thread.run_sync(keys.start)
-        await mcp_server(CommandService(client, keys), key=key).run_stdio_async()
+        service = CommandService(client, keys)
+        await mcp_server(service, key=key,
+                         queues=QueueService(service, book)).run_stdio_async()
     finally:
+        book.close()
         keys.close()
         client.close()

@@ -8,6 +8,7 @@ from typing import Any
 
 from streams.extras import needs
 from streams.runtime.client.commands import CommandService
+from streams.runtime.jobs.queues import QueueService
 
 with needs("serve", "streams serve"):
     from fastapi import FastAPI
@@ -19,12 +20,13 @@ with needs("serve", "streams serve"):
 __all__ = ["install_realtime"]
 
 
-def install_realtime(app: FastAPI, service: Callable[[], CommandService]) -> MCPServer:
+def install_realtime(app: FastAPI, service: Callable[[], CommandService],
+                     queues: Callable[[], QueueService]) -> MCPServer:
     """Add the stream route and mount the MCP tools (streamable HTTP at /mcp/) on `app`,
-    over the service `service()` returns; the app's lifespan then also runs the MCP session
-    manager."""
+    over the services `service()` and `queues()` return; the app's lifespan then also runs
+    the MCP session manager."""
     add_stream_route(app, service)
-    mcp = mount_mcp(app, service)
+    mcp = mount_mcp(app, service, queues)
     inner: Callable[[Any], AbstractAsyncContextManager[Any]] = app.router.lifespan_context
 
     @asynccontextmanager

@@ -1,0 +1,154 @@
+"""Annotation queues over REST and MCP (streamable HTTP), on the real broker: installed,
+listed and archived as the key's actor; refusals as error frames naming the JSON path; a
+queue another writer installs is listed at once (the server follows the queues topic)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
+
+from streams.core.actors import UserActor
+from streams.runtime.jobs.queues import QueueBook
+from streams.settings import Settings
+from tests.integration.served import serve
+
+MANAGER = frozenset({"read", "manage_queues"})
+
+
+def a_queue(**changes: Any) -> dict[str, Any]:
+    """A queue of a rule's runs, two blind reviewers each, with `changes`."""
+    return {"name": "triage-review", "enters": {"runs_of": "ops:wrong-triage"},
+            "feedback_types": ["triage_quality"], "reviewers": 2, "blind": True, **changes}
+
+
+def _error(answer: httpx.Response, status: int, code: str) -> str:
+    assert answer.status_code == status, answer.text
+    body = answer.json()
+    assert body["type"] == "error" and body["error"]["code"] == code, body
+    return str(body["error"]["message"])
+
+
+async def test_install_list_archive_over_rest(settings: Settings,
+                                              tenant_factory: Callable[..., str]) -> None:
+    tenant = tenant_factory()
+    async with serve(settings) as served:
+        base = f"{served.url}/v1/workspaces/{tenant}.prod/queues"
+        manager = {"Authorization": f"Bearer {served.key(tenant, 'ada', MANAGER)}"}
+        reader = {"Authorization": f"Bearer {served.key(tenant, 'rita', frozenset({'read'}))}"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            # Reading needs `read`; installing needs `manage_queues`.
+            assert (await http.get(base, headers=reader)).json() == {"queues": []}
+            assert "manage_queues" in _error(
+                await http.post(base, json=a_queue(), headers=reader), 403, "forbidden")
+
+            first = await http.post(base, json=a_queue(), headers=manager)
+            assert first.status_code == 201, first.text
+            installed = first.json()
+            assert installed["repeat"] is False
+            queue = installed["queue"]
+            assert (queue["queue"], queue["state"], queue["installed_by"]) == \
+                ("triage-review", "installed", "user:ada")
+            assert queue["definition"]["lease_seconds"] == 900.0  # defaults spelled out
+            # The same definition again: 200, nothing written.
+            again = await http.post(base, json=queue["definition"], headers=manager)
+            assert again.status_code == 200 and again.json()["repeat"] is True
+            assert again.json()["queue"]["installed_at_ms"] == queue["installed_at_ms"]
+            # Another definition under the live name: 409, saying what to do.
+            assert "archive it first" in _error(
+                await http.post(base, json=a_queue(reviewers=3), headers=manager),
+                409, "conflict")
+
+            # Refusals name the JSON path; nothing is written.
+            for body, says in [
+                (a_queue(feedback_types=["resolution"]), "$.feedback_types[0]"),
+                (a_queue(feedback_types=["nope"]), "no feedback type 'nope'"),
+                (a_queue(reviewers=0), "$.reviewers"),
+                ({"enters": {"chains": {}}}, "'name' is a required property"),
+            ]:
+                assert says in _error(await http.post(base, json=body, headers=manager),
+                                      422, "validation_failed")
+            assert "not JSON" in _error(await http.post(
+                base, content=b"{nope", headers={**manager, "Content-Type":
+                                                 "application/json"}),
+                422, "validation_failed")
+
+            listed = (await http.get(base, headers=reader)).json()["queues"]
+            assert [q["queue"] for q in listed] == ["triage-review"]
+
+            archived = await http.post(f"{base}/triage-review/archive", headers=manager)
+            assert archived.status_code == 200, archived.text
+            assert archived.json()["queue"]["state"] == "archived"
+            assert archived.json()["queue"]["archived_by"] == "user:ada"
+            assert "no live queue 'triage-review'" in _error(
+                await http.post(f"{base}/triage-review/archive", headers=manager),
+                404, "not_found")
+            assert (await http.get(base, headers=reader)).json() == {"queues": []}
+            every = (await http.get(base, params={"archived": "true"},
+                                    headers=reader)).json()["queues"]
+            assert [q["state"] for q in every] == ["archived"]
+            # Archived, the name takes a new definition.
+            assert (await http.post(base, json=a_queue(reviewers=3),
+                                    headers=manager)).status_code == 201
+
+
+async def test_a_queue_another_writer_installs_is_listed_at_once(
+        settings: Settings, tenant_factory: Callable[..., str]) -> None:
+    # The server follows the tenant's queues topic: a queue written by another process (the
+    # CLI's one-off QueueBook here) is in the very next list, as is each of its own writes.
+    tenant = tenant_factory()
+    async with serve(settings) as served:
+        base = f"{served.url}/v1/workspaces/{tenant}.prod/queues"
+        headers = {"Authorization": f"Bearer {served.key(tenant, 'ada', MANAGER)}"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            assert (await http.post(base, json=a_queue(), headers=headers)).status_code == 201
+            book = QueueBook(served.client.runtime)  # not following: reads, then writes
+            for n in range(5):
+                await book.install(tenant, "prod", a_queue(name=f"other-{n}"),
+                                   actor=UserActor(id="cli"))
+                names = [q["queue"] for q in
+                         (await http.get(base, headers=headers)).json()["queues"]]
+                assert f"other-{n}" in names, names
+            assert len(names) == 6
+
+
+def _frame(result: CallToolResult) -> dict[str, Any]:
+    assert result.structured_content is not None
+    [text] = result.content
+    assert json.loads(text.text) == result.structured_content  # type: ignore[union-attr]
+    return dict(result.structured_content)
+
+
+async def test_the_queue_tools_over_mcp(settings: Settings,
+                                        tenant_factory: Callable[..., str]) -> None:
+    tenant = tenant_factory()
+    wid = f"{tenant}.prod"
+    async with serve(settings) as served:
+        headers = {"Authorization": f"Bearer {served.key(tenant, 'ada', MANAGER)}"}
+        transport = streamable_http_client(served.mcp, http_client=httpx2.AsyncClient(
+            headers=headers, timeout=30.0))
+        async with Client(transport) as mcp:
+            made = await mcp.call_tool("install_queue", {"workspace_id": wid,
+                                                         "definition": a_queue()})
+            assert not made.is_error, _frame(made)
+            assert _frame(made)["repeat"] is False
+            listed = _frame(await mcp.call_tool("list_queues", {"workspace_id": wid}))
+            assert [q["queue"] for q in listed["queues"]] == ["triage-review"]
+            clash = await mcp.call_tool("install_queue", {"workspace_id": wid,
+                                                          "definition": a_queue(reviewers=5)})
+            assert clash.is_error and _frame(clash)["error"]["code"] == "conflict"
+            bad = await mcp.call_tool("install_queue", {
+                "workspace_id": wid, "definition": a_queue(feedback_types=["resolution"])})
+            assert bad.is_error and "$.feedback_types[0]" in _frame(bad)["error"]["message"]
+            gone = _frame(await mcp.call_tool("archive_queue", {"workspace_id": wid,
+                                                                "name": "triage-review"}))
+            assert gone["queue"]["state"] == "archived"
+            missing = await mcp.call_tool("archive_queue", {"workspace_id": wid,
+                                                            "name": "triage-review"})
+            assert missing.is_error and _frame(missing)["error"]["code"] == "not_found"
