@@ -15,10 +15,11 @@ import asyncio
 import json
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from streams.adapters.kafka.config import admin_config
@@ -83,10 +84,22 @@ def _giver(ws: Any, run_ids: list[str]) -> Callable[[int], Any]:
     return give
 
 
-def _exact(settings: Settings, topic: str, given: list[str]) -> int:
-    """Read the scores (read_committed) and check them: exactly 3 per feedback by count."""
+def _exact(settings: Settings, topic: str, given: list[str],
+           workers: Sequence[WorkerProcess] = ()) -> int:
+    """Read the scores (read_committed) and check them: exactly 3 per feedback by count.
+    When they do not all arrive, the failure shows each of `workers`' last stats and the
+    tail of its log (what a stalled loop was doing)."""
     want = len(given) * len(NAMES)
-    scores = read_topic(settings, topic, at_least=want, timeout=120, settle=3.0)
+    try:
+        scores = read_topic(settings, topic, at_least=want, timeout=120, settle=3.0)
+    except pytest.fail.Exception as exc:
+        told = [str(exc)]
+        for n, worker in enumerate(workers):
+            lines = [line for line in worker.log().splitlines() if '{"stats"' not in line]
+            alive = worker.proc is not None and worker.proc.poll() is None
+            told.append(f"worker {n} (alive: {alive}) last stats {_loop_stats(worker)}; its "
+                        "log's last lines:\n" + "\n".join(lines[-40:]))
+        pytest.fail("\n\n".join(told))
     repeats = check_scores(scores, dict.fromkeys(given, NAMES))
     assert repeats == 0, f"{repeats} scores written twice"
     assert len(scores) == want
@@ -121,7 +134,7 @@ async def test_sigkill_workers_repeatedly_mid_stream_counts_exactly(
         assert doomed.proc is not None and doomed.proc.returncode == -signal.SIGKILL
         doomed.start()
     assert len(given) == feedback
-    counted = _exact(settings, topics.scores, given)
+    counted = _exact(settings, topics.scores, given, workers)
     assert_alive(*workers)
     print(f"exactly once, {kills} SIGKILLs of 2 workers during {feedback} feedback: "
           f"{counted} score records for {feedback * len(NAMES)} scores, 0 repeats, 0 lost "
@@ -180,7 +193,7 @@ async def test_a_paused_worker_is_fenced_when_it_resumes(
         60, "the resumed worker's late transaction to be refused")
     for start in range(1800, feedback, 100):
         given += await asyncio.gather(*(give(i) for i in range(start, start + 100)))
-    counted = _exact(settings, topics.scores, given)
+    counted = _exact(settings, topics.scores, given, [zombie, other])
     assert_alive(zombie, other)
     after = _loop_stats(zombie)
     assert "transaction aborted" in zombie.log()

@@ -98,7 +98,7 @@ async def test_broker_restart_mid_stream_counts_exactly(
         stop.set()
         await task
     assert_alive(*workers)
-    counted = _exact(settings, topics.scores, given)
+    counted = _exact(settings, topics.scores, given, workers)
     assert_alive(*workers)
     stats = [_loop_stats(w) for w in workers]
     met = sum(s.get("outage_waits", 0) + s.get("aborts", 0) for s in stats)
