@@ -61,11 +61,12 @@ REDRIVEN: Final = "redriven"
 COMMANDS: Final = "commands"
 RULESTATE: Final = "rulestate"
 QUEUES: Final = "queues"
+LEASES: Final = "leases"
 
 KINDS = (EVENTS, SCORES, DEADLETTER, RULES)
 """The kinds `parse_topic` recognizes: the topics every tenant has (TenantTopics.all)."""
 
-TENANT_KINDS = (*KINDS, INDEX, RULEBOOK, REDRIVEN, COMMANDS, RULESTATE, QUEUES)
+TENANT_KINDS = (*KINDS, INDEX, RULEBOOK, REDRIVEN, COMMANDS, RULESTATE, QUEUES, LEASES)
 """Every kind of a tenant's topics, those made on demand included."""
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "EVENTS",
     "INDEX",
     "KINDS",
+    "LEASES",
     "PREFIX_PATTERN",
     "QUEUES",
     "REDRIVEN",
@@ -203,6 +205,11 @@ class TenantTopics:
         return sibling_topic(self.events, QUEUES)
 
     @property
+    def leases(self) -> str:
+        """The tenant's leases topic: who reviews which queue item (streams.core.leases)."""
+        return sibling_topic(self.events, LEASES)
+
+    @property
     def redriven(self) -> str:
         """The tenant's redriven topic."""
         return sibling_topic(self.events, REDRIVEN)
@@ -220,7 +227,7 @@ class TenantTopics:
     def every(self) -> tuple[str, ...]:
         """Every topic the tenant may have (what deleting it deletes)."""
         return (*self.all(), self.index, self.rulebook, self.commands, self.redriven,
-                self.rulestate, self.queues)
+                self.rulestate, self.queues, self.leases)
 
 
 def tenant_topics(tenant: str, prefix: str = "fs") -> TenantTopics:

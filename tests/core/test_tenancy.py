@@ -102,8 +102,9 @@ def test_every_tenant_topic_name() -> None:
     assert topics.every() == (
         "fs.acme.events", "fs.acme.scores", "fs.acme.deadletter", "fs.acme.rules",
         "fs.acme.index", "fs.acme.rulebook", "fs.acme.commands", "fs.acme.redriven",
-        "fs.acme.rulestate", "fs.acme.queues")
+        "fs.acme.rulestate", "fs.acme.queues", "fs.acme.leases")
     assert topics.queues == "fs.acme.queues"
+    assert topics.leases == "fs.acme.leases"
     assert topics.rulestate == rulestate_topic("acme") == "fs.acme.rulestate"
     assert rulestate_reader_group("fs.acme.rulestate") == "fs.acme.rulestate.restore"
     assert index_topic("acme", "x") == "x.acme.index"
@@ -113,7 +114,7 @@ def test_every_tenant_topic_name() -> None:
     assert [tenant_topic("acme", kind) for kind in TENANT_KINDS] == [
         f"fs.acme.{kind}" for kind in
         ("events", "scores", "deadletter", "rules", "index", "rulebook", "redriven", "commands",
-         "rulestate", "queues")]
+         "rulestate", "queues", "leases")]
 
 
 def test_tenant_topics_refuse_bad_names_and_kinds() -> None:

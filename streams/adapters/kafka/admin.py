@@ -22,6 +22,7 @@ from streams.core.tenancy import (
     EVENTS,
     INDEX,
     KINDS,
+    LEASES,
     QUEUES,
     REDRIVEN,
     RULEBOOK,
@@ -63,6 +64,11 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     RULEBOOK: {"cleanup.policy": "compact", "retention.ms": "-1"},
     # A tenant's annotation queues: the newest entry per (workspace, queue), so compacted.
     QUEUES: {"cleanup.policy": "compact", "retention.ms": "-1"},
+    # Leases on queue items (streams.core.leases): every record is folded, none is replaced
+    # by a newer one, so kept whole (a submitted item must stay submitted). Each record's
+    # time is the writer's; the broker's append time is kept beside it for audits.
+    LEASES: {"cleanup.policy": "delete", "retention.ms": "-1",
+             "message.timestamp.type": "LogAppendTime"},
     # Dead letters re-driven (streams.core.deadletters): one marker per letter, kept.
     REDRIVEN: {"cleanup.policy": "compact", "retention.ms": "-1"},
 }
@@ -195,15 +201,22 @@ class TenantAdmin:
     def ensure_rulebook_topic(self, tenant: str) -> str:
         """Create the tenant's compacted one-partition rulebook topic (its installed rules)
         if it is missing; `streams rules install` calls this; returns its name."""
-        topic = rulebook_topic(tenant, self.settings.topic_prefix)
-        self._ensure(topic, 1, self.topic_config(RULEBOOK))
-        return topic
+        return self._ensure_kind(rulebook_topic(tenant, self.settings.topic_prefix), RULEBOOK)
 
     def ensure_queues_topic(self, tenant: str) -> str:
         """Create the tenant's compacted one-partition queues topic (its annotation queues)
         if it is missing; `streams queues install` calls this; returns its name."""
-        topic = tenant_topics(tenant, self.settings.topic_prefix).queues
-        self._ensure(topic, 1, self.topic_config(QUEUES))
+        return self._ensure_kind(tenant_topics(tenant, self.settings.topic_prefix).queues,
+                                 QUEUES)
+
+    def ensure_leases_topic(self, tenant: str) -> tuple[str, int]:
+        """Create the tenant's leases topic (STREAMS_PARTITIONS partitions) if it is missing;
+        handing out queue items calls this; returns its name and partition count."""
+        topic = tenant_topics(tenant, self.settings.topic_prefix).leases
+        return topic, self._ensure(topic, self.settings.partitions, self.topic_config(LEASES))
+
+    def _ensure_kind(self, topic: str, kind: str) -> str:
+        self._ensure(topic, 1, self.topic_config(kind))
         return topic
 
     def ensure_compacted_topic(self, topic: str, partitions: int,
