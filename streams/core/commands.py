@@ -76,6 +76,7 @@ __all__ = [
     "ledger_key",
     "parse_frame",
     "parse_workspace_id",
+    "whole_numbers",
     "workspace_id",
 ]
 
@@ -256,6 +257,20 @@ def _parse_mapping(data: Any) -> CommandFrame:
             f"{p.path}: {p.message}" for p in problems), problems) from exc
 
 
+def whole_numbers(value: Any) -> Any:
+    """`value` (JSON) with every float that is a whole number (1.0) as an integer: JSON
+    Schema counts 1.0 as an integer, and strict validation of JSON would refuse it for an int
+    field (a float field takes the integer as it is). A command's value is checked and
+    recorded so."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    return value
+
+
 def check_value(command: GiveFeedback, types: FeedbackRegistry) -> type[Feedback]:
     """The registered type of a give_feedback command, once its value (strictly, as JSON: its
     type's JSON schema) and target kind are valid for it; CommandFailed (validation_failed,
@@ -278,7 +293,7 @@ def check_value(command: GiveFeedback, types: FeedbackRegistry) -> type[Feedback
     try:
         # Strictly, as JSON: the value's published JSON schema is the contract, so "true" is
         # not a boolean nor "1" an integer (lax validation accepted what the schema refuses).
-        cls.model_validate_json(json.dumps(command.value), strict=True)
+        cls.model_validate_json(json.dumps(whole_numbers(command.value)), strict=True)
     except ValidationError as exc:
         problems = _problems(exc, "command.value")
         raise CommandFailed("validation_failed", f"invalid {cls.feedback_name} value: "

@@ -24,6 +24,7 @@ from streams.core.commands import (
     ledger_key,
     parse_frame,
     parse_workspace_id,
+    whole_numbers,
     workspace_id,
 )
 from streams.core.errors import (
@@ -115,6 +116,20 @@ def test_values_are_checked_against_the_registered_type_with_field_paths() -> No
     paths = {p.path for p in caught.value.fields}
     assert paths == {"command.value.correct", "command.value.severity"}
     assert caught.value.code == "validation_failed"
+
+
+def test_a_whole_float_is_an_integer_as_json_schema_says_and_a_fraction_is_not() -> None:
+    # Resolution.minutes_to_mitigate is an int: the published schema's "integer" takes 1.0.
+    def on_chain(minutes: object) -> GiveFeedback:
+        return parse_frame(frame(feedback_type="resolution", target={
+            "kind": "chain", "correlation_id": "evt_1"},
+            value={"resolved": True, "minutes_to_mitigate": minutes})).command
+
+    assert check_value(on_chain(12.0), registry).feedback_name == "resolution"
+    assert whole_numbers({"a": [1.0, 2.5, {"b": -3.0}], "c": "1.0", "d": True}) == \
+        {"a": [1, 2.5, {"b": -3}], "c": "1.0", "d": True}
+    with pytest.raises(CommandFailed, match="minutes_to_mitigate"):
+        check_value(on_chain(12.5), registry)
 
 
 def test_unknown_feedback_types_and_wrong_target_kinds_are_refused() -> None:

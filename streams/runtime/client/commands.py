@@ -31,6 +31,7 @@ from streams.core.commands import (
     error_frame_of,
     parse_frame,
     parse_workspace_id,
+    whole_numbers,
 )
 from streams.core.errors import (
     Unauthorized,
@@ -97,7 +98,8 @@ class CommandService:
             command_id = parsed.command_id
             command = parsed.command
             check_value(command, self.client.types)
-            seq, event_id = await ws.record_command(command.value, on=command.target,
+            seq, event_id = await ws.record_command(whole_numbers(command.value),
+                                                    on=command.target,
                                                     feedback_type=command.feedback_type,
                                                     command_id=parsed.command_id)
         except Exception as exc:
