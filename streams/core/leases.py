@@ -29,6 +29,8 @@ from typing import Final, Literal
 from streams.core.errors import ValidationFailed
 
 __all__ = [
+    "ITEM_PATTERN",
+    "LEASE_ID_PATTERN",
     "OUTCOMES",
     "Held",
     "InvalidLeaseRecord",
@@ -39,6 +41,12 @@ __all__ = [
     "fold_item",
     "item_key",
 ]
+
+LEASE_ID_PATTERN: Final = "^lease_[0-9a-f]{32}$"
+"""A lease's id (its request id), as handed out."""
+
+ITEM_PATTERN: Final = "^(run|firing|chain):[^\\x00-\\x1f]+$"
+"""A queue item: its target's kind and id, `run:run_1`."""
 
 LeaseKind = Literal["request", "submit", "skip"]
 

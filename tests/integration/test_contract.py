@@ -115,7 +115,7 @@ async def test_the_server_keeps_the_committed_contract(
     assert run.returncode == 0, output[-20000:]
     result = json.loads(report.read_text())
     assert result["failures"] == [] and result["errors"] == [], output[-20000:]
-    assert result["operations"]["tested"] == 9
+    assert result["operations"]["tested"] == 12
     # The valid commands were recorded (the outcome frame's schema was checked, and the
     # feedback pages Schemathesis read had envelopes in them), not only refused.
     assert await client.workspace(tenant, "prod").feedback(), "no command was recorded"

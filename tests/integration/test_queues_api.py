@@ -17,7 +17,7 @@ from mcp_types import CallToolResult
 from streams.core.actors import UserActor
 from streams.runtime.jobs.queues import QueueBook
 from streams.settings import Settings
-from tests.integration.served import serve
+from tests.integration.served import serve, start_run
 
 MANAGER = frozenset({"read", "manage_queues"})
 
@@ -152,3 +152,78 @@ async def test_the_queue_tools_over_mcp(settings: Settings,
             missing = await mcp.call_tool("archive_queue", {"workspace_id": wid,
                                                             "name": "triage-review"})
             assert missing.is_error and _frame(missing)["error"]["code"] == "not_found"
+
+
+async def test_reviewers_lease_submit_and_skip_over_rest(
+        settings: Settings, tenant_factory: Callable[..., str]) -> None:
+    tenant = tenant_factory()
+    async with serve(settings) as served:
+        ws = served.client.workspace(tenant, "prod")
+        for n in range(3):
+            await start_run(ws, f"run_{n}")
+        base = f"{served.url}/v1/workspaces/{tenant}.prod/queues"
+        admin = {"Authorization": f"Bearer {served.key(tenant, 'root', MANAGER)}"}
+        ada = {"Authorization": f"Bearer {served.key(tenant, 'ada')}"}
+        bo = {"Authorization": f"Bearer {served.key(tenant, 'bo')}"}
+        rita = {"Authorization": f"Bearer {served.key(tenant, 'rita', frozenset({'read'}))}"}
+        queue = {"name": "spikes", "enters": {"runs_of": "ops:error-spike"},
+                 "feedback_types": ["triage_quality"], "reviewers": 1}
+        async with httpx.AsyncClient(timeout=30) as http:
+            assert (await http.post(base, json=queue, headers=admin)).status_code == 201
+            _error(await http.post(f"{base}/spikes/next", headers=rita), 403, "forbidden")
+
+            first = (await http.post(f"{base}/spikes/next", headers=ada)).json()["lease"]
+            assert first["item"] == "run:run_0"  # oldest first
+            assert first["target"] == {"kind": "run", "run_id": "run_0"}
+            # Asking again gives the lease ada holds; bo gets another run (k = 1).
+            assert (await http.post(f"{base}/spikes/next", headers=ada)).json()["lease"] == \
+                first
+            second = (await http.post(f"{base}/spikes/next", headers=bo)).json()["lease"]
+            assert second["item"] == "run:run_1"
+
+            verdict = {"type": "give_feedback", "feedback_type": "triage_quality",
+                       "target": first["target"],
+                       "value": {"correct": False, "severity": "high"}}
+            url = f"{base}/spikes/submit"
+            done = await http.post(url, json={"request_id": first["request_id"],
+                                              "command": verdict}, headers=ada)
+            assert done.status_code == 200, done.text
+            assert done.json()["outcome"]["type"] == "recorded"
+            # A retry answers the same outcome; another value under the lease conflicts.
+            again = await http.post(url, json={"request_id": first["request_id"],
+                                               "command": verdict}, headers=ada)
+            assert again.json() == done.json()
+            other = {**verdict, "value": {"correct": True, "severity": "low"}}
+            _error(await http.post(url, json={"request_id": first["request_id"],
+                                              "command": other}, headers=ada), 409, "conflict")
+            # A lease that is not running, a type the queue does not take: nothing recorded.
+            assert "not running" in _error(await http.post(url, json={
+                "request_id": "lease_" + "0" * 32,
+                "command": {**verdict, "target": second["target"]}}, headers=ada),
+                409, "conflict")
+            proposal = {"type": "give_feedback", "feedback_type": "proposal_outcome",
+                        "target": second["target"],
+                        "value": {"proposal_id": "p1", "outcome": "accepted"}}
+            assert "takes ['triage_quality']" in _error(await http.post(url, json={
+                "request_id": second["request_id"], "command": proposal}, headers=bo),
+                409, "conflict")
+
+            # bo gives run_1 back and gets run_2; run_1 goes to someone else.
+            skipped = await http.post(f"{base}/spikes/skip", json={
+                "item": second["item"], "request_id": second["request_id"]}, headers=bo)
+            assert skipped.json() == {"outcome": "skipped"}, skipped.text
+            third = (await http.post(f"{base}/spikes/next", headers=bo)).json()["lease"]
+            assert third["item"] == "run:run_2"
+            cy = {"Authorization": f"Bearer {served.key(tenant, 'cy')}"}
+            assert (await http.post(f"{base}/spikes/next", headers=cy)).json()["lease"][
+                "item"] == "run:run_1"
+            # ada submitted run_0, the others are held: nothing left for her.
+            assert (await http.post(f"{base}/spikes/next", headers=ada)).json() == \
+                {"lease": None}
+
+            # An archived queue hands out nothing.
+            await http.post(f"{base}/spikes/archive", headers=admin)
+            assert "archived" in _error(await http.post(f"{base}/spikes/next", headers=bo),
+                                        404, "not_found")
+    given = [e for e in await ws.feedback()]
+    assert [(e.actor.participant, e.event.target.id) for e in given] == [("user:ada", "run_0")]

@@ -26,7 +26,13 @@ def test_the_document_names_every_route_and_the_command_frame() -> None:
         "/v1/workspaces/{workspace_id}/feedback",
         "/v1/workspaces/{workspace_id}/feedback-types",
         "/v1/workspaces/{workspace_id}/me", "/v1/workspaces/{workspace_id}/queues",
-        "/v1/workspaces/{workspace_id}/queues/{name}/archive"}
+        "/v1/workspaces/{workspace_id}/queues/{name}/archive",
+        "/v1/workspaces/{workspace_id}/queues/{name}/next",
+        "/v1/workspaces/{workspace_id}/queues/{name}/submit",
+        "/v1/workspaces/{workspace_id}/queues/{name}/skip"}
+    submit = document["paths"]["/v1/workspaces/{workspace_id}/queues/{name}/submit"]["post"]
+    assert submit["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/QueueSubmit"}
     install = document["paths"]["/v1/workspaces/{workspace_id}/queues"]["post"]
     assert install["requestBody"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/QueueDefinition"}
@@ -282,7 +288,8 @@ def test_reads_declare_their_bodies_and_every_route_the_bearer_key() -> None:
                       ("get", "{run_id}"): "RunOut", ("get", "feedback"): "FeedbackPage",
                       ("get", "feedback-types"): "FeedbackTypes", ("get", "me"): "Identity",
                       ("get", "queues"): "Queues", ("post", "queues"): "QueueInstalledOut",
-                      ("post", "archive"): "QueueOutcome"}
+                      ("post", "archive"): "QueueOutcome", ("post", "next"): "NextItem",
+                      ("post", "submit"): "OutcomeFrame", ("post", "skip"): "SkipOut"}
 
 
 def test_another_method_on_a_route_is_an_error_frame_with_allow() -> None:

@@ -19,25 +19,39 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from streams.core.actors import Actor, SystemActor
-from streams.core.errors import NotFound
+from streams.core.commands import (
+    CommandFrame,
+    ErrorFrame,
+    OutcomeFrame,
+    check_value,
+    error_frame_of,
+    parse_frame,
+)
+from streams.core.errors import Conflict, NotFound, ValidationFailed
 from streams.core.feedback import FeedbackRegistry
+from streams.core.leases import LEASE_ID_PATTERN
 from streams.core.queues import (
     InvalidQueue,
+    Queue,
     QueueEntry,
     check_install,
     entry_json,
     entry_key,
+    queue_from_dict,
     queue_to_dict,
 )
 from streams.core.tenancy import tenant_topics
 from streams.runtime.client.commands import CommandService
 from streams.runtime.jobs.entries import EntryView, read_entries, topic_exists, write_entry
+from streams.runtime.jobs.leases import LeaseBook
 from streams.runtime.root import Runtime
 
 __all__ = ["QueueBook", "QueueInstalled", "QueueService"]
@@ -136,14 +150,141 @@ class QueueBook:
                     "check the brokers, then run the same command again")
 
 
+# Runs offered per look at a queue's source: a page of the runs view.
+_CANDIDATES_PAGE = 200
+
+
+def _sampled(queue: Queue, item: str) -> bool:
+    # A uniform share of the items, the same in every process: by a hash of the item.
+    return queue.sample >= 1.0 or zlib.crc32(item.encode()) / 2**32 < queue.sample
+
+
 class QueueService:
     """The queues for the surfaces (REST, MCP): each call checks the caller's key through the
-    command service (`read` to list, `manage_queues` to install or archive), then asks the
-    book, acting as the key's actor. Answers are JSON-ready dicts."""
+    command service (`read` to list, `manage_queues` to install or archive, `give_feedback`
+    to review), then asks the books, acting as the key's actor. Answers are JSON-ready
+    dicts or frames."""
 
     def __init__(self, service: CommandService, book: QueueBook) -> None:
         self.service = service
         self.book = book
+        self._leases: dict[str, LeaseBook] = {}
+        self._leases_lock = threading.Lock()
+
+    def _lease_book(self, tenant: str) -> LeaseBook:
+        # Started on first use, in the caller's thread (it reads the tenant's leases topic).
+        with self._leases_lock:
+            book = self._leases.get(tenant)
+            if book is None:
+                book = LeaseBook(self.service.client.runtime, tenant)
+                book.start()
+                self._leases[tenant] = book
+        return book
+
+    def _live(self, tenant: str, workspace: str, name: str) -> Queue:
+        entry = self.book.entries(tenant).get(entry_key(workspace, name))
+        if entry is None or not entry.live:
+            state = "archived" if entry is not None else "not installed"
+            raise NotFound(f"queue {name!r} of workspace {workspace!r} is {state}: its items "
+                           "are not handed out (streams queues list shows the live ones)")
+        return queue_from_dict(entry.definition, types=self.service.client.types)
+
+    async def next(self, token: str | None, workspace_id: str, name: str) -> dict[str, Any]:
+        """Lease the next item of a live queue to the key's actor: {"lease": {"item",
+        "target", "request_id", "ends_ms"}}, or {"lease": null} when none is left for them.
+        The item the actor holds already comes back first."""
+        key, ws = self.service.authorize(token, workspace_id, "give_feedback")
+        await self.service.client.log.require_tenant(ws.tenant)
+        queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
+        if queue.enters.kind != "runs_of":
+            raise ValidationFailed(
+                f"queue {name!r} takes {queue.enters.kind} items, which are not handed out "
+                "yet: only runs_of queues are (docs/ui.md, 'Leases')")
+        leases = await asyncio.to_thread(self._lease_book, ws.tenant)
+        cursor: str | None = None
+        while True:
+            page = await ws.runs_page(rule=queue.enters.rule, limit=_CANDIDATES_PAGE,
+                                      cursor=cursor)
+            items = [f"run:{r.id}" for r in reversed(page.runs)]
+            lease = await leases.next_item(ws.workspace, queue, key.actor.participant,
+                                           [i for i in items if _sampled(queue, i)])
+            if lease is not None:
+                kind, _, target_id = lease.item.partition(":")
+                return {"lease": {"item": lease.item, "request_id": lease.request_id,
+                                  "ends_ms": lease.ends_ms,
+                                  "target": {"kind": kind, f"{kind}_id": target_id}}}
+            if page.next_cursor is None:
+                return {"lease": None}
+            cursor = page.next_cursor
+
+    async def submit(self, token: str | None, workspace_id: str, name: str,
+                     body: bytes | str | dict[str, Any]) -> OutcomeFrame | ErrorFrame:
+        """A reviewer's verdict under a lease: {"request_id", "command": give_feedback on the
+        leased item, optional "command_id"}. Recorded once (the command id is the lease's)
+        when the lease still runs; Conflict when it expired, is not the key's, or the queue
+        does not take that feedback type; NotFound for an archived queue."""
+        command_id: str | None = None
+        try:
+            key, ws = self.service.authorize(token, workspace_id, "give_feedback")
+            try:
+                data: Any = json.loads(body) if isinstance(body, bytes | str) else body
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ValidationFailed(f"the body is not JSON: {exc}") from exc
+            if not isinstance(data, dict) or not isinstance(data.get("request_id"), str) \
+                    or not re.fullmatch(LEASE_ID_PATTERN, data["request_id"]):
+                raise ValidationFailed("the body is {\"request_id\": \"lease_...\", "
+                                       "\"command\": {give_feedback}}: request_id must be "
+                                       "the lease's, as next_item gave it")
+            unknown = sorted(set(data) - {"request_id", "command"})
+            if unknown:
+                raise ValidationFailed(f"unknown fields {unknown}: the body has request_id "
+                                       "and command only")
+            rid = data["request_id"]
+            frame: CommandFrame = parse_frame({"type": "command", "command":
+                                               data.get("command"),
+                                               "command_id": f"lease-{rid}"[:128]})
+            command_id = frame.command_id
+            check_value(frame.command, self.service.client.types)
+            await self.service.client.log.require_tenant(ws.tenant)
+            queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
+            if frame.command.feedback_type not in queue.feedback_types:
+                raise Conflict(f"queue {name!r} takes {list(queue.feedback_types)} feedback, "
+                               f"not {frame.command.feedback_type!r}")
+            target = frame.command.target
+            item = f"{target.kind}:{target.id}"
+            leases = await asyncio.to_thread(self._lease_book, ws.tenant)
+            outcome = await leases.submit(ws.workspace, name, item, key.actor.participant,
+                                          rid)
+            if outcome == "expired":
+                raise Conflict(f"the lease {rid} on {item} is not running (it expired, or was "
+                               "never yours): nothing recorded; ask for the next item")
+            # accepted, or submitted before under this lease: record it (once, by the
+            # lease's command id: a retry answers the same outcome, another value conflicts).
+        except Exception as exc:
+            return error_frame_of(exc, command_id)
+        return await self.service.execute(token, workspace_id, frame.model_dump(mode="json"))
+
+    async def skip(self, token: str | None, workspace_id: str, name: str, item: str,
+                   request_id: str) -> dict[str, Any]:
+        """Give a leased item back: {"outcome": "skipped"}; Conflict when the lease is not
+        running. The reviewer never gets that item again."""
+        key, ws = self.service.authorize(token, workspace_id, "give_feedback")
+        await self.service.client.log.require_tenant(ws.tenant)
+        await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
+        leases = await asyncio.to_thread(self._lease_book, ws.tenant)
+        outcome = await leases.skip(ws.workspace, name, item, key.actor.participant,
+                                    request_id)
+        if outcome != "skipped":
+            raise Conflict(f"the lease {request_id} on {item} is not running: nothing to skip")
+        return {"outcome": outcome}
+
+    def close(self) -> None:
+        """Stop following the queues and leases topics."""
+        self.book.close()
+        with self._leases_lock:
+            books, self._leases = list(self._leases.values()), {}
+        for book in books:
+            book.close()
 
     async def list(self, token: str | None, workspace_id: str, *,
                    archived: bool = False) -> dict[str, Any]:

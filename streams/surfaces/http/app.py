@@ -9,6 +9,9 @@
     GET  /v1/workspaces/{workspace_id}/queues         the annotation queues (archived=true too)
     POST /v1/workspaces/{workspace_id}/queues         install a queue from its JSON form
     POST /v1/workspaces/{workspace_id}/queues/{name}/archive   archive a live queue
+    POST /v1/workspaces/{workspace_id}/queues/{name}/next      lease the next item
+    POST /v1/workspaces/{workspace_id}/queues/{name}/submit    a verdict under a lease
+    POST /v1/workspaces/{workspace_id}/queues/{name}/skip      give a leased item back
     GET  /ui/                                         the annotation page (docs/ui.md)
     GET  /healthz                                     alive (the event loop answers); no key
     GET  /readyz                                      ready: started, broker and registry answer
@@ -73,11 +76,14 @@ with needs("serve", "streams serve"):
         FeedbackPage,
         FeedbackTypes,
         Identity,
+        NextItem,
         QueueInstalledOut,
         QueueOutcome,
         Queues,
         RunOut,
         RunsPage,
+        SkipIn,
+        SkipOut,
         contract_document,
     )
     from streams.surfaces.http.realtime import install_realtime
@@ -156,7 +162,7 @@ def started_queues(app: FastAPI) -> QueueService:
     made: QueueService | None = app.state.queues
     if made is None or made.service is not service:
         if made is not None:
-            made.book.close()
+            made.close()
         made = app.state.queues = QueueService(
             service, QueueBook(service.client.runtime, follow=True))
     return made
@@ -424,6 +430,46 @@ async def _archive_queue(request: Request, workspace_id: str,
     return JSONResponse(answer)
 
 
+@queues.post("/queues/{name}/next", responses=_answers(NextItem), name="next_item",
+             summary="Lease the queue's next item to the key's actor (give_feedback)")
+async def _next_item(request: Request, workspace_id: str, name: Annotated[str, QUEUE_NAME],
+                     key: Key, service: QueuesService) -> JSONResponse:
+    # The item the actor holds, else a new lease; lease null when none is left for them.
+    try:
+        return JSONResponse(await service.next(key, workspace_id, name))
+    except Exception as exc:
+        return _answer(error_frame_of(exc))
+
+
+@queues.post(
+    "/queues/{name}/submit", response_model=OutcomeFrame, responses=_ERRORS,
+    name="submit_item",
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/QueueSubmit"}}}}},
+    summary="Give feedback on a leased item under its lease: recorded once, or 409 when the "
+            "lease is not running")
+async def _submit_item(request: Request, workspace_id: str, name: Annotated[str, QUEUE_NAME],
+                       key: Key, service: QueuesService) -> JSONResponse:
+    # The outcome frame of the feedback; a retry answers the same outcome.
+    try:
+        body = await _body(request)
+    except CommandFailed as exc:
+        return _answer(exc.frame())
+    return _answer(await service.submit(key, workspace_id, name, body))
+
+
+@queues.post("/queues/{name}/skip", responses=_answers(SkipOut), name="skip_item",
+             summary="Give a leased item back (the reviewer never gets it again)")
+async def _skip_item(request: Request, workspace_id: str, name: Annotated[str, QUEUE_NAME],
+                     skip: SkipIn, key: Key, service: QueuesService) -> JSONResponse:
+    # 200 skipped; 409 when the lease is not running.
+    try:
+        return JSONResponse(await service.skip(key, workspace_id, name, skip.item,
+                                               skip.request_id))
+    except Exception as exc:
+        return _answer(error_frame_of(exc))
+
+
 def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
     """The lifespan that makes the service on the runtime: the workspace handle and the key
     store, started in the background (the app answers unavailable until then)."""
@@ -457,7 +503,7 @@ def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
             with contextlib.suppress(asyncio.CancelledError):
                 await starting
             if app.state.queues is not None:
-                app.state.queues.book.close()
+                app.state.queues.close()
             store.close()
             client.close()
             await app.state.admission.close()
@@ -498,7 +544,7 @@ def create_app(runtime: Runtime | None = None, *,
 
     async def close_queues() -> None:
         if app.state.queues is not None:
-            await asyncio.to_thread(app.state.queues.book.close)
+            await asyncio.to_thread(app.state.queues.close)
     app.router.on_shutdown.append(close_queues)
     app.add_middleware(ShedCommands, admission=admission)
     validating: Sequence[type[Feedback]] = list(
@@ -522,6 +568,12 @@ def create_app(runtime: Runtime | None = None, *,
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400:
+            # A body FastAPI could not parse as JSON (a route taking a model): the same
+            # validation_failed frame the other routes answer.
+            return _answer(CommandFailed("validation_failed", "the body is not valid JSON: "
+                                         f"{exc.detail}", [FieldProblem(
+                                             path="body", message=str(exc.detail))]).frame())
         if exc.status_code == 404:
             return _answer(CommandFailed("not_found", f"no route {request.url.path}; the "
                                          "routes are in docs/api.md").frame())

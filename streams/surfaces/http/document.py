@@ -25,13 +25,15 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from streams.core.actors import Actor
 from streams.core.commands import CommandFrame
 from streams.core.events import Seq, TraceContext
 from streams.core.feedback import Feedback
+from streams.core.leases import ITEM_PATTERN, LEASE_ID_PATTERN
 from streams.core.queues import queue_schema_for
+from streams.core.targets import Target
 from streams.core.viewrows import PAGE_CURSOR_PATTERN
 
 __all__ = [
@@ -42,12 +44,16 @@ __all__ = [
     "FeedbackTypeOut",
     "FeedbackTypes",
     "Identity",
+    "LeaseOut",
+    "NextItem",
     "QueueInstalledOut",
     "QueueOut",
     "QueueOutcome",
     "Queues",
     "RunOut",
     "RunsPage",
+    "SkipIn",
+    "SkipOut",
     "contract_document",
 ]
 
@@ -161,6 +167,37 @@ class QueueOutcome(BaseModel):
     queue: QueueOut
 
 
+class LeaseOut(BaseModel):
+    """An item leased to the key's actor until `ends_ms` (ms since the epoch): its target,
+    to give feedback on, and the lease's `request_id`, to submit or skip with."""
+
+    item: str = Field(pattern=ITEM_PATTERN)
+    target: Target
+    request_id: str = Field(pattern=LEASE_ID_PATTERN)
+    ends_ms: int
+
+
+class NextItem(BaseModel):
+    """The next item for the key's actor; `lease` null when none is left for them."""
+
+    lease: LeaseOut | None
+
+
+class SkipIn(BaseModel):
+    """A leased item given back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    item: str = Field(pattern=ITEM_PATTERN)
+    request_id: str = Field(pattern=LEASE_ID_PATTERN)
+
+
+class SkipOut(BaseModel):
+    """The item is given back: someone else may get it; never the same reviewer."""
+
+    outcome: Literal["skipped"]
+
+
 _TARGETS = {"run": "RunTarget", "firing": "FiringTarget", "chain": "ChainTarget"}
 
 
@@ -231,6 +268,13 @@ def contract_document(document: dict[str, Any], types: Iterable[type[Feedback]],
     queue = queue_schema_for(types, ref_template=_REF.format("{name}"))
     schemas.update(queue.pop("$defs", {}))
     schemas["QueueDefinition"] = queue
+    schemas["QueueSubmit"] = {
+        "type": "object", "additionalProperties": False, "title": "QueueSubmit",
+        "description": "A verdict on a leased item: the give_feedback command on its target, "
+                       "under the lease (recorded once: the command id is the lease's).",
+        "required": ["request_id", "command"],
+        "properties": {"request_id": {"type": "string", "pattern": LEASE_ID_PATTERN},
+                       "command": {"$ref": _REF.format("GiveFeedback")}}}
     components["securitySchemes"] = {BEARER: {
         "type": "http", "scheme": "bearer",
         "description": "an API key from `streams keys create`: `Authorization: Bearer fsk_...`"}}

@@ -195,13 +195,12 @@ async def serve_stdio(runtime: Runtime, *, key: str) -> None:
 
     client = StreamsClient(runtime)
     keys = KeyStore(runtime)
-    book = QueueBook(runtime, follow=True)
+    service = CommandService(client, keys)
+    queues = QueueService(service, QueueBook(runtime, follow=True))
     try:
         await anyio.to_thread.run_sync(keys.start)
-        service = CommandService(client, keys)
-        await mcp_server(service, key=key,
-                         queues=QueueService(service, book)).run_stdio_async()
+        await mcp_server(service, key=key, queues=queues).run_stdio_async()
     finally:
-        book.close()
+        queues.close()
         keys.close()
         client.close()
