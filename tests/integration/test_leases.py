@@ -13,12 +13,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 import streams.examples.ops  # noqa: F401  (registers triage_quality, resolution)
+from streams.core.actors import UserActor
 from streams.core.queues import queue_from_dict
+from streams.runtime.client.keys import KeyStore
 from streams.runtime.jobs.leases import LeaseBook
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import REPO
+from tests.integration.conftest import Server
+from tests.integration.served import start_run
 
 ITEMS = 20
 K = 2
@@ -122,3 +128,53 @@ async def test_an_expired_lease_returns_the_item_and_its_late_submit_is_refused(
         assert await book.next_item("prod", queue, "user:cy", ["chain:c2"]) is None
     finally:
         book.close()
+
+
+async def test_two_serve_processes_and_50_reviewers_record_each_run_exactly_k_times(
+        settings: Settings, tenant_factory: Callable[..., str],
+        client_factory: Callable[..., Any], serve_factory: Callable[..., Server],
+        keys: KeyStore) -> None:
+    # The check through the surface: 50 reviewers over REST, half on each of two
+    # `streams serve` processes, each taking a run, judging it and taking the next.
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod")
+    for n in range(ITEMS):
+        await start_run(ws, f"run_{n}")
+    servers = [serve_factory(), serve_factory()]
+    _k, admin = keys.create(tenant, UserActor(id="root"), {"read", "manage_queues"})
+    tokens = [keys.create(tenant, UserActor(id=f"r{n}"), {"give_feedback", "read"})[1]
+              for n in range(50)]
+    queue = {"name": "spikes", "enters": {"runs_of": "ops:error-spike"},
+             "feedback_types": ["triage_quality"], "reviewers": K}
+
+    async with httpx.AsyncClient(timeout=60) as http:
+        installed = await http.post(f"{servers[0].url}/v1/workspaces/{tenant}.prod/queues",
+                                    json=queue, headers={"Authorization": f"Bearer {admin}"})
+        assert installed.status_code == 201, installed.text
+
+        async def reviewer(n: int) -> list[str]:
+            base = f"{servers[n % 2].url}/v1/workspaces/{tenant}.prod/queues/spikes"
+            headers = {"Authorization": f"Bearer {tokens[n]}"}
+            judged = []
+            while True:
+                answer = await http.post(f"{base}/next", headers=headers)
+                assert answer.status_code == 200, answer.text
+                lease = answer.json()["lease"]
+                if lease is None:
+                    return judged
+                done = await http.post(f"{base}/submit", headers=headers, json={
+                    "request_id": lease["request_id"], "command": {
+                        "type": "give_feedback", "feedback_type": "triage_quality",
+                        "target": lease["target"],
+                        "value": {"correct": n % 3 != 0, "severity": "high"}}})
+                assert done.status_code == 200, done.text
+                judged.append(lease["item"])
+
+        judged = await asyncio.gather(*(reviewer(n) for n in range(50)))
+    per_run = Counter(item for items in judged for item in items)
+    assert per_run == dict.fromkeys((f"run:run_{n}" for n in range(ITEMS)), K), per_run
+    given = [e for e in await ws.feedback()]
+    assert len(given) == ITEMS * K  # recorded once each
+    assert len({(e.actor.participant, e.event.target.id) for e in given}) == ITEMS * K
+    print(f"two serve processes, 50 reviewers over REST: {ITEMS} runs x {K} reviewers, "
+          f"{len(given)} feedback recorded, 0 over-assigned")
