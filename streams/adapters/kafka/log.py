@@ -27,7 +27,7 @@ from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.access import denied
 from streams.adapters.kafka.config import reader_config
-from streams.adapters.kafka.reports import ReportPoller, produce_all
+from streams.adapters.kafka.reports import ReportPoller, produce_all, settle
 from streams.core.errors import (
     KafkaUnavailable,
     NotFound,
@@ -203,10 +203,10 @@ class EventLog:
             except RuntimeError:
                 here = None
             if here is loop:
-                _settle(done, outcome)
+                settle(done, outcome)
             else:
                 with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
-                    loop.call_soon_threadsafe(_settle, done, outcome)
+                    loop.call_soon_threadsafe(settle, done, outcome)
 
         while True:
             try:
@@ -268,15 +268,6 @@ def largest_field(envelope: Envelope) -> tuple[str, int]:
         return "(none)", 0
     name = max(sizes, key=lambda k: sizes[k])
     return name, sizes[name]
-
-
-def _settle(future: asyncio.Future[Seq], outcome: Any) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, Exception):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
 
 
 MISSING_TOPIC_GRACE = 2.0

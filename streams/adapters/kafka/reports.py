@@ -22,7 +22,7 @@ from confluent_kafka import KafkaException, Message, Producer
 
 from streams.core.errors import KafkaUnavailable
 
-__all__ = ["Outgoing", "ReportPoller", "produce_all"]
+__all__ = ["Outgoing", "ReportPoller", "produce_acked", "produce_all", "settle"]
 
 Outgoing = tuple[str, bytes | None, bytes, list[tuple[str, str | bytes | None]] | None,
                  int | None]
@@ -139,3 +139,45 @@ async def produce_all(producer: Producer, reports: ReportPoller, records: Sequen
 def _finish(done: asyncio.Future[None]) -> None:
     if not done.done():
         done.set_result(None)
+
+
+def settle(future: asyncio.Future[Any], result: Any) -> None:
+    """Set a future's result, or its exception when `result` is one; nothing when it is done
+    already (a caller that timed out)."""
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+async def produce_acked(producer: Producer, reports: ReportPoller, topic: str, key: bytes,
+                        value: bytes, *, partition: int, wait_s: float,
+                        then: str) -> tuple[int, int]:
+    """Produce one record and return its (partition, offset) once acknowledged, without a
+    flush (concurrent writes share the producer's batches); KafkaUnavailable, saying what
+    to do `then`, when it is refused or not acknowledged within `wait_s` seconds."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[tuple[int, int]] = loop.create_future()
+
+    def delivered(err: Any, msg: Message) -> None:
+        result: Any = KafkaUnavailable(f"writing to {topic} failed: {err}; {then}") \
+            if err is not None else (msg.partition() or 0, msg.offset() or 0)
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+            loop.call_soon_threadsafe(settle, done, result)
+
+    try:
+        producer.produce(topic, key=key, value=value, partition=partition,
+                         on_delivery=delivered)
+    except (KafkaException, BufferError) as exc:
+        raise KafkaUnavailable(f"writing to {topic} failed: {exc}; check the brokers, "
+                               f"{then}") from exc
+    with reports.awaiting(loop):
+        try:
+            async with asyncio.timeout(wait_s):
+                return await asyncio.shield(done)
+        except TimeoutError as exc:
+            raise KafkaUnavailable(f"{topic} did not acknowledge within {wait_s:g} s "
+                                   f"(STREAMS_FEEDBACK_TIMEOUT); check the brokers, {then}"
+                                   ) from exc

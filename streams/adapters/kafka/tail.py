@@ -10,6 +10,8 @@ up to that offset have been handed on.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -19,6 +21,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.log import watermarks
+from streams.adapters.kafka.reports import settle
 from streams.core.errors import KafkaUnavailable
 from streams.core.tenancy import tail_group
 from streams.settings import Settings
@@ -163,6 +166,24 @@ class TopicTail:
                 self._waiters.setdefault(partition, []).append((offset, call))
                 return
         call()
+
+    async def reached(self, partition: int, offset: int, wait_s: float) -> bool:
+        """Whether the record at `offset` of `partition` was handed on within `wait_s`
+        seconds, waiting without holding a thread."""
+        loop = asyncio.get_running_loop()
+        seen: asyncio.Future[bool] = loop.create_future()
+
+        def ready() -> None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                loop.call_soon_threadsafe(settle, seen, True)
+
+        self.when_past(partition, offset, ready)
+        try:
+            async with asyncio.timeout(wait_s):
+                await seen
+            return True
+        except TimeoutError:
+            return False
 
     def position(self, partition: int) -> int:
         """The offset after the last record of `partition` handed on."""

@@ -6,7 +6,6 @@ outcomes, followed by every process that executes commands (see docs/api.md, "Id
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -19,7 +18,12 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Message
 
-from streams.adapters.kafka.reports import Outgoing, ReportPoller, produce_all
+from streams.adapters.kafka.reports import (
+    Outgoing,
+    ReportPoller,
+    produce_acked,
+    produce_all,
+)
 from streams.core.commands import (
     LedgerEntry,
     fold_ledger,
@@ -58,15 +62,6 @@ Claim = tuple[str, LedgerEntry | None]
 """What `claim_many` found for a command: ("recorded", its entry), ("won", this call's
 claim: record it, then `record_many`), or ("held", None): another attempt holds it or a
 write failed, so `run` decides (it waits for that attempt, or takes over its lease)."""
-
-
-def _settle(future: asyncio.Future[Any], result: Any) -> None:
-    if future.done():
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
 
 
 def _log_failure(err: Any, msg: Message) -> None:
@@ -170,43 +165,14 @@ class CommandLedger:
     async def _write(self, key: str, entry: LedgerEntry) -> tuple[int, int]:
         """Produce a record and return its (partition, offset) once acknowledged; nothing is
         flushed, so concurrent commands share the producer's batches."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[tuple[int, int]] = loop.create_future()
-
-        def delivered(err: Any, msg: Message) -> None:
-            result: Any = KafkaUnavailable(f"writing to {self.topic} failed: {err}") \
-                if err is not None else (msg.partition() or 0, msg.offset() or 0)
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
-                loop.call_soon_threadsafe(_settle, done, result)
-
-        self._produce(key, entry, delivered)
-        timeout = self.settings.feedback_timeout
-        with self._reports.awaiting(loop):
-            try:
-                async with asyncio.timeout(timeout):
-                    return await asyncio.shield(done)
-            except TimeoutError as exc:
-                raise KafkaUnavailable(
-                    f"{self.topic} did not acknowledge within {timeout:g} s "
-                    "(STREAMS_FEEDBACK_TIMEOUT); check the brokers, then retry with the same "
-                    "command id") from exc
+        return await produce_acked(self._producer, self._reports, self.topic, key.encode(),
+                                   entry.encode(), partition=self._partition(key),
+                                   wait_s=self.settings.feedback_timeout,
+                                   then="then retry with the same command id")
 
     async def _read_back(self, partition: int, offset: int, wait_s: float) -> bool:
         """Whether the tail handed on the record at `offset` within `wait_s` seconds."""
-        loop = asyncio.get_running_loop()
-        seen: asyncio.Future[Any] = loop.create_future()
-
-        def ready() -> None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, seen, True)
-
-        self._tail.when_past(partition, offset, ready)
-        try:
-            async with asyncio.timeout(wait_s):
-                await seen
-            return True
-        except TimeoutError:
-            return False
+        return await self._tail.reached(partition, offset, wait_s)
 
     async def run(self, *, workspace: str, participant: str, command_id: str, digest: str,
                   record: Recorder,

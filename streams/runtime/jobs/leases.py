@@ -13,8 +13,6 @@ same records in the same order, so two processes never hand out the same slot.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 import time
 import uuid
@@ -23,9 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException, Message
-
-from streams.adapters.kafka.reports import ReportPoller
+from streams.adapters.kafka.reports import ReportPoller, produce_acked
 from streams.core.errors import KafkaUnavailable
 from streams.core.leases import ItemLeases, LeaseKind, LeaseRecord, Outcome, fold_item, item_key
 from streams.core.queues import Queue
@@ -46,15 +42,6 @@ class Lease:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _settle(future: asyncio.Future[Any], result: Any) -> None:
-    if future.done():
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
 
 
 class LeaseBook:
@@ -104,46 +91,17 @@ class LeaseBook:
         """Append `record`, wait until the tail has read it, and answer the fold's outcome."""
         if self._tail is None:
             raise RuntimeError("start() the lease book first")
-        loop = asyncio.get_running_loop()
-        written: asyncio.Future[tuple[int, int]] = loop.create_future()
-
-        def delivered(err: Any, msg: Message) -> None:
-            result: Any = KafkaUnavailable(f"writing to {self.topic} failed: {err}") \
-                if err is not None else (msg.partition() or 0, msg.offset() or 0)
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
-                loop.call_soon_threadsafe(_settle, written, result)
-
         key = record.key
-        try:
-            # Explicit, so every writer (whatever its partitioner) puts an item's records in
-            # one partition.
-            self.runtime.producer.produce(
-                self.topic, key=key.encode(), value=record.encode(),
-                partition=zlib.crc32(key.encode()) % self._partitions, on_delivery=delivered)
-        except (KafkaException, BufferError) as exc:
-            raise KafkaUnavailable(f"writing to {self.topic} failed: {exc}; check the "
-                                   "brokers, then ask again") from exc
         wait = self.settings.feedback_timeout
-        with self._reports.awaiting(loop):
-            try:
-                async with asyncio.timeout(wait):
-                    partition, offset = await asyncio.shield(written)
-            except TimeoutError as exc:
-                raise KafkaUnavailable(f"{self.topic} did not acknowledge within {wait:g} s "
-                                       "(STREAMS_FEEDBACK_TIMEOUT); check the brokers") from exc
-        seen: asyncio.Future[bool] = loop.create_future()
-
-        def ready() -> None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, seen, True)
-
-        self._tail.when_past(partition, offset, ready)
-        try:
-            async with asyncio.timeout(wait):
-                await seen
-        except TimeoutError as exc:
+        # The partition is explicit, so every writer (whatever its partitioner) puts an
+        # item's records in one partition.
+        partition, offset = await produce_acked(
+            self.runtime.producer, self._reports, self.topic, key.encode(), record.encode(),
+            partition=zlib.crc32(key.encode()) % self._partitions, wait_s=wait,
+            then="then ask again")
+        if not await self._tail.reached(partition, offset, wait):
             raise KafkaUnavailable(f"reading {self.topic} back did not reach offset {offset} "
-                                   f"within {wait:g} s; check the brokers") from exc
+                                   f"within {wait:g} s; check the brokers")
         with self._lock:
             state = self._items[key]
         return state.outcomes[record.decision]
