@@ -173,8 +173,8 @@ async def test_reviewers_lease_submit_and_skip_over_rest(
             _error(await http.post(f"{base}/spikes/next", headers=rita), 403, "forbidden")
 
             first = (await http.post(f"{base}/spikes/next", headers=ada)).json()["lease"]
-            assert first["item"] == "run:run_0"  # oldest first
-            assert first["target"] == {"kind": "run", "run_id": "run_0"}
+            assert first["item"] == "run:run_2"  # newest first
+            assert first["target"] == {"kind": "run", "run_id": "run_2"}
             # Asking again gives the lease ada holds; bo gets another run (k = 1).
             assert (await http.post(f"{base}/spikes/next", headers=ada)).json()["lease"] == \
                 first
@@ -208,16 +208,16 @@ async def test_reviewers_lease_submit_and_skip_over_rest(
                 "request_id": second["request_id"], "command": proposal}, headers=bo),
                 409, "conflict")
 
-            # bo gives run_1 back and gets run_2; run_1 goes to someone else.
+            # bo gives run_1 back and gets run_0; run_1 goes to someone else.
             skipped = await http.post(f"{base}/spikes/skip", json={
                 "item": second["item"], "request_id": second["request_id"]}, headers=bo)
             assert skipped.json() == {"outcome": "skipped"}, skipped.text
             third = (await http.post(f"{base}/spikes/next", headers=bo)).json()["lease"]
-            assert third["item"] == "run:run_2"
+            assert third["item"] == "run:run_0"
             cy = {"Authorization": f"Bearer {served.key(tenant, 'cy')}"}
             assert (await http.post(f"{base}/spikes/next", headers=cy)).json()["lease"][
                 "item"] == "run:run_1"
-            # ada submitted run_0, the others are held: nothing left for her.
+            # ada submitted run_2, the others are held: nothing left for her.
             assert (await http.post(f"{base}/spikes/next", headers=ada)).json() == \
                 {"lease": None}
 
@@ -226,4 +226,4 @@ async def test_reviewers_lease_submit_and_skip_over_rest(
             assert "archived" in _error(await http.post(f"{base}/spikes/next", headers=bo),
                                         404, "not_found")
     given = [e for e in await ws.feedback()]
-    assert [(e.actor.participant, e.event.target.id) for e in given] == [("user:ada", "run_0")]
+    assert [(e.actor.participant, e.event.target.id) for e in given] == [("user:ada", "run_2")]

@@ -190,7 +190,7 @@ class QueueService:
         return queue_from_dict(entry.definition, types=self.service.client.types)
 
     async def next(self, token: str | None, workspace_id: str, name: str) -> dict[str, Any]:
-        """Lease the next item of a live queue to the key's actor: {"lease": {"item",
+        """Lease the next item of a live queue to the key's actor (the newest runs first): {"lease": {"item",
         "target", "request_id", "ends_ms"}}, or {"lease": null} when none is left for them.
         The item the actor holds already comes back first."""
         key, ws = self.service.authorize(token, workspace_id, "give_feedback")
@@ -205,7 +205,7 @@ class QueueService:
         while True:
             page = await ws.runs_page(rule=queue.enters.rule, limit=_CANDIDATES_PAGE,
                                       cursor=cursor)
-            items = [f"run:{r.id}" for r in reversed(page.runs)]
+            items = [f"run:{r.id}" for r in page.runs]  # newest first, as the view pages
             lease = await leases.next_item(ws.workspace, queue, key.actor.participant,
                                            [i for i in items if _sampled(queue, i)])
             if lease is not None:
