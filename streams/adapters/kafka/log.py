@@ -355,6 +355,17 @@ def watermarks_of(admin: AdminClient, consumer: Consumer, topic: str,
     return watermarks(consumer, topic, timeout=timeout, settings=settings)
 
 
+def take(consumer: Consumer, most: int, wait_s: float) -> list[Message]:
+    """Up to `most` records: what is fetched already, else the first to arrive within
+    `wait_s` with what came with it. consume(most, wait_s) alone waits for `most` records or
+    the whole timeout, so a read of a few records past an end would cost `wait_s`."""
+    messages = consumer.consume(most, 0)
+    if messages:
+        return list(messages)
+    first = consumer.poll(wait_s)
+    return [] if first is None else [first, *consumer.consume(most - 1, 0)]
+
+
 def reached_end(consumer: Consumer, topic: str, partition: int, end: int) -> bool:
     """Whether a reader's position in a partition has reached `end` (an offset from
     `watermarks`). Read to an end by this, not by the last record's offset: transaction
@@ -486,6 +497,7 @@ __all__ = [
     "largest_field",
     "missing_topic",
     "reached_end",
+    "take",
     "watermarks",
     "watermarks_of",
 ]

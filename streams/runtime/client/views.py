@@ -37,7 +37,7 @@ from typing import TypeVar
 from confluent_kafka import Consumer, TopicPartition
 
 from streams.adapters.avro.codec import envelope_from_record
-from streams.adapters.kafka.log import watermarks_of
+from streams.adapters.kafka.log import take, watermarks_of
 from streams.adapters.views import RawEvent, ViewCorrupt, ViewStore
 from streams.core.errors import KafkaUnavailable, SchemaError, ValidationFailed
 from streams.core.events import Envelope, RuleFired, RunStarted, Seq
@@ -192,7 +192,8 @@ class TenantView:
 
         try:
             while todo:
-                messages = consumer.consume(1000, 0.2)
+                # Not consume(1000, 0.2): a catch-up of a few records would wait out 0.2 s.
+                messages = take(consumer, 1000, 0.2)
                 if not messages:
                     # The last offsets of a partition may be transaction markers, never
                     # delivered: a position at the end means the partition is done.
@@ -289,6 +290,13 @@ class TenantView:
             return out
 
         return self._guarded_read(read)
+
+    def run_ids(self, workspace: str, *, rule: str | None, limit: int | None,
+                before: PageKey | None = None) -> list[tuple[str, PageKey]]:
+        """The ids of the workspace's runs (of `rule`), newest first, as `runs` pages them,
+        without reading their records (what a queue offers its reviewers)."""
+        return self._guarded_read(lambda: list(self.store.runs(
+            workspace, rule=rule, limit=limit, before=before)))
 
     def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,
                  limit: int | None = None, after: PageKey | None = None,

@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from streams.adapters.kafka.log import Headers, header_value, reached_end, watermarks
+from streams.adapters.kafka.log import Headers, header_value, reached_end, take, watermarks
 from streams.adapters.kafka.outputs import Output
 from streams.core.deadletters import (
     DeadLetter,
@@ -75,7 +75,7 @@ def _read(runtime: Runtime, topic: str, kind: str, progress: Progress | None = N
             consumer.assign([TopicPartition(topic, p, marks[p][0]) for p in todo])
         last = time.monotonic()
         while todo:
-            messages = consumer.consume(1000, 0.5)
+            messages = take(consumer, 1000, 0.5)
             if not messages:
                 # The rest of a partition may be transaction markers or aborted records.
                 for part in [q for q, e in todo.items() if reached_end(consumer, topic, q, e)]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import TopicPartition
 
 from streams.adapters.avro.codec import envelope_from_record
-from streams.adapters.kafka.log import header_value, reached_end, watermarks
+from streams.adapters.kafka.log import header_value, reached_end, take, watermarks
 from streams.core.errors import KafkaUnavailable, NotFound, SchemaError
 from streams.core.events import Envelope, Seq
 from streams.core.tenancy import check_tenant, check_workspace, fresh_group, tenant_topics
@@ -85,7 +85,7 @@ def read_workspace_log(runtime: Runtime, tenant: str, workspace: str, *,
         codec = runtime.codec
         while todo:
             # Batches and fastavro against cached writer schemas: a report reads whole logs.
-            messages = consumer.consume(1000, 0.5)
+            messages = take(consumer, 1000, 0.5)
             if not messages:
                 # The rest of a partition may be transaction markers or aborted records.
                 for p in [p for p, e in todo.items() if reached_end(consumer, topic, p, e)]:
