@@ -753,6 +753,19 @@ class Workspace:
         return RunsPage(runs=[r for r, _k in found[:limit]],
                         next_cursor=_next_cursor(found, limit))
 
+    async def run_ids_page(self, *, rule: str | None = None, limit: int = 200,
+                           cursor: str | None = None) -> tuple[list[str], str | None]:
+        """The ids of a page of `runs_page` (same order, same cursors), without their records:
+        (ids, the next page's cursor or None)."""
+        self._check_read("runs")
+        before = None if cursor is None else decode_cursor(cursor)
+        if limit < 1:
+            raise ValidationFailed(f"limit must be at least 1, got {limit}")
+        view = await self._view()
+        found = await asyncio.to_thread(view.run_ids, self.workspace, rule=rule,
+                                        limit=limit + 1, before=before)
+        return [run_id for run_id, _k in found[:limit]], _next_cursor(found, limit)
+
     async def feedback(
         self, *, feedback_type: str | type[Feedback] | None = None,
         participant: str | None = None,

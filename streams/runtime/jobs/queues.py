@@ -190,9 +190,9 @@ class QueueService:
         return queue_from_dict(entry.definition, types=self.service.client.types)
 
     async def next(self, token: str | None, workspace_id: str, name: str) -> dict[str, Any]:
-        """Lease the next item of a live queue to the key's actor (the newest runs first): {"lease": {"item",
-        "target", "request_id", "ends_ms"}}, or {"lease": null} when none is left for them.
-        The item the actor holds already comes back first."""
+        """Lease the next item of a live queue to the key's actor (the newest runs first):
+        {"lease": {"item", "target", "request_id", "ends_ms"}}, or {"lease": null} when none
+        is left for them. The item the actor holds already comes back first."""
         key, ws = self.service.authorize(token, workspace_id, "give_feedback")
         await self.service.client.log.require_tenant(ws.tenant)
         queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
@@ -203,9 +203,9 @@ class QueueService:
         leases = await asyncio.to_thread(self._lease_book, ws.tenant)
         cursor: str | None = None
         while True:
-            page = await ws.runs_page(rule=queue.enters.rule, limit=_CANDIDATES_PAGE,
-                                      cursor=cursor)
-            items = [f"run:{r.id}" for r in page.runs]  # newest first, as the view pages
+            ids, cursor = await ws.run_ids_page(rule=queue.enters.rule,
+                                                limit=_CANDIDATES_PAGE, cursor=cursor)
+            items = [f"run:{i}" for i in ids]  # newest first, as the view pages
             lease = await leases.next_item(ws.workspace, queue, key.actor.participant,
                                            [i for i in items if _sampled(queue, i)])
             if lease is not None:
@@ -213,9 +213,8 @@ class QueueService:
                 return {"lease": {"item": lease.item, "request_id": lease.request_id,
                                   "ends_ms": lease.ends_ms,
                                   "target": {"kind": kind, f"{kind}_id": target_id}}}
-            if page.next_cursor is None:
+            if cursor is None:
                 return {"lease": None}
-            cursor = page.next_cursor
 
     async def submit(self, token: str | None, workspace_id: str, name: str,
                      body: bytes | str | dict[str, Any]) -> OutcomeFrame | ErrorFrame:
