@@ -130,7 +130,8 @@ async def test_the_queue_tools_over_mcp(settings: Settings,
     tenant = tenant_factory()
     wid = f"{tenant}.prod"
     async with serve(settings) as served:
-        headers = {"Authorization": f"Bearer {served.key(tenant, 'ada', MANAGER)}"}
+        token = served.key(tenant, "ada", MANAGER | {"give_feedback"})
+        headers = {"Authorization": f"Bearer {token}"}
         transport = streamable_http_client(served.mcp, http_client=httpx2.AsyncClient(
             headers=headers, timeout=30.0))
         async with Client(transport) as mcp:
@@ -152,6 +153,36 @@ async def test_the_queue_tools_over_mcp(settings: Settings,
             missing = await mcp.call_tool("archive_queue", {"workspace_id": wid,
                                                             "name": "triage-review"})
             assert missing.is_error and _frame(missing)["error"]["code"] == "not_found"
+
+            # A reviewer's round: next, submit (recorded once), skip, nothing left.
+            await start_run(served.client.workspace(tenant, "prod"), "run_a")
+            await start_run(served.client.workspace(tenant, "prod"), "run_b")
+            spikes = {"name": "spikes", "enters": {"runs_of": "ops:error-spike"},
+                      "feedback_types": ["triage_quality"]}
+            assert not (await mcp.call_tool("install_queue", {
+                "workspace_id": wid, "definition": spikes})).is_error
+            lease = _frame(await mcp.call_tool("next_item", {"workspace_id": wid,
+                                                             "queue": "spikes"}))["lease"]
+            assert lease["item"] == "run:run_b"
+            verdict = {"workspace_id": wid, "queue": "spikes",
+                       "request_id": lease["request_id"], "feedback_type": "triage_quality",
+                       "target": lease["target"],
+                       "value": {"correct": True, "severity": "low"}}
+            done = await mcp.call_tool("submit_item", verdict)
+            assert not done.is_error and _frame(done)["outcome"]["type"] == "recorded"
+            assert _frame(await mcp.call_tool("submit_item", verdict)) == _frame(done)
+            other = _frame(await mcp.call_tool("next_item", {"workspace_id": wid,
+                                                             "queue": "spikes"}))["lease"]
+            assert other["item"] == "run:run_a"
+            assert _frame(await mcp.call_tool("skip_item", {
+                "workspace_id": wid, "queue": "spikes", "item": other["item"],
+                "request_id": other["request_id"]})) == {"outcome": "skipped"}
+            assert _frame(await mcp.call_tool("next_item", {
+                "workspace_id": wid, "queue": "spikes"})) == {"lease": None}
+            late = await mcp.call_tool("skip_item", {
+                "workspace_id": wid, "queue": "spikes", "item": other["item"],
+                "request_id": other["request_id"]})
+            assert late.is_error and _frame(late)["error"]["code"] == "conflict"
 
 
 async def test_reviewers_lease_submit_and_skip_over_rest(

@@ -1,5 +1,6 @@
-"""MCP: the give_feedback, list_runs and read_feedback tools, and list_queues, install_queue
-and archive_queue, with the official MCP SDK.
+"""MCP: the give_feedback, list_runs and read_feedback tools; list_queues, install_queue and
+archive_queue; next_item, submit_item and skip_item (a reviewer's work through a queue), with
+the official MCP SDK.
 
 `mcp_server(backend, key=...)` builds an `MCPServer` whose tools answer exactly what the REST
 and WebSocket surfaces answer: give_feedback takes the command's fields (and an optional
@@ -171,6 +172,46 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
         stay in the log; not_found names the live queues when there is none of that name."""
         try:
             return _result(await get_queues().archive(_token(ctx, key), workspace_id, name))
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+
+    @server.tool()
+    async def next_item(workspace_id: str, queue: str, ctx: Context) -> CallToolResult:
+        """Lease the queue's next item to the key's actor (give_feedback): {"lease": {"item",
+        "target", "request_id", "ends_ms"}}, or {"lease": null} when none is left for them.
+        Give feedback on it with submit_item before ends_ms."""
+        try:
+            return _result(await get_queues().next(_token(ctx, key), workspace_id, queue))
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+
+    @server.tool()
+    async def submit_item(
+        workspace_id: str, queue: str, request_id: str, feedback_type: str,
+        target: Annotated[dict[str, Any], Field(description="the lease's target, as "
+                                                "next_item gave it")],
+        value: Annotated[dict[str, Any], Field(description="the feedback's fields")],
+        ctx: Context,
+    ) -> CallToolResult:
+        """Give feedback on a leased item under its lease: the outcome frame (recorded once;
+        a retry answers the same), or a conflict error when the lease is not running."""
+        body = {"request_id": request_id, "command": {
+            "type": "give_feedback", "feedback_type": feedback_type, "target": target,
+            "value": value}}
+        try:
+            service = get_queues()
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+        return _result(await service.submit(_token(ctx, key), workspace_id, queue, body))
+
+    @server.tool()
+    async def skip_item(workspace_id: str, queue: str, item: str, request_id: str,
+                        ctx: Context) -> CallToolResult:
+        """Give a leased item back: {"outcome": "skipped"}; the reviewer never gets it
+        again."""
+        try:
+            return _result(await get_queues().skip(_token(ctx, key), workspace_id, queue,
+                                                   item, request_id))
         except Exception as exc:
             return _result(error_frame_of(exc))
 
