@@ -165,6 +165,14 @@ def abort_reason(error: KafkaError | None) -> str:
     return "other"
 
 
+def _named(partitions: Sequence[TopicPartition]) -> str:
+    """Partitions for a log line: `topic[0,1,2]` per topic, in order."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return " ".join(f"{t}{sorted(ps)}" for t, ps in sorted(by_topic.items())) or "nothing"
+
+
 def _error_of(exc: KafkaException) -> KafkaError | None:
     error = exc.args[0] if exc.args else None
     return error if isinstance(error, KafkaError) else None
@@ -615,6 +623,7 @@ class BatchLoop:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalances += 1
+        log.info("%s: assigned %s", self.name, _named(partitions))
         if self.on_assigned is not None:
             self.on_assigned(consumer, partitions)
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
@@ -623,6 +632,7 @@ class BatchLoop:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalances += 1
+        log.info("%s: revoked %s", self.name, _named(partitions))
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         if self._producer is not None:
             # exactly_once: the whole open transaction (an abort, if it fails, rewinds).
@@ -636,6 +646,7 @@ class BatchLoop:
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Lost, not revoked: another member may own them already; committing would be wrong.
         self._rebalances += 1
+        log.warning("%s: lost %s", self.name, _named(partitions))
         lost = {(tp.topic, tp.partition) for tp in partitions}
         self.assigned -= lost
         for tp in lost:

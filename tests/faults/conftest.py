@@ -11,13 +11,17 @@ by the pid in its pid file, and only if that process is this stack's.
 
 from __future__ import annotations
 
+import re
+import statistics
+import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pytest
 
-from tests.conftest import WorkerProcess
+from streams.settings import Settings
+from tests.conftest import WorkerProcess, unique
 from tests.stacks import OwnStack, own_stack_in
 
 
@@ -63,3 +67,71 @@ def check_scores(records: Iterable[tuple[Any, dict[str, Any]]],
     per_id = Counter(r["id"] for _m, r in records)
     assert len(per_id) == sum(len(v) for v in expected.values())
     return sum(c - 1 for c in per_id.values())
+
+
+# What a worker's log says about its transactions and partitions: what a repeat follows.
+_TELLING = re.compile(r"transaction aborted|revok|assign|lost|hung|fenced|recovered|"
+                      r"commit skipped|replacing the producer|no seek|giving it up")
+
+
+def _count_all(settings: Settings, topic: str, isolation: str, settle: float = 3.0) -> int:
+    """How many records a fresh reader with `isolation` (read_committed or read_uncommitted)
+    finds in `topic` (until `settle` seconds pass without a new one)."""
+    from confluent_kafka import Consumer
+
+    from streams.adapters.kafka.config import reader_config
+
+    consumer = Consumer(reader_config(settings, unique("recount-"),
+                                      **{"auto.offset.reset": "earliest",
+                                         "isolation.level": isolation}))
+    consumer.subscribe([topic])
+    count, last_new = 0, time.monotonic()
+    try:
+        while time.monotonic() - last_new < settle:
+            msgs = consumer.consume(1000, 0.2)
+            good = sum(1 for m in msgs if m.error() is None)
+            if good:
+                count += good
+                last_new = time.monotonic()
+    finally:
+        consumer.close()
+    return count
+
+
+def repeats_report(settings: Settings, topic: str,
+                   records: Sequence[tuple[Any, dict[str, Any]]],
+                   workers: Sequence[WorkerProcess] = ()) -> str:
+    """Why scores were written twice, for a failure message: where the copies of each repeated
+    id sit (partition, offset, broker time), the gap between them, a second read_committed
+    count (a reader-side repeat would not be there again) and a read_uncommitted count (what
+    aborted transactions hold), and the workers' log lines about transactions and
+    partitions."""
+    copies: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for msg, record in records:
+        copies[record["id"]].append((msg.partition(), msg.offset(), msg.timestamp()[1]))
+    repeated = {rid: sorted(c, key=lambda c: c[2]) for rid, c in copies.items() if len(c) > 1}
+    if not repeated:
+        return "no repeats"
+    gaps = [(c[-1][2] - c[0][2]) / 1000 for c in repeated.values()]
+    by_partition = Counter(c[-1][0] for c in repeated.values())
+    firsts = [c[0] for c in repeated.values()]
+    seconds = [c[-1] for c in repeated.values()]
+    lines = [
+        f"{len(repeated)} ids repeated of {len(copies)}; copies per id "
+        f"{sorted(Counter(len(c) for c in repeated.values()).items())}",
+        f"second copies by partition {sorted(by_partition.items())}",
+        f"first copies' offsets {min(f[1] for f in firsts)}..{max(f[1] for f in firsts)}, "
+        f"second copies' {min(s[1] for s in seconds)}..{max(s[1] for s in seconds)}",
+        f"gap between copies (s): min {min(gaps):.2f}, median {statistics.median(gaps):.2f}, "
+        f"max {max(gaps):.2f}",
+        f"records read: {len(records)}; again read_committed: "
+        f"{_count_all(settings, topic, 'read_committed')}; read_uncommitted: "
+        f"{_count_all(settings, topic, 'read_uncommitted')}",
+        "a sample: " + "; ".join(f"{rid}: {c}" for rid, c in list(repeated.items())[:3]),
+    ]
+    for n, worker in enumerate(workers):
+        told = [line for line in worker.log().splitlines() if _TELLING.search(line)
+                and '{"stats"' not in line]
+        lines.append(f"worker {n}'s log on transactions and partitions ({len(told)} lines, "
+                     "the last 40):\n" + "\n".join(told[-40:]))
+    return "\n".join(lines)

@@ -31,12 +31,12 @@ from streams.examples.ops import TriageQuality
 from streams.runtime.worker.app import MIRROR_CURSOR, MIRROR_LOOP
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, read_topic, wait_until
-from tests.faults.conftest import assert_alive, check_scores
+from tests.faults.conftest import assert_alive, check_scores, repeats_report
 
 NAMES = {"triage_quality.correct", "triage_quality.severity", "triage_quality.note"}
 EOS = {"STREAMS_PROCESSING_GUARANTEE": "exactly_once", "STREAMS_SESSION_TIMEOUT": "6",
        "STREAMS_HEARTBEAT_INTERVAL": "1", "STREAMS_TRANSACTION_TIMEOUT": "5"}
-ARGS = ("--batch-size", "200", "--stats-interval", "0.5")
+ARGS = ("--batch-size", "200", "--stats-interval", "0.5", "--loglevel", "info")
 
 
 def _members_with(settings: Settings, topic: str) -> int:
@@ -101,7 +101,8 @@ def _exact(settings: Settings, topic: str, given: list[str],
                         "log's last lines:\n" + "\n".join(lines[-40:]))
         pytest.fail("\n\n".join(told))
     repeats = check_scores(scores, dict.fromkeys(given, NAMES))
-    assert repeats == 0, f"{repeats} scores written twice"
+    assert repeats == 0, f"{repeats} scores written twice\n" + repeats_report(
+        settings, topic, scores, workers)
     assert len(scores) == want
     return len(scores)
 
