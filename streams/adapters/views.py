@@ -10,7 +10,8 @@ record applied twice changes nothing):
 
 - `events`: every event: id, workspace, type, time and its raw value (Confluent-framed Avro);
 - `runs`: the first `run_started` of each run id, by workspace (indexed by rule and time);
-- `firings`: the first `rule_fired` of each firing id;
+- `firings`: the first `rule_fired` of each firing id, by workspace (indexed by rule and time);
+- `chains`: each application event that starts its chain, by workspace (indexed by time);
 - `feedback`: every `feedback_given`, indexed by type, participant and time;
 - `caused`: run membership, (event, run) for every event a run's `run_started` caused,
   directly or through other events (a RunRecord's `emitted`), and the run's own root row;
@@ -43,7 +44,9 @@ __all__ = ["LAYOUT_VERSION", "RawEvent", "RunParts", "ViewCorrupt", "ViewStore"]
 
 log = logging.getLogger(__name__)
 
-LAYOUT_VERSION = "1"
+LAYOUT_VERSION = "2"
+"""Bumped when the tables change: a file of another layout is rebuilt from the topic (2 added
+the firings' rule and time, and the chains)."""
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,8 +58,15 @@ CREATE TABLE runs (workspace TEXT NOT NULL, run_id TEXT NOT NULL, rule TEXT NOT 
                    PRIMARY KEY (workspace, run_id)) WITHOUT ROWID;
 CREATE INDEX runs_by_rule ON runs (workspace, rule, time_ms, pos);
 CREATE INDEX runs_by_time ON runs (workspace, time_ms, pos);
-CREATE TABLE firings (workspace TEXT NOT NULL, firing_id TEXT NOT NULL, pos INTEGER NOT NULL,
+CREATE TABLE firings (workspace TEXT NOT NULL, firing_id TEXT NOT NULL, rule TEXT NOT NULL,
+                      time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
                       PRIMARY KEY (workspace, firing_id)) WITHOUT ROWID;
+CREATE INDEX firings_by_rule ON firings (workspace, rule, time_ms, pos);
+CREATE INDEX firings_by_time ON firings (workspace, time_ms, pos);
+CREATE TABLE chains (workspace TEXT NOT NULL, correlation_id TEXT NOT NULL,
+                     time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
+                     PRIMARY KEY (workspace, correlation_id)) WITHOUT ROWID;
+CREATE INDEX chains_by_time ON chains (workspace, time_ms, pos);
 CREATE TABLE feedback (pos INTEGER PRIMARY KEY, workspace TEXT NOT NULL,
                        feedback_type TEXT NOT NULL, participant TEXT NOT NULL,
                        time_ms INTEGER NOT NULL);
@@ -95,6 +105,11 @@ class RunParts:
     started: RawEvent
     fired: RawEvent | None
     emitted: list[RawEvent]
+
+
+# Per item kind: its table, its id column, and whether it has a rule (constants, never input).
+_ITEMS = {"run": ("runs", "run_id", True), "firing": ("firings", "firing_id", True),
+          "chain": ("chains", "correlation_id", False)}
 
 
 def _raw(pos: int, time_ms: int, raw: bytes) -> RawEvent:
@@ -268,10 +283,14 @@ class ViewStore:
             db.executemany("INSERT OR IGNORE INTO caused VALUES (?, ?, ?, ?)", [
                 (r.event.event_id, r.run.run_id, r.run.workspace, r.run.pos)
                 for r in runs if r.run is not None])
-        firings = [(r.firing.workspace, r.firing.firing_id, r.firing.pos)
-                   for r in rows if r.firing is not None]
+        firings = [(r.firing.workspace, r.firing.firing_id, r.firing.rule, r.firing.time_ms,
+                    r.firing.pos) for r in rows if r.firing is not None]
         if firings:
-            db.executemany("INSERT OR IGNORE INTO firings VALUES (?, ?, ?)", firings)
+            db.executemany("INSERT OR IGNORE INTO firings VALUES (?, ?, ?, ?, ?)", firings)
+        chains = [(r.chain.workspace, r.chain.correlation_id, r.chain.time_ms, r.chain.pos)
+                  for r in rows if r.chain is not None]
+        if chains:
+            db.executemany("INSERT OR IGNORE INTO chains VALUES (?, ?, ?, ?)", chains)
         feedback = [(r.feedback.pos, r.feedback.workspace, r.feedback.feedback_type,
                      r.feedback.participant, r.feedback.time_ms)
                     for r in rows if r.feedback is not None]
@@ -298,20 +317,34 @@ class ViewStore:
              before: PageKey | None = None) -> list[tuple[str, PageKey]]:
         """Run ids (with their page keys) of the workspace, of `rule` when given, newest
         first by (time, partition, offset), strictly before `before` when given."""
+        return self.item_ids("run", workspace, rule=rule, limit=limit, before=before)
+
+    def item_ids(self, kind: str, workspace: str, *, rule: str | None = None,
+                 limit: int | None = None, before: PageKey | None = None,
+                 ) -> list[tuple[str, PageKey]]:
+        """Ids (with their page keys) of the workspace's items of `kind`: `run` (run ids),
+        `firing` (firing ids), both of `rule` when given, or `chain` (the correlation ids of
+        chains an application event started; `rule` must be None); newest first by (time,
+        partition, offset), strictly before `before` when given."""
+        if kind not in _ITEMS:
+            raise ValueError(f"no items of kind {kind!r}: one of {sorted(_ITEMS)}")
+        table, id_column, ruled = _ITEMS[kind]
         where, args = ["workspace = ?"], [workspace]
         if rule is not None:
+            if not ruled:
+                raise ValueError(f"{kind} items have no rule")
             where.append("rule = ?")
             args.append(rule)
         if before is not None:
             where.append("(time_ms, pos) < (?, ?)")
             args += [before.time_ms, before.pos]  # type: ignore[list-item]
-        sql = (f"SELECT run_id, time_ms, pos FROM runs WHERE {' AND '.join(where)} "
+        sql = (f"SELECT {id_column}, time_ms, pos FROM {table} WHERE {' AND '.join(where)} "
                "ORDER BY time_ms DESC, pos DESC")
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         with self._guarded() as db:
             found = db.execute(sql, args).fetchall()
-        return [(run_id, PageKey(time_ms, *seq_of(pos))) for run_id, time_ms, pos in found]
+        return [(item, PageKey(time_ms, *seq_of(pos))) for item, time_ms, pos in found]
 
     def run_parts(self, workspace: str, run_id: str) -> RunParts | None:
         """A run's first `run_started`, its firing and its emitted events; None if the
@@ -380,5 +413,5 @@ class ViewStore:
         """Rows per table (for progress lines and tests)."""
         with self._guarded() as db:
             return {name: db.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
-                    for name in ("events", "runs", "firings", "feedback", "caused",
-                                 "skipped")}
+                    for name in ("events", "runs", "firings", "chains", "feedback",
+                                 "caused", "skipped")}

@@ -40,6 +40,8 @@ __all__ = [
     "Outcome",
     "fold_item",
     "item_key",
+    "item_of",
+    "target_of_item",
 ]
 
 LEASE_ID_PATTERN: Final = "^lease_[0-9a-f]{32}$"
@@ -47,6 +49,25 @@ LEASE_ID_PATTERN: Final = "^lease_[0-9a-f]{32}$"
 
 ITEM_PATTERN: Final = "^(run|firing|chain):[^\\x00-\\x1f]+$"
 """A queue item: its target's kind and id, `run:run_1`."""
+
+# The field that names a target of each kind in its JSON form (streams.core.targets).
+_TARGET_ID_FIELD: Final = {"run": "run_id", "firing": "firing_id", "chain": "correlation_id"}
+
+
+def item_of(kind: str, target_id: str) -> str:
+    """The queue item of a target: `item_of("run", "run_1")` is `run:run_1`."""
+    if kind not in _TARGET_ID_FIELD:
+        raise ValueError(f"no queue items of kind {kind!r}: run, firing or chain")
+    return f"{kind}:{target_id}"
+
+
+def target_of_item(item: str) -> dict[str, str]:
+    """An item's target in its JSON form, what give_feedback takes as `target`:
+    `{"kind": "chain", "correlation_id": "evt_1"}` for `chain:evt_1`."""
+    kind, _, target_id = item.partition(":")
+    if kind not in _TARGET_ID_FIELD or not target_id:
+        raise ValueError(f"{item!r} is not a queue item (kind:id, kind run, firing or chain)")
+    return {"kind": kind, _TARGET_ID_FIELD[kind]: target_id}
 
 LeaseKind = Literal["request", "submit", "skip"]
 

@@ -5,7 +5,8 @@ from the events topic `streams.runtime.client.views`). An event arrives as the p
 fast Avro codec decodes (`{"envelope": {...}, ...body}`, times as epoch milliseconds), never
 as a pydantic object, so a view is built at the codec's speed.
 
-    rows = rows_of(record, partition, offset, raw)   # EventRow, plus a run/firing/feedback row
+    rows = rows_of(record, partition, offset, raw)   # EventRow, and a run/firing/feedback/chain
+                                                     # row when it is one
     cursor = encode_cursor(PageKey(time_ms, partition, offset))
     key = decode_cursor(cursor)                      # ValidationFailed for a bad cursor
 
@@ -24,12 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.core.actors import participant_of
+from streams.core.app_events import APP_EVENT_NAME
 from streams.core.errors import SchemaError, ValidationFailed
 from streams.core.events import Envelope, FeedbackGiven
 
 __all__ = [
     "OFFSET_BITS",
     "PAGE_CURSOR_PATTERN",
+    "ChainRow",
     "EventRow",
     "FeedbackRow",
     "FiringRow",
@@ -92,10 +95,24 @@ class RunRow:
 
 @dataclass(frozen=True, slots=True)
 class FiringRow:
-    """A `rule_fired`: where a run's firing (and through it, its matched ids) is."""
+    """A `rule_fired`: where a run's firing (and through it, its matched ids) is, and the
+    firings query's row (a queue of a rule's firings pages them)."""
 
     workspace: str
     firing_id: str
+    rule: str
+    time_ms: int
+    pos: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChainRow:
+    """An application event that starts its chain (its correlation id is its own id): the
+    chains query's row (a chain is a target of feedback, named by that id)."""
+
+    workspace: str
+    correlation_id: str
+    time_ms: int
     pos: int
 
 
@@ -118,6 +135,7 @@ class Rows:
     run: RunRow | None = None
     firing: FiringRow | None = None
     feedback: FeedbackRow | None = None
+    chain: ChainRow | None = None
 
 
 def rows_of(record: Mapping[str, Any], partition: int, offset: int, raw: bytes) -> Rows:
@@ -137,12 +155,15 @@ def rows_of(record: Mapping[str, Any], partition: int, offset: int, raw: bytes) 
                                           str(record["rule"]), str(record["firing_id"]),
                                           time_ms, pos))
         if event_type == "rule_fired":
-            return Rows(event, firing=FiringRow(workspace, str(record["firing_id"]), pos))
+            return Rows(event, firing=FiringRow(workspace, str(record["firing_id"]),
+                                                str(record["rule"]), time_ms, pos))
         if event_type == "feedback_given":
             actor = head["actor"]
             who = participant_of(str(actor["kind"]), str(actor["id"]), actor.get("version"))
             return Rows(event, feedback=FeedbackRow(workspace, str(record["feedback_type"]),
                                                     who, time_ms, pos))
+        if event.correlation_id == event.event_id and APP_EVENT_NAME.match(event_type):
+            return Rows(event, chain=ChainRow(workspace, event.event_id, time_ms, pos))
         return Rows(event)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SchemaError(f"record at {partition}:{offset} is not an event envelope: "

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from streams.adapters.views import ViewCorrupt, ViewStore
-from streams.core.viewrows import EventRow, FeedbackRow, FiringRow, PageKey, Rows, RunRow, position
+from streams.core.viewrows import (
+    ChainRow,
+    EventRow,
+    FeedbackRow,
+    FiringRow,
+    PageKey,
+    Rows,
+    RunRow,
+    position,
+)
 
 
 def _store(tmp_path: Path, tenant: str = "acme") -> ViewStore:
@@ -31,9 +40,10 @@ def _run(p: int, o: int, run_id: str, cause: str, *, rule: str = "ops:x", t: int
     return Rows(event, run=RunRow(ws, run_id, rule, f"f_{run_id}", event.time_ms, event.pos))
 
 
-def _fired(p: int, o: int, run_id: str, cause: str) -> Rows:
-    event = _event(p, o, f"fired_{run_id}", cause=cause, kind="rule_fired")
-    return Rows(event, firing=FiringRow("prod", f"f_{run_id}", event.pos))
+def _fired(p: int, o: int, run_id: str, cause: str, *, rule: str = "ops:x", t: int = 0
+           ) -> Rows:
+    event = _event(p, o, f"fired_{run_id}", cause=cause, kind="rule_fired", t=t)
+    return Rows(event, firing=FiringRow("prod", f"f_{run_id}", rule, event.time_ms, event.pos))
 
 
 def _feedback(p: int, o: int, event_id: str, cause: str, *, kind: str = "q",
@@ -44,7 +54,9 @@ def _feedback(p: int, o: int, event_id: str, cause: str, *, kind: str = "q",
 
 def _chain(p: int, o: int, n: int, **kw: object) -> list[Rows]:
     head = f"a{n}"
-    return [Rows(_event(p, o, head)), _fired(p, o + 1, f"r{n}", head),
+    event = _event(p, o, head, t=kw.get("t", 0))  # type: ignore[arg-type]
+    return [Rows(event, chain=ChainRow("prod", head, event.time_ms, event.pos)),
+            _fired(p, o + 1, f"r{n}", head, **kw),  # type: ignore[arg-type]
             _run(p, o + 2, f"r{n}", f"fired_r{n}", **kw)]  # type: ignore[arg-type]
 
 
@@ -54,8 +66,8 @@ def test_batches_are_idempotent_and_carry_their_checkpoint(tmp_path: Path) -> No
     store.apply(batch, [], {0: 3, 1: 3})
     store.apply(batch, [(position(0, 3), "bad")], {0: 4, 1: 2})  # again, and an older mark
     assert store.checkpoint() == {0: 4, 1: 3}  # never moves back
-    assert store.counts() == {"events": 6, "runs": 2, "firings": 2, "feedback": 0,
-                              "caused": 2, "skipped": 1}
+    assert store.counts() == {"events": 6, "runs": 2, "firings": 2, "chains": 2,
+                              "feedback": 0, "caused": 2, "skipped": 1}
 
 
 def test_runs_newest_first_by_rule_and_paged_without_gaps(tmp_path: Path) -> None:
@@ -84,6 +96,47 @@ def test_runs_newest_first_by_rule_and_paged_without_gaps(tmp_path: Path) -> Non
         store.apply(_chain(0, 1000 + len(paged) * 3, 100 + len(paged), t=10_000), [], {})
     assert paged == ids
     assert store.runs("staging", rule=None, limit=None) == []
+
+
+def test_firings_and_chains_page_newest_first_like_runs(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    rows: list[Rows] = []
+    for n in range(10):
+        rows += _chain(n % 3, 3 * n, n, rule="ops:x" if n % 2 else "ops:y", t=100 + n // 2)
+    store.apply(rows, [], {})
+    runs = [r for r, _k in store.item_ids("run", "prod", limit=None)]
+    # A chain's firing and run share its head's time here, so the three orders agree.
+    assert [f for f, _k in store.item_ids("firing", "prod")] == [
+        f"f_{r}" for r in runs]
+    assert [c for c, _k in store.item_ids("chain", "prod")] == [
+        f"a{r[1:]}" for r in runs]
+    assert [f for f, _k in store.item_ids("firing", "prod", rule="ops:x")] == [
+        "f_r9", "f_r7", "f_r5", "f_r3", "f_r1"]
+    for kind in ("firing", "chain"):
+        paged: list[str] = []
+        before: PageKey | None = None
+        while page := store.item_ids(kind, "prod", limit=4, before=before):
+            paged += [i for i, _k in page]
+            before = page[-1][1]
+        assert paged == [i for i, _k in store.item_ids(kind, "prod")]
+    assert store.item_ids("chain", "staging") == []
+    with pytest.raises(ValueError, match="no rule"):
+        store.item_ids("chain", "prod", rule="ops:x")
+    with pytest.raises(ValueError, match="no items of kind"):
+        store.item_ids("artifact", "prod")
+
+
+def test_a_file_of_an_older_layout_is_started_afresh(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply(_chain(0, 0, 1), [], {0: 3})
+    store.close()
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'layout'")
+    again = _store(tmp_path)
+    assert again.checkpoint() == {}  # read again from the topic, into the new tables
+    assert "layout" in again.rebuilt[0]
+    again.apply(_chain(0, 0, 1), [], {0: 3})
+    assert [c for c, _k in again.item_ids("chain", "prod")] == ["a1"]
 
 
 def test_a_run_started_twice_is_one_run(tmp_path: Path) -> None:

@@ -3,20 +3,26 @@ reviewer twice, a lease that expired returns its slot, a record read twice chang
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from streams.core.leases import (
+    ITEM_PATTERN,
     OUTCOMES,
     InvalidLeaseRecord,
     ItemLeases,
     LeaseRecord,
     fold_item,
     item_key,
+    item_of,
+    target_of_item,
 )
+from streams.core.targets import Target
 
 
 def a_record(kind: str = "request", reviewer: str = "user:ada", rid: str = "r1",
@@ -132,3 +138,22 @@ def test_any_log_never_assigns_over_k_nor_anyone_twice(log: list[LeaseRecord]) -
         assert fold_item(state, record).outcomes == state.outcomes
     assert all(len(ids) == 1 for ids in granted.values()), granted
     assert all(n == 1 for n in accepted.values()), accepted
+
+
+@pytest.mark.parametrize(("kind", "field"), [("run", "run_id"), ("firing", "firing_id"),
+                                             ("chain", "correlation_id")])
+def test_an_items_target_is_what_give_feedback_takes(kind: str, field: str) -> None:
+    item = item_of(kind, "x:1")
+    assert re.fullmatch(ITEM_PATTERN, item)
+    target = target_of_item(item)
+    assert target == {"kind": kind, field: "x:1"}  # an id may hold a colon
+    parsed = TypeAdapter(Target).validate_python(target)
+    assert (parsed.kind, parsed.id) == (kind, "x:1")
+
+
+def test_anything_else_is_no_item() -> None:
+    with pytest.raises(ValueError, match="no queue items of kind"):
+        item_of("artifact", "a1")
+    for bad in ("run", "run:", "artifact:a1", ""):
+        with pytest.raises(ValueError, match="not a queue item"):
+            target_of_item(bad)

@@ -49,7 +49,11 @@ def test_rows_of_each_kind() -> None:
             enumerate([app, fired, run, given])]
     assert [r.event.pos for r in rows] == [position(1, n) for n in range(4)]
     assert rows[0].run is rows[0].firing is rows[0].feedback is None
+    # The application event starts its chain: a chain row named by its own id.
+    assert rows[0].chain is not None and rows[0].chain.correlation_id == app.event_id
+    assert all(r.chain is None for r in rows[1:])
     assert rows[1].firing is not None and rows[1].firing.firing_id == "f1"
+    assert (rows[1].firing.rule, rows[1].firing.time_ms) == ("ops:x", rows[1].event.time_ms)
     assert rows[2].run is not None and (rows[2].run.run_id, rows[2].run.rule) == ("r1", "ops:x")
     assert rows[2].event.causation_id == fired.event_id
     fb = rows[3].feedback
@@ -106,3 +110,16 @@ def test_feedback_of_filters_by_type_and_participant() -> None:
     assert feedback_of([run, ada, bob]) == [ada, bob]
     assert feedback_of([run, ada, bob], feedback_type="b") == [bob]
     assert feedback_of([run, ada, bob], participant="user:ada") == [ada]
+
+
+def test_only_an_application_event_that_starts_its_chain_is_a_chain() -> None:
+    head = _env(AppEvent(name="ops:spike"))
+    follow_up = _env(AppEvent(name="ops:spike"), correlation_id=head.event_id,
+                     causation_id=head.event_id)
+    # A system event with its own correlation (feedback given at the top level) is no chain.
+    loose = _env(FeedbackGiven(feedback_type="q", target=RunTarget(run_id="r1"),
+                               value={"correct": True}))
+    chains = [rows_of(envelope_to_record(e), 0, n, b"raw").chain
+              for n, e in enumerate([head, follow_up, loose])]
+    assert chains[0] is not None and chains[0].correlation_id == head.event_id
+    assert chains[1:] == [None, None]

@@ -1,6 +1,7 @@
 """Annotation queues over REST and MCP (streamable HTTP), on the real broker: installed,
 listed and archived as the key's actor; refusals as error frames naming the JSON path; a
-queue another writer installs is listed at once (the server follows the queues topic)."""
+queue another writer installs is listed at once (the server follows the queues topic);
+reviewers lease, submit and skip items of runs, firings and chains."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from streams.core.actors import UserActor
+from streams.core.events import AppEvent, RuleFired
 from streams.runtime.jobs.queues import QueueBook
 from streams.settings import Settings
 from tests.integration.served import serve, start_run
@@ -258,3 +260,55 @@ async def test_reviewers_lease_submit_and_skip_over_rest(
                                         404, "not_found")
     given = [e for e in await ws.feedback()]
     assert [(e.actor.participant, e.event.target.id) for e in given] == [("user:ada", "run_2")]
+
+
+async def test_firings_and_chains_are_leased_and_judged_over_rest(
+        settings: Settings, tenant_factory: Callable[..., str]) -> None:
+    tenant = tenant_factory()
+    async with serve(settings) as served:
+        ws = served.client.workspace(tenant, "prod")
+        heads = []
+        for n in range(2):
+            spike = await ws.append(AppEvent(name="ops:error_spike", data={}))
+            await ws.append(RuleFired(firing_id=f"fir_{n}", rule="ops:error-spike",
+                                      matched=[spike.id]),
+                            correlation_id=spike.id, causation_id=spike.id)
+            heads.append(spike.id)
+        # A firing of another rule, and an app event inside a chain: neither is offered.
+        await ws.append(RuleFired(firing_id="fir_other", rule="ops:other", matched=[heads[0]]),
+                        correlation_id=heads[0], causation_id=heads[0])
+        await ws.append(AppEvent(name="ops:error_spike", data={}), correlation_id=heads[1],
+                        causation_id=heads[1])
+        base = f"{served.url}/v1/workspaces/{tenant}.prod/queues"
+        admin = {"Authorization": f"Bearer {served.key(tenant, 'root', MANAGER)}"}
+        ada = {"Authorization": f"Bearer {served.key(tenant, 'ada')}"}
+        queues = [
+            ({"name": "firings", "enters": {"firings_of": "ops:error-spike"},
+              "feedback_types": ["should_have_fired"]},
+             [("firing", "firing_id", f"fir_{n}") for n in (1, 0)], {"fired_rightly": True}),
+            ({"name": "chains", "enters": {"chains": {}}, "feedback_types": ["resolution"]},
+             [("chain", "correlation_id", h) for h in reversed(heads)], {"resolved": True}),
+        ]
+        async with httpx.AsyncClient(timeout=30) as http:
+            for queue, expected, value in queues:
+                name = queue["name"]
+                answer = await http.post(base, json=queue, headers=admin)
+                assert answer.status_code == 201, answer.text
+                for kind, field, target_id in expected:  # newest first, then none left
+                    lease = (await http.post(f"{base}/{name}/next", headers=ada)).json()[
+                        "lease"]
+                    assert lease["item"] == f"{kind}:{target_id}"
+                    assert lease["target"] == {"kind": kind, field: target_id}
+                    done = await http.post(f"{base}/{name}/submit", headers=ada, json={
+                        "request_id": lease["request_id"],
+                        "command": {"type": "give_feedback",
+                                    "feedback_type": queue["feedback_types"][0],
+                                    "target": lease["target"], "value": value}})
+                    assert done.status_code == 200, done.text
+                    assert done.json()["outcome"]["type"] == "recorded"
+                assert (await http.post(f"{base}/{name}/next", headers=ada)).json() == \
+                    {"lease": None}
+    given = await ws.feedback()
+    assert sorted((e.event.feedback_type, e.event.target.id) for e in given) == sorted(
+        [("should_have_fired", "fir_0"), ("should_have_fired", "fir_1"),
+         ("resolution", heads[0]), ("resolution", heads[1])])

@@ -291,12 +291,13 @@ class TenantView:
 
         return self._guarded_read(read)
 
-    def run_ids(self, workspace: str, *, rule: str | None, limit: int | None,
-                before: PageKey | None = None) -> list[tuple[str, PageKey]]:
-        """The ids of the workspace's runs (of `rule`), newest first, as `runs` pages them,
-        without reading their records (what a queue offers its reviewers)."""
-        return self._guarded_read(lambda: list(self.store.runs(
-            workspace, rule=rule, limit=limit, before=before)))
+    def item_ids(self, kind: str, workspace: str, *, rule: str | None, limit: int | None,
+                 before: PageKey | None = None) -> list[tuple[str, PageKey]]:
+        """The ids of the workspace's items of `kind` (`run` or `firing`, of `rule` when
+        given, or `chain`), newest first (runs as `runs` pages them), without reading their
+        records: what a queue offers its reviewers."""
+        return self._guarded_read(lambda: list(self.store.item_ids(
+            kind, workspace, rule=rule, limit=limit, before=before)))
 
     def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,
                  limit: int | None = None, after: PageKey | None = None,

@@ -753,18 +753,28 @@ class Workspace:
         return RunsPage(runs=[r for r, _k in found[:limit]],
                         next_cursor=_next_cursor(found, limit))
 
-    async def run_ids_page(self, *, rule: str | None = None, limit: int = 200,
-                           cursor: str | None = None) -> tuple[list[str], str | None]:
-        """The ids of a page of `runs_page` (same order, same cursors), without their records:
-        (ids, the next page's cursor or None)."""
-        self._check_read("runs")
+    async def item_ids_page(self, kind: str = "run", *, rule: str | None = None,
+                            limit: int = 200, cursor: str | None = None,
+                            ) -> tuple[list[str], str | None]:
+        """The ids of a page of the workspace's items of `kind`: `run` (the runs of
+        `runs_page`, same order, same cursors), `firing` (of `rule` when given) or `chain`
+        (chains an application event started, named by its event id), newest first, without
+        their records: (ids, the next page's cursor or None).
+
+        ValidationFailed for an unknown kind, a rule on chains, a cursor not given out by
+        this call or a limit below 1."""
+        if kind not in ("run", "firing", "chain"):
+            raise ValidationFailed(f"no items of kind {kind!r}: run, firing or chain")
+        if kind == "chain" and rule is not None:
+            raise ValidationFailed("chains have no rule: leave rule out for chain items")
+        self._check_read(f"{kind}s")
         before = None if cursor is None else decode_cursor(cursor)
         if limit < 1:
             raise ValidationFailed(f"limit must be at least 1, got {limit}")
         view = await self._view()
-        found = await asyncio.to_thread(view.run_ids, self.workspace, rule=rule,
+        found = await asyncio.to_thread(view.item_ids, kind, self.workspace, rule=rule,
                                         limit=limit + 1, before=before)
-        return [run_id for run_id, _k in found[:limit]], _next_cursor(found, limit)
+        return [item for item, _k in found[:limit]], _next_cursor(found, limit)
 
     async def feedback(
         self, *, feedback_type: str | type[Feedback] | None = None,
