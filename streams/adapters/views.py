@@ -13,6 +13,8 @@ record applied twice changes nothing):
 - `firings`: the first `rule_fired` of each firing id, by workspace (indexed by rule and time);
 - `chains`: each application event that starts its chain, by workspace (indexed by time);
 - `feedback`: every `feedback_given`, indexed by type, participant and time;
+- `verdicts`: the latest `feedback_given` of each participant on each target and type, its
+  value as JSON (queues of targets a judge scored low, or where a judge and people differ);
 - `caused`: run membership, (event, run) for every event a run's `run_started` caused,
   directly or through other events (a RunRecord's `emitted`), and the run's own root row;
 - `checkpoint`: per events partition, the next offset to read, written in the same
@@ -46,7 +48,7 @@ log = logging.getLogger(__name__)
 
 LAYOUT_VERSION = "2"
 """Bumped when the tables change: a file of another layout is rebuilt from the topic (2 added
-the firings' rule and time, and the chains)."""
+the firings' rule and time, the chains and the verdicts)."""
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -74,6 +76,16 @@ CREATE INDEX feedback_by_both ON feedback (workspace, feedback_type, participant
 CREATE INDEX feedback_by_type ON feedback (workspace, feedback_type, time_ms, pos);
 CREATE INDEX feedback_by_participant ON feedback (workspace, participant, time_ms, pos);
 CREATE INDEX feedback_by_time ON feedback (workspace, time_ms, pos);
+CREATE TABLE verdicts (workspace TEXT NOT NULL, feedback_type TEXT NOT NULL,
+                       target_kind TEXT NOT NULL, target_id TEXT NOT NULL,
+                       participant TEXT NOT NULL, evaluator TEXT, person INTEGER NOT NULL,
+                       value TEXT NOT NULL, time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
+                       PRIMARY KEY (workspace, feedback_type, target_kind, target_id,
+                                    participant)) WITHOUT ROWID;
+CREATE INDEX verdicts_by_evaluator ON verdicts (workspace, feedback_type, target_kind,
+                                                evaluator, time_ms, pos);
+CREATE INDEX verdicts_by_participant ON verdicts (workspace, feedback_type, target_kind,
+                                                  participant, time_ms, pos);
 CREATE TABLE caused (event_id TEXT NOT NULL, run_id TEXT NOT NULL, workspace TEXT NOT NULL,
                      pos INTEGER NOT NULL, PRIMARY KEY (event_id, run_id)) WITHOUT ROWID;
 CREATE INDEX caused_by_run ON caused (run_id, pos);
@@ -110,6 +122,14 @@ class RunParts:
 # Per item kind: its table, its id column, and whether it has a rule (constants, never input).
 _ITEMS = {"run": ("runs", "run_id", True), "firing": ("firings", "firing_id", True),
           "chain": ("chains", "correlation_id", False)}
+
+
+def _json_path(field: str) -> str:
+    # A field of a verdict's value in SQLite's JSON path syntax, quoted (feedback fields are
+    # Python identifiers; SQLite's quoted labels have no escape for a quote).
+    if '"' in field:
+        raise ValueError(f"no JSON path for a field named {field!r}")
+    return f'$."{field}"'
 
 
 def _raw(pos: int, time_ms: int, raw: bytes) -> RawEvent:
@@ -296,6 +316,17 @@ class ViewStore:
                     for r in rows if r.feedback is not None]
         if feedback:
             db.executemany("INSERT OR IGNORE INTO feedback VALUES (?, ?, ?, ?, ?)", feedback)
+            # The latest verdict per (target, type, participant): a later one replaces it, an
+            # older one (or the same one again) changes nothing.
+            db.executemany(
+                "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (workspace, feedback_type, target_kind, target_id, participant) "
+                "DO UPDATE SET evaluator = excluded.evaluator, person = excluded.person, "
+                "value = excluded.value, time_ms = excluded.time_ms, pos = excluded.pos "
+                "WHERE (excluded.time_ms, excluded.pos) > (verdicts.time_ms, verdicts.pos)",
+                [(f.workspace, f.feedback_type, f.target_kind, f.target_id, f.participant,
+                  f.evaluator, int(f.person), f.value_json, f.time_ms, f.pos)
+                 for r in rows if (f := r.feedback) is not None and f.target_kind])
         # Membership: an event caused by an event of a run's closure joins that closure (and
         # every closure its cause is in: a run's emitted event may start another run). Run
         # one statement per event in log order, so a cause applied earlier in this batch is
@@ -340,6 +371,54 @@ class ViewStore:
             args += [before.time_ms, before.pos]  # type: ignore[list-item]
         sql = (f"SELECT {id_column}, time_ms, pos FROM {table} WHERE {' AND '.join(where)} "
                "ORDER BY time_ms DESC, pos DESC")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._guarded() as db:
+            found = db.execute(sql, args).fetchall()
+        return [(item, PageKey(time_ms, *seq_of(pos))) for item, time_ms, pos in found]
+
+    def judged(self, workspace: str, *, evaluator: str, feedback_type: str, on: str,
+               below: tuple[str, float] | None = None,
+               differs_on: Sequence[str] | None = None, limit: int | None = None,
+               before: PageKey | None = None) -> list[tuple[str, PageKey]]:
+        """Ids of the `on` targets whose latest verdict of type `feedback_type` by
+        `evaluator` (a name: any version; `name@version`: that version) is below a
+        threshold on a field (`below=(field, threshold)`), or differs from a person's latest
+        verdict on one of the fields `differs_on` (a field one side left empty does not
+        count); newest verdict first by (time, partition, offset), strictly before `before`.
+        """
+        if (below is None) == (differs_on is None):
+            raise ValueError("pass below= or differs_on=, one of them")
+        where = ["v.workspace = ?", "v.feedback_type = ?", "v.target_kind = ?"]
+        args: list[object] = [workspace, feedback_type, on]
+        if "@" in evaluator:
+            where.append("v.participant = ?")
+            args.append(f"evaluator:{evaluator}")
+        else:
+            where.append("v.evaluator = ?")
+            args.append(evaluator)
+        if below is not None:
+            where.append("json_extract(v.value, ?) < ?")
+            args += [_json_path(below[0]), below[1]]
+        else:
+            fields = list(differs_on or ())
+            if not fields:
+                return []
+            differs = " OR ".join(
+                "(json_extract(v.value, ?) IS NOT NULL AND json_extract(p.value, ?) IS NOT NULL "
+                "AND json_extract(v.value, ?) IS NOT json_extract(p.value, ?))"
+                for _ in fields)
+            where.append(
+                "EXISTS (SELECT 1 FROM verdicts p WHERE p.workspace = v.workspace AND "
+                "p.feedback_type = v.feedback_type AND p.target_kind = v.target_kind AND "
+                f"p.target_id = v.target_id AND p.person = 1 AND ({differs}))")
+            for name in fields:
+                args += [_json_path(name)] * 4
+        if before is not None:
+            where.append("(v.time_ms, v.pos) < (?, ?)")
+            args += [before.time_ms, before.pos]
+        sql = (f"SELECT v.target_id, v.time_ms, v.pos FROM verdicts v WHERE "
+               f"{' AND '.join(where)} ORDER BY v.time_ms DESC, v.pos DESC")
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         with self._guarded() as db:
@@ -414,4 +493,4 @@ class ViewStore:
         with self._guarded() as db:
             return {name: db.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
                     for name in ("events", "runs", "firings", "chains", "feedback",
-                                 "caused", "skipped")}
+                                 "verdicts", "caused", "skipped")}

@@ -19,6 +19,7 @@ nor repeats.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -118,13 +119,21 @@ class ChainRow:
 
 @dataclass(frozen=True, slots=True)
 class FeedbackRow:
-    """A `feedback_given`: the feedback query's row."""
+    """A `feedback_given`: the feedback query's row, and what a verdict on its target is
+    (`value_json`, the value as canonical JSON; `evaluator` the evaluator's name when an
+    evaluator gave it, `person` whether a person did): the latest per target and participant
+    is what queues of judged or disputed targets read."""
 
     workspace: str
     feedback_type: str
     participant: str
     time_ms: int
     pos: int
+    target_kind: str = ""
+    target_id: str = ""
+    value_json: str = "{}"
+    evaluator: str | None = None
+    person: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +168,15 @@ def rows_of(record: Mapping[str, Any], partition: int, offset: int, raw: bytes) 
                                                 str(record["rule"]), time_ms, pos))
         if event_type == "feedback_given":
             actor = head["actor"]
-            who = participant_of(str(actor["kind"]), str(actor["id"]), actor.get("version"))
-            return Rows(event, feedback=FeedbackRow(workspace, str(record["feedback_type"]),
-                                                    who, time_ms, pos))
+            kind = str(actor["kind"])
+            who = participant_of(kind, str(actor["id"]), actor.get("version"))
+            target = record["target"]
+            return Rows(event, feedback=FeedbackRow(
+                workspace, str(record["feedback_type"]), who, time_ms, pos,
+                target_kind=str(target["kind"]), target_id=str(target["id"]),
+                value_json=json.dumps(record["value"], sort_keys=True, default=str),
+                evaluator=str(actor["id"]) if kind == "evaluator" else None,
+                person=kind == "user"))
         if event.correlation_id == event.event_id and APP_EVENT_NAME.match(event_type):
             return Rows(event, chain=ChainRow(workspace, event.event_id, time_ms, pos))
         return Rows(event)

@@ -3,6 +3,7 @@ queries' order and paging, run membership, and files it must not trust."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def test_batches_are_idempotent_and_carry_their_checkpoint(tmp_path: Path) -> No
     store.apply(batch, [(position(0, 3), "bad")], {0: 4, 1: 2})  # again, and an older mark
     assert store.checkpoint() == {0: 4, 1: 3}  # never moves back
     assert store.counts() == {"events": 6, "runs": 2, "firings": 2, "chains": 2,
-                              "feedback": 0, "caused": 2, "skipped": 1}
+                              "feedback": 0, "verdicts": 0, "caused": 2, "skipped": 1}
 
 
 def test_runs_newest_first_by_rule_and_paged_without_gaps(tmp_path: Path) -> None:
@@ -137,6 +138,79 @@ def test_a_file_of_an_older_layout_is_started_afresh(tmp_path: Path) -> None:
     assert "layout" in again.rebuilt[0]
     again.apply(_chain(0, 0, 1), [], {0: 3})
     assert [c for c, _k in again.item_ids("chain", "prod")] == ["a1"]
+
+
+def _verdict(o: int, target: str, who: str, value: dict[str, object], *, t: int,
+             kind: str = "triage_quality", on: str = "run") -> Rows:
+    event = _event(0, o, f"v{o}", t=t, kind="feedback_given")
+    evaluator = who.split(":", 1)[1].split("@")[0] if who.startswith("evaluator:") else None
+    return Rows(event, feedback=FeedbackRow(
+        "prod", kind, who, event.time_ms, event.pos, target_kind=on, target_id=target,
+        value_json=json.dumps(value, sort_keys=True), evaluator=evaluator,
+        person=who.startswith("user:")))
+
+
+def test_targets_judged_below_by_the_latest_verdict_of_an_evaluator(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply([
+        _verdict(0, "r1", "evaluator:judge@1", {"score": 0.2}, t=10),
+        _verdict(1, "r2", "evaluator:judge@1", {"score": 0.9}, t=11),
+        _verdict(2, "r3", "evaluator:judge@2", {"score": 0.1}, t=12),
+        _verdict(3, "r4", "evaluator:other@1", {"score": 0.0}, t=13),
+        _verdict(4, "r5", "user:ada", {"score": 0.0}, t=14),
+        _verdict(5, "r6", "evaluator:judge@1", {"score": None}, t=15),  # no score: not below
+        _verdict(6, "f1", "evaluator:judge@1", {"score": 0.1}, t=16, on="firing"),
+    ], [], {})
+
+    def below(evaluator: str = "judge", **kw: object) -> list[str]:
+        return [i for i, _k in store.judged("prod", evaluator=evaluator,
+                                            feedback_type="triage_quality", on="run",
+                                            below=("score", 0.5), **kw)]  # type: ignore[arg-type]
+
+    assert below() == ["r3", "r1"]  # newest verdict first, any version of judge
+    assert below("judge@1") == ["r1"]
+    # A later verdict replaces the earlier one (r1 judged again, fine now); an older one
+    # applied afterwards changes nothing.
+    store.apply([_verdict(7, "r1", "evaluator:judge@1", {"score": 0.8}, t=20)], [], {})
+    store.apply([_verdict(8, "r2", "evaluator:judge@1", {"score": 0.0}, t=5)], [], {})
+    assert below() == ["r3"]
+    store.apply([_verdict(9, "r2", "evaluator:judge@1", {"score": 0.0}, t=21)], [], {})
+    assert below() == ["r2", "r3"]
+    first = store.judged("prod", evaluator="judge", feedback_type="triage_quality", on="run",
+                         below=("score", 0.5), limit=1)
+    assert [i for i, _k in first] == ["r2"]
+    assert below(before=first[0][1]) == ["r3"]
+    assert store.counts()["verdicts"] == 7
+
+
+def test_targets_where_an_evaluator_and_a_person_differ(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply([
+        _verdict(0, "r1", "evaluator:judge@1", {"correct": True, "note": "x"}, t=10),
+        _verdict(1, "r1", "user:ada", {"correct": True, "note": "y"}, t=11),  # text: alike
+        _verdict(2, "r2", "evaluator:judge@1", {"correct": True}, t=12),
+        _verdict(3, "r2", "user:ada", {"correct": False}, t=13),
+        _verdict(4, "r3", "evaluator:judge@1", {"correct": False}, t=14),  # no person yet
+        _verdict(5, "r4", "evaluator:judge@1", {"correct": None}, t=15),
+        _verdict(6, "r4", "user:bo", {"correct": True}, t=16),  # one side empty: no dispute
+        _verdict(7, "r5", "evaluator:judge@2", {"correct": True}, t=17),
+        _verdict(8, "r5", "evaluator:other@1", {"correct": False}, t=18),  # not a person
+    ], [], {})
+
+    def disputed(evaluator: str = "judge") -> list[str]:
+        return [i for i, _k in store.judged("prod", evaluator=evaluator,
+                                            feedback_type="triage_quality", on="run",
+                                            differs_on=["correct"])]
+
+    assert disputed() == ["r2"]
+    store.apply([_verdict(9, "r3", "user:bo", {"correct": True}, t=30),
+                 _verdict(10, "r2", "user:ada", {"correct": True}, t=31)], [], {})
+    assert disputed() == ["r3"]  # ada changed her mind on r2: her latest agrees
+    assert disputed("judge@2") == []
+    assert store.judged("prod", evaluator="judge", feedback_type="triage_quality", on="run",
+                        differs_on=[]) == []
+    with pytest.raises(ValueError, match="one of them"):
+        store.judged("prod", evaluator="judge", feedback_type="triage_quality", on="run")
 
 
 def test_a_run_started_twice_is_one_run(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -58,6 +59,9 @@ def test_rows_of_each_kind() -> None:
     assert rows[2].event.causation_id == fired.event_id
     fb = rows[3].feedback
     assert fb is not None and fb.participant == "evaluator:judge@2"
+    assert (fb.target_kind, fb.target_id, fb.evaluator, fb.person) == ("run", "r1", "judge",
+                                                                       False)
+    assert json.loads(fb.value_json) == {"correct": True}
     assert fb.feedback_type == "triage_quality"
     assert rows[3].event.time_ms == int(given.time.timestamp() * 1000)
 

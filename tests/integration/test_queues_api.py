@@ -1,7 +1,8 @@
 """Annotation queues over REST and MCP (streamable HTTP), on the real broker: installed,
 listed and archived as the key's actor; refusals as error frames naming the JSON path; a
 queue another writer installs is listed at once (the server follows the queues topic);
-reviewers lease, submit and skip items of runs, firings and chains."""
+reviewers lease, submit and skip items of runs, firings and chains, and of runs a judge
+scored low or a person disputes."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
-from streams.core.actors import UserActor
+from streams.core.actors import EvaluatorActor, UserActor
 from streams.core.events import AppEvent, RuleFired
+from streams.core.judges import WorkflowReview
+from streams.core.targets import RunTarget
+from streams.examples.ops import TriageQuality
 from streams.runtime.jobs.queues import QueueBook
 from streams.settings import Settings
 from tests.integration.served import serve, start_run
@@ -312,3 +316,51 @@ async def test_firings_and_chains_are_leased_and_judged_over_rest(
     assert sorted((e.event.feedback_type, e.event.target.id) for e in given) == sorted(
         [("should_have_fired", "fir_0"), ("should_have_fired", "fir_1"),
          ("resolution", heads[0]), ("resolution", heads[1])])
+
+
+async def test_runs_a_judge_scored_low_or_people_dispute_are_leased(
+        settings: Settings, tenant_factory: Callable[..., str]) -> None:
+    tenant = tenant_factory()
+    async with serve(settings) as served:
+        ws = served.client.workspace(tenant, "prod")
+        for n in range(4):
+            await start_run(ws, f"run_{n}")
+        judge = ws.as_actor(EvaluatorActor(name="judge", version="1"))
+        person = ws.as_actor(UserActor(id="ada"))
+        for n, score in enumerate([0.2, 0.9, 0.1, 0.4]):
+            await judge.give_feedback(
+                WorkflowReview(approved=score > 0.5, quality_score=score, issues=[],
+                               recommendation="-"), on=RunTarget(run_id=f"run_{n}"))
+        for n, (judged, said) in enumerate([(True, True), (True, False), (False, True)]):
+            await judge.give_feedback(TriageQuality(correct=judged, severity="low"),
+                                      on=RunTarget(run_id=f"run_{n}"))
+            await person.give_feedback(TriageQuality(correct=said, severity="low",
+                                                     note=f"n{n}"),
+                                       on=RunTarget(run_id=f"run_{n}"))
+        base = f"{served.url}/v1/workspaces/{tenant}.prod/queues"
+        admin = {"Authorization": f"Bearer {served.key(tenant, 'root', MANAGER)}"}
+        bo = {"Authorization": f"Bearer {served.key(tenant, 'bo')}"}
+        queues = [
+            ({"name": "low", "enters": {"judged_below": {
+                "evaluator": "judge", "feedback_type": "workflow_review",
+                "field": "quality_score", "threshold": 0.5}},
+              "feedback_types": ["workflow_review"]}, ["run_3", "run_2", "run_0"]),
+            ({"name": "disputed", "enters": {"disagreements": {
+                "evaluator": "judge@1", "feedback_type": "triage_quality"}},
+              "feedback_types": ["triage_quality"]}, ["run_2", "run_1"]),
+        ]
+        async with httpx.AsyncClient(timeout=30) as http:
+            for queue, expected in queues:
+                answer = await http.post(base, json=queue, headers=admin)
+                assert answer.status_code == 201, answer.text
+                leased = []
+                while lease := (await http.post(f"{base}/{queue['name']}/next",
+                                                headers=bo)).json()["lease"]:
+                    assert lease["target"] == {"kind": "run",
+                                               "run_id": lease["item"].split(":", 1)[1]}
+                    skipped = await http.post(f"{base}/{queue['name']}/skip", headers=bo,
+                                              json={"item": lease["item"],
+                                                    "request_id": lease["request_id"]})
+                    assert skipped.json() == {"outcome": "skipped"}
+                    leased.append(lease["target"]["run_id"])
+                assert leased == expected  # the newest verdict first

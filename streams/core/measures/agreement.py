@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from streams.core.events import Envelope, FeedbackGiven
-from streams.core.feedback import FeedbackRegistry, registry
+from streams.core.feedback import Feedback, FeedbackRegistry, registry
 from streams.core.measures.source import LogSource, envelopes_of
 from streams.core.scores import score_configs
 
@@ -35,6 +35,7 @@ __all__ = [
     "FieldAgreement",
     "NumericAgreement",
     "cohen_kappa",
+    "compared_fields",
     "fold_judge_agreement",
     "judge_agreement",
     "spearman",
@@ -149,13 +150,21 @@ def _numeric(pairs: Sequence[tuple[float, float]]) -> NumericAgreement:
     return NumericAgreement(n, mae, mae_ci, r, r_ci)
 
 
+_COMPARED = {"BOOLEAN": "bool", "CATEGORICAL": "categorical", "NUMERIC": "numeric"}
+
+
+def compared_fields(cls: type[Feedback]) -> dict[str, str]:
+    """The fields of a feedback type that people and evaluators are compared on, with their
+    kind (`bool`, `categorical`, `numeric`); free text is not compared."""
+    return {c.field: _COMPARED[c.data_type] for c in score_configs(cls)
+            if c.data_type in _COMPARED}
+
+
 def _kinds(feedback_type: str, values: Iterable[dict[str, object]],
            types: FeedbackRegistry) -> dict[str, str]:
     cls = types.get(feedback_type)
     if cls is not None:
-        kinds = {"BOOLEAN": "bool", "CATEGORICAL": "categorical", "NUMERIC": "numeric"}
-        return {c.field: kinds[c.data_type] for c in score_configs(cls)
-                if c.data_type in kinds}
+        return compared_fields(cls)
     out: dict[str, str] = {}
     for value in values:
         for name, item in value.items():

@@ -28,7 +28,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,7 @@ from streams.adapters.kafka.log import take, watermarks_of
 from streams.adapters.views import RawEvent, ViewCorrupt, ViewStore
 from streams.core.errors import KafkaUnavailable, SchemaError, ValidationFailed
 from streams.core.events import Envelope, RuleFired, RunStarted, Seq
+from streams.core.queues import Entry
 from streams.core.runs import RunRecord
 from streams.core.tenancy import check_tenant, reader_group, tenant_topics
 from streams.core.viewrows import PageKey, Rows, position, rows_of
@@ -291,13 +292,27 @@ class TenantView:
 
         return self._guarded_read(read)
 
-    def item_ids(self, kind: str, workspace: str, *, rule: str | None, limit: int | None,
-                 before: PageKey | None = None) -> list[tuple[str, PageKey]]:
-        """The ids of the workspace's items of `kind` (`run` or `firing`, of `rule` when
-        given, or `chain`), newest first (runs as `runs` pages them), without reading their
-        records: what a queue offers its reviewers."""
-        return self._guarded_read(lambda: list(self.store.item_ids(
-            kind, workspace, rule=rule, limit=limit, before=before)))
+    def queue_items(self, workspace: str, entry: Entry, compared: Sequence[str] = (), *,
+                    limit: int | None, before: PageKey | None = None,
+                    ) -> list[tuple[str, PageKey]]:
+        """The ids of the targets that enter a queue by `entry`, newest first, without
+        reading their records: a rule's runs (as `runs` pages them) or firings, the chains,
+        the targets an evaluator judged below a threshold, or those where its verdict
+        differs from a person's on one of the `compared` fields."""
+        if entry.kind in ("runs_of", "firings_of", "chains"):
+            return self._guarded_read(lambda: list(self.store.item_ids(
+                entry.item_kind, workspace, rule=entry.rule, limit=limit, before=before)))
+        assert entry.evaluator is not None and entry.feedback_type is not None
+        evaluator, feedback_type = entry.evaluator, entry.feedback_type
+        if entry.kind == "judged_below":
+            assert entry.field is not None and entry.threshold is not None
+            below = (entry.field, entry.threshold)
+            return self._guarded_read(lambda: list(self.store.judged(
+                workspace, evaluator=evaluator, feedback_type=feedback_type, on=entry.on,
+                below=below, limit=limit, before=before)))
+        return self._guarded_read(lambda: list(self.store.judged(
+            workspace, evaluator=evaluator, feedback_type=feedback_type, on=entry.on,
+            differs_on=list(compared), limit=limit, before=before)))
 
     def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,
                  limit: int | None = None, after: PageKey | None = None,

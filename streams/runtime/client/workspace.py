@@ -50,6 +50,7 @@ from streams.core.feedback import (
     value_record,
 )
 from streams.core.ids import command_event_id
+from streams.core.measures.agreement import compared_fields
 from streams.core.proposals.checks import (
     artifact_to_create,
     change_of,
@@ -58,6 +59,7 @@ from streams.core.proposals.checks import (
 )
 from streams.core.proposals.evaluator import EVALUATOR
 from streams.core.proposals.fold import ProposalFold
+from streams.core.queues import Entry
 from streams.core.runs import RunRecord, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
@@ -753,26 +755,31 @@ class Workspace:
         return RunsPage(runs=[r for r, _k in found[:limit]],
                         next_cursor=_next_cursor(found, limit))
 
-    async def item_ids_page(self, kind: str = "run", *, rule: str | None = None,
-                            limit: int = 200, cursor: str | None = None,
-                            ) -> tuple[list[str], str | None]:
-        """The ids of a page of the workspace's items of `kind`: `run` (the runs of
-        `runs_page`, same order, same cursors), `firing` (of `rule` when given) or `chain`
-        (chains an application event started, named by its event id), newest first, without
-        their records: (ids, the next page's cursor or None).
+    async def queue_items_page(self, entry: Entry, *, limit: int = 200,
+                               cursor: str | None = None) -> tuple[list[str], str | None]:
+        """The ids of a page of the targets that enter a queue by `entry` (its `enters`),
+        newest first, without their records: a rule's runs (the runs of `runs_page`, same
+        order) or firings, the chains an application event started (named by its event id),
+        the targets an evaluator's latest verdict puts below a threshold, or those where it
+        differs from a person's latest verdict on a compared field (bool, categorical or
+        numeric: `streams.core.measures.agreement.compared_fields`). (ids, the next page's
+        cursor or None).
 
-        ValidationFailed for an unknown kind, a rule on chains, a cursor not given out by
-        this call or a limit below 1."""
-        if kind not in ("run", "firing", "chain"):
-            raise ValidationFailed(f"no items of kind {kind!r}: run, firing or chain")
-        if kind == "chain" and rule is not None:
-            raise ValidationFailed("chains have no rule: leave rule out for chain items")
-        self._check_read(f"{kind}s")
+        ValidationFailed for a disagreements entry of a feedback type this client does not
+        register, a cursor not given out by this call or a limit below 1."""
+        self._check_read(f"{entry.item_kind}s")
         before = None if cursor is None else decode_cursor(cursor)
         if limit < 1:
             raise ValidationFailed(f"limit must be at least 1, got {limit}")
+        compared: list[str] = []
+        if entry.kind == "disagreements":
+            cls = self.client.types.get(entry.feedback_type or "")
+            if cls is None:
+                raise ValidationFailed(f"feedback type {entry.feedback_type!r} is not "
+                                       "registered here: its fields cannot be compared")
+            compared = sorted(compared_fields(cls))
         view = await self._view()
-        found = await asyncio.to_thread(view.item_ids, kind, self.workspace, rule=rule,
+        found = await asyncio.to_thread(view.queue_items, self.workspace, entry, compared,
                                         limit=limit + 1, before=before)
         return [item for item, _k in found[:limit]], _next_cursor(found, limit)
 

@@ -153,10 +153,6 @@ class QueueBook:
 # Items offered per look at a queue's source: a page of the view.
 _CANDIDATES_PAGE = 200
 
-# The sources whose items the view pages, and the kind of those items. The others
-# (judged_below, disagreements) need the judges' scores kept per target: not yet.
-_PAGED_SOURCES = {"runs_of": "run", "firings_of": "firing", "chains": "chain"}
-
 
 def _sampled(queue: Queue, item: str) -> bool:
     # A uniform share of the items, the same in every process: by a hash of the item.
@@ -194,24 +190,20 @@ class QueueService:
         return queue_from_dict(entry.definition, types=self.service.client.types)
 
     async def next(self, token: str | None, workspace_id: str, name: str) -> dict[str, Any]:
-        """Lease the next item of a live queue to the key's actor (the newest runs, firings or
-        chains first, as its source gives them):
+        """Lease the next item of a live queue to the key's actor (newest first, as its source
+        gives them: see Workspace.queue_items_page):
         {"lease": {"item", "target", "request_id", "ends_ms"}}, or {"lease": null} when none
         is left for them. The item the actor holds already comes back first."""
         key, ws = self.service.authorize(token, workspace_id, "give_feedback")
         await self.service.client.log.require_tenant(ws.tenant)
         queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
-        source = _PAGED_SOURCES.get(queue.enters.kind)
-        if source is None:
-            raise ValidationFailed(
-                f"queue {name!r} takes {queue.enters.kind} items, which are not handed out "
-                "yet: runs_of, firings_of and chains queues are (docs/ui.md, 'Leases')")
         leases = await asyncio.to_thread(self._lease_book, ws.tenant)
         cursor: str | None = None
         while True:
-            ids, cursor = await ws.item_ids_page(source, rule=queue.enters.rule,
-                                                 limit=_CANDIDATES_PAGE, cursor=cursor)
-            items = [item_of(source, i) for i in ids]  # newest first, as the view pages
+            ids, cursor = await ws.queue_items_page(queue.enters, limit=_CANDIDATES_PAGE,
+                                                    cursor=cursor)
+            # Newest first, as the view pages them.
+            items = [item_of(queue.item_kind, i) for i in ids]
             lease = await leases.next_item(ws.workspace, queue, key.actor.participant,
                                            [i for i in items if _sampled(queue, i)])
             if lease is not None:
