@@ -25,6 +25,19 @@ from tests.conftest import WorkerProcess, unique
 from tests.stacks import OwnStack, own_stack_in
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used its own stack reports the stack's status and server logs."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    stack = getattr(item, "funcargs", {}).get("own_stack")
+    if report.failed and call.when == "call" and isinstance(stack, OwnStack):
+        try:
+            report.sections.append(("own stack", stack.describe()))
+        except Exception as exc:  # a report must not fail on its extras
+            report.sections.append(("own stack", f"not described: {exc!r}"))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/faults/" in str(item.path):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from streams.adapters.avro.files import PROJECT_FEEDBACK_MODULES
 from streams.core.actors import UserActor
@@ -79,6 +80,10 @@ def _test_copy(document: dict[str, Any], workspace_id: str, ids: dict[str, list[
     return path
 
 
+# Its own budget: 12 operations at 300 examples each took 114 s alone here and 300 s with the
+# other CI groups on the same 2 cores (the suite's default timeout); the run inside is
+# bounded at 840 s.
+@pytest.mark.timeout(900)
 async def test_the_server_keeps_the_committed_contract(
         tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
         serve_factory: Callable[..., Server], keys: KeyStore, tmp_path: Path) -> None:
@@ -109,7 +114,7 @@ async def test_the_server_keeps_the_committed_contract(
          "--generation-database", "none", "--workers", "1", "--no-color",
          "--continue-on-failure", "--report", "json", "--report-json-path", str(report),
          "--request-timeout", "30", "--max-failures", "200"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600)
+        capture_output=True, text=True, cwd=tmp_path, timeout=840)
     output = run.stdout + run.stderr
     print(output)
     assert run.returncode == 0, output[-20000:]
