@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from bench.served import until_ready
 from bench.surfaces import _free_port, _pct
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
@@ -88,15 +89,7 @@ async def main_async(args: argparse.Namespace) -> None:
     per_hundred: list[tuple[float, float]] = []
     try:
         async with httpx.AsyncClient(headers=headers, timeout=60) as http:
-            for _ in range(600):
-                try:
-                    if (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                raise SystemExit("streams serve did not become ready in 60 s")
+            await until_ready(f"http://127.0.0.1:{port}")
             queue = {"name": "spikes", "enters": {"runs_of": "ops:error-spike"},
                      "feedback_types": ["triage_quality"]}
             installed = await http.post(f"{base}/queues", json=queue)

@@ -46,6 +46,7 @@ from typing import Any
 
 import httpx
 
+from bench.served import until_ready
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
@@ -334,18 +335,6 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
 """
 
 
-async def _ready(base: str) -> None:
-    async with httpx.AsyncClient(timeout=1) as probe:
-        for _ in range(300):
-            try:
-                if (await probe.get(f"{base}/readyz")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.2)
-    raise SystemExit(f"{base} did not become ready")
-
-
 def _spawn_empty_endpoint(port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", _EMPTY_ENDPOINT, str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -356,7 +345,7 @@ async def _http_ceiling(runs: list[str], commands: int, clients: int) -> dict[st
     server = _spawn_empty_endpoint(port)
     try:
         base = f"http://127.0.0.1:{port}"
-        await _ready(base)
+        await until_ready(base)
         return await _throughput(f"{base}/v1/workspaces/{TENANT}.prod/commands", "x", runs,
                                  commands, clients)
     finally:
@@ -389,7 +378,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         port = _free_port()
         server = _start_server(settings, port, args.workers)
         base = f"http://127.0.0.1:{port}"
-        await _ready(base)
+        await until_ready(base)
         url = f"{base}/v1/workspaces/{TENANT}.prod/commands"
         _say("warming up")
         await _throughput(url, token, runs, min(500, args.commands), args.clients)  # warm up

@@ -45,6 +45,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from websockets.asyncio.client import connect
 
+from bench.served import until_ready
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
@@ -265,16 +266,7 @@ async def main_async(args: argparse.Namespace) -> None:
         sys.executable, "-m", "streams", "serve", "--port", str(port), env=env, cwd=REPO)
     base = f"127.0.0.1:{port}"
     try:
-        async with httpx.AsyncClient() as http:
-            for _ in range(600):
-                try:
-                    if (await http.get(f"http://{base}/readyz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                raise SystemExit("streams serve did not become ready in 60 s")
+        await until_ready(f"http://{base}")
         results: dict[str, Result] = {}
         handle = StreamsClient(Runtime(settings))
         ws = handle.workspace(TENANT, "prod", actor=UserActor(id="floor"))

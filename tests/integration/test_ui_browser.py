@@ -2,7 +2,8 @@
 `streams serve` on the real broker, with a worker creating the runs: sign in, a run appears
 live, feedback through the generated form reaches the scores topic, an out-of-range value is
 refused next to its field, a resend after a dropped connection records once, and a key of
-another tenant sees nothing.
+another tenant sees nothing; two people work through a blind queue by keyboard (lease,
+submit, skip, the next item), each run judged by both, no one else's verdict shown.
 
 STREAMS_UI_SCREENSHOTS=docs refreshes docs/ui-queue.png and docs/ui-form.png.
 """
@@ -16,16 +17,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import pytest
 from pydantic import Field
 
-from streams.core.actors import UserActor
+from streams.core.actors import EvaluatorActor, UserActor
 from streams.core.events import AppEvent, FeedbackGiven
 from streams.core.feedback import Feedback, registry
+from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
+from streams.examples.ops import TriageQuality
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, read_topic, wait_until
-from tests.integration.served import serve
+from tests.integration.served import serve, start_run
 from tests.surfaces.test_report_browser import chromium
 
 pytestmark = pytest.mark.timeout(600)
@@ -195,4 +199,95 @@ async def test_people_judge_runs_on_the_page(
             assert not await stranger.locator("#workbench").is_visible()
         finally:
             await browser.close()
+    assert problems == []
+
+
+async def test_two_people_work_through_a_blind_queue_by_keyboard(
+    settings: Settings, tenant_factory: Callable[..., str],
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    tenant = tenant_factory()
+    problems: list[str] = []
+    async with serve(settings) as served, async_playwright() as playwright:
+        ws = served.client.workspace(tenant, WORKSPACE)
+        for n in range(3):
+            await start_run(ws, f"run_{n}")
+        # A judge's verdict on the newest run: a blind queue must not show it.
+        judge = ws.as_actor(EvaluatorActor(name="judge", version="1"))
+        await judge.give_feedback(TriageQuality(correct=False, severity="low",
+                                                note="the judge says no"),
+                                  on=RunTarget(run_id="run_2"))
+        base = f"http://127.0.0.1:{served.port}"
+        manager = served.key(tenant, "root", frozenset({"read", "manage_queues"}))
+        queue = {"name": "spikes", "enters": {"runs_of": "ops:error-spike"},
+                 "feedback_types": ["triage_quality"], "reviewers": 2, "blind": True}
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = await http.post(f"{base}/v1/workspaces/{tenant}.{WORKSPACE}/queues",
+                                     json=queue,
+                                     headers={"Authorization": f"Bearer {manager}"})
+            assert answer.status_code == 201, answer.text
+        browser = await playwright.chromium.launch(executable_path=chromium(),
+                                                   args=["--no-sandbox"])
+        turns: list[int] = []
+        try:
+            async def person(name: str) -> Any:
+                context = await browser.new_context(viewport={"width": 1200, "height": 900})
+                page = await context.new_page()
+                page.on("pageerror", lambda error: problems.append(str(error)))
+                page.on("console", lambda message: problems.append(message.text)
+                        if message.type == "error" else None)
+                await _sign_in(page, base, served.key(tenant, name), f"{tenant}.{WORKSPACE}")
+                await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
+                await page.locator("#queue-choice").select_option("spikes")
+                return page
+
+            async def judge_it(page: Any, item: str, keys: str) -> None:
+                await expect(page.locator("#item h2")).to_have_attribute(
+                    "data-item", item, timeout=30_000)
+                for key in keys:
+                    await page.keyboard.press(key)
+                await page.keyboard.press("Control+Enter")
+
+            ada = await person("ada")
+            # The newest run first, blind: no one else's verdict, only the queue's type.
+            await expect(ada.locator("#item h2")).to_have_attribute("data-item", "run:run_2",
+                                                                    timeout=30_000)
+            await expect(ada.locator("#blind-note")).to_be_visible()
+            await expect(ada.locator("#item")).not_to_contain_text("the judge says no")
+            assert await ada.locator("#feedback-type option").all_text_contents() == [
+                "triage_quality"]
+            await expect(ada.locator("#item")).to_contain_text("ops:error-spike")
+            await judge_it(ada, "run:run_2", "y3")          # yes, critical; on to run_1
+            await expect(ada.locator("#item h2")).to_have_attribute("data-item", "run:run_1",
+                                                                    timeout=30_000)
+            await ada.keyboard.press("s")                     # skip run_1: run_0 comes
+            await judge_it(ada, "run:run_0", "n1")
+            await expect(ada.locator("#queue-empty")).to_be_visible(timeout=30_000)
+
+            # A second person gets the same runs (two reviewers each), blind as well.
+            bo = await person("bo")
+            await judge_it(bo, "run:run_2", "n1")
+            await judge_it(bo, "run:run_1", "y2")
+            await judge_it(bo, "run:run_0", "y1")
+            await expect(bo.locator("#queue-empty")).to_be_visible(timeout=30_000)
+            for page in (ada, bo):
+                turns += await page.evaluate("window.feedbackStreams.state.turns")
+
+            # The agreement view replaces the queue view (a grid view with `hidden` once
+            # stayed on screen below it).
+            await ada.get_by_role("button", name="Agreement").click()
+            await expect(ada.locator("#agreement-view")).to_be_visible()
+            await expect(ada.locator("#queue-view")).to_be_hidden()
+        finally:
+            await browser.close()
+    given = await ws.feedback(feedback_type="triage_quality")
+    people = sorted((e.actor.participant, e.event.target.id, e.event.value["correct"],
+                     e.event.value["severity"]) for e in given if e.actor.kind == "user")
+    assert people == [("user:ada", "run_0", False, "low"),
+                      ("user:ada", "run_2", True, "critical"),
+                      ("user:bo", "run_0", True, "low"),
+                      ("user:bo", "run_1", True, "high"),
+                      ("user:bo", "run_2", False, "low")]
+    print(f"queue on the page: submit to the next item shown {turns} ms")
     assert problems == []

@@ -4,6 +4,11 @@
 // give_feedback commands over the same socket. A command keeps its command_id until it is
 // answered, so a double click, a resend or a reconnect records it once (the service is
 // idempotent by command id).
+//
+// Or work through an annotation queue (docs/ui.md, "Queues"): the server leases one item at a
+// time to the signed-in person (`POST .../queues/{name}/next`); their verdict goes under the
+// lease (`.../submit`, recorded once) and the next item follows; `s` gives the item back
+// (`.../skip`). A blind queue shows no one else's verdict on the item.
 
 import { buildForm } from "./form.js";
 
@@ -21,8 +26,13 @@ const state = {
   drafts: new Map(),        // `${run_id}|${type}` -> value being edited
   pending: new Map(),       // command_id -> {frame, runId, type}
   socket: null, cursor: null, retry: 0, connected: false, closedByUs: false,
+  queues: new Map(),        // name -> the queue as listed (its definition)
+  queue: null,              // the queue being worked through, or null (all runs)
+  lease: null,              // the item it leased to me: {item, target, request_id, ends_ms}
+  doneHere: 0,              // verdicts submitted through queues since sign-in
+  turns: [],                // ms from a submit to the next item shown (for tests)
 };
-let current = null;         // the open item's form: {runId, type, api, fieldIndex}
+let current = null;         // the open item's form: {runId, type, api, fieldIndex, lease}
 
 // -- session --------------------------------------------------------------------------------
 
@@ -44,6 +54,7 @@ async function api(path, options = {}) {
   if (!response.ok) {
     const error = new Error(body?.error?.message || `HTTP ${response.status}`);
     error.code = body?.error?.code || String(response.status);
+    error.fields = body?.error?.fields || [];
     throw error;
   }
   return body;
@@ -216,8 +227,14 @@ function renderFeedback(runId) {
   return section("Feedback given (people first, then each evaluator version)", table);
 }
 
-function renderForm(article, runId) {
-  const types = state.types.filter((t) => t.targets.includes("run"));
+function renderForm(article, runId, lease = null) {
+  // In a queue: the item's kind, and only the feedback types the queue takes (its first
+  // one chosen); otherwise every type that can be given on a run.
+  const kind = lease ? lease.target.kind : "run";
+  const taken = lease ? state.queue.definition.feedback_types : null;
+  const types = state.types.filter((t) => t.targets.includes(kind)
+    && (!taken || taken.includes(t.name)))
+    .sort((a, b) => (taken ? taken.indexOf(a.name) - taken.indexOf(b.name) : 0));
   if (!types.length) return;
   const box = document.createElement("section");
   box.id = "give";
@@ -229,7 +246,7 @@ function renderForm(article, runId) {
   const choose = document.createElement("select");
   choose.id = "feedback-type";
   for (const t of types) choose.append(new Option(t.name, t.name));
-  const preferred = current?.type && types.some((t) => t.name === current.type)
+  const preferred = !lease && current?.type && types.some((t) => t.name === current.type)
     ? current.type : types[0].name;
   choose.value = preferred;
   const holder = document.createElement("div");
@@ -248,7 +265,7 @@ function renderForm(article, runId) {
     built.form.addEventListener("change", () => state.drafts.set(key, built.read().value));
     built.form.addEventListener("submit", (event) => { event.preventDefault(); submit(); });
     holder.replaceChildren(built.form);
-    current = { runId, type: typeName, api: built, fieldIndex: 0, status };
+    current = { runId, type: typeName, api: built, fieldIndex: 0, status, lease };
     focusField(0);
     const waiting = [...state.pending.values()].find((p) => p.runId === runId && p.type === typeName);
     if (waiting) setStatus("pending", "sending…");
@@ -275,6 +292,7 @@ function focusField(index) {
 
 function submit() {
   if (!current) return;
+  if (current.lease) { submitLeased(); return; }
   const { runId, type, api: form } = current;
   // A command already on its way for this item: a second click sends nothing new.
   if ([...state.pending.values()].some((p) => p.runId === runId && p.type === type)) return;
@@ -311,6 +329,201 @@ function answered(frame) {
       : [{ path: null, message: frame.error.message }]);
     setStatus("failed", `${frame.error.code}: ${frame.error.message}`);
   }
+}
+
+// -- queues ---------------------------------------------------------------------------------
+
+function renderQueueChoice() {
+  const select = $("#queue-choice");
+  const chosen = state.queue?.queue || "";
+  const names = [...state.queues.keys()].sort();
+  select.replaceChildren(new Option("all runs (pick any)", ""),
+    ...names.map((name) => new Option(`${name} (${state.queues.get(name).definition
+      .feedback_types.join(", ")})`, name)));
+  select.value = names.includes(chosen) ? chosen : "";
+}
+
+function progress(text) { $("#queue-progress").textContent = text; }
+
+function row(list, term, value) {
+  const dt = document.createElement("dt");
+  dt.textContent = term;
+  const dd = document.createElement("dd");
+  dd.textContent = typeof value === "string" ? value : JSON.stringify(value);
+  list.append(dt, dd);
+}
+
+function fields(pairs) {
+  const list = document.createElement("dl");
+  list.className = "fields";
+  for (const [term, value] of pairs) {
+    if (value !== undefined && value !== null && value !== "") row(list, term, value);
+  }
+  return list;
+}
+
+function asJson(title, value) {
+  const box = document.createElement("details");
+  const summary = document.createElement("summary");
+  summary.textContent = title;
+  box.append(summary, pre(value));
+  return box;
+}
+
+async function chooseQueue(name) {
+  const queue = name ? state.queues.get(name) : null;
+  state.queue = queue || null;
+  state.lease = null;
+  current = null;
+  $("#run-filters").hidden = Boolean(queue);
+  $("#queue").hidden = Boolean(queue);
+  $("#queue-count").hidden = Boolean(queue);
+  $("#queue-hint").hidden = !queue;
+  if (!queue) {
+    progress("");
+    const hint = document.createElement("p");
+    hint.className = "meta";
+    hint.textContent = "Pick a run from the queue.";
+    $("#item").replaceChildren(hint);
+    renderQueue();
+    return;
+  }
+  await nextItem();
+}
+
+async function nextItem(started = null) {
+  const queue = state.queue;
+  if (!queue) return;
+  progress(`${queue.queue}: asking for your next item…`);
+  let answer;
+  try {
+    answer = await api(wsPath(`queues/${encodeURIComponent(queue.queue)}/next`),
+      { method: "POST" });
+  } catch (error) {
+    progress(`${queue.queue}: ${error.code}: ${error.message}`);
+    return;
+  }
+  if (state.queue !== queue) return;
+  state.lease = answer.lease;
+  if (!answer.lease) {
+    current = null;
+    state.selected = null;
+    const done = document.createElement("p");
+    done.className = "meta";
+    done.id = "queue-empty";
+    done.textContent = `Nothing left for you in ${queue.queue}.`;
+    $("#item").replaceChildren(done);
+    progress(`${queue.queue}: ${state.doneHere} judged here; nothing left for you`);
+    return;
+  }
+  await showLeased(answer.lease);
+  if (started !== null) state.turns.push(Math.round(performance.now() - started));
+  const until = new Date(answer.lease.ends_ms).toLocaleTimeString();
+  progress(`${queue.queue}: ${state.doneHere} judged here; this item is yours until ${until}`);
+}
+
+async function showLeased(lease) {
+  current = null;
+  const { kind } = lease.target;
+  const id = lease.item.slice(kind.length + 1);
+  const blind = Boolean(state.queue.definition.blind);
+  // Live updates of others' verdicts reach the open item only when the queue is not blind.
+  state.selected = kind === "run" && !blind ? id : null;
+  const article = $("#item");
+  const title = document.createElement("h2");
+  title.textContent = `${kind} · ${id}`;
+  title.dataset.item = lease.item;
+  const parts = [title];
+  if (kind === "run") {
+    try {
+      const record = await api(wsPath(`runs/${encodeURIComponent(id)}`));
+      const run = record.run.event || {};
+      const ended = record.emitted.find((e) => e.event.run_id === id
+        && ["run_succeeded", "run_failed", "run_dead_lettered"].includes(e.event_type));
+      parts.push(section("The run", fields([
+        ["rule", run.rule], ["action", run.action],
+        ["started", (record.run.time || "").replace("T", " ").slice(0, 19)],
+        ["status", ended ? ended.event_type.replace("run_", "").replace("_", "-") : "running"],
+        ["output", ended?.event.output ?? ended?.event.error],
+        ...Object.entries(run.scope || {}).map(([k, v]) => [`scope: ${k}`, v]),
+      ])));
+      parts.push(section("What made it fire", fields(record.matched.map(
+        (e) => [e.event_type, e.event.data ?? e.event]))));
+      // Verdicts are events the run caused too: a blind queue leaves them out.
+      const emitted = blind ? record.emitted.filter((e) => e.event_type !== "feedback_given")
+        : record.emitted;
+      parts.push(asJson("all events as JSON",
+        { run: record.run, matched: record.matched, emitted }));
+    } catch (error) {
+      const p = document.createElement("p");
+      p.className = "error";
+      p.textContent = `could not read the run: ${error.message}`;
+      parts.push(p);
+    }
+  } else {
+    parts.push(section(`The ${kind}`, fields([["kind", kind], ["id", id]])),
+      asJson("the target as JSON", lease.target));
+  }
+  if (state.lease !== lease) return;
+  article.replaceChildren(...parts);
+  if (blind) {
+    const note = document.createElement("p");
+    note.className = "meta";
+    note.id = "blind-note";
+    note.textContent = "Blind review: other people's and evaluators' verdicts stay hidden.";
+    article.append(note);
+  } else if (kind === "run") {
+    article.append(renderFeedback(id));
+  }
+  renderForm(article, id, lease);
+  // Keys go to the item, not to the queue chooser or a field of the last item.
+  article.tabIndex = -1;
+  article.focus({ preventScroll: true });
+}
+
+async function submitLeased() {
+  const { lease, type, api: form } = current;
+  if (current.sending) return;
+  const { value, missing } = form.read();
+  if (missing.length) {
+    form.showErrors(missing.map((name) => ({ path: ["value", name], message: "required" })));
+    return;
+  }
+  form.clearErrors();
+  current.sending = true;
+  setStatus("pending", "sending…");
+  const started = performance.now();
+  const here = current;
+  try {
+    const answer = await api(wsPath(`queues/${encodeURIComponent(state.queue.queue)}/submit`), {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ request_id: lease.request_id, command: { type: "give_feedback",
+        feedback_type: type, target: lease.target, value } }) });
+    state.drafts.delete(`${here.runId}|${type}`);
+    state.doneHere += 1;
+    setStatus("recorded", `recorded as ${answer.outcome.id}`);
+    await nextItem(started);
+  } catch (error) {
+    here.sending = false;
+    if (current !== here) return;
+    here.api.showErrors(error.fields?.length ? error.fields
+      : [{ path: null, message: error.message }]);
+    setStatus("failed", `${error.code}: ${error.message}`);
+  }
+}
+
+async function skipLeased() {
+  const lease = state.lease;
+  if (!lease || !state.queue) return;
+  try {
+    await api(wsPath(`queues/${encodeURIComponent(state.queue.queue)}/skip`), {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ item: lease.item, request_id: lease.request_id }) });
+  } catch (error) {
+    progress(`${state.queue.queue}: ${error.code}: ${error.message}`);
+    return;
+  }
+  await nextItem();
 }
 
 // -- the stream -----------------------------------------------------------------------------
@@ -393,9 +606,12 @@ function refreshAfter(envelope) {
 // -- loading and signing in -----------------------------------------------------------------
 
 async function loadWorkspace() {
-  const [me, types] = await Promise.all([api(wsPath("me")), api(wsPath("feedback-types"))]);
+  const [me, types, queues] = await Promise.all([api(wsPath("me")),
+    api(wsPath("feedback-types")), api(wsPath("queues")).catch(() => ({ queues: [] }))]);
   state.me = me;
   state.types = types.feedback_types;
+  state.queues = new Map(queues.queues.map((q) => [q.queue, q]));
+  renderQueueChoice();
   $("#who").textContent = `${me.participant} in ${state.workspaceId}`;
   // Subscribe first (from the end), then read what is there: the overlap is deduplicated by
   // event id, so nothing between the two is missed.
@@ -521,8 +737,12 @@ function onKey(event) {
     return;
   }
   if (typing || event.altKey || event.ctrlKey || event.metaKey) return;
-  if (event.key === "j") { move(1); return; }
-  if (event.key === "k") { move(-1); return; }
+  if (state.queue) {
+    if (event.key === "s") { event.preventDefault(); skipLeased(); return; }
+  } else {
+    if (event.key === "j") { move(1); return; }
+    if (event.key === "k") { move(-1); return; }
+  }
   if (!current) return;
   const rows = [...current.api.form.querySelectorAll(".field")];
   const row = rows[current.fieldIndex];
@@ -551,6 +771,15 @@ $("#rule-filter").addEventListener("change", () => renderQueue());
 $("#unjudged-filter").addEventListener("change", () => renderQueue());
 $("#show-queue").addEventListener("click", () => showView("queue"));
 $("#show-agreement").addEventListener("click", () => showView("agreement"));
+$("#queue-choice").addEventListener("change", (event) => chooseQueue(event.target.value));
+$("#queue-choice").addEventListener("focus", async () => {
+  // Queues installed since sign-in appear when the chooser is opened.
+  try {
+    const listed = await api(wsPath("queues"));
+    state.queues = new Map(listed.queues.map((q) => [q.queue, q]));
+    renderQueueChoice();
+  } catch { /* the list stays as it was */ }
+});
 document.addEventListener("keydown", onKey);
 
 const restored = loadSession();
