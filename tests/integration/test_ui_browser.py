@@ -5,7 +5,8 @@ refused next to its field, a resend after a dropped connection records once, and
 another tenant sees nothing; two people work through a blind queue by keyboard (lease,
 submit, skip, the next item), each run judged by both, no one else's verdict shown.
 
-STREAMS_UI_SCREENSHOTS=docs refreshes docs/ui-queue.png and docs/ui-form.png.
+STREAMS_UI_SCREENSHOTS=docs refreshes docs/ui-queue.png, docs/ui-form.png, docs/ui-lease.png and
+docs/ui-agreement.png.
 """
 
 from __future__ import annotations
@@ -258,6 +259,9 @@ async def test_two_people_work_through_a_blind_queue_by_keyboard(
             assert await ada.locator("#feedback-type option").all_text_contents() == [
                 "triage_quality"]
             await expect(ada.locator("#item")).to_contain_text("ops:error-spike")
+            if os.environ.get("STREAMS_UI_SCREENSHOTS"):
+                shots = Path(os.environ["STREAMS_UI_SCREENSHOTS"])
+                await ada.screenshot(path=str(shots / "ui-lease.png"))
             await judge_it(ada, "run:run_2", "y3")          # yes, critical; on to run_1
             await expect(ada.locator("#item h2")).to_have_attribute("data-item", "run:run_1",
                                                                     timeout=30_000)
@@ -279,6 +283,10 @@ async def test_two_people_work_through_a_blind_queue_by_keyboard(
             await ada.get_by_role("button", name="Agreement").click()
             await expect(ada.locator("#agreement-view")).to_be_visible()
             await expect(ada.locator("#queue-view")).to_be_hidden()
+            await expect(ada.locator("#agreement tbody tr").first).to_contain_text(
+                "evaluator:judge@1")
+            if os.environ.get("STREAMS_UI_SCREENSHOTS"):
+                await ada.screenshot(path=str(shots / "ui-agreement.png"))
         finally:
             await browser.close()
     given = await ws.feedback(feedback_type="triage_quality")

@@ -447,8 +447,10 @@ async function showLeased(lease) {
         ["output", ended?.event.output ?? ended?.event.error],
         ...Object.entries(run.scope || {}).map(([k, v]) => [`scope: ${k}`, v]),
       ])));
-      parts.push(section("What made it fire", fields(record.matched.map(
-        (e) => [e.event_type, e.event.data ?? e.event]))));
+      if (record.matched.length) {
+        parts.push(section("What made it fire", fields(record.matched.map(
+          (e) => [e.event_type, e.event.data ?? e.event]))));
+      }
       // Verdicts are events the run caused too: a blind queue leaves them out.
       const emitted = blind ? record.emitted.filter((e) => e.event_type !== "feedback_given")
         : record.emitted;
