@@ -27,6 +27,7 @@ import os
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +66,33 @@ def _verdict(target: dict[str, Any]) -> dict[str, Any]:
             "value": {"correct": False, "severity": "high"}}
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    settings = Settings.from_env(topic_prefix=f"bq{uuid.uuid4().hex[:8]}")
+@dataclass
+class Served:
+    """A seeded tenant's `streams serve` (started by this benchmark), a key of it, and the
+    workspace's REST base URL."""
+
+    server: asyncio.subprocess.Process
+    port: int
+    token: str
+    base: str
+    tokens: dict[str, str]
+
+
+async def serve_seeded(runs: int, prefix: str, people: tuple[str, ...] = ("ada",)) -> Served:
+    """Seed a fresh tenant (topic prefix `prefix`) with `runs` runs, make a key for each of
+    `people` (give_feedback, read, manage_queues; `token` is the first one's) and start
+    `python -m streams serve` on a free loopback port; the caller stops `server` (by its
+    handle)."""
+    settings = Settings.from_env(topic_prefix=prefix)
     TenantAdmin(settings).create_tenant(TENANT)
     seeding = StreamsClient(Runtime(settings))
-    await _seed(seeding, args.runs)
+    await _seed(seeding, runs)
     seeding.close()
     keys = KeyStore(Runtime(settings))
     keys.start()
-    _k, token = keys.create(TENANT, UserActor(id="ada"),
-                            {"give_feedback", "read", "manage_queues"})
+    tokens = {person: keys.create(TENANT, UserActor(id=person),
+                                  {"give_feedback", "read", "manage_queues"})[1]
+              for person in people}
     keys.close()
     port = _free_port()
     env = settings.child_env(STREAMS_FEEDBACK_MODULES="streams.examples.ops",
@@ -82,6 +100,13 @@ async def main_async(args: argparse.Namespace) -> None:
                                                          os.environ.get("PYTHONPATH", "")]))
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "streams", "serve", "--port", str(port), env=env, cwd=REPO)
+    return Served(server, port, tokens[people[0]],
+                  f"http://127.0.0.1:{port}/v1/workspaces/{TENANT}.prod", tokens)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    served = await serve_seeded(args.runs, f"bq{uuid.uuid4().hex[:8]}")
+    server, port, token = served.server, served.port, served.token
     base = f"http://127.0.0.1:{port}/v1/workspaces/{TENANT}.prod"
     headers = {"Authorization": f"Bearer {token}"}
     steps: dict[str, list[float]] = {"next": [], "submit": [], "me (floor)": [],

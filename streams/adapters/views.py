@@ -8,10 +8,11 @@
 Tables (every row keyed by its event's position, `streams.core.viewrows.position`, so a
 record applied twice changes nothing):
 
-- `events`: every event: id, workspace, type, time and its raw value (Confluent-framed Avro);
+- `events`: every event: id, workspace, type, time and its raw value (Confluent-framed Avro),
+  and whether it is an application event that starts its chain (a partial index pages those:
+  the chains a queue offers);
 - `runs`: the first `run_started` of each run id, by workspace (indexed by rule and time);
 - `firings`: the first `rule_fired` of each firing id, by workspace (indexed by rule and time);
-- `chains`: each application event that starts its chain, by workspace (indexed by time);
 - `feedback`: every `feedback_given`, indexed by type, participant and time;
 - `verdicts`: the latest `feedback_given` of each participant on each target and type, its
   value as JSON (queues of targets a judge scored low, or where a judge and people differ);
@@ -53,7 +54,8 @@ the firings' rule and time, the chains and the verdicts)."""
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE events (pos INTEGER PRIMARY KEY, event_id TEXT NOT NULL, workspace TEXT NOT NULL,
-                     event_type TEXT NOT NULL, time_ms INTEGER NOT NULL, raw BLOB NOT NULL);
+                     event_type TEXT NOT NULL, time_ms INTEGER NOT NULL, raw BLOB NOT NULL,
+                     chain INTEGER NOT NULL);
 CREATE INDEX events_by_id ON events (event_id);
 CREATE TABLE runs (workspace TEXT NOT NULL, run_id TEXT NOT NULL, rule TEXT NOT NULL,
                    firing_id TEXT NOT NULL, time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
@@ -64,11 +66,7 @@ CREATE TABLE firings (workspace TEXT NOT NULL, firing_id TEXT NOT NULL, rule TEX
                       time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
                       PRIMARY KEY (workspace, firing_id)) WITHOUT ROWID;
 CREATE INDEX firings_by_rule ON firings (workspace, rule, time_ms, pos);
-CREATE INDEX firings_by_time ON firings (workspace, time_ms, pos);
-CREATE TABLE chains (workspace TEXT NOT NULL, correlation_id TEXT NOT NULL,
-                     time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
-                     PRIMARY KEY (workspace, correlation_id)) WITHOUT ROWID;
-CREATE INDEX chains_by_time ON chains (workspace, time_ms, pos);
+CREATE INDEX chains_by_time ON events (workspace, time_ms, pos) WHERE chain = 1;
 CREATE TABLE feedback (pos INTEGER PRIMARY KEY, workspace TEXT NOT NULL,
                        feedback_type TEXT NOT NULL, participant TEXT NOT NULL,
                        time_ms INTEGER NOT NULL);
@@ -119,9 +117,11 @@ class RunParts:
     emitted: list[RawEvent]
 
 
-# Per item kind: its table, its id column, and whether it has a rule (constants, never input).
-_ITEMS = {"run": ("runs", "run_id", True), "firing": ("firings", "firing_id", True),
-          "chain": ("chains", "correlation_id", False)}
+# Per item kind: its table, its id column, the condition that picks its rows, and whether it
+# has a rule (constants, never input).
+_ITEMS = {"run": ("runs", "run_id", "1", True),
+          "firing": ("firings", "firing_id", "1", True),
+          "chain": ("events", "event_id", "chain = 1", False)}
 
 
 def _json_path(field: str) -> str:
@@ -290,10 +290,12 @@ class ViewStore:
     @staticmethod
     def _apply(db: sqlite3.Connection, rows: Sequence[Rows],
                skipped: Iterable[tuple[int, str]], next_offsets: Mapping[int, int]) -> None:
+        # An event that starts its chain is marked, and a partial index pages the chains
+        # (no table of its own to insert into: a third of a typical log is such events).
         db.executemany(
-            "INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(r.event.pos, r.event.event_id, r.event.workspace, r.event.event_type,
-              r.event.time_ms, r.event.raw) for r in rows])
+              r.event.time_ms, r.event.raw, r.chain is not None) for r in rows])
         runs = [r for r in rows if r.run is not None]
         if runs:
             db.executemany("INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?)", [
@@ -307,10 +309,6 @@ class ViewStore:
                     r.firing.pos) for r in rows if r.firing is not None]
         if firings:
             db.executemany("INSERT OR IGNORE INTO firings VALUES (?, ?, ?, ?, ?)", firings)
-        chains = [(r.chain.workspace, r.chain.correlation_id, r.chain.time_ms, r.chain.pos)
-                  for r in rows if r.chain is not None]
-        if chains:
-            db.executemany("INSERT OR IGNORE INTO chains VALUES (?, ?, ?, ?)", chains)
         feedback = [(r.feedback.pos, r.feedback.workspace, r.feedback.feedback_type,
                      r.feedback.participant, r.feedback.time_ms)
                     for r in rows if r.feedback is not None]
@@ -359,8 +357,8 @@ class ViewStore:
         partition, offset), strictly before `before` when given."""
         if kind not in _ITEMS:
             raise ValueError(f"no items of kind {kind!r}: one of {sorted(_ITEMS)}")
-        table, id_column, ruled = _ITEMS[kind]
-        where, args = ["workspace = ?"], [workspace]
+        table, id_column, picked, ruled = _ITEMS[kind]
+        where, args = ["workspace = ?", picked], [workspace]
         if rule is not None:
             if not ruled:
                 raise ValueError(f"{kind} items have no rule")
@@ -492,5 +490,5 @@ class ViewStore:
         """Rows per table (for progress lines and tests)."""
         with self._guarded() as db:
             return {name: db.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
-                    for name in ("events", "runs", "firings", "chains", "feedback",
-                                 "verdicts", "caused", "skipped")}
+                    for name in ("events", "runs", "firings", "feedback", "verdicts",
+                                 "caused", "skipped")}

@@ -67,8 +67,8 @@ def test_batches_are_idempotent_and_carry_their_checkpoint(tmp_path: Path) -> No
     store.apply(batch, [], {0: 3, 1: 3})
     store.apply(batch, [(position(0, 3), "bad")], {0: 4, 1: 2})  # again, and an older mark
     assert store.checkpoint() == {0: 4, 1: 3}  # never moves back
-    assert store.counts() == {"events": 6, "runs": 2, "firings": 2, "chains": 2,
-                              "feedback": 0, "verdicts": 0, "caused": 2, "skipped": 1}
+    assert store.counts() == {"events": 6, "runs": 2, "firings": 2, "feedback": 0,
+                              "verdicts": 0, "caused": 2, "skipped": 1}
 
 
 def test_runs_newest_first_by_rule_and_paged_without_gaps(tmp_path: Path) -> None:
