@@ -52,23 +52,29 @@ async def _page_round(page: Any, items: int) -> list[int]:
 
 
 async def _floor_round(http: httpx.AsyncClient, base: str, items: int,
-                       lease: dict[str, Any]) -> tuple[list[float], dict[str, Any]]:
-    """`items` turns of submit, next and the run's record from Python; their times (ms)."""
-    out = []
+                       lease: dict[str, Any], steps: dict[str, list[float]]) -> dict[str, Any]:
+    """`items` turns of submit, next and the run's record from Python; each step's time and
+    the turn's (s) go to `steps`; returns the lease held at the end."""
     for _ in range(items):
         started = time.perf_counter()
         done = await http.post(f"{base}/queues/spikes/submit", json={
             "request_id": lease["request_id"], "command": _verdict(lease["target"])})
         if done.status_code != 200:
             raise SystemExit(f"submit failed: {done.status_code} {done.text}")
+        submitted = time.perf_counter()
         lease = (await http.post(f"{base}/queues/spikes/next")).json()["lease"]
         if lease is None:
             raise SystemExit("the queue ran out: seed more runs (--runs)")
+        leased = time.perf_counter()
         run = await http.get(f"{base}/runs/{lease['target']['run_id']}")
         if run.status_code != 200:
             raise SystemExit(f"the run's record failed: {run.status_code} {run.text}")
-        out.append((time.perf_counter() - started) * 1000)
-    return out, lease
+        ended = time.perf_counter()
+        steps["submit"].append(submitted - started)
+        steps["next"].append(leased - submitted)
+        steps["run record"].append(ended - leased)
+        steps["turn"].append(ended - started)
+    return lease
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -78,8 +84,9 @@ async def main_async(args: argparse.Namespace) -> None:
     if chromium is None:
         raise SystemExit("no chromium on PATH: apt-get install chromium (deploy/test.sh does)")
     served = await serve_seeded(args.runs, f"bp{uuid.uuid4().hex[:8]}", people=("ada", "bo"))
-    page_turns: list[int] = []
-    floor_turns: list[float] = []
+    page_turns: list[float] = []  # seconds, as _pct takes them
+    steps: dict[str, list[float]] = {"submit": [], "next": [], "run record": [], "turn": []}
+    floor_turns = steps["turn"]
     try:
         await until_ready(f"http://127.0.0.1:{served.port}")
         # The floor's reviewer is bo: a reviewer holds one item at a time, so the page's
@@ -104,18 +111,17 @@ async def main_async(args: argparse.Namespace) -> None:
                 await page.locator("#item h2[data-item]").wait_for(timeout=60_000)
                 per_round = max(1, args.items // args.rounds)
                 for n in range(args.rounds):
-                    page_turns += await _page_round(page, per_round)
-                    floor, lease = await _floor_round(http, served.base, per_round, lease)
-                    floor_turns += floor
+                    page_turns += [t / 1000 for t in await _page_round(page, per_round)]
+                    lease = await _floor_round(http, served.base, per_round, lease, steps)
                     print(f"round {n + 1}/{args.rounds}: page p50 "
-                          f"{_pct([float(t) for t in page_turns], 0.5):.0f} ms, floor p50 "
+                          f"{_pct(page_turns, 0.5):.0f} ms, floor p50 "
                           f"{_pct(floor_turns, 0.5):.0f} ms", flush=True)
             finally:
                 await browser.close()
     finally:
         served.server.terminate()  # the server this run started, by its handle
         await served.server.wait()
-    page_ms = [float(t) for t in page_turns]
+    page_ms = page_turns
     print(f"a person on the page, {len(page_ms)} items of a queue of {args.runs} runs, by "
           "keyboard; the floor: the same requests from Python, no browser")
     print(f"{'turn':<34}{'p50 ms':>10}{'p99 ms':>10}")
@@ -123,6 +129,9 @@ async def main_async(args: argparse.Namespace) -> None:
           f"{_pct(page_ms, 0.99):>10.1f}")
     print(f"{'floor: submit, next, run record':<34}{_pct(floor_turns, 0.5):>10.1f}"
           f"{_pct(floor_turns, 0.99):>10.1f}")
+    for step in ("submit", "next", "run record"):
+        print(f"{'  floor, ' + step:<34}{_pct(steps[step], 0.5):>10.1f}"
+              f"{_pct(steps[step], 0.99):>10.1f}")
     print(f"page p50 / floor p50: {_pct(page_ms, 0.5) / _pct(floor_turns, 0.5):.2f}")
 
 
