@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.served import until_ready
+from bench.served import start_serve, until_ready
 from bench.surfaces import _free_port, _pct
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
@@ -44,7 +42,6 @@ from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 TENANT = "bench"
-REPO = Path(__file__).resolve().parents[1]
 
 
 async def _seed(client: StreamsClient, runs: int) -> None:
@@ -95,11 +92,7 @@ async def serve_seeded(runs: int, prefix: str, people: tuple[str, ...] = ("ada",
               for person in people}
     keys.close()
     port = _free_port()
-    env = settings.child_env(STREAMS_FEEDBACK_MODULES="streams.examples.ops",
-                             PYTHONPATH=os.pathsep.join([str(REPO),
-                                                         os.environ.get("PYTHONPATH", "")]))
-    server = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "streams", "serve", "--port", str(port), env=env, cwd=REPO)
+    server = await start_serve(settings, port)
     return Served(server, port, tokens[people[0]],
                   f"http://127.0.0.1:{port}/v1/workspaces/{TENANT}.prod", tokens)
 

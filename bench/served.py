@@ -1,12 +1,31 @@
-"""What the benchmarks that start a server share: waiting until it answers `/readyz`."""
+"""What the benchmarks that start a server share: starting `streams serve` and waiting until
+it answers `/readyz`."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+from pathlib import Path
 
 import httpx
 
-__all__ = ["until_ready"]
+from streams.settings import Settings
+
+__all__ = ["REPO", "start_serve", "until_ready"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+async def start_serve(settings: Settings, port: int,
+                      modules: str = "streams.examples.ops") -> asyncio.subprocess.Process:
+    """`python -m streams serve` on 127.0.0.1:`port` with `settings` and the feedback types
+    of `modules`; the caller stops it (by its handle)."""
+    env = settings.child_env(STREAMS_FEEDBACK_MODULES=modules,
+                             PYTHONPATH=os.pathsep.join([str(REPO),
+                                                         os.environ.get("PYTHONPATH", "")]))
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streams", "serve", "--port", str(port), env=env, cwd=REPO)
 
 
 async def until_ready(base: str, seconds: float = 60.0) -> None:

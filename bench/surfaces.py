@@ -30,13 +30,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,7 +42,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from websockets.asyncio.client import connect
 
-from bench.served import until_ready
+from bench.served import start_serve, until_ready
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
@@ -57,7 +54,6 @@ from streams.runtime.root import Runtime
 from streams.settings import Settings
 
 TENANT = "bench"
-REPO = Path(__file__).resolve().parents[1]
 
 Result = dict[str, float]
 
@@ -259,11 +255,7 @@ async def main_async(args: argparse.Namespace) -> None:
     keys.close()
 
     port = _free_port()
-    env = settings.child_env(STREAMS_FEEDBACK_MODULES="streams.examples.ops",
-                             PYTHONPATH=os.pathsep.join([str(REPO),
-                                                         os.environ.get("PYTHONPATH", "")]))
-    server = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "streams", "serve", "--port", str(port), env=env, cwd=REPO)
+    server = await start_serve(settings, port)
     base = f"127.0.0.1:{port}"
     try:
         await until_ready(f"http://{base}")
