@@ -304,15 +304,14 @@ class TenantView:
                 entry.item_kind, workspace, rule=entry.rule, limit=limit, before=before)))
         assert entry.evaluator is not None and entry.feedback_type is not None
         evaluator, feedback_type = entry.evaluator, entry.feedback_type
+        below: tuple[str, float] | None = None
         if entry.kind == "judged_below":
             assert entry.field is not None and entry.threshold is not None
             below = (entry.field, entry.threshold)
-            return self._guarded_read(lambda: list(self.store.judged(
-                workspace, evaluator=evaluator, feedback_type=feedback_type, on=entry.on,
-                below=below, limit=limit, before=before)))
+        differs_on = None if below is not None else list(compared)
         return self._guarded_read(lambda: list(self.store.judged(
             workspace, evaluator=evaluator, feedback_type=feedback_type, on=entry.on,
-            differs_on=list(compared), limit=limit, before=before)))
+            below=below, differs_on=differs_on, limit=limit, before=before)))
 
     def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,
                  limit: int | None = None, after: PageKey | None = None,

@@ -247,7 +247,7 @@ class QueueService:
                 raise Conflict(f"queue {name!r} takes {list(queue.feedback_types)} feedback, "
                                f"not {frame.command.feedback_type!r}")
             target = frame.command.target
-            item = f"{target.kind}:{target.id}"
+            item = item_of(target.kind, target.id)
             leases = await asyncio.to_thread(self._lease_book, ws.tenant)
             outcome = await leases.submit(ws.workspace, name, item, key.actor.participant,
                                           rid)
