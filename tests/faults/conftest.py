@@ -16,6 +16,7 @@ import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,15 +28,43 @@ from tests.stacks import OwnStack, own_stack_in
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A failed test that used its own stack reports the stack's status and server logs."""
+    """A failed test that used its own stack reports the stack's status and server logs; one
+    that started workers reports what they logged at warning and above (a stall shows there:
+    the loop's outages, aborts, abandoned producers and rebalances)."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    stack = getattr(item, "funcargs", {}).get("own_stack")
-    if report.failed and call.when == "call" and isinstance(stack, OwnStack):
+    if not (report.failed and call.when == "call"):
+        return
+    funcargs = getattr(item, "funcargs", {})
+    stack = funcargs.get("own_stack")
+    if isinstance(stack, OwnStack):
         try:
             report.sections.append(("own stack", stack.describe()))
         except Exception as exc:  # a report must not fail on its extras
             report.sections.append(("own stack", f"not described: {exc!r}"))
+    tmp = funcargs.get("tmp_path")
+    if isinstance(tmp, Path):
+        for path in sorted(tmp.glob("worker*.log")):
+            report.sections.append((f"{path.name} (warnings and errors)",
+                                    worker_warnings(path.read_text(errors="replace"))))
+
+
+_LEVELS = ("[WARNING]", "[ERROR]", "[CRITICAL]", "Traceback", "Error:", "recovered after")
+_NOISE = ("Unable connect to node", "Unable to update metadata", "NodeNotReadyError",
+          "Failed fetch messages", "Heartbeat", "coordinator dead", "KafkaConnectionError",
+          '{"stats"')
+
+
+def worker_warnings(text: str, last: int = 200) -> str:
+    """A worker log's last `last` lines at WARNING or above (and its tracebacks), each cut
+    to 300 characters, without Faust's own client's connection noise during an outage
+    (its control topic's consumer) and the periodic stats lines but the last: what a stalled
+    or crashed worker's loops did."""
+    kept = [line[:300] for line in text.splitlines()
+            if any(level in line for level in _LEVELS) and not any(n in line for n in _NOISE)]
+    stats = [line for line in text.splitlines() if '{"stats"' in line]
+    kept = [*kept[-last:], f"last stats: {stats[-1][:2000]}"] if stats else kept[-last:]
+    return "\n".join(kept) or "(nothing at warning or above)"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
