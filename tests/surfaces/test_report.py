@@ -16,6 +16,7 @@ from streams.surfaces.report import CHARTS, ReportError, build_report, render_ht
 from streams.surfaces.report.model import (
     check_window,
     histogram,
+    parse_period,
     parse_quality,
     parse_time,
     quantile,
@@ -50,6 +51,34 @@ def test_the_report_holds_every_measure_of_the_log() -> None:
         "2026-11-27", "2026-11-28", "2026-11-29"]
 
 
+def test_the_report_says_how_each_side_answered_and_what_moved_per_day_or_week() -> None:
+    report = build_report(sample_log(), tenant="acme", workspace="prod")
+    answers = {(r["field"], r["who"]): r for r in report["answers"]}
+    people = answers[("correct", "people")]
+    # ada judged the nine chains that succeeded: right on i % 3 != 0 (six of nine).
+    assert people["n"] == CHAINS - 3
+    assert [(c["label"], c["count"]) for c in people["counts"]] == [("yes", 6), ("no", 3)]
+    assert sum(c["share"] for c in people["counts"]) == pytest.approx(1.0)
+    score = answers[("quality_score", "evaluator:workflow-reviewer@2026-11")]["numbers"]
+    # Reviews of chains 0-10 but the dead-lettered 4 and 9: 0.4 + 0.05 i.
+    assert score["min"] == pytest.approx(0.4) and score["max"] == pytest.approx(0.9)
+    days = report["trends"]
+    assert days["per"] == "day"
+    assert [p["period"] for p in days["periods"]] == ["2026-11-27", "2026-11-28",
+                                                       "2026-11-29"]
+    assert sum(p["people"] for p in days["periods"]) == CHAINS - 3
+    # Each pair counts in one period: the periods' pairs add up to the whole report's.
+    for row in report["judge_agreement"]:
+        assert sum(a["n"] for p in days["periods"] for a in p["agreement"]
+                   if (a["evaluator"], a["field"]) == (row["evaluator"], row["field"])
+                   ) == row["n"]
+    weeks = build_report(sample_log(), tenant="acme", workspace="prod", per="week")["trends"]
+    assert [p["period"] for p in weeks["periods"]] == ["2026-W48"]
+    page = render_html(report)
+    assert "How people and each evaluator version answered" in page
+    assert "Trends per day" in page and "66.7%" in page  # ada's share of yes, as text too
+
+
 def test_the_window_and_the_resolving_event_are_applied() -> None:
     since = datetime(2026, 11, 28, tzinfo=UTC)
     until = datetime(2026, 11, 29, tzinfo=UTC)
@@ -70,6 +99,10 @@ def test_bad_input_is_refused_with_what_to_change() -> None:
     assert parse_time("2026-11-30", "--since") == datetime(2026, 11, 30, tzinfo=UTC)
     with pytest.raises(ReportError, match=r"FEEDBACK_TYPE\.FIELD"):
         parse_quality("quality_score")
+    with pytest.raises(ReportError, match="--per 'month' is one of day, week"):
+        parse_period("month")
+    with pytest.raises(ReportError, match="--per"):
+        build_report(sample_log(), tenant="acme", workspace="prod", per="hour")
 
 
 def test_histogram_and_quantiles() -> None:

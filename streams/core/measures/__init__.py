@@ -14,6 +14,14 @@ from streams.core.measures.agreement import (
     judge_agreement,
     spearman,
 )
+from streams.core.measures.answers import (
+    PERIODS,
+    FieldAnswers,
+    NumberSummary,
+    PeriodTrend,
+    fold_answers,
+    fold_trends,
+)
 from streams.core.measures.outcomes import RuleOutcome, fold_rule_outcomes, rule_outcomes
 from streams.core.measures.quality import QualitySeries, fold_quality, quality
 from streams.core.measures.resolution import (
@@ -24,20 +32,26 @@ from streams.core.measures.resolution import (
 from streams.core.measures.source import LogSource, Readable, envelopes_of
 
 __all__ = [
+    "PERIODS",
     "CategoricalAgreement",
     "FieldAgreement",
+    "FieldAnswers",
     "LogSource",
     "MeasureError",
+    "NumberSummary",
     "NumericAgreement",
+    "PeriodTrend",
     "QualitySeries",
     "Readable",
     "RuleOutcome",
     "cohen_kappa",
     "envelopes_of",
+    "fold_answers",
     "fold_judge_agreement",
     "fold_quality",
     "fold_rule_outcomes",
     "fold_time_to_resolution",
+    "fold_trends",
     "judge_agreement",
     "quality",
     "rule_outcomes",

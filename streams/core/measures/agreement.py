@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from streams.core.events import Envelope, FeedbackGiven
 from streams.core.feedback import Feedback, FeedbackRegistry, registry
@@ -34,11 +35,17 @@ __all__ = [
     "CategoricalAgreement",
     "FieldAgreement",
     "NumericAgreement",
+    "Verdict",
+    "VerdictPair",
+    "agreement_of",
     "cohen_kappa",
     "compared_fields",
+    "field_kinds",
     "fold_judge_agreement",
     "judge_agreement",
+    "latest_verdicts",
     "spearman",
+    "verdict_pairs",
 ]
 
 Z95 = 1.959963984540054
@@ -175,10 +182,37 @@ def _kinds(feedback_type: str, values: Iterable[dict[str, object]],
     return out
 
 
-def fold_judge_agreement(
-    envelopes: Iterable[Envelope], *, types: FeedbackRegistry | None = None,
-) -> list[FieldAgreement]:
-    """Agreement of every evaluator version with people, per feedback type and field."""
+Target = tuple[str, str]
+"""A feedback type and a target (`kind:id`)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A participant's latest feedback of one type on one target."""
+
+    feedback_type: str
+    target: str
+    participant: str
+    person: bool
+    value: dict[str, object]
+    time: datetime
+
+
+@dataclass(frozen=True)
+class VerdictPair:
+    """An evaluator version's and a person's latest verdicts on the same target, compared
+    from `time` on (the later of the two)."""
+
+    evaluator: str
+    feedback_type: str
+    judged: dict[str, object]
+    said: dict[str, object]
+    time: datetime
+
+
+def latest_verdicts(envelopes: Iterable[Envelope]) -> list[Verdict]:
+    """Each person's and evaluator version's latest verdict per feedback type and target (a
+    participant who changed their mind counts once, as they last said)."""
     latest: dict[tuple[str, str, str], tuple[Envelope, FeedbackGiven]] = {}
     for envelope in envelopes:
         event = envelope.event
@@ -190,22 +224,44 @@ def fold_judge_agreement(
         previous = latest.get(key)
         if previous is None or previous[0].time <= envelope.time:
             latest[key] = (envelope, event)
-    by_target: dict[tuple[str, str], dict[str, list[tuple[str, dict[str, object]]]]] = {}
-    for (feedback_type, target, participant), (envelope, event) in latest.items():
-        side = "people" if envelope.actor.kind == "user" else "evaluators"
-        sides = by_target.setdefault((feedback_type, target), {"people": [], "evaluators": []})
-        sides[side].append((participant, dict(event.value)))
-    pairs: dict[tuple[str, str], list[tuple[dict[str, object], dict[str, object]]]] = {}
+    return [Verdict(feedback_type, target, participant, envelope.actor.kind == "user",
+                    dict(event.value), envelope.time)
+            for (feedback_type, target, participant), (envelope, event) in latest.items()]
+
+
+def verdict_pairs(verdicts: Iterable[Verdict]) -> list[VerdictPair]:
+    """Every (evaluator version, person) pair of verdicts on the same type and target."""
+    by_target: dict[Target, tuple[list[Verdict], list[Verdict]]] = {}
+    for verdict in verdicts:
+        people, evaluators = by_target.setdefault((verdict.feedback_type, verdict.target),
+                                                  ([], []))
+        (people if verdict.person else evaluators).append(verdict)
+    return [VerdictPair(judged.participant, judged.feedback_type, judged.value, said.value,
+                        max(judged.time, said.time))
+            for people, evaluators in by_target.values()
+            for judged in evaluators for said in people]
+
+
+def field_kinds(feedback_type: str, values: Iterable[dict[str, object]],
+                types: FeedbackRegistry | None = None) -> dict[str, str]:
+    """The compared fields of a feedback type and their kinds: from its registered class,
+    else inferred from the values given (numbers and booleans; categories drop out)."""
+    return _kinds(feedback_type, values, types or registry)
+
+
+def agreement_of(pairs: Iterable[VerdictPair], *,
+                 types: FeedbackRegistry | None = None) -> list[FieldAgreement]:
+    """Agreement per evaluator version, feedback type and field of the pairs given."""
+    grouped: dict[tuple[str, str], list[tuple[dict[str, object], dict[str, object]]]] = {}
     values: dict[str, list[dict[str, object]]] = {}
-    for (feedback_type, _target), sides in by_target.items():
-        for evaluator, judged in sides["evaluators"]:
-            for _person, said in sides["people"]:
-                pairs.setdefault((evaluator, feedback_type), []).append((judged, said))
-                values.setdefault(feedback_type, []).extend([judged, said])
+    for pair in pairs:
+        grouped.setdefault((pair.evaluator, pair.feedback_type), []).append(
+            (pair.judged, pair.said))
+        values.setdefault(pair.feedback_type, []).extend([pair.judged, pair.said])
     out: list[FieldAgreement] = []
-    for (evaluator, feedback_type), compared in sorted(pairs.items()):
-        for name, kind in sorted(_kinds(feedback_type, values[feedback_type],
-                                        types or registry).items()):
+    for (evaluator, feedback_type), compared in sorted(grouped.items()):
+        for name, kind in sorted(field_kinds(feedback_type, values[feedback_type],
+                                             types).items()):
             present = [(a[name], b[name]) for a, b in compared
                        if a.get(name) is not None and b.get(name) is not None]
             if not present:
@@ -213,12 +269,21 @@ def fold_judge_agreement(
             if kind == "numeric":
                 numbers = [(float(a), float(b)) for a, b in present
                            if isinstance(a, int | float) and isinstance(b, int | float)]
+                if not numbers:  # a type unregistered here, its values not numbers
+                    continue
                 out.append(FieldAgreement(evaluator, feedback_type, name, kind,
                                           numeric=_numeric(numbers)))
             else:
                 out.append(FieldAgreement(evaluator, feedback_type, name, kind,
                                           categorical=cohen_kappa(present)))
     return out
+
+
+def fold_judge_agreement(
+    envelopes: Iterable[Envelope], *, types: FeedbackRegistry | None = None,
+) -> list[FieldAgreement]:
+    """Agreement of every evaluator version with people, per feedback type and field."""
+    return agreement_of(verdict_pairs(latest_verdicts(envelopes)), types=types)
 
 
 async def judge_agreement(

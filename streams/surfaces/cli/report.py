@@ -30,14 +30,22 @@ def report(
     quality_of: Annotated[str, typer.Option(
         "--quality", help="FEEDBACK_TYPE.FIELD whose mean is the quality per agent.")]
     = "workflow_review.quality_score",
+    per: Annotated[str, typer.Option(
+        help="The trends' period: day (UTC) or week (ISO).")] = "day",
     types: TypesOption = None,
 ) -> None:
     """Measure a workspace from its tenant's log: rule outcomes, time to resolution, judge
-    agreement, quality; writes OUT/report.json and OUT/report.html (self-contained)."""
+    agreement, how people and each evaluator version answered, trends per day or week,
+    quality; writes OUT/report.json and OUT/report.html (self-contained)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from streams.runtime.root import Runtime
-    from streams.surfaces.report.model import check_window, parse_quality, parse_time
+    from streams.surfaces.report.model import (
+        check_window,
+        parse_period,
+        parse_quality,
+        parse_time,
+    )
     from streams.surfaces.report.run import make_report
 
     load_types(types)
@@ -47,6 +55,7 @@ def report(
         end = parse_time(until, "--until") if until else None
         check_window(start, end)
         parse_quality(quality_of)
+        parse_period(per)
     except StreamsError as exc:
         raise fail(exc) from exc
     runtime = Runtime(config)
@@ -61,7 +70,8 @@ def report(
                 bar.update(task, completed=done, total=total, visible=True)
 
             files = make_report(runtime, tenant, workspace, out=out, since=start, until=end,
-                                resolves=resolves, quality_of=quality_of, progress=progress)
+                                resolves=resolves, quality_of=quality_of, progress=progress,
+                                per=per)
     except StreamsError as exc:
         raise fail(exc) from exc
     finally:

@@ -4,7 +4,7 @@ Pure: it takes the dict of `build_report` and returns text; no network, no scrip
 Each chart is an `<svg class="chart" data-chart="NAME">` whose data marks (bars, points,
 lines) carry the class `mark` and a `<title>` with their numbers; a chart without data says
 so in the SVG instead. Charts: `rule-outcomes`, `time-to-resolution`, `judge-agreement`,
-`quality`.
+`answers`, `feedback-trend`, `agreement-trend`, `quality`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 
 __all__ = ["CHARTS", "duration", "render_html"]
 
-CHARTS = ("rule-outcomes", "time-to-resolution", "judge-agreement", "quality")
+CHARTS = ("rule-outcomes", "time-to-resolution", "judge-agreement", "answers",
+          "feedback-trend", "agreement-trend", "quality")
 
 WIDTH = 720
 LEFT = 200
@@ -214,6 +215,157 @@ def _judge_agreement(rows: Sequence[dict[str, Any]]) -> str:
     return _svg(name, height, body, "agreement of each evaluator version with people")
 
 
+def _answers(rows: Sequence[dict[str, Any]]) -> str:
+    """One bar per field and side: the shares of each label for yes/no and categorical
+    fields (stacked), the range, quartiles and median for numbers (on the field's range
+    over every side)."""
+    name = "answers"
+    if not rows:
+        return _empty(name, "no feedback from people or evaluators in this window")
+    row_h, top = 22, 8
+    plot = WIDTH - LEFT - RIGHT
+    height = top + row_h * len(rows) + 30
+    spans: dict[tuple[str, str], tuple[float, float]] = {}
+    for row in rows:
+        if row["numbers"] is not None:
+            key = (row["feedback_type"], row["field"])
+            low, high = spans.get(key, (row["numbers"]["min"], row["numbers"]["max"]))
+            spans[key] = (min(low, row["numbers"]["min"]), max(high, row["numbers"]["max"]))
+    labels = sorted({c["label"] for r in rows for c in r["counts"]})
+    colors = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+    body: list[str] = []
+    for i, row in enumerate(rows):
+        y = top + i * row_h
+        what = f"{row['feedback_type']}.{row['field']}"
+        body.append(f'<text x="{LEFT - 8}" y="{y + 14}" text-anchor="end">'
+                    f'{escape(row["field"])} · {escape(row["who"])}</text>')
+        if row["numbers"] is not None:
+            numbers = row["numbers"]
+            low, high = spans[(row["feedback_type"], row["field"])]
+            width = (high - low) or 1.0
+
+            def x_of(value: float, low: float = low, width: float = width) -> float:
+                return LEFT + plot * (value - low) / width
+
+            tip = _title(f"{row['who']} on {what}: min {numbers['min']:.3g}, quartiles "
+                         f"{numbers['p25']:.3g} / {numbers['p50']:.3g} / "
+                         f"{numbers['p75']:.3g}, max {numbers['max']:.3g}, mean "
+                         f"{numbers['mean']:.3g} (n={row['n']})")
+            body.append(f'<line class="axis" x1="{x_of(numbers["min"]):.1f}" y1="{y + 10}" '
+                        f'x2="{x_of(numbers["max"]):.1f}" y2="{y + 10}"/>')
+            box = max(2.0, x_of(numbers["p75"]) - x_of(numbers["p25"]))
+            body.append(f'<rect class="mark" x="{x_of(numbers["p25"]):.1f}" y="{y + 3}" '
+                        f'width="{box:.1f}" height="14" fill="#93c5fd">{tip}</rect>')
+            body.append(f'<line x1="{x_of(numbers["p50"]):.1f}" y1="{y + 3}" '
+                        f'x2="{x_of(numbers["p50"]):.1f}" y2="{y + 17}" stroke="#1e3a8a" '
+                        'stroke-width="2"/>')
+            continue
+        x = float(LEFT)
+        for count in row["counts"]:
+            width = plot * count["share"]
+            tip = _title(f"{row['who']} on {what}: {count['label']} {count['count']} of "
+                         f"{row['n']} ({_pct(count['share'])})")
+            body.append(f'<rect class="mark" x="{x:.1f}" y="{y + 3}" width="{width:.1f}" '
+                        f'height="14" fill="{colors[count["label"]]}">{tip}</rect>')
+            if width > 36:
+                body.append(f'<text x="{x + 4:.1f}" y="{y + 14}" fill="#fff">'
+                            f'{escape(count["label"][:12])}</text>')
+            x += width
+    legend_y = height - 8
+    for i, label in enumerate(labels[:8]):
+        lx = LEFT + i * 64
+        body.append(f'<rect x="{lx}" y="{legend_y - 9}" width="10" height="10" '
+                    f'fill="{colors[label]}"/><text x="{lx + 14}" y="{legend_y}">'
+                    f'{escape(label[:8])}</text>')
+    return _svg(name, height, body, "how people and each evaluator version answered")
+
+
+def _lines(name: str, periods: Sequence[str], series: dict[str, list[float | None]],
+           label: str, *, unit: str = "", top_value: float | None = None) -> str:
+    """A line per series over the periods (None: no point in that period)."""
+    values = [v for points in series.values() for v in points if v is not None]
+    top, plot_h, left = 16, 160, 60
+    plot_w = WIDTH - left - RIGHT
+    height = top + plot_h + 40 + 18 * math.ceil(len(series) / 3)
+    high = top_value if top_value is not None else (_ticks(max(values))[-1]
+                                                    if values and max(values) > 0 else 1.0)
+    inset = 36
+
+    def x_of(i: int) -> float:
+        if len(periods) == 1:
+            return left + plot_w / 2
+        return left + inset + (plot_w - 2 * inset) * i / (len(periods) - 1)
+
+    def y_of(value: float) -> float:
+        return top + plot_h * (1 - value / high)
+
+    body: list[str] = []
+    for k in range(5):
+        value = high * k / 4
+        y = y_of(value)
+        body.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" '
+                    f'y2="{y:.1f}"/><text x="{left - 6}" y="{y + 4:.1f}" '
+                    f'text-anchor="end">{value:.3g}{unit}</text>')
+    step = max(1, math.ceil(len(periods) / 8))
+    for i, period in enumerate(periods):
+        if i % step == 0 or i == len(periods) - 1:
+            body.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 14}" '
+                        f'text-anchor="middle">{escape(period)}</text>')
+    for j, (what, points) in enumerate(series.items()):
+        color = PALETTE[j % len(PALETTE)]
+        drawn = [(x_of(i), y_of(v), periods[i], v) for i, v in enumerate(points)
+                 if v is not None]
+        if len(drawn) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _p, _v in drawn)
+            body.append(f'<polyline class="mark" points="{path}" fill="none" '
+                        f'stroke="{color}" stroke-width="2">{_title(what)}</polyline>')
+        for x, y, period, value in drawn:
+            body.append(f'<circle class="mark" cx="{x:.1f}" cy="{y:.1f}" r="4" '
+                        f'fill="{color}">{_title(f"{what} in {period}: {value:.3g}{unit}")}'
+                        "</circle>")
+        lx = left + (j % 3) * 220
+        ly = top + plot_h + 34 + 18 * (j // 3)
+        body.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{color}"/>'
+                    f'<text x="{lx + 14}" y="{ly}">{escape(what[:32])}</text>')
+    body.append(f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{WIDTH - RIGHT}" '
+                f'y2="{top + plot_h}"/>')
+    return _svg(name, height, body, label)
+
+
+def _feedback_trend(trends: dict[str, Any]) -> str:
+    name = "feedback-trend"
+    periods = trends["periods"]
+    if not periods:
+        return _empty(name, "no feedback in this window")
+    return _lines(name, [p["period"] for p in periods], {
+        "feedback from people": [float(p["people"]) for p in periods],
+        "feedback from evaluators": [float(p["evaluators"]) for p in periods],
+        "scores": [float(p["scores"]) for p in periods],
+    }, f"feedback and scores per {trends['per']}")
+
+
+def _agreement_trend(trends: dict[str, Any]) -> str:
+    """Observed agreement (the share of pairs that agree) per evaluator version and
+    yes/no or categorical field, per period."""
+    name = "agreement-trend"
+    periods = trends["periods"]
+    keys = sorted({(a["evaluator"], f"{a['feedback_type']}.{a['field']}") for p in periods
+                   for a in p["agreement"] if a["observed"] is not None})
+    if not keys:
+        return _empty(name, "no yes/no or categorical field judged by both sides")
+    series: dict[str, list[float | None]] = {}
+    for evaluator, field in keys:
+        by_period = {p["period"]: a["observed"] for p in periods for a in p["agreement"]
+                     if (a["evaluator"], f"{a['feedback_type']}.{a['field']}")
+                     == (evaluator, field)}
+        series[f"{evaluator.removeprefix('evaluator:')} {field.rpartition('.')[2]}"] = [
+            None if by_period.get(p["period"]) is None else 100 * by_period[p["period"]]
+            for p in periods]
+    return _lines(name, [p["period"] for p in periods], series,
+                  f"observed agreement with people per {trends['per']}", unit="%",
+                  top_value=100.0)
+
+
 def _quality(section: dict[str, Any]) -> str:
     name = "quality"
     agents = section["agents"]
@@ -298,14 +450,32 @@ def render_html(report: dict[str, Any]) -> str:
           str(r["in_progress"]), _pct(r["dead_letter_rate"]), _pct(r["retry_rate"]),
           _pct(r["intervention_rate"])) for r in report["rule_outcomes"]])
     agreement = _table(
-        ("evaluator", "field", "n", "&kappa; [95% CI]", "MAE", "&rho; [95% CI]"),
+        ("evaluator", "field", "n", "agree", "&kappa; [95% CI]", "MAE", "&rho; [95% CI]"),
         [(r["evaluator"], f"{r['feedback_type']}.{r['field']}", str(r["n"]),
+          "-" if r["observed"] is None else _pct(r["observed"]),
           _num(r["kappa"]) + (f" [{_num(r['kappa_ci'][0])}, {_num(r['kappa_ci'][1])}]"
                               if r["kappa_ci"] else ""),
           _num(r["mae"]),
           _num(r["spearman"]) + (f" [{_num(r['spearman_ci'][0])}, "
                                  f"{_num(r['spearman_ci'][1])}]" if r["spearman_ci"] else ""))
          for r in report["judge_agreement"]])
+    answers = _table(
+        ("field", "who", "n", "answers"),
+        [(f"{r['feedback_type']}.{r['field']}", r["who"], str(r["n"]),
+          ", ".join(f"{c['label']} {_pct(c['share'])}" for c in r["counts"])
+          if r["numbers"] is None else
+          "min {min:.3g}, p25 {p25:.3g}, median {p50:.3g}, p75 {p75:.3g}, max {max:.3g}, "
+          "mean {mean:.3g}".format(**r["numbers"]))
+         for r in report["answers"]])
+    trends = report["trends"]
+    trend_rows = _table(
+        (trends["per"], "people", "evaluators", "scores", "agreement (observed, pairs)"),
+        [(p["period"], str(p["people"]), str(p["evaluators"]), str(p["scores"]),
+          "; ".join(f"{a['evaluator'].removeprefix('evaluator:')} {a['field']} "
+                    + (f"{_pct(a['observed'])}" if a["observed"] is not None
+                       else f"MAE {_num(a['mae'])}") + f" ({a['n']})"
+                    for a in p["agreement"]) or "-")
+         for p in trends["periods"]])
     quality = report["quality"]
     proposals = report["proposals"]
     conversion = proposals["rule_conversion"]
@@ -339,9 +509,23 @@ def render_html(report: dict[str, Any]) -> str:
         _time_to_resolution(ttr),
         "<h2>Judge agreement per evaluator version</h2>",
         "<p>Cohen's &kappa; for yes/no and categorical fields, Spearman's &rho; for numbers; "
-        "lines are 95% intervals. 1 is full agreement, 0 what chance gives.</p>",
+        "lines are 95% intervals. 1 is full agreement, 0 what chance gives; "
+        "<em>agree</em> is the share of pairs that gave the same answer, which &kappa; "
+        "discounts by what chance gives.</p>",
         _judge_agreement(report["judge_agreement"]),
         agreement,
+        "<h2>How people and each evaluator version answered</h2>",
+        "<p>Each participant's latest verdict per target: shares of each answer for yes/no "
+        "and categorical fields; range, quartiles (box) and median (bar) for numbers.</p>",
+        _answers(report["answers"]),
+        answers,
+        f"<h2>Trends per {escape(trends['per'])}</h2>",
+        "<p>Feedback events given by people and by evaluators, and the scores they carried; "
+        "below, the share of pairs where an evaluator version and a person agreed, counted "
+        "in the period its later verdict fell in (UTC).</p>",
+        _feedback_trend(trends),
+        _agreement_trend(trends),
+        trend_rows,
         "<h2>Quality per agent over time</h2>",
         f"<p>Mean {escape(quality['feedback_type'])}.{escape(quality['field'])} per rule "
         "whose run was judged, per UTC day.</p>",

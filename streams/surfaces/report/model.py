@@ -8,9 +8,11 @@ Pure: it imports the core only (no Kafka), so it runs on envelopes from anywhere
 
 Sections: `rule_outcomes` (per rule), `time_to_resolution` (the distribution of the chains'
 times to their first `resolves` event: quantiles and a histogram), `judge_agreement` (per
-evaluator version, feedback type and field), `quality` (one numeric field's mean per rule
-and UTC day) and `proposals` (proposal rates per rule, rule drafts' conversion, each
-artifact's rewrites). Definitions: docs/measures.md and docs/proposals.md.
+evaluator version, feedback type and field), `answers` (how people and each evaluator
+version answered each field), `trends` (feedback, scores and agreement per UTC day or ISO
+week), `quality` (one numeric field's mean per rule and UTC day) and `proposals` (proposal
+rates per rule, rule drafts' conversion, each artifact's rewrites). Definitions:
+docs/measures.md and docs/proposals.md.
 """
 
 from __future__ import annotations
@@ -24,10 +26,16 @@ from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, FeedbackGiven
 from streams.core.feedback import FeedbackRegistry, registry
 from streams.core.measures import (
+    PERIODS,
+    FieldAgreement,
+    FieldAnswers,
+    PeriodTrend,
+    fold_answers,
     fold_judge_agreement,
     fold_quality,
     fold_rule_outcomes,
     fold_time_to_resolution,
+    fold_trends,
 )
 from streams.core.proposals import (
     fold_ledger,
@@ -46,6 +54,7 @@ __all__ = [
     "check_window",
     "histogram",
     "in_window",
+    "parse_period",
     "parse_quality",
     "parse_time",
     "quantile",
@@ -94,6 +103,13 @@ def parse_quality(text: str) -> tuple[str, str]:
     return kind, name
 
 
+def parse_period(text: str) -> str:
+    """`day` or `week`; ReportError otherwise."""
+    if text not in PERIODS:
+        raise ReportError(f"--per {text!r} is one of {', '.join(PERIODS)}")
+    return text
+
+
 def quantile(values: Sequence[float], q: float) -> float:
     """The q-quantile of sorted values, linear between the closest ranks."""
     if not values:
@@ -140,14 +156,16 @@ def build_report(
     since: datetime | None = None, until: datetime | None = None,
     resolves: str = DEFAULT_RESOLVES, quality_of: str = DEFAULT_QUALITY,
     types: FeedbackRegistry | None = None, generated_at: datetime | None = None,
-    survival: timedelta = timedelta(days=30),
+    survival: timedelta = timedelta(days=30), per: str = "day",
 ) -> dict[str, Any]:
     """The measures of the envelopes in `[since, until)` as a JSON-ready dict.
 
     The proposal measures fold every envelope given (a proposal may be older than the
     window): rates count first resolutions in the window; the rule drafts' conversion counts
-    what was logged before `until` (else `generated_at`), with `survival`."""
+    what was logged before `until` (else `generated_at`), with `survival`. The trends are
+    per UTC day or ISO week (`per`)."""
     check_window(since, until)
+    parse_period(per)
     quality_type, quality_field = parse_quality(quality_of)
     every = list(envelopes)
     chosen = in_window(every, since, until)
@@ -191,18 +209,12 @@ def build_report(
             "histogram": histogram(times),
         },
         "unregistered_feedback_types": unregistered,
-        "judge_agreement": [{
-            "evaluator": a.evaluator, "feedback_type": a.feedback_type, "field": a.field,
-            "kind": a.kind, "n": a.n,
-            "kappa": a.categorical.kappa if a.categorical else None,
-            "kappa_ci": _pair(a.categorical.ci) if a.categorical else None,
-            "observed": a.categorical.observed if a.categorical else None,
-            "expected": a.categorical.expected if a.categorical else None,
-            "mae": a.numeric.mae if a.numeric else None,
-            "mae_ci": _pair(a.numeric.mae_ci) if a.numeric else None,
-            "spearman": a.numeric.spearman if a.numeric else None,
-            "spearman_ci": _pair(a.numeric.spearman_ci) if a.numeric else None,
-        } for a in agreement],
+        "judge_agreement": [_agreement_row(a) for a in agreement],
+        "answers": [_answers_row(a) for a in fold_answers(chosen, types=types)],
+        "trends": {
+            "per": per,
+            "periods": [_trend_row(t) for t in fold_trends(chosen, period=per, types=types)],
+        },
         "quality": {
             "feedback_type": quality_type,
             "field": quality_field,
@@ -214,6 +226,42 @@ def build_report(
         },
         "proposals": _proposals(every, since=since, until=until,
                                 now=until or generated_at, survival=survival),
+    }
+
+
+def _agreement_row(a: FieldAgreement) -> dict[str, Any]:
+    return {
+        "evaluator": a.evaluator, "feedback_type": a.feedback_type, "field": a.field,
+        "kind": a.kind, "n": a.n,
+        "kappa": a.categorical.kappa if a.categorical else None,
+        "kappa_ci": _pair(a.categorical.ci) if a.categorical else None,
+        "observed": a.categorical.observed if a.categorical else None,
+        "expected": a.categorical.expected if a.categorical else None,
+        "mae": a.numeric.mae if a.numeric else None,
+        "mae_ci": _pair(a.numeric.mae_ci) if a.numeric else None,
+        "spearman": a.numeric.spearman if a.numeric else None,
+        "spearman_ci": _pair(a.numeric.spearman_ci) if a.numeric else None,
+    }
+
+
+def _answers_row(a: FieldAnswers) -> dict[str, Any]:
+    numbers = a.numbers
+    return {
+        "feedback_type": a.feedback_type, "field": a.field, "kind": a.kind, "who": a.who,
+        "n": a.n,
+        "counts": [{"label": label, "count": count, "share": count / a.n}
+                   for label, count in a.counts],
+        "numbers": None if numbers is None else {
+            "min": numbers.min, "p25": numbers.p25, "p50": numbers.p50, "p75": numbers.p75,
+            "max": numbers.max, "mean": numbers.mean},
+    }
+
+
+def _trend_row(t: PeriodTrend) -> dict[str, Any]:
+    return {
+        "period": t.period, "starts": t.starts.isoformat(), "people": t.people,
+        "evaluators": t.evaluators, "scores": t.scores,
+        "agreement": [_agreement_row(a) for a in t.agreement],
     }
 
 

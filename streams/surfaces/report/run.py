@@ -22,6 +22,7 @@ from streams.surfaces.report.model import (
     build_report,
     check_window,
     in_window,
+    parse_period,
     parse_quality,
 )
 
@@ -55,16 +56,18 @@ def make_report(
     runtime: Runtime, tenant: str, workspace: str, *, out: Path,
     since: datetime | None = None, until: datetime | None = None,
     resolves: str = DEFAULT_RESOLVES, quality_of: str = DEFAULT_QUALITY,
-    progress: Progress | None = None,
+    progress: Progress | None = None, per: str = "day",
 ) -> ReportFiles:
     """Read the workspace's log from the tenant's events topic and write its report.
 
     Errors before any reading: a window whose start is not before its end, a bad
-    `quality_of`. After: NotFound for an unknown tenant; ReportError for an empty log, a
-    workspace the log does not name, or a window holding none of its events.
+    `quality_of` or `per` (`day` or `week`: the trends' period). After: NotFound for an
+    unknown tenant; ReportError for an empty log, a workspace the log does not name, or a
+    window holding none of its events.
     """
     check_window(since, until)
     parse_quality(quality_of)
+    parse_period(per)
     read = read_workspace_log(runtime, tenant, workspace, progress=progress)
     if read.records == 0:
         raise ReportError(f"the log of tenant {tenant!r} ({read.topic}) is empty: nothing to "
@@ -83,5 +86,5 @@ def make_report(
     # what came before it (a proposal older than its resolution, an install's draft).
     report = build_report(read.envelopes, tenant=tenant, workspace=workspace, since=since,
                           until=until, resolves=resolves, quality_of=quality_of,
-                          types=runtime.types)
+                          types=runtime.types, per=per)
     return write_report(report, out)
