@@ -263,6 +263,8 @@ wait_ready() { # name pidfile logfile check...
   until "$@"; do
     if ! pid_alive "$pidfile"; then
       tail -n 40 "$log" >&2 || true
+      # A caller that starts it again (start_registry) says so, and gets status 3.
+      if [ "${EXIT_IS_RETRIED:-0}" = 1 ]; then return 3; fi
       die "$name exited during start-up (log: $log)"
     fi
     if [ $SECONDS -ge $deadline ]; then
@@ -312,14 +314,7 @@ start_kafka() {
   say "kafka ready"
 }
 
-start_registry() {
-  if pid_alive "$DATA/registry.pid"; then say "registry already running (pid $(cat "$DATA/registry.pid"))"; return; fi
-  require_free "${REGISTRY_PORT_VARS[@]}"
-  # The registry keeps its schemas in the broker: without Kafka it cannot load them.
-  kafka_ready || die "kafka is not running on 127.0.0.1:$KAFKA_PORT: start it first (deploy/stack.sh start-kafka)"
-  mkdir -p "$DATA"
-  if [ -f "$DATA/registry.log" ]; then mv -f "$DATA/registry.log" "$DATA/registry.log.1"; fi
-  say "starting schema registry on 127.0.0.1:$REGISTRY_PORT (schemas in topic $REGISTRY_TOPIC)"
+spawn_registry() {
   local java_bin; java_bin=$(registry_java)
   # KafkaSQL storage: every change is a record on the journal topic (created by the registry,
   # infinite retention); on start the registry replays it into an in-memory database.
@@ -336,7 +331,31 @@ start_registry() {
     -Dapicurio.kafkasql.snapshots.topic="$REGISTRY_SNAPSHOTS_TOPIC" \
     -Dapicurio.kafkasql.topic.auto-create=true \
     -jar "$APICURIO_DIR/quarkus-run.jar"
-  wait_ready registry "$DATA/registry.pid" "$DATA/registry.log" registry_ready
+}
+
+start_registry() {
+  if pid_alive "$DATA/registry.pid"; then say "registry already running (pid $(cat "$DATA/registry.pid"))"; return; fi
+  require_free "${REGISTRY_PORT_VARS[@]}"
+  # The registry keeps its schemas in the broker: without Kafka it cannot load them.
+  kafka_ready || die "kafka is not running on 127.0.0.1:$KAFKA_PORT: start it first (deploy/stack.sh start-kafka)"
+  mkdir -p "$DATA"
+  if [ -f "$DATA/registry.log" ]; then mv -f "$DATA/registry.log" "$DATA/registry.log.1"; fi
+  say "starting schema registry on 127.0.0.1:$REGISTRY_PORT (schemas in topic $REGISTRY_TOPIC)"
+  # Apicurio 3.3 can die in its first seconds on a race inside its own Kafka consumer
+  # (ConcurrentModificationException in endOffsets while it loads the snapshots topic, seen
+  # on a loaded machine): a start that exits is tried again, twice.
+  local attempt rc
+  for attempt in 1 2 3; do
+    spawn_registry
+    rc=0
+    EXIT_IS_RETRIED=$([ "$attempt" -lt 3 ] && echo 1 || echo 0) \
+      wait_ready registry "$DATA/registry.pid" "$DATA/registry.log" registry_ready || rc=$?
+    [ "$rc" = 0 ] && break
+    say "registry exited during start-up (attempt $attempt of 3: $(grep -m1 'Caused by' \
+      "$DATA/registry.log" 2>/dev/null || echo 'no cause logged')); starting it again"
+    rm -f "$DATA/registry.pid"
+    mv -f "$DATA/registry.log" "$DATA/registry.log.exited-$attempt"
+  done
   say "registry ready (schemas loaded from topic $REGISTRY_TOPIC)"
 }
 
