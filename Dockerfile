@@ -5,10 +5,11 @@
 #   docker run IMAGE sink duckdb --path /data/scores.duckdb
 #   docker run IMAGE serve                (STREAMS_SERVE_PORT, default 8000)
 #   docker run IMAGE schemas register     (the committed schemas in /app/schemas)
-# Every setting is an environment variable (docs/running.md). Not built on the project's
-# machine (it has no Docker engine): tests/deploy/test_image.py checks this file's shape, that
-# every dependency has a linux/amd64 wheel and that every command the manifests and compose
-# file run exists in the CLI; deploy/image-without-docker.sh runs these steps without Docker.
+# Every setting is an environment variable (docs/running.md). The project's machines have no
+# Docker engine: CI builds this file with podman and runs the image (deploy/image.sh,
+# tests/deploy/test_container.py); tests/deploy/test_image.py checks its shape, that every
+# dependency has a linux/amd64 wheel and that every command the manifests and compose file
+# run exists in the CLI.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

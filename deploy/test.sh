@@ -17,6 +17,19 @@ if ! command -v chromium >/dev/null 2>&1; then
   $as_root apt-get install -y -qq chromium
 fi
 
+# The container test builds the image and runs it with podman (tests/deploy/test_container.py;
+# deploy/image.sh installs the same when it is missing). A machine where they cannot be
+# installed makes that test skip, saying why, rather than failing here.
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 \
+    || ! command -v mmdebstrap >/dev/null 2>&1; then
+  echo "[test] installing podman, runc and mmdebstrap for the container test" >&2
+  as_root=""
+  if [ "$(id -u)" != 0 ]; then as_root="sudo"; fi
+  { $as_root apt-get update -qq && $as_root env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq podman runc mmdebstrap >/dev/null; } \
+    || echo "[test] warning: podman could not be installed; the container test will skip" >&2
+fi
+
 echo "[test] ruff" >&2
 .venv/bin/ruff check streams standins tests bench
 echo "[test] mypy" >&2

@@ -1,0 +1,216 @@
+"""The image, built from the Dockerfile with podman and run as containers against the test's
+stack: a worker, a DuckDB sink and `serve`, each as the image's non-root user with a
+read-only root file system (a tmpfs at /tmp, a host folder mounted at /data for the sink).
+Feedback given over REST to the serve container is scored by the worker container, reaches
+the scores topic, the DuckDB file on the mounted folder, and reads back over REST.
+
+`deploy/image.sh build` installs podman when it is missing and builds the image (see its
+header); the build is the slow part (minutes: pip installs every dependency in the build
+stage) and is done once per module. Containers are named by this test and removed by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, RunStarted
+from streams.core.tenancy import tenant_topics
+from streams.runtime.client.keys import KeyStore
+from streams.runtime.root import Runtime
+from streams.settings import Settings
+from tests.conftest import REPO, _free_port, read_topic, unique, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
+
+IMAGE = os.environ.get("STREAMS_TEST_IMAGE", "localhost/feedback-streams:test")
+UID = "10001"  # the Dockerfile's user
+RUNS = 5
+SCORES = RUNS * 2  # triage_quality: correct and severity (no note)
+
+
+def image_sh(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """`deploy/image.sh ARGS` (podman with the script's flags)."""
+    return subprocess.run(["bash", str(REPO / "deploy" / "image.sh"), *args],
+                          env={**os.environ, "IMAGE_TAG": IMAGE}, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    """The image, built once for the module (the build prints how long it took). Skipped,
+    with podman's own words, only on a machine where podman cannot be installed or cannot
+    run a container at all (`deploy/image.sh probe`); once it can, every failure counts."""
+    probe = image_sh("probe", timeout=900.0)
+    if probe.returncode != 0:
+        pytest.skip(f"podman cannot run containers on this machine (deploy/image.sh probe "
+                    f"exited {probe.returncode}): {probe.stderr.strip()[-1500:]}")
+    began = time.monotonic()
+    built = image_sh("build", timeout=2100.0)
+    if built.returncode != 0:
+        pytest.fail(f"deploy/image.sh build failed ({built.returncode}):\n"
+                    f"{built.stderr[-6000:]}\n{built.stdout[-2000:]}")
+    print(f"image built in {time.monotonic() - began:.0f} s: {built.stderr.strip()}")
+    return IMAGE
+
+
+@dataclass
+class Containers:
+    """Containers this test started, by name: run, inspect, log, stop; all removed at the
+    end."""
+
+    image: str
+    env: dict[str, str]
+    names: list[str] = field(default_factory=list)
+
+    def run(self, role: str, *args: str, volumes: dict[Path, str] | None = None,
+            **env: str) -> str:
+        name = unique(f"fs-test-{role}-")
+        flags = ["--detach", "--name", name, "--network=host", "--read-only",
+                 "--tmpfs", "/tmp:rw,size=256m,mode=1777"]
+        for key, value in {**self.env, **env}.items():
+            flags += ["--env", f"{key}={value}"]
+        for host, inside in (volumes or {}).items():
+            flags += ["--volume", f"{host}:{inside}:rw"]
+        started = image_sh("podman", "run", *flags, self.image, *args)
+        assert started.returncode == 0, started.stderr
+        self.names.append(name)
+        return name
+
+    def inspect(self, name: str) -> dict[str, Any]:
+        found = image_sh("podman", "inspect", name)
+        assert found.returncode == 0, found.stderr
+        return json.loads(found.stdout)[0]  # type: ignore[no-any-return]
+
+    def logs(self, name: str) -> str:
+        return image_sh("podman", "logs", name).stdout + image_sh("podman", "logs", name).stderr
+
+    def running(self, name: str) -> bool:
+        return bool(self.inspect(name)["State"]["Running"])
+
+    def stop(self, name: str) -> int:
+        """SIGTERM (then SIGKILL after 30 s); the process's exit code."""
+        image_sh("podman", "stop", "--time", "30", name, timeout=90.0)
+        return int(self.inspect(name)["State"]["ExitCode"])
+
+    def remove_all(self) -> None:
+        for name in self.names:
+            image_sh("podman", "rm", "--force", name, timeout=90.0)
+
+
+@pytest.fixture
+def containers(image: str, settings: Settings) -> Iterator[Containers]:
+    env = {
+        **settings.to_env(),
+        # The host's state dir is not in the container: the worker keeps its state on the
+        # tmpfs, as a pod keeps it in an emptyDir.
+        "STREAMS_STATE_DIR": "/tmp/state",
+        "STREAMS_FEEDBACK_MODULES": "streams.examples.ops",
+    }
+    made = Containers(image, env)
+    yield made
+    made.remove_all()
+
+
+def _stats_scores(log: str) -> int:
+    lines = [line for line in log.splitlines() if line.startswith('{"sink_stats"')]
+    return int(json.loads(lines[-1])["sink_stats"]["scores"]) if lines else 0
+
+
+async def test_the_image_runs_worker_sink_and_serve_as_a_non_root_read_only_container(
+    containers: Containers, settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    for i in range(RUNS):
+        spike = await ws.append(AppEvent(name="ops:error_spike"))
+        await ws.append(RunStarted(run_id=f"run_{i}", rule="ops:error-spike",
+                                   action="triage", firing_id=f"fir_{i}"),
+                        correlation_id=spike.id, causation_id=spike.id)
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.chown(data, int(UID), int(UID))  # the volume starts out owned by the image's user
+    port = _free_port()
+    worker = containers.run("worker", "worker", "--stats-interval", "1")
+    sink = containers.run("sink", "sink", "duckdb", "--path", "/data/scores.duckdb",
+                          "--cursor", "warehouse", "--stats-interval", "0.5",
+                          volumes={data: "/data"})
+    serve = containers.run("serve", "serve", "--port", str(port))
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert containers.running(serve), containers.logs(serve)
+        try:
+            return httpx.get(f"{base}/readyz", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(ready, 180, "the serve container to be ready")
+    store = KeyStore(Runtime(settings))
+    store.start()
+    try:
+        _key, token = store.create(tenant, UserActor(id="ada"), {"give_feedback", "read"})
+    finally:
+        store.close()
+    url = f"{base}/v1/workspaces/{tenant}.prod"
+    given: list[str] = []
+    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {token}"}
+                                 ) as http:
+        for i in range(RUNS):
+            answer = await http.post(f"{url}/commands", json={
+                "type": "command", "command_id": f"fb_{i}",
+                "command": {"type": "give_feedback", "feedback_type": "triage_quality",
+                            "target": {"kind": "run", "run_id": f"run_{i}"},
+                            "value": {"correct": i % 2 == 0, "severity": "high"}}})
+            assert answer.status_code == 200, answer.text
+            given.append(answer.json()["outcome"]["id"])
+        read_back = (await http.get(f"{url}/feedback", params={
+            "feedback_type": "triage_quality", "participant": "user:ada"})).json()
+    assert sorted(f["event_id"] for f in read_back["feedback"]) == sorted(given)
+
+    topic = tenant_topics(tenant, settings.topic_prefix).scores
+    scores = read_topic(settings, topic, at_least=SCORES, timeout=180, settle=2.0)
+    assert sorted({r["source"]["feedback_event_id"] for _m, r in scores}) == sorted(given)
+    assert len(scores) == SCORES
+
+    wait_until(lambda: _stats_scores(containers.logs(sink)) >= SCORES, 180,
+               f"{SCORES} scores through the DuckDB sink container")
+    for name in (worker, sink, serve):
+        assert containers.running(name), containers.logs(name)[-4000:]
+        config = containers.inspect(name)
+        assert config["Config"]["User"] == f"{UID}:{UID}"
+        assert config["HostConfig"]["ReadonlyRootfs"] is True
+        uid = image_sh("podman", "exec", name, "id", "-u")
+        assert uid.stdout.strip() == UID, uid.stderr
+    assert containers.stop(sink) == 0, containers.logs(sink)[-4000:]
+    import duckdb
+
+    with duckdb.connect(str(data / "scores.duckdb"), read_only=True) as con:
+        ids = {row[0] for row in con.execute(
+            "select distinct feedback_event_id from scores").fetchall()}
+        count = con.execute("select count(*) from scores").fetchone()
+    assert ids == set(given) and count == (SCORES,)
+    for name in (worker, serve):
+        assert containers.stop(name) == 0, containers.logs(name)[-4000:]
+
+
+def test_a_container_missing_a_required_setting_exits_naming_it(
+    containers: Containers,
+) -> None:
+    name = containers.run("langfuse", "sink", "langfuse")  # no LANGFUSE_* keys given
+    wait_until(lambda: not containers.running(name), 120, "the sink container to exit")
+    state = containers.inspect(name)["State"]
+    assert state["ExitCode"] != 0
+    assert "LANGFUSE_PUBLIC_KEY" in containers.logs(name)
