@@ -237,8 +237,11 @@ def _answers(rows: Sequence[dict[str, Any]]) -> str:
     for i, row in enumerate(rows):
         y = top + i * row_h
         what = f"{row['feedback_type']}.{row['field']}"
+        who = row["who"]
+        label = f"{row['field']} · {who.removeprefix('evaluator:')}"
+        short = label if len(label) <= 29 else label[:28] + "…"  # the title has it whole
         body.append(f'<text x="{LEFT - 8}" y="{y + 14}" text-anchor="end">'
-                    f'{escape(row["field"])} · {escape(row["who"])}</text>')
+                    f'{_title(f"{what}: {who}")}{escape(short)}</text>')
         if row["numbers"] is not None:
             numbers = row["numbers"]
             low, high = spans[(row["feedback_type"], row["field"])]
