@@ -237,6 +237,11 @@ class Settings:
         600.0, "STREAMS_OUTAGE_LIMIT", "seconds a sink runner or a worker's loops wait out an "
         "unreachable broker or schema registry (retrying commits and schema lookups) "
         "before the process gives up and exits", positive=True)
+    consumer_stall_timeout: float = _setting(
+        60.0, "STREAMS_CONSUMER_STALL_TIMEOUT", "seconds a worker loop's consumer may go "
+        "without handing on records that wait on its partitions (or without rejoining its "
+        "group after losing them) before the loop replaces it with a new one (librdkafka "
+        "#4916: a consumer that stops fetching after a broker restart)", positive=True)
     # -- metrics and health -----------------------------------------------------------------
     metrics: str = _setting(
         "prometheus", "STREAMS_METRICS", "where a worker's or sink runner's metrics go: "

@@ -68,6 +68,16 @@ epoch, and librdkafka's repeated call then times out for good), so the loop abor
 it, replacing the producer when the abort fails too; only an outage longer than
 `outage_limit` seconds ends the loop with
 `OutageTooLong`.
+
+A consumer that stops handing on records is replaced: librdkafka can leave a consumer that
+fetches nothing after a broker restart, for good (its open issue #4916; a restart of the
+process cured it). When the loop has been handed no record for `stall_timeout` seconds
+(STREAMS_CONSUMER_STALL_TIMEOUT, 60 s) it asks the broker for the read_committed end of each
+partition it owns; if records wait past its position there, and still wait unchanged a few
+seconds later, or if the consumer lost its partitions and has not rejoined the group within
+that time, the loop closes it (which revokes its partitions, committing or aborting the open
+transaction as any revocation does) and subscribes a new one: the work is redone from the
+committed offsets, never skipped, never committed twice (`consumers_replaced` in the stats).
 """
 
 from __future__ import annotations
@@ -197,6 +207,7 @@ class BatchStats:
     aborts: int = 0
     producer_resets: int = 0
     producers_abandoned: int = 0
+    consumers_replaced: int = 0
     commits_before_blocking: int = 0
     commit_seconds: float = 0.0
     aborts_by_reason: dict[str, int] = field(default_factory=dict)
@@ -232,6 +243,7 @@ class BatchLoop:
         before_commit: BeforeCommit | None = None,
         guarantee: str | None = None,
         step_may_block: Callable[[Sequence[Message]], bool] | None = None,
+        stall_timeout: float | None = None,
     ) -> None:
         self.runtime = runtime
         self.guarantee = guarantee or runtime.settings.processing_guarantee
@@ -285,6 +297,12 @@ class BatchLoop:
         self._stop_file = runtime.settings.state_path(f"{name}.stop-in-transaction") \
             if self.exactly_once and runtime.settings.worker_fault == "stop_in_transaction" \
             else None
+        # How long the consumer may hand on nothing while records wait (see the module).
+        self.stall_timeout = runtime.settings.consumer_stall_timeout \
+            if stall_timeout is None else stall_timeout
+        self._received_at = time.monotonic()  # the last batch with records, or assignment
+        self._lost_at: float | None = None  # partitions lost and no assignment since
+        self._suspect: tuple[float, dict[tuple[str, int], tuple[int, int]]] | None = None
         self.stats = BatchStats()
         self.assigned: set[tuple[str, int]] = set()
         self._done: dict[tuple[str, int], int] = {}
@@ -621,8 +639,16 @@ class BatchLoop:
 
     # -- rebalances ----------------------------------------------------------------------
 
+    def _replaced(self, consumer: Consumer) -> bool:
+        # A callback of a stalled consumer that outlived its bounded close: not ours now.
+        return self._consumer is not None and consumer is not self._consumer
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._replaced(consumer):
+            return
         self._rebalances += 1
+        self._received_at = time.monotonic()
+        self._lost_at = self._suspect = None
         log.info("%s: assigned %s", self.name, _named(partitions))
         if self.on_assigned is not None:
             self.on_assigned(consumer, partitions)
@@ -631,6 +657,8 @@ class BatchLoop:
         self._ready.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._replaced(consumer):
+            return
         self._rebalances += 1
         log.info("%s: revoked %s", self.name, _named(partitions))
         revoked = {(tp.topic, tp.partition) for tp in partitions}
@@ -643,9 +671,12 @@ class BatchLoop:
         if self.on_revoked is not None:
             self.on_revoked(partitions)
 
-    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Lost, not revoked: another member may own them already; committing would be wrong.
+        if self._replaced(consumer):
+            return
         self._rebalances += 1
+        self._lost_at = time.monotonic()
         log.warning("%s: lost %s", self.name, _named(partitions))
         lost = {(tp.topic, tp.partition) for tp in partitions}
         self.assigned -= lost
@@ -654,7 +685,7 @@ class BatchLoop:
         if self.exactly_once and self._in_transaction:
             # The open transaction holds the lost partitions' outputs, which their new owner
             # is redoing: abort it, and redo the kept partitions' share of it.
-            self._abort(_consumer, "group_moved", None,
+            self._abort(consumer, "group_moved", None,
                         why="partitions lost (the session timed out, or the member was "
                             "thrown out of the group)")
         if self.on_revoked is not None:
@@ -669,18 +700,17 @@ class BatchLoop:
     def run(self, stop: threading.Event) -> None:
         """Subscribe and process batches until `stop` is set; commits what is delivered on
         the way out. Raises OutageTooLong after an outage longer than the limit."""
-        consumer = self._consumer = self.runtime.consumer(self.group)
+        self._consumer = self._subscribed()
         self._producer = self._make_producer()
         if self.exactly_once:
             self._spare = self._make_producer()
-        consumer.subscribe(self.subscription, on_assign=self._on_assign,
-                           on_revoke=self._on_revoke, on_lost=self._on_lost)
         batches_since_commit = 0
         last_commit = time.monotonic()
         self.running = True
         try:
             while not stop.is_set():
-                self.turned_at = time.monotonic()
+                consumer = self._consumer  # a stalled one is replaced on the way
+                self.turned_at = now = time.monotonic()
                 self.lag.update(consumer)
                 messages = self._next_batch(consumer)
                 if self._failed:
@@ -689,6 +719,13 @@ class BatchLoop:
                     else:
                         self._rewind(consumer)
                     continue
+                if not messages and now - self._received_at >= self.stall_timeout \
+                        and self._stalled(consumer, now):
+                    self._replace_consumer(consumer)
+                    continue
+                if messages:
+                    self._received_at = now
+                    self._suspect = None
                 if messages and not self._process(consumer, messages):
                     continue
                 if messages:
@@ -703,14 +740,117 @@ class BatchLoop:
                     self._commit(consumer, self._current_producer())
                     batches_since_commit = 0
                     last_commit = now
-            self._commit(consumer, self._current_producer())
+            self._commit(self._consumer, self._current_producer())
         finally:
             self.running = False
             self._close_producer()
             if self._spare is not None:  # no transaction of its own is open
                 self._spare.flush(self.flush_timeout)
-            consumer.close()
+            self._consumer.close()
             self._consumer = self._producer = self._spare = None
+
+    def _subscribed(self) -> Consumer:
+        consumer = self.runtime.consumer(self.group)
+        consumer.subscribe(self.subscription, on_assign=self._on_assign,
+                           on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._received_at = time.monotonic()
+        return consumer
+
+    # -- a consumer that stops handing on records ------------------------------------------
+
+    def _waiting(self, consumer: Consumer) -> dict[tuple[str, int], tuple[int, int]] | None:
+        """The owned partitions whose read_committed end, asked of the broker now, is past
+        the consumer's position: (position, end) each; None when the broker does not answer
+        (an outage is waited out elsewhere, not taken for a stall)."""
+        owned = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
+        if not owned:
+            return {}
+        try:
+            positions = consumer.position(owned)
+            unknown = [TopicPartition(tp.topic, tp.partition) for tp in positions
+                       if tp.offset < 0]
+            starts = {(tp.topic, tp.partition): tp.offset
+                      for tp in (consumer.committed(unknown, timeout=5.0) if unknown else [])}
+            waiting: dict[tuple[str, int], tuple[int, int]] = {}
+            for tp in positions:
+                key = (tp.topic, tp.partition)
+                # A read_committed consumer's ListOffsets answers the last stable offset, so
+                # an open transaction's records do not count as waiting.
+                low, end = consumer.get_watermark_offsets(TopicPartition(*key), timeout=5.0,
+                                                          cached=False)
+                at = tp.offset if tp.offset >= 0 else starts.get(key, -1)
+                at = at if at >= 0 else low
+                if end > at:
+                    waiting[key] = (at, end)
+            return waiting
+        except KafkaException:
+            return None
+
+    def _stalled(self, consumer: Consumer, now: float) -> bool:
+        """Whether the consumer is stuck: it lost its partitions `stall_timeout` ago and has
+        not been assigned any since, or records have waited past its position on owned
+        partitions, unchanged, across two looks a few seconds apart (so a fetch in flight is
+        not taken for a stall). Asks the broker at most every few seconds."""
+        if self._lost_at is not None and not self.assigned:
+            if now - self._lost_at < self.stall_timeout:
+                return False
+            try:  # not while the broker is away: rejoining waits for it
+                consumer.list_topics(timeout=5.0)
+            except KafkaException:
+                return False
+            return True
+        apart = min(10.0, max(0.05, self.stall_timeout / 6))
+        if self._suspect is not None and now - self._suspect[0] < apart:
+            return False
+        waiting = self._waiting(consumer)
+        if not waiting:
+            self._suspect = None if waiting == {} else self._suspect
+            return False
+        if self._suspect is None:
+            self._suspect = (now, waiting)
+            return False
+        before = self._suspect[1]
+        self._suspect = (now, waiting)
+        return any(key in before and before[key][0] == at for key, (at, _end) in waiting.items())
+
+    def _replace_consumer(self, consumer: Consumer) -> None:
+        """Close the stalled consumer (its revocation commits or aborts the open work, as
+        any does) and subscribe a new one, which starts from the committed offsets."""
+        self.stats.consumers_replaced += 1
+        waiting = self._suspect[1] if self._suspect else {}
+        what = (f"lost its partitions {time.monotonic() - self._lost_at:.0f} s ago and has "
+                "not rejoined" if self._lost_at is not None and not self.assigned else
+                "has handed on nothing while records waited on "
+                + ", ".join(f"{t}[{p}] ({at} < {end})"
+                            for (t, p), (at, end) in sorted(waiting.items())))
+        log.error("%s: the consumer %s for %.0f s: replacing it with a new one "
+                  "(librdkafka #4916)", self.name, what, self.stall_timeout,
+                  extra={"event": "consumer_replaced", "loop": self.name})
+        closed = threading.Event()
+
+        def close() -> None:
+            try:
+                consumer.close()
+            except Exception as exc:  # a stalled consumer may fail to close: carry on
+                log.warning("%s: closing the stalled consumer failed (%s)", self.name, exc)
+            finally:
+                closed.set()
+
+        threading.Thread(target=close, name=f"{self.name}: closing a stalled consumer",
+                         daemon=True).start()
+        if not closed.wait(self.flush_timeout + self.hang_grace):
+            log.error("%s: the stalled consumer did not close within %.0f s; left to its "
+                      "thread (the group expels it after its session timeout)", self.name,
+                      self.flush_timeout + self.hang_grace)
+        # What close's revocation did not clear (a consumer that lost everything has none).
+        if self.exactly_once and self._in_transaction:
+            self._abort(consumer, "consumer_stalled", None, why="the consumer was replaced")
+        if self.assigned and self.on_revoked is not None:
+            self.on_revoked([TopicPartition(t, p) for t, p in sorted(self.assigned)])
+        self.assigned.clear()
+        self._done.clear()
+        self._lost_at = self._suspect = None
+        self._consumer = self._subscribed()
 
     def _current_producer(self) -> Producer:
         # A fenced producer is replaced on the way, so the loop asks for it each time.

@@ -212,3 +212,44 @@ def test_exactly_once_outputs_appear_once_and_a_failed_transaction_is_redone(
     assert loop.stats.aborts_by_reason
     print(f"exactly once: {RECORDS} outputs, {loop.stats.aborts} aborted transactions "
           f"({loop.stats.aborts_by_reason}), {loop.stats.commits} committed")
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_consumer_that_hands_on_nothing_while_records_wait_is_replaced(
+    settings: Settings, topics: tuple[str, str], guarantee: str,
+) -> None:
+    # A stuck fetcher (librdkafka #4916), made here by pausing the first consumer's
+    # partitions after its first batch: records wait past its position and it hands on
+    # nothing. The loop closes it and subscribes a new one, which finishes the work.
+    source, sink = topics
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    members: list[Consumer] = []
+    copy = copy_to(lambda: sink)
+
+    def remember(consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+        if consumer not in members:
+            members.append(consumer)
+
+    def step(messages: Sequence[Message]) -> list[Output]:
+        first = members[0]
+        if len(members) == 1:
+            first.pause(first.assignment())
+        return copy(messages)
+
+    loop = BatchLoop(
+        Runtime(settings), group=group, subscription=[source], step=step, batch_size=20,
+        commit_every=1, commit_interval=0.2, flush_timeout=10, name="stalling-loop",
+        guarantee=guarantee, on_assigned=remember, stall_timeout=3.0)
+    thread, stop = start(loop)
+    try:
+        wait_until(lambda: committed(settings, group, source) == RECORDS, timeout=120,
+                   what="every offset committed, by a new consumer")
+    finally:
+        stop.set()
+        thread.join(30)
+    assert loop.stats.consumers_replaced == 1
+    assert len(members) == 2
+    if guarantee == "exactly_once":
+        assert records_in(settings, sink) == RECORDS  # nothing was done twice
+    else:
+        assert count(settings, sink) >= RECORDS

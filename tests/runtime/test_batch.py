@@ -75,6 +75,10 @@ class Broker:
     failures: dict[str, list[KafkaException | threading.Event]] = field(default_factory=dict)
     producers: list[FakeProducer] = field(default_factory=list)
     committers: list[FakeProducer] = field(default_factory=list)  # by commit, in order
+    # Consumers that stop handing on records after so many (librdkafka #4916), in the order
+    # they are made; None: a healthy one. "lost": loses its partitions and never rejoins.
+    stalls: list[int | str | None] = field(default_factory=list)
+    consumers: list[FakeConsumer] = field(default_factory=list)
 
     def fail(self, call: str) -> None:
         queue = self.failures.get(call)
@@ -89,10 +93,14 @@ class Broker:
 class FakeConsumer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.position: dict[int, int] = {}
+        self.at: dict[int, int] = {}
         self.callbacks: dict[str, Callable[..., None]] = {}
         self.joined = False
         self.generation = 0
+        self.stall = broker.stalls.pop(0) if broker.stalls else None
+        self.handed = 0
+        self.closed = False
+        broker.consumers.append(self)
 
     def subscribe(self, _topics: list[str], **callbacks: Callable[..., None]) -> None:
         self.callbacks = callbacks
@@ -104,16 +112,31 @@ class FakeConsumer:
             parts = [TopicPartition(TOPIC, p) for p in self.broker.log]
             self.callbacks["on_assign"](self, parts)
             for p in self.broker.log:
-                self.position[p] = self.broker.committed.get(p, 0)
+                self.at[p] = self.broker.committed.get(p, 0)
 
     def consume(self, n: int, _timeout: float) -> list[Msg]:
         self._join()
+        if self.stall == "lost":
+            if self.joined and self.callbacks and self.at:
+                parts = [TopicPartition(TOPIC, p) for p in self.broker.log]
+                self.at.clear()
+                self.callbacks["on_lost"](self, parts)
+            return []
+        if isinstance(self.stall, int) and self.handed >= self.stall:
+            return []  # fetches nothing more, for good
         out: list[Msg] = []
         for p, values in self.broker.log.items():
-            while len(out) < n and self.position[p] < len(values):
-                at = self.position[p]
+            while len(out) < n and self.at[p] < len(values):
+                at = self.at[p]
                 out.append(Msg(TOPIC, p, at, values[at]))
-                self.position[p] = at + 1
+                self.at[p] = at + 1
+        self.handed += len(out)
+        if isinstance(self.stall, int) and self.handed > self.stall:  # hand on `stall` only
+            extra = self.handed - self.stall
+            for msg in out[-extra:]:
+                self.at[msg.partition()] = min(self.at[msg.partition()],
+                                                     msg.offset())
+            out, self.handed = out[:-extra], self.stall
         return out
 
     def poll(self, timeout: float) -> Msg | None:
@@ -123,7 +146,7 @@ class FakeConsumer:
         return got[0] if got else None
 
     def seek(self, tp: TopicPartition) -> None:
-        self.position[tp.partition] = tp.offset
+        self.at[tp.partition] = tp.offset
 
     def committed(self, parts: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition, self.broker.committed.get(tp.partition,
@@ -141,8 +164,22 @@ class FakeConsumer:
     def assignment(self) -> list[TopicPartition]:
         return []
 
+    def position(self, parts: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.at.get(tp.partition, -1001))
+                for tp in parts]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0,
+                              cached: bool = False) -> tuple[int, int]:
+        return 0, len(self.broker.log[tp.partition])
+
+    def list_topics(self, timeout: float = 0) -> object:
+        return object()
+
     def close(self) -> None:
-        pass
+        # Like librdkafka's: the assignment is revoked (the callback runs) before it leaves.
+        self.closed = True
+        if self.joined and self.at:
+            self.callbacks["on_revoke"](self, [TopicPartition(TOPIC, p) for p in self.at])
 
 
 class FakeProducer:
@@ -592,3 +629,33 @@ def test_abort_reasons() -> None:
     assert abort_reason(KafkaError(KafkaError._TIMED_OUT, fatal=True)) == "hung"
     assert abort_reason(KafkaError(KafkaError.UNKNOWN)) == "other"
     assert abort_reason(None) == "other"
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost_or_repeated(
+        guarantee: str) -> None:
+    # librdkafka #4916: after a broker restart a consumer can hand on nothing, for good,
+    # while records wait on its partitions.
+    broker = Broker(records(12), stalls=[7])
+    loop = make(broker, guarantee, stall_timeout=0.3)
+    run_until(loop, all_committed(broker))
+    assert loop.stats.consumers_replaced == 1
+    assert broker.consumers[0].closed  # closed, so it left the group
+    assert sorted(broker.visible) == expected(broker)  # each output once
+
+
+def test_a_consumer_with_nothing_waiting_is_never_replaced() -> None:
+    broker = Broker(records(3))
+    loop = make(broker, stall_timeout=0.05)
+    began = time.monotonic()
+    run_until(loop, lambda: all_committed(broker)() and time.monotonic() - began > 0.6)
+    assert loop.stats.consumers_replaced == 0
+    assert len(broker.consumers) == 1
+
+
+def test_a_consumer_that_lost_its_partitions_and_never_rejoins_is_replaced() -> None:
+    broker = Broker(records(6), stalls=["lost"])
+    loop = make(broker, stall_timeout=0.3)
+    run_until(loop, all_committed(broker))
+    assert loop.stats.consumers_replaced == 1
+    assert sorted(broker.visible) == expected(broker)

@@ -157,6 +157,9 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams.loop.producer_resets": ("counter", ("loop",),
                                      "transactional producers an exactly-once loop replaced "
                                      "after they were fenced or wedged (hung)"),
+    "streams.loop.consumer_replacements": ("counter", ("loop",),
+                                           "consumers a loop replaced for handing on nothing "
+                                           "while records waited on their partitions"),
     "streams.consumer.lag": ("gauge", ("group", "topic", "partition"),
                              "records after the member's position (high watermark - position)"),
     "streams.sink.deliveries": ("counter", ("sink", "tenant"), "scores a sink handed on"),
@@ -348,6 +351,8 @@ class Metrics:
             "streams.loop.commit_seconds": lambda: self._loop_stat("commit_seconds"),
             "streams.loop.transaction_aborts": self._aborts,
             "streams.loop.producer_resets": lambda: self._loop_stat("producer_resets"),
+            "streams.loop.consumer_replacements":
+                lambda: self._loop_stat("consumers_replaced"),
             "streams.sink.deliveries": self._deliveries,
             "streams.sink.retries": lambda: self._sink_stat("retries"),
             "streams.sink.errors": self._sink_errors,
