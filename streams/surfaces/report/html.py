@@ -10,7 +10,7 @@ so in the SVG instead. Charts: `rule-outcomes`, `time-to-resolution`, `judge-agr
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 from typing import Any
 
@@ -283,6 +283,26 @@ def _answers(rows: Sequence[dict[str, Any]]) -> str:
     return _svg(name, height, body, "how people and each evaluator version answered")
 
 
+def _axes(left: float, bottom: float, low: float, high: float,
+          y_of: Callable[[float], float], ticks: Sequence[tuple[float, str]],
+          unit: str = "") -> list[str]:
+    """A line chart's horizontal grid (five values from `low` to `high`) and its x labels
+    (at most about eight of `ticks`, the last always)."""
+    body: list[str] = []
+    for k in range(5):
+        value = low + (high - low) * k / 4
+        y = y_of(value)
+        body.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" '
+                    f'y2="{y:.1f}"/><text x="{left - 6}" y="{y + 4:.1f}" '
+                    f'text-anchor="end">{value:.3g}{unit}</text>')
+    step = max(1, math.ceil(len(ticks) / 8))
+    for i, (x, label) in enumerate(ticks):
+        if i % step == 0 or i == len(ticks) - 1:
+            body.append(f'<text x="{x:.1f}" y="{bottom + 14}" '
+                        f'text-anchor="middle">{escape(label)}</text>')
+    return body
+
+
 def _lines(name: str, periods: Sequence[str], series: dict[str, list[float | None]],
            label: str, *, unit: str = "", top_value: float | None = None) -> str:
     """A line per series over the periods (None: no point in that period)."""
@@ -302,18 +322,8 @@ def _lines(name: str, periods: Sequence[str], series: dict[str, list[float | Non
     def y_of(value: float) -> float:
         return top + plot_h * (1 - value / high)
 
-    body: list[str] = []
-    for k in range(5):
-        value = high * k / 4
-        y = y_of(value)
-        body.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" '
-                    f'y2="{y:.1f}"/><text x="{left - 6}" y="{y + 4:.1f}" '
-                    f'text-anchor="end">{value:.3g}{unit}</text>')
-    step = max(1, math.ceil(len(periods) / 8))
-    for i, period in enumerate(periods):
-        if i % step == 0 or i == len(periods) - 1:
-            body.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 14}" '
-                        f'text-anchor="middle">{escape(period)}</text>')
+    body = _axes(left, top + plot_h, 0.0, high, y_of,
+                 [(x_of(i), period) for i, period in enumerate(periods)], unit)
     for j, (what, points) in enumerate(series.items()):
         color = PALETTE[j % len(PALETTE)]
         drawn = [(x_of(i), y_of(v), periods[i], v) for i, v in enumerate(points)
@@ -396,18 +406,7 @@ def _quality(section: dict[str, Any]) -> str:
     def y_of(value: float) -> float:
         return top + plot_h * (high - value) / (high - low)
 
-    body: list[str] = []
-    for k in range(5):
-        value = low + (high - low) * k / 4
-        y = y_of(value)
-        body.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" '
-                    f'y2="{y:.1f}"/><text x="{left - 6}" y="{y + 4:.1f}" '
-                    f'text-anchor="end">{value:.3g}</text>')
-    step = max(1, math.ceil(len(days) / 8))
-    for i, day in enumerate(days):
-        if i % step == 0 or i == len(days) - 1:
-            body.append(f'<text x="{x_of(day):.1f}" y="{top + plot_h + 14}" '
-                        f'text-anchor="middle">{escape(day)}</text>')
+    body = _axes(left, top + plot_h, low, high, y_of, [(x_of(day), day) for day in days])
     for i, agent in enumerate(agents):
         color = PALETTE[i % len(PALETTE)]
         points = [(x_of(d["day"]), y_of(d["mean"]), d) for d in agent["by_day"]]
