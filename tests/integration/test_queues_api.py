@@ -364,3 +364,46 @@ async def test_runs_a_judge_scored_low_or_people_dispute_are_leased(
                     assert skipped.json() == {"outcome": "skipped"}
                     leased.append(lease["target"]["run_id"])
                 assert leased == expected  # the newest verdict first
+
+
+async def test_the_next_item_is_leased_ahead_besides_the_one_shown(
+        settings: Settings, tenant_factory: Callable[..., str]) -> None:
+    # The page leases the item after the one it shows (besides=<shown>), so a turn waits for
+    # the submit alone; a plain next still answers the items held, and k still holds.
+    tenant = tenant_factory()
+    async with serve(settings) as served:
+        ws = served.client.workspace(tenant, "prod")
+        for n in range(3):
+            await start_run(ws, f"run_{n}")
+        base = f"{served.url}/v1/workspaces/{tenant}.prod/queues"
+        admin = {"Authorization": f"Bearer {served.key(tenant, 'root', MANAGER)}"}
+        ada = {"Authorization": f"Bearer {served.key(tenant, 'ada')}"}
+        bo = {"Authorization": f"Bearer {served.key(tenant, 'bo')}"}
+        queue = {"name": "spikes", "enters": {"runs_of": "ops:error-spike"},
+                 "feedback_types": ["triage_quality"], "reviewers": 1}
+        async with httpx.AsyncClient(timeout=30) as http:
+            assert (await http.post(base, json=queue, headers=admin)).status_code == 201
+            shown = (await http.post(f"{base}/spikes/next", headers=ada)).json()["lease"]
+            assert shown["item"] == "run:run_2"
+            ahead = (await http.post(f"{base}/spikes/next", params={"besides": shown["item"]},
+                                     headers=ada)).json()["lease"]
+            assert ahead["item"] == "run:run_1"
+            # Asked again, besides the shown item, it answers the lease it took ahead.
+            assert (await http.post(f"{base}/spikes/next", params={"besides": shown["item"]},
+                                    headers=ada)).json()["lease"] == ahead
+            # k = 1: bo gets neither of ada's two.
+            assert (await http.post(f"{base}/spikes/next", headers=bo)).json()["lease"][
+                "item"] == "run:run_0"
+            verdict = {"type": "give_feedback", "feedback_type": "triage_quality",
+                       "target": shown["target"],
+                       "value": {"correct": True, "severity": "low"}}
+            done = await http.post(f"{base}/spikes/submit", json={
+                "request_id": shown["request_id"], "command": verdict}, headers=ada)
+            assert done.status_code == 200, done.text
+            # After the submit the plain next is the lease taken ahead.
+            assert (await http.post(f"{base}/spikes/next", headers=ada)).json()["lease"] == \
+                ahead
+            bad = await http.post(f"{base}/spikes/next", params={"besides": "nothing"},
+                                  headers=ada)
+            assert bad.status_code == 422, bad.text
+            assert bad.json()["error"]["fields"][0]["path"] == "query.besides"

@@ -189,11 +189,14 @@ class QueueService:
                            "are not handed out (streams queues list shows the live ones)")
         return queue_from_dict(entry.definition, types=self.service.client.types)
 
-    async def next(self, token: str | None, workspace_id: str, name: str) -> dict[str, Any]:
+    async def next(self, token: str | None, workspace_id: str, name: str,
+                   besides: str | None = None) -> dict[str, Any]:
         """Lease the next item of a live queue to the key's actor (newest first, as its source
         gives them: see Workspace.queue_items_page):
         {"lease": {"item", "target", "request_id", "ends_ms"}}, or {"lease": null} when none
-        is left for them. The item the actor holds already comes back first."""
+        is left for them. The item the actor holds already comes back first, but never
+        `besides`: a client showing one item leases the one after it ahead with
+        `besides=<the item shown>`, so the next turn waits for no round trip."""
         key, ws = self.service.authorize(token, workspace_id, "give_feedback")
         await self.service.client.log.require_tenant(ws.tenant)
         queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
@@ -205,7 +208,8 @@ class QueueService:
             # Newest first, as the view pages them.
             items = [item_of(queue.item_kind, i) for i in ids]
             lease = await leases.next_item(ws.workspace, queue, key.actor.participant,
-                                           [i for i in items if _sampled(queue, i)])
+                                           [i for i in items if _sampled(queue, i)
+                                            and i != besides])
             if lease is not None:
                 return {"lease": {"item": lease.item, "request_id": lease.request_id,
                                   "ends_ms": lease.ends_ms,

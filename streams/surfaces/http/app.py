@@ -49,6 +49,7 @@ from streams.core.commands import (
 )
 from streams.core.errors import StreamsError
 from streams.core.feedback import Feedback
+from streams.core.leases import ITEM_PATTERN
 from streams.core.queues import QUEUE_NAME_PATTERN
 from streams.core.tenancy import TENANT_PATTERN, WORKSPACE_PATTERN
 from streams.core.viewrows import PAGE_CURSOR_PATTERN
@@ -433,10 +434,14 @@ async def _archive_queue(request: Request, workspace_id: str,
 @queues.post("/queues/{name}/next", responses=_answers(NextItem), name="next_item",
              summary="Lease the queue's next item to the key's actor (give_feedback)")
 async def _next_item(request: Request, workspace_id: str, name: Annotated[str, QUEUE_NAME],
-                     key: Key, service: QueuesService) -> JSONResponse:
+                     key: Key, service: QueuesService,
+                     besides: Annotated[str | None, Query(
+                         description="an item not to hand back (the one the client shows, "
+                         "to lease the next one ahead of time)",
+                         pattern=ITEM_PATTERN)] = None) -> JSONResponse:
     # The item the actor holds, else a new lease; lease null when none is left for them.
     try:
-        return JSONResponse(await service.next(key, workspace_id, name))
+        return JSONResponse(await service.next(key, workspace_id, name, besides))
     except Exception as exc:
         return _answer(error_frame_of(exc))
 

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from streams.core.commands import ErrorFrame, OutcomeFrame, error_frame_of
 from streams.core.errors import KafkaUnavailable
+from streams.core.leases import ITEM_PATTERN
 from streams.extras import needs
 from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
@@ -176,12 +177,18 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
             return _result(error_frame_of(exc))
 
     @server.tool()
-    async def next_item(workspace_id: str, queue: str, ctx: Context) -> CallToolResult:
+    async def next_item(
+        workspace_id: str, queue: str, ctx: Context,
+        besides: Annotated[str | None, Field(description="an item not to hand back (the one "
+                                             "being judged, to lease the next one ahead)",
+                                             pattern=ITEM_PATTERN)] = None,
+    ) -> CallToolResult:
         """Lease the queue's next item to the key's actor (give_feedback): {"lease": {"item",
         "target", "request_id", "ends_ms"}}, or {"lease": null} when none is left for them.
         Give feedback on it with submit_item before ends_ms."""
         try:
-            return _result(await get_queues().next(_token(ctx, key), workspace_id, queue))
+            return _result(await get_queues().next(_token(ctx, key), workspace_id, queue,
+                                                   besides))
         except Exception as exc:
             return _result(error_frame_of(exc))
 

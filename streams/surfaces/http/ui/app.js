@@ -29,6 +29,7 @@ const state = {
   queues: new Map(),        // name -> the queue as listed (its definition)
   queue: null,              // the queue being worked through, or null (all runs)
   lease: null,              // the item it leased to me: {item, target, request_id, ends_ms}
+  ahead: null,              // {queue, item, promise}: the item after it, leased while I judge
   doneHere: 0,              // verdicts submitted through queues since sign-in
   turns: [],                // ms from a submit to the next item shown (for tests)
 };
@@ -374,6 +375,7 @@ async function chooseQueue(name) {
   const queue = name ? state.queues.get(name) : null;
   state.queue = queue || null;
   state.lease = null;
+  state.ahead = null;       // a lease taken ahead runs out on its own
   current = null;
   $("#run-filters").hidden = Boolean(queue);
   $("#queue").hidden = Boolean(queue);
@@ -391,17 +393,50 @@ async function chooseQueue(name) {
   await nextItem();
 }
 
+// The next item is leased while the person judges this one (`next?besides=<this item>`), and
+// its run read, so that after a submit the page shows it without waiting for the server: a
+// turn costs the submit's round trip and the drawing. The lease taken ahead is only used
+// while it has a minute left; otherwise (and at a queue's end) the page asks again.
+function leaseAhead(queue, lease) {
+  const path = `queues/${encodeURIComponent(queue.queue)}/next?besides=`
+    + encodeURIComponent(lease.item);
+  const promise = api(wsPath(path), { method: "POST" }).then(async (answer) => (
+    answer.lease ? { lease: answer.lease, record: await readItem(answer.lease) } : null))
+    .catch(() => null);
+  state.ahead = { queue, item: lease.item, promise };
+}
+
+async function readItem(lease) {
+  // The run's record, or the error reading it (shown in its place); null for other kinds.
+  const { kind } = lease.target;
+  if (kind !== "run") return null;
+  const id = lease.item.slice(kind.length + 1);
+  try {
+    return await api(wsPath(`runs/${encodeURIComponent(id)}`));
+  } catch (error) {
+    return { error };
+  }
+}
+
 async function nextItem(started = null) {
   const queue = state.queue;
   if (!queue) return;
-  progress(`${queue.queue}: asking for your next item…`);
+  const ahead = state.ahead?.queue === queue ? await state.ahead.promise : null;
+  state.ahead = null;
   let answer;
-  try {
-    answer = await api(wsPath(`queues/${encodeURIComponent(queue.queue)}/next`),
-      { method: "POST" });
-  } catch (error) {
-    progress(`${queue.queue}: ${error.code}: ${error.message}`);
-    return;
+  let record;
+  if (ahead && ahead.lease.ends_ms - Date.now() > 60000) {
+    answer = { lease: ahead.lease };
+    record = ahead.record;
+  } else {
+    progress(`${queue.queue}: asking for your next item…`);
+    try {
+      answer = await api(wsPath(`queues/${encodeURIComponent(queue.queue)}/next`),
+        { method: "POST" });
+    } catch (error) {
+      progress(`${queue.queue}: ${error.code}: ${error.message}`);
+      return;
+    }
   }
   if (state.queue !== queue) return;
   state.lease = answer.lease;
@@ -416,13 +451,14 @@ async function nextItem(started = null) {
     progress(`${queue.queue}: ${state.doneHere} judged here; nothing left for you`);
     return;
   }
-  await showLeased(answer.lease);
+  await showLeased(answer.lease, record);
   if (started !== null) state.turns.push(Math.round(performance.now() - started));
   const until = new Date(answer.lease.ends_ms).toLocaleTimeString();
   progress(`${queue.queue}: ${state.doneHere} judged here; this item is yours until ${until}`);
+  if (state.lease === answer.lease) leaseAhead(queue, answer.lease);
 }
 
-async function showLeased(lease) {
+async function showLeased(lease, read = undefined) {
   current = null;
   const { kind } = lease.target;
   const id = lease.item.slice(kind.length + 1);
@@ -436,7 +472,8 @@ async function showLeased(lease) {
   const parts = [title];
   if (kind === "run") {
     try {
-      const record = await api(wsPath(`runs/${encodeURIComponent(id)}`));
+      const record = read === undefined || read === null ? await readItem(lease) : read;
+      if (record.error) throw record.error;
       const run = record.run.event || {};
       const ended = record.emitted.find((e) => e.event.run_id === id
         && ["run_succeeded", "run_failed", "run_dead_lettered"].includes(e.event_type));
