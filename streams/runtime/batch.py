@@ -91,7 +91,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -303,6 +303,7 @@ class BatchLoop:
         self._received_at = time.monotonic()  # the last batch with records, or assignment
         self._lost_at: float | None = None  # partitions lost and no assignment since
         self._suspect: tuple[float, dict[tuple[str, int], tuple[int, int]]] | None = None
+        self._stall_looked_at = 0.0  # when the broker was last asked for the ends
         self.stats = BatchStats()
         self.assigned: set[tuple[str, int]] = set()
         self._done: dict[tuple[str, int], int] = {}
@@ -791,17 +792,19 @@ class BatchLoop:
         not been assigned any since, or records have waited past its position on owned
         partitions, unchanged, across two looks a few seconds apart (so a fetch in flight is
         not taken for a stall). Asks the broker at most every few seconds."""
-        if self._lost_at is not None and not self.assigned:
-            if now - self._lost_at < self.stall_timeout:
-                return False
+        lost = self._lost_at is not None and not self.assigned
+        if lost and now - cast(float, self._lost_at) < self.stall_timeout:
+            return False
+        apart = min(10.0, max(0.05, self.stall_timeout / 6))
+        if now - self._stall_looked_at < apart:
+            return False  # an idle loop asks the broker every few seconds, not every poll
+        self._stall_looked_at = now
+        if lost:
             try:  # not while the broker is away: rejoining waits for it
                 consumer.list_topics(timeout=5.0)
             except KafkaException:
                 return False
             return True
-        apart = min(10.0, max(0.05, self.stall_timeout / 6))
-        if self._suspect is not None and now - self._suspect[0] < apart:
-            return False
         waiting = self._waiting(consumer)
         if not waiting:
             self._suspect = None if waiting == {} else self._suspect

@@ -100,6 +100,7 @@ class FakeConsumer:
         self.stall = broker.stalls.pop(0) if broker.stalls else None
         self.handed = 0
         self.closed = False
+        self.looks = 0  # ListOffsets asked of the broker
         broker.consumers.append(self)
 
     def subscribe(self, _topics: list[str], **callbacks: Callable[..., None]) -> None:
@@ -170,6 +171,7 @@ class FakeConsumer:
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0,
                               cached: bool = False) -> tuple[int, int]:
+        self.looks += not cached
         return 0, len(self.broker.log[tp.partition])
 
     def list_topics(self, timeout: float = 0) -> object:
@@ -646,11 +648,16 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost_or_repea
 
 def test_a_consumer_with_nothing_waiting_is_never_replaced() -> None:
     broker = Broker(records(3))
-    loop = make(broker, stall_timeout=0.05)
+    loop = make(broker, stall_timeout=0.3)  # looks at the broker every 0.05 s once idle
     began = time.monotonic()
-    run_until(loop, lambda: all_committed(broker)() and time.monotonic() - began > 0.6)
+    run_until(loop, lambda: all_committed(broker)() and time.monotonic() - began > 1.0)
+    idle = time.monotonic() - began
     assert loop.stats.consumers_replaced == 0
     assert len(broker.consumers) == 1
+    # An idle loop asks the broker every few seconds (here 0.05 s), not at every poll (the
+    # fake's poll waits 0.01 s): two partitions a look.
+    looks = broker.consumers[0].looks
+    assert 0 < looks <= 2 * ((idle - 0.3) / 0.05 + 2), looks
 
 
 def test_a_consumer_that_lost_its_partitions_and_never_rejoins_is_replaced() -> None:
