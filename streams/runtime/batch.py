@@ -806,8 +806,13 @@ class BatchLoop:
                 return False
             return True
         waiting = self._waiting(consumer)
-        if not waiting:
-            self._suspect = None if waiting == {} else self._suspect
+        if waiting == {}:
+            # Nothing waits: the loop is idle, not stuck. Look again a whole stall timeout
+            # later (one ListOffsets per owned partition a minute on an idle worker).
+            self._suspect = None
+            self._stall_looked_at = now + self.stall_timeout - apart
+            return False
+        if waiting is None:  # the broker did not answer: an outage, waited out elsewhere
             return False
         if self._suspect is None:
             self._suspect = (now, waiting)
