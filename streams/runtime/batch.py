@@ -560,10 +560,11 @@ class BatchLoop:
             self._producer, self._spare = self._spare, producer
         return True
 
-    def _abort(self, consumer: Consumer, reason: str, exc: BaseException | None,
+    def _abort(self, consumer: Consumer | None, reason: str, exc: BaseException | None,
                why: str = "an output failed delivery") -> None:
         """Abort the open transaction (or, when the producer cannot, replace it: the broker
-        aborts the old one), then seek back to the committed offsets to redo its work."""
+        aborts the old one), then seek `consumer` back to the committed offsets to redo its
+        work (None: a consumer that is gone; its successor starts from them anyway)."""
         producer = self._producer
         fatal = False
         if isinstance(exc, KafkaException):
@@ -585,7 +586,11 @@ class BatchLoop:
                            "loop": self.name})
         if fatal and producer is not None:
             self._reset_producer()
-        self._rewind(consumer)
+        if consumer is None:
+            self._failed = 0
+            self._done.clear()
+        else:
+            self._rewind(consumer)
 
     def _rewind(self, consumer: Consumer) -> None:
         """Seek every assigned partition back to its committed offset: its work is redone."""
@@ -851,8 +856,8 @@ class BatchLoop:
                       "thread (the group expels it after its session timeout)", self.name,
                       self.flush_timeout + self.hang_grace)
         # What close's revocation did not clear (a consumer that lost everything has none).
-        if self.exactly_once and self._in_transaction:
-            self._abort(consumer, "consumer_stalled", None, why="the consumer was replaced")
+        if self.exactly_once and self._in_transaction:  # the close revoked nothing
+            self._abort(None, "consumer_stalled", None, why="the consumer was replaced")
         if self.assigned and self.on_revoked is not None:
             self.on_revoked([TopicPartition(t, p) for t, p in sorted(self.assigned)])
         self.assigned.clear()

@@ -78,6 +78,7 @@ class Broker:
     # Consumers that stop handing on records after so many (librdkafka #4916), in the order
     # they are made; None: a healthy one. "lost": loses its partitions and never rejoins.
     stalls: list[int | str | None] = field(default_factory=list)
+    stalled_close_fails: bool = False  # a stalled consumer's close raises, revoking nothing
     consumers: list[FakeConsumer] = field(default_factory=list)
 
     def fail(self, call: str) -> None:
@@ -146,10 +147,16 @@ class FakeConsumer:
             time.sleep(min(timeout, 0.01))
         return got[0] if got else None
 
+    def _open(self) -> None:
+        if self.closed:  # as confluent-kafka's
+            raise RuntimeError("Consumer closed")
+
     def seek(self, tp: TopicPartition) -> None:
+        self._open()
         self.at[tp.partition] = tp.offset
 
     def committed(self, parts: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
+        self._open()
         return [TopicPartition(tp.topic, tp.partition, self.broker.committed.get(tp.partition,
                                                                                  -1001))
                 for tp in parts]
@@ -180,6 +187,8 @@ class FakeConsumer:
     def close(self) -> None:
         # Like librdkafka's: the assignment is revoked (the callback runs) before it leaves.
         self.closed = True
+        if self.stall is not None and self.broker.stalled_close_fails:
+            raise RuntimeError("the consumer could not close")
         if self.joined and self.at:
             self.callbacks["on_revoke"](self, [TopicPartition(TOPIC, p) for p in self.at])
 
@@ -665,4 +674,16 @@ def test_a_consumer_that_lost_its_partitions_and_never_rejoins_is_replaced() -> 
     loop = make(broker, stall_timeout=0.3)
     run_until(loop, all_committed(broker))
     assert loop.stats.consumers_replaced == 1
+    assert sorted(broker.visible) == expected(broker)
+
+
+def test_a_stalled_consumer_that_fails_to_close_has_its_open_transaction_aborted() -> None:
+    # The transaction stays open past the stall (no commit when caught up, a long interval);
+    # the close revokes nothing, so the loop aborts it itself: the new consumer redoes it.
+    broker = Broker(records(12), stalls=[7], stalled_close_fails=True)
+    loop = make(broker, stall_timeout=0.2, commit_every=10**9, commit_interval=0.6,
+                commit_when_caught_up=False)
+    run_until(loop, all_committed(broker))
+    assert loop.stats.consumers_replaced == 1
+    assert loop.stats.aborts_by_reason == {"consumer_stalled": 1}
     assert sorted(broker.visible) == expected(broker)
