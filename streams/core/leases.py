@@ -23,6 +23,7 @@ first record read after it (and for `open_slots` at a given time).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Final, Literal
 
@@ -38,9 +39,11 @@ __all__ = [
     "LeaseKind",
     "LeaseRecord",
     "Outcome",
+    "QueueProgress",
     "fold_item",
     "item_key",
     "item_of",
+    "queue_progress",
     "target_of_item",
 ]
 
@@ -221,3 +224,34 @@ def fold_item(current: ItemLeases | None, record: LeaseRecord) -> ItemLeases:
         **state.outcomes, record.decision: outcome}
     return replace(state, reviewers=reviewers, clock_ms=now, held=held,
                    submitted=submitted, seen=frozenset(seen), outcomes=outcomes)
+
+
+@dataclass(frozen=True)
+class QueueProgress:
+    """Where a queue's items stand: `done` (k reviewers submitted), `in_review` (not done,
+    but leased now or submitted by some), `left` (neither: never handed out, or only
+    skipped or let expire), and `verdicts`, the submits accepted on them."""
+
+    items: int
+    done: int
+    in_review: int
+    left: int
+    verdicts: int
+
+
+def queue_progress(items: Iterable[str], state_of: Callable[[str], ItemLeases | None],
+                   at_ms: int) -> QueueProgress:
+    """The progress of a queue's `items` (ids such as `run:r1`), each item's folded state
+    given by `state_of` (None: never asked for), at `at_ms`."""
+    total = done = in_review = verdicts = 0
+    for item in items:
+        total += 1
+        state = state_of(item)
+        if state is None:
+            continue
+        verdicts += len(state.submitted)
+        if state.done:
+            done += 1
+        elif state.submitted or state.holding(at_ms):
+            in_review += 1
+    return QueueProgress(total, done, in_review, total - done - in_review, verdicts)

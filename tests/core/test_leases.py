@@ -14,12 +14,15 @@ from pydantic import TypeAdapter
 from streams.core.leases import (
     ITEM_PATTERN,
     OUTCOMES,
+    Held,
     InvalidLeaseRecord,
     ItemLeases,
     LeaseRecord,
+    QueueProgress,
     fold_item,
     item_key,
     item_of,
+    queue_progress,
     target_of_item,
 )
 from streams.core.targets import Target
@@ -157,3 +160,16 @@ def test_anything_else_is_no_item() -> None:
     for bad in ("run", "run:", "artifact:a1", ""):
         with pytest.raises(ValueError, match="not a queue item"):
             target_of_item(bad)
+
+
+def test_a_queues_progress_counts_items_done_in_review_and_left() -> None:
+    states = {
+        "run:a": ItemLeases(reviewers=2, submitted=frozenset({"user:ada", "user:bo"})),
+        "run:b": ItemLeases(reviewers=2, submitted=frozenset({"user:ada"})),
+        "run:c": ItemLeases(reviewers=1, held={"user:cy": Held("lease_c", 2_000)}),
+        "run:d": ItemLeases(reviewers=1, held={"user:cy": Held("lease_d", 500)}),  # expired
+        "run:e": ItemLeases(reviewers=1, seen=frozenset({"user:ada"})),  # skipped
+    }
+    got = queue_progress(["run:a", "run:b", "run:c", "run:d", "run:e", "run:f"],
+                         states.get, at_ms=1_000)
+    assert got == QueueProgress(items=6, done=1, in_review=2, left=3, verdicts=3)

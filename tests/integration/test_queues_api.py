@@ -366,7 +366,7 @@ async def test_runs_a_judge_scored_low_or_people_dispute_are_leased(
                 assert leased == expected  # the newest verdict first
 
 
-async def test_the_next_item_is_leased_ahead_besides_the_one_shown(
+async def test_the_next_item_is_leased_ahead_and_the_team_sees_progress(
         settings: Settings, tenant_factory: Callable[..., str]) -> None:
     # The page leases the item after the one it shows (besides=<shown>), so a turn waits for
     # the submit alone; a plain next still answers the items held, and k still holds.
@@ -383,6 +383,10 @@ async def test_the_next_item_is_leased_ahead_besides_the_one_shown(
                  "feedback_types": ["triage_quality"], "reviewers": 1}
         async with httpx.AsyncClient(timeout=30) as http:
             assert (await http.post(base, json=queue, headers=admin)).status_code == 201
+            progress = f"{base}/spikes/progress"
+            assert (await http.get(progress, headers=ada)).json() == {
+                "queue": "spikes", "items": 3, "done": 0, "in_review": 0, "left": 3,
+                "verdicts": 0}
             shown = (await http.post(f"{base}/spikes/next", headers=ada)).json()["lease"]
             assert shown["item"] == "run:run_2"
             ahead = (await http.post(f"{base}/spikes/next", params={"besides": shown["item"]},
@@ -400,6 +404,11 @@ async def test_the_next_item_is_leased_ahead_besides_the_one_shown(
             done = await http.post(f"{base}/spikes/submit", json={
                 "request_id": shown["request_id"], "command": verdict}, headers=ada)
             assert done.status_code == 200, done.text
+            # run_2 done; run_1 (ada's, ahead) and run_0 (bo's) leased: in review.
+            assert (await http.get(progress, headers=ada)).json() == {
+                "queue": "spikes", "items": 3, "done": 1, "in_review": 2, "left": 0,
+                "verdicts": 1}
+            assert (await http.get(f"{base}/nope/progress", headers=ada)).status_code == 404
             # After the submit the plain next is the lease taken ahead.
             assert (await http.post(f"{base}/spikes/next", headers=ada)).json()["lease"] == \
                 ahead

@@ -275,6 +275,9 @@ async def test_two_people_work_through_a_blind_queue_by_keyboard(
             await judge_it(bo, "run:run_1", "y2")
             await judge_it(bo, "run:run_0", "y1")
             await expect(bo.locator("#queue-empty")).to_be_visible(timeout=30_000)
+            # The team's progress: run_1 has one verdict of two (ada skipped it).
+            await expect(bo.locator("#queue-team")).to_have_text(
+                "The team: 2 done, 1 in review, 0 left of 3 (5 verdicts).", timeout=30_000)
             for page in (ada, bo):
                 turns += await page.evaluate("window.feedbackStreams.state.turns")
 

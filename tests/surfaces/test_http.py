@@ -28,6 +28,7 @@ def test_the_document_names_every_route_and_the_command_frame() -> None:
         "/v1/workspaces/{workspace_id}/me", "/v1/workspaces/{workspace_id}/queues",
         "/v1/workspaces/{workspace_id}/queues/{name}/archive",
         "/v1/workspaces/{workspace_id}/queues/{name}/next",
+        "/v1/workspaces/{workspace_id}/queues/{name}/progress",
         "/v1/workspaces/{workspace_id}/queues/{name}/submit",
         "/v1/workspaces/{workspace_id}/queues/{name}/skip"}
     submit = document["paths"]["/v1/workspaces/{workspace_id}/queues/{name}/submit"]["post"]
@@ -289,6 +290,7 @@ def test_reads_declare_their_bodies_and_every_route_the_bearer_key() -> None:
                       ("get", "feedback-types"): "FeedbackTypes", ("get", "me"): "Identity",
                       ("get", "queues"): "Queues", ("post", "queues"): "QueueInstalledOut",
                       ("post", "archive"): "QueueOutcome", ("post", "next"): "NextItem",
+                      ("get", "progress"): "QueueProgressOut",
                       ("post", "submit"): "OutcomeFrame", ("post", "skip"): "SkipOut"}
 
 

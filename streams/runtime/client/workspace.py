@@ -783,6 +783,17 @@ class Workspace:
                                         limit=limit + 1, before=before)
         return [item for item, _k in found[:limit]], _next_cursor(found, limit)
 
+    async def queue_items_all(self, entry: Entry) -> list[str]:
+        """Every id `queue_items_page` would page through for `entry`, newest first, in one
+        read of the view (for a queue's progress: ids only, no records)."""
+        ids: list[str] = []
+        cursor: str | None = None
+        while True:
+            page, cursor = await self.queue_items_page(entry, limit=5000, cursor=cursor)
+            ids += page
+            if cursor is None:
+                return ids
+
     async def feedback(
         self, *, feedback_type: str | type[Feedback] | None = None,
         participant: str | None = None,

@@ -23,7 +23,16 @@ from typing import Any
 
 from streams.adapters.kafka.reports import ReportPoller, produce_acked
 from streams.core.errors import KafkaUnavailable
-from streams.core.leases import ItemLeases, LeaseKind, LeaseRecord, Outcome, fold_item, item_key
+from streams.core.leases import (
+    ItemLeases,
+    LeaseKind,
+    LeaseRecord,
+    Outcome,
+    QueueProgress,
+    fold_item,
+    item_key,
+    queue_progress,
+)
 from streams.core.queues import Queue
 from streams.runtime.root import Runtime
 
@@ -84,6 +93,12 @@ class LeaseBook:
         """An item's folded state (None when nobody ever asked for it)."""
         with self._lock:
             return self._items.get(item_key(workspace, queue, item))
+
+    def progress(self, workspace: str, queue: str, items: Iterable[str]) -> QueueProgress:
+        """Where the queue's `items` stand now, as this book has read the leases."""
+        with self._lock:
+            return queue_progress(items, lambda i: self._items.get(item_key(workspace, queue,
+                                                                            i)), _now_ms())
 
     # -- writing and reading back --------------------------------------------------------
 

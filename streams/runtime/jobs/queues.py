@@ -217,6 +217,22 @@ class QueueService:
             if cursor is None:
                 return {"lease": None}
 
+    async def progress(self, token: str | None, workspace_id: str,
+                       name: str) -> dict[str, Any]:
+        """Where a live queue stands (the key needs `read`): {"queue", "items", "done",
+        "in_review", "left", "verdicts"} (streams.core.leases.QueueProgress). It reads every
+        item id of the queue's source from the view (ids only), so it costs what the queue
+        holds: a page shows it after a turn, off the turn's clock."""
+        _key, ws = self.service.authorize(token, workspace_id, "read")
+        await self.service.client.log.require_tenant(ws.tenant)
+        queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
+        leases = await asyncio.to_thread(self._lease_book, ws.tenant)
+        ids = await ws.queue_items_all(queue.enters)
+        items = [i for i in (item_of(queue.item_kind, i) for i in ids) if _sampled(queue, i)]
+        done = leases.progress(ws.workspace, queue.name, items)
+        return {"queue": queue.name, "items": done.items, "done": done.done,
+                "in_review": done.in_review, "left": done.left, "verdicts": done.verdicts}
+
     async def submit(self, token: str | None, workspace_id: str, name: str,
                      body: bytes | str | dict[str, Any]) -> OutcomeFrame | ErrorFrame:
         """A reviewer's verdict under a lease: {"request_id", "command": give_feedback on the

@@ -80,6 +80,7 @@ with needs("serve", "streams serve"):
         NextItem,
         QueueInstalledOut,
         QueueOutcome,
+        QueueProgressOut,
         Queues,
         RunOut,
         RunsPage,
@@ -429,6 +430,16 @@ async def _archive_queue(request: Request, workspace_id: str,
     except Exception as exc:
         return _answer(error_frame_of(exc))
     return JSONResponse(answer)
+
+
+@queues.get("/queues/{name}/progress", responses=_answers(QueueProgressOut),
+            name="queue_progress",
+            summary="Where a live queue stands: items done, in review and left (read)")
+async def _queue_progress(request: Request, workspace_id: str,
+                          name: Annotated[str, QUEUE_NAME], key: Key,
+                          service: QueuesService) -> Response:
+    # The counts; not_found naming the live queues when there is none of that name.
+    return await _read(request, lambda: service.progress(key, workspace_id, name))
 
 
 @queues.post("/queues/{name}/next", responses=_answers(NextItem), name="next_item",

@@ -49,6 +49,7 @@ __all__ = [
     "QueueInstalledOut",
     "QueueOut",
     "QueueOutcome",
+    "QueueProgressOut",
     "Queues",
     "RunOut",
     "RunsPage",
@@ -181,6 +182,18 @@ class NextItem(BaseModel):
     """The next item for the key's actor; `lease` null when none is left for them."""
 
     lease: LeaseOut | None
+
+
+class QueueProgressOut(BaseModel):
+    """Where a queue stands: its items, those `done` (k reviewers submitted), `in_review`
+    (leased now or submitted by some, not done) and `left`; `verdicts` accepted on them."""
+
+    queue: str
+    items: int
+    done: int
+    in_review: int
+    left: int
+    verdicts: int
 
 
 class SkipIn(BaseModel):

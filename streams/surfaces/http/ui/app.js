@@ -377,6 +377,7 @@ async function chooseQueue(name) {
   state.lease = null;
   state.ahead = null;       // a lease taken ahead runs out on its own
   current = null;
+  $("#queue-team").textContent = "";
   $("#run-filters").hidden = Boolean(queue);
   $("#queue").hidden = Boolean(queue);
   $("#queue-count").hidden = Boolean(queue);
@@ -449,6 +450,7 @@ async function nextItem(started = null) {
     done.textContent = `Nothing left for you in ${queue.queue}.`;
     $("#item").replaceChildren(done);
     progress(`${queue.queue}: ${state.doneHere} judged here; nothing left for you`);
+    teamProgress(queue);
     return;
   }
   await showLeased(answer.lease, record);
@@ -456,6 +458,21 @@ async function nextItem(started = null) {
   const until = new Date(answer.lease.ends_ms).toLocaleTimeString();
   progress(`${queue.queue}: ${state.doneHere} judged here; this item is yours until ${until}`);
   if (state.lease === answer.lease) leaseAhead(queue, answer.lease);
+  teamProgress(queue);
+}
+
+// Where the queue stands for the whole team (done / in review / left), read after each turn
+// and when the queue runs out, off the turn's clock.
+async function teamProgress(queue) {
+  let counts;
+  try {
+    counts = await api(wsPath(`queues/${encodeURIComponent(queue.queue)}/progress`));
+  } catch (error) {
+    return;  // the count is a courtesy: the item on screen does not depend on it
+  }
+  if (state.queue !== queue) return;
+  $("#queue-team").textContent = `The team: ${counts.done} done, ${counts.in_review} in `
+    + `review, ${counts.left} left of ${counts.items} (${counts.verdicts} verdicts).`;
 }
 
 async function showLeased(lease, read = undefined) {
