@@ -191,22 +191,39 @@ async def test_the_queue_tools_over_mcp(settings: Settings,
             assert late.is_error and _frame(late)["error"]["code"] == "conflict"
 
 
+def _auth(served: Any, tenant: str, who: str,
+          capabilities: frozenset[str] | None = None) -> dict[str, str]:
+    token = served.key(tenant, who) if capabilities is None else \
+        served.key(tenant, who, capabilities)
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def _three_spikes(served: Any, tenant: str) -> tuple[str, dict[str, Any]]:
+    """Three runs of ops:error-spike (run_0 oldest) and the queue "spikes" of its runs,
+    k = 1, installed by a manager: (the queues' base URL, the queue's definition)."""
+    ws = served.client.workspace(tenant, "prod")
+    for n in range(3):
+        await start_run(ws, f"run_{n}")
+    base = f"{served.url}/v1/workspaces/{tenant}.prod/queues"
+    queue = {"name": "spikes", "enters": {"runs_of": "ops:error-spike"},
+             "feedback_types": ["triage_quality"], "reviewers": 1}
+    async with httpx.AsyncClient(timeout=30) as http:
+        installed = await http.post(base, json=queue,
+                                    headers=_auth(served, tenant, "root", MANAGER))
+        assert installed.status_code == 201, installed.text
+    return base, queue
+
+
 async def test_reviewers_lease_submit_and_skip_over_rest(
         settings: Settings, tenant_factory: Callable[..., str]) -> None:
     tenant = tenant_factory()
     async with serve(settings) as served:
         ws = served.client.workspace(tenant, "prod")
-        for n in range(3):
-            await start_run(ws, f"run_{n}")
-        base = f"{served.url}/v1/workspaces/{tenant}.prod/queues"
-        admin = {"Authorization": f"Bearer {served.key(tenant, 'root', MANAGER)}"}
-        ada = {"Authorization": f"Bearer {served.key(tenant, 'ada')}"}
-        bo = {"Authorization": f"Bearer {served.key(tenant, 'bo')}"}
-        rita = {"Authorization": f"Bearer {served.key(tenant, 'rita', frozenset({'read'}))}"}
-        queue = {"name": "spikes", "enters": {"runs_of": "ops:error-spike"},
-                 "feedback_types": ["triage_quality"], "reviewers": 1}
+        base, _queue = await _three_spikes(served, tenant)
+        admin = _auth(served, tenant, "root", MANAGER)
+        ada, bo = _auth(served, tenant, "ada"), _auth(served, tenant, "bo")
+        rita = _auth(served, tenant, "rita", frozenset({"read"}))
         async with httpx.AsyncClient(timeout=30) as http:
-            assert (await http.post(base, json=queue, headers=admin)).status_code == 201
             _error(await http.post(f"{base}/spikes/next", headers=rita), 403, "forbidden")
 
             first = (await http.post(f"{base}/spikes/next", headers=ada)).json()["lease"]
@@ -372,17 +389,9 @@ async def test_the_next_item_is_leased_ahead_and_the_team_sees_progress(
     # the submit alone; a plain next still answers the items held, and k still holds.
     tenant = tenant_factory()
     async with serve(settings) as served:
-        ws = served.client.workspace(tenant, "prod")
-        for n in range(3):
-            await start_run(ws, f"run_{n}")
-        base = f"{served.url}/v1/workspaces/{tenant}.prod/queues"
-        admin = {"Authorization": f"Bearer {served.key(tenant, 'root', MANAGER)}"}
-        ada = {"Authorization": f"Bearer {served.key(tenant, 'ada')}"}
-        bo = {"Authorization": f"Bearer {served.key(tenant, 'bo')}"}
-        queue = {"name": "spikes", "enters": {"runs_of": "ops:error-spike"},
-                 "feedback_types": ["triage_quality"], "reviewers": 1}
+        base, _queue = await _three_spikes(served, tenant)
+        ada, bo = _auth(served, tenant, "ada"), _auth(served, tenant, "bo")
         async with httpx.AsyncClient(timeout=30) as http:
-            assert (await http.post(base, json=queue, headers=admin)).status_code == 201
             progress = f"{base}/spikes/progress"
             assert (await http.get(progress, headers=ada)).json() == {
                 "queue": "spikes", "items": 3, "done": 0, "in_review": 0, "left": 3,
