@@ -185,6 +185,10 @@ async def test_the_queue_tools_over_mcp(settings: Settings,
                 "request_id": other["request_id"]})) == {"outcome": "skipped"}
             assert _frame(await mcp.call_tool("next_item", {
                 "workspace_id": wid, "queue": "spikes"})) == {"lease": None}
+            assert _frame(await mcp.call_tool("queue_progress", {
+                "workspace_id": wid, "queue": "spikes"})) == {
+                "queue": "spikes", "items": 2, "done": 1, "in_review": 0, "left": 1,
+                "verdicts": 1}
             late = await mcp.call_tool("skip_item", {
                 "workspace_id": wid, "queue": "spikes", "item": other["item"],
                 "request_id": other["request_id"]})

@@ -35,8 +35,8 @@ def test_the_mcp_tools_and_their_inputs() -> None:
     server = mcp_server(lambda: None)  # type: ignore[arg-type,return-value]  # never called
     tools = {t.name: t for t in asyncio.run(server.list_tools())}
     assert set(tools) == {"give_feedback", "list_runs", "read_feedback", "list_queues",
-                          "install_queue", "archive_queue", "next_item", "submit_item",
-                          "skip_item"}
+                          "install_queue", "archive_queue", "queue_progress", "next_item",
+                          "submit_item", "skip_item"}
     give = tools["give_feedback"].input_schema
     assert set(give["required"]) == {"workspace_id", "feedback_type", "target", "value"}
     assert "ctx" not in give["properties"]

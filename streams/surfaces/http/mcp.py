@@ -1,6 +1,6 @@
-"""MCP: the give_feedback, list_runs and read_feedback tools; list_queues, install_queue and
-archive_queue; next_item, submit_item and skip_item (a reviewer's work through a queue), with
-the official MCP SDK.
+"""MCP: the give_feedback, list_runs and read_feedback tools; list_queues, install_queue,
+archive_queue and queue_progress; next_item, submit_item and skip_item (a reviewer's work
+through a queue), with the official MCP SDK.
 
 `mcp_server(backend, key=...)` builds an `MCPServer` whose tools answer exactly what the REST
 and WebSocket surfaces answer: give_feedback takes the command's fields (and an optional
@@ -173,6 +173,15 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
         stay in the log; not_found names the live queues when there is none of that name."""
         try:
             return _result(await get_queues().archive(_token(ctx, key), workspace_id, name))
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+
+    @server.tool()
+    async def queue_progress(workspace_id: str, queue: str, ctx: Context) -> CallToolResult:
+        """Where a live queue stands (read): {"queue", "items", "done", "in_review", "left",
+        "verdicts"}, as REST's progress route."""
+        try:
+            return _result(await get_queues().progress(_token(ctx, key), workspace_id, queue))
         except Exception as exc:
             return _result(error_frame_of(exc))
 
