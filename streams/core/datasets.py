@@ -16,6 +16,12 @@ about (only it knows what its evaluators judge).
 - `targets={"run"}` keeps feedback on some kinds of target only.
 - Feedback an evaluator gave is skipped unless `include_evaluators=True`: calibrating a judge
   on evaluators' verdicts, its own among them, is circular.
+- `corrections_of="triage-judge"` (an evaluator's name, or `name@version` for one version)
+  keeps the corrections only: each person's latest verdict on a target where that
+  evaluator's latest verdict differs on a compared field (bool, categorical or numeric:
+  `streams.core.measures.agreement.compared_fields`). The person's value is the example's
+  verdict (the label); the judge's is in its metadata: `judged_by` (the version),
+  `judge_verdict` (its value as JSON) and `differs_on` (the fields, comma separated).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from pydantic import BaseModel, ValidationError
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, FeedbackGiven, RunStarted
 from streams.core.feedback import Feedback
+from streams.core.measures.agreement import compared_fields
 from streams.core.measures.source import LogSource, envelopes_of
 from streams.core.runs import RunRecord, run_record_of
 from streams.core.targets import TARGET_KINDS
@@ -155,6 +162,7 @@ class LogFeedbackSource(Generic[FB, IN]):
         input: Callable[[FeedbackContext[FB]], IN | Awaitable[IN]],
         targets: Collection[str] | None = None,
         include_evaluators: bool = False,
+        corrections_of: str | None = None,
     ) -> None:
         unknown = set(targets or ()) - TARGET_KINDS
         if unknown:
@@ -166,6 +174,10 @@ class LogFeedbackSource(Generic[FB, IN]):
         self.input = input
         self.targets = frozenset(targets) if targets is not None else None
         self.include_evaluators = include_evaluators
+        if corrections_of is not None and not corrections_of.strip():
+            raise DatasetError("corrections_of names an evaluator (`triage-judge`, or "
+                               "`triage-judge@2026-09-28` for one version); got an empty name")
+        self.corrections_of = corrections_of
 
     async def examples(self) -> AsyncIterator[Example[IN, FB]]:
         """Examples in log order; DatasetError naming the feedback when one cannot be built."""
@@ -177,16 +189,65 @@ class LogFeedbackSource(Generic[FB, IN]):
             if isinstance(envelope.event, RunStarted):
                 firing_runs[envelope.event.firing_id] = envelope.event.run_id
         name = self.feedback_type.feedback_name
+        corrected = self._corrections(envelopes) if self.corrections_of is not None else None
         for envelope in envelopes:
             event = envelope.event
             if not isinstance(event, FeedbackGiven) or event.feedback_type != name:
+                continue
+            if corrected is not None and envelope.event_id not in corrected:
                 continue
             if envelope.actor.kind == "evaluator" and not self.include_evaluators:
                 continue
             if self.targets is not None and event.target.kind not in self.targets:
                 continue
-            yield await self._example(envelope, event, chains.get(envelope.correlation_id, []),
-                                      firing_runs)
+            example = await self._example(envelope, event,
+                                          chains.get(envelope.correlation_id, []), firing_runs)
+            if corrected is not None:
+                example.metadata.update(corrected[envelope.event_id])
+            yield example
+
+    def _corrections(self, envelopes: list[Envelope]) -> dict[str, dict[str, str]]:
+        """The people's latest verdicts that the evaluator's latest verdict on the same target
+        contradicts, by event id: what goes into their examples' metadata."""
+        assert self.corrections_of is not None
+        wanted = self.corrections_of
+        name = self.feedback_type.feedback_name
+        latest: dict[tuple[str, str], Envelope] = {}  # (target, participant) -> newest
+        for envelope in envelopes:
+            event = envelope.event
+            if not isinstance(event, FeedbackGiven) or event.feedback_type != name:
+                continue
+            actor = envelope.actor
+            if actor.kind == "evaluator":
+                judge = actor.participant.removeprefix("evaluator:")
+                if judge != wanted and judge.split("@", 1)[0] != wanted:
+                    continue
+            elif actor.kind != "user":
+                continue
+            key = (f"{event.target.kind}:{event.target.id}", actor.participant)
+            if key not in latest or latest[key].time <= envelope.time:
+                latest[key] = envelope
+        judged: dict[str, Envelope] = {}  # target -> the evaluator's newest verdict
+        for (target, _who), envelope in latest.items():
+            if envelope.actor.kind == "evaluator" and (
+                    target not in judged or judged[target].time <= envelope.time):
+                judged[target] = envelope
+        fields = sorted(compared_fields(self.feedback_type))
+        out: dict[str, dict[str, str]] = {}
+        for (target, _who), envelope in latest.items():
+            by_judge = judged.get(target)
+            if envelope.actor.kind != "user" or by_judge is None:
+                continue
+            said = envelope.event.value if isinstance(envelope.event, FeedbackGiven) else {}
+            thought = by_judge.event.value if isinstance(by_judge.event, FeedbackGiven) else {}
+            differ = [f for f in fields if said.get(f) is not None
+                      and thought.get(f) is not None and said[f] != thought[f]]
+            if differ:
+                out[envelope.event_id] = {
+                    "judged_by": by_judge.actor.participant,
+                    "judge_verdict": json.dumps(dict(thought), sort_keys=True, default=str),
+                    "differs_on": ",".join(differ)}
+        return out
 
     async def _example(self, envelope: Envelope, event: FeedbackGiven,
                        chain: list[Envelope], firing_runs: dict[str, str]) -> Example[IN, FB]:

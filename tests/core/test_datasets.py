@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +182,53 @@ async def test_a_failing_builder_names_the_feedback() -> None:
     with pytest.raises(DatasetError, match="unknown target kinds"):
         LogFeedbackSource(_Workspace(log), feedback_type=Resolution, input_type=ChainInput,
                           input=broken, targets={"trace"})
+
+
+async def test_a_dataset_of_corrections_keeps_where_people_overrule_the_judge() -> None:
+    log = incident_log()
+    started = next(e for e in log if isinstance(e.event, RunStarted))
+    bo, old_judge = UserActor(id="bo"), EvaluatorActor(name="triage-judge", version="2026-01")
+    other = EvaluatorActor(name="other-judge", version="1")
+
+    def given(actor: Any, value: dict[str, Any], minutes: float) -> Envelope:
+        return started.follow(FeedbackGiven(feedback_type="triage_quality",
+                                            target=RunTarget(run_id="run_1"), value=value),
+                              actor=actor, trace=None).model_copy(
+            update={"time": started.time + timedelta(minutes=minutes)})
+
+    log = _with_seq([
+        *log,
+        # bo first agreed with the judge, then changed his mind: only his latest counts.
+        given(bo, {"correct": True, "severity": "high", "note": None}, 1),
+        given(bo, {"correct": True, "severity": "low", "note": "minor"}, 2),
+        # An older version of the judge, and another judge: not the latest triage-judge.
+        given(old_judge, {"correct": False, "severity": "critical", "note": None}, -1),
+        given(other, {"correct": False, "severity": "low", "note": None}, 3),
+    ])
+
+    def built(context: FeedbackContext[TriageQuality]) -> TriageInput:
+        return TriageInput(service="api", errors=1, opened_incident=True)
+
+    corrections = await collect("c", LogFeedbackSource(
+        _Workspace(log), feedback_type=TriageQuality, input_type=TriageInput, input=built,
+        corrections_of="triage-judge"))
+    # The judge (2026-09-28, its latest) said correct/high: ada overruled both fields, bo
+    # the severity; the free-text note never counts.
+    got = {e.metadata["given_by"]: e for e in corrections.examples}
+    assert set(got) == {"user:ada", "user:bo"}
+    assert got["user:ada"].verdict.severity == "critical"  # the person's value is the label
+    assert got["user:ada"].metadata["differs_on"] == "correct,severity"
+    assert got["user:bo"].metadata["differs_on"] == "severity"
+    assert got["user:bo"].verdict.note == "minor"
+    assert got["user:bo"].metadata["judged_by"] == "evaluator:triage-judge@2026-09-28"
+    assert json.loads(got["user:bo"].metadata["judge_verdict"]) == {
+        "correct": True, "note": None, "severity": "high"}
+    # One version by name: the old one said correct=False/critical, which ada agreed with.
+    old = await collect("c", LogFeedbackSource(
+        _Workspace(log), feedback_type=TriageQuality, input_type=TriageInput, input=built,
+        corrections_of="triage-judge@2026-01"))
+    assert [e.metadata["given_by"] for e in old.examples] == ["user:bo"]
+    assert old.examples[0].metadata["differs_on"] == "correct,severity"
+    with pytest.raises(DatasetError, match="corrections_of names an evaluator"):
+        LogFeedbackSource(_Workspace(log), feedback_type=TriageQuality,
+                          input_type=TriageInput, input=built, corrections_of=" ")
