@@ -333,6 +333,23 @@ async def test_firings_and_chains_are_leased_and_judged_over_rest(
                     assert done.json()["outcome"]["type"] == "recorded"
                 assert (await http.post(f"{base}/{name}/next", headers=ada)).json() == \
                     {"lease": None}
+            # What the page shows of a firing and of a chain.
+            where = f"{served.url}/v1/workspaces/{tenant}.prod"
+            firing = (await http.get(f"{where}/firings/fir_0", headers=ada)).json()
+            assert firing["firing"]["event"]["rule"] == "ops:error-spike"
+            assert [e["event_id"] for e in firing["matched"]] == [heads[0]]
+            assert firing["runs"] == []
+            chain = (await http.get(f"{where}/chains/{heads[1]}", headers=ada)).json()
+            # The spike, its firing, the spike within the chain, and ada's verdicts on the
+            # firing and on the chain.
+            assert [e["event_type"] for e in chain["events"]] == [
+                "ops:error_spike", "rule_fired", "ops:error_spike", "feedback_given",
+                "feedback_given"]
+            assert chain["count"] == 5
+            for missing in ("firings/fir_nope", "chains/evt_nope"):
+                answer = await http.get(f"{where}/{missing}", headers=ada)
+                assert answer.status_code == 404, answer.text
+                assert answer.json()["error"]["code"] == "not_found"
     given = await ws.feedback()
     assert sorted((e.event.feedback_type, e.event.target.id) for e in given) == sorted(
         [("should_have_fired", "fir_0"), ("should_have_fired", "fir_1"),

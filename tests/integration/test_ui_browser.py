@@ -302,3 +302,56 @@ async def test_two_people_work_through_a_blind_queue_by_keyboard(
                       ("user:bo", "run_2", False, "low")]
     print(f"queue on the page: submit to the next item shown {turns} ms")
     assert problems == []
+
+
+async def test_a_firing_and_a_chain_are_shown_as_labelled_rows_in_a_queue(
+    settings: Settings, tenant_factory: Callable[..., str],
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    from streams.core.events import RuleFired
+
+    tenant = tenant_factory()
+    problems: list[str] = []
+    async with serve(settings) as served, async_playwright() as playwright:
+        ws = served.client.workspace(tenant, WORKSPACE)
+        spike = await ws.append(AppEvent(name="ops:error_spike", data={"service": "billing"}))
+        await ws.append(RuleFired(firing_id="fir_1", rule="ops:error-spike",
+                                  matched=[spike.id]),
+                        correlation_id=spike.id, causation_id=spike.id)
+        base = f"http://127.0.0.1:{served.port}"
+        manager = served.key(tenant, "root", frozenset({"read", "manage_queues"}))
+        async with httpx.AsyncClient(timeout=30) as http:
+            for queue in ({"name": "firings", "enters": {"firings_of": "ops:error-spike"},
+                           "feedback_types": ["should_have_fired"]},
+                          {"name": "chains", "enters": {"chains": {}},
+                           "feedback_types": ["resolution"]}):
+                answer = await http.post(
+                    f"{base}/v1/workspaces/{tenant}.{WORKSPACE}/queues", json=queue,
+                    headers={"Authorization": f"Bearer {manager}"})
+                assert answer.status_code == 201, answer.text
+        browser = await playwright.chromium.launch(executable_path=chromium(),
+                                                   args=["--no-sandbox"])
+        try:
+            page = await (await browser.new_context(
+                viewport={"width": 1200, "height": 900})).new_page()
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            page.on("console", lambda message: problems.append(message.text)
+                    if message.type == "error" else None)
+            await _sign_in(page, base, served.key(tenant, "ada"), f"{tenant}.{WORKSPACE}")
+            await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
+            await page.locator("#queue-choice").select_option("firings")
+            item = page.locator("#item")
+            await expect(page.locator("#item h2")).to_have_attribute(
+                "data-item", "firing:fir_1", timeout=30_000)
+            await expect(item.locator("section").first).to_contain_text("ops:error-spike")
+            await expect(item).to_contain_text("runs started")
+            await expect(item).to_contain_text("billing")  # what made it fire
+            await page.locator("#queue-choice").select_option("chains")
+            await expect(page.locator("#item h2")).to_have_attribute(
+                "data-item", f"chain:{spike.id}", timeout=30_000)
+            await expect(item).to_contain_text("ops:error_spike at")  # began
+            await expect(item).to_contain_text("rule_fired at")       # last
+        finally:
+            await browser.close()
+    assert problems == []

@@ -23,6 +23,8 @@ def test_the_document_names_every_route_and_the_command_frame() -> None:
     assert set(document["paths"]) == {
         "/v1/workspaces/{workspace_id}/commands", "/v1/workspaces/{workspace_id}/runs",
         "/v1/workspaces/{workspace_id}/runs/{run_id}",
+        "/v1/workspaces/{workspace_id}/firings/{firing_id}",
+        "/v1/workspaces/{workspace_id}/chains/{correlation_id}",
         "/v1/workspaces/{workspace_id}/feedback",
         "/v1/workspaces/{workspace_id}/feedback-types",
         "/v1/workspaces/{workspace_id}/me", "/v1/workspaces/{workspace_id}/queues",
@@ -286,7 +288,9 @@ def test_reads_declare_their_bodies_and_every_route_the_bearer_key() -> None:
             bodies[method, path.rsplit("/", 1)[-1]] = operation["responses"]["200"][
                 "content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
     assert bodies == {("post", "commands"): "OutcomeFrame", ("get", "runs"): "RunsPage",
-                      ("get", "{run_id}"): "RunOut", ("get", "feedback"): "FeedbackPage",
+                      ("get", "{run_id}"): "RunOut", ("get", "{firing_id}"): "FiringOut",
+                      ("get", "{correlation_id}"): "ChainOut",
+                      ("get", "feedback"): "FeedbackPage",
                       ("get", "feedback-types"): "FeedbackTypes", ("get", "me"): "Identity",
                       ("get", "queues"): "Queues", ("post", "queues"): "QueueInstalledOut",
                       ("post", "archive"): "QueueOutcome", ("post", "next"): "NextItem",

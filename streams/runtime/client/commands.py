@@ -34,6 +34,7 @@ from streams.core.commands import (
     whole_numbers,
 )
 from streams.core.errors import (
+    NotFound,
     Unauthorized,
     ValidationFailed,
 )
@@ -44,7 +45,10 @@ from streams.core.scores import score_configs
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient, Workspace
 
-__all__ = ["CommandService", "envelope_json", "run_json"]
+__all__ = ["CHAIN_EVENTS", "CommandService", "envelope_json", "run_json"]
+
+CHAIN_EVENTS = 500
+"""The most envelopes a chain's read answers (its `count` says how many it has)."""
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +137,31 @@ class CommandService:
         await self.client.log.require_tenant(ws.tenant)
         record = await ws.run_record(run_id)
         return await asyncio.to_thread(run_json, record)
+
+    async def firing(self, token: str | None, workspace_id: str,
+                     firing_id: str) -> dict[str, Any]:
+        """One firing: its rule_fired envelope, the envelopes it matched and the run_started
+        envelopes of the runs it started: {"id", "firing", "matched", "runs"}."""
+        _key, ws = self.authorize(token, workspace_id, "read")
+        await self.client.log.require_tenant(ws.tenant)
+        fired, matched, runs = await ws.firing_record(firing_id)
+        return await asyncio.to_thread(lambda: {
+            "id": firing_id, "firing": envelope_json(fired),
+            "matched": [envelope_json(e) for e in matched],
+            "runs": [envelope_json(e) for e in runs]})
+
+    async def chain(self, token: str | None, workspace_id: str, correlation_id: str, *,
+                    limit: int = CHAIN_EVENTS) -> dict[str, Any]:
+        """A chain's envelopes in log order, the first `limit` of them: {"id", "events",
+        "count"} (`count` is all of them); NotFound when the workspace has no such chain."""
+        _key, ws = self.authorize(token, workspace_id, "read")
+        await self.client.log.require_tenant(ws.tenant)
+        envelopes = await ws.chain_events(correlation_id)
+        if not envelopes:
+            raise NotFound(f"no chain {correlation_id!r} in workspace {workspace_id}")
+        return await asyncio.to_thread(lambda: {
+            "id": correlation_id, "count": len(envelopes),
+            "events": [envelope_json(e) for e in envelopes[:limit]]})
 
     async def feedback(self, token: str | None, workspace_id: str, *,
                        feedback_type: str | None = None, participant: str | None = None,

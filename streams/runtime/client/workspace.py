@@ -41,6 +41,7 @@ from streams.core.events import (
     ProposalMade,
     ProposalResolved,
     RuleFired,
+    RunStarted,
     Seq,
     TraceContext,
 )
@@ -439,25 +440,52 @@ class Workspace:
         record = run_record_of(envelopes, run_id)
         if record is not None and record.fired is not None and isinstance(
                 record.fired.event, RuleFired):
-            have = {e.event_id for e in envelopes}
-            index = await self._index()
-            caught_up = False
-            for event_id in record.fired.event.matched:
-                if event_id in have:
-                    continue
-                entry = await asyncio.to_thread(index.lookup, event_key(event_id))
-                if entry is None and not caught_up:  # events are indexed by catch-ups
-                    await asyncio.to_thread(index.catch_up)
-                    caught_up = True
-                    entry = await asyncio.to_thread(index.lookup, event_key(event_id))
-                at = None if entry is None else await asyncio.to_thread(index.message_at,
-                                                                        entry)
-                if at is not None:
-                    envelopes += self._decoded([at])
+            envelopes += await self._matched_elsewhere(envelopes, record.fired.event)
             record = run_record_of(envelopes, run_id)
         if record is None:
             raise NotFound(f"no run {run_id!r} in workspace {self.tenant}/{self.workspace}")
         return record
+
+    async def _matched_elsewhere(self, envelopes: list[Envelope],
+                                 fired: RuleFired) -> list[Envelope]:
+        """The events a firing matched that are not among `envelopes` (a counting rule's,
+        of other chains): each one read where the index says it is."""
+        have = {e.event_id for e in envelopes}
+        index = await self._index()
+        caught_up = False
+        found: list[Envelope] = []
+        for event_id in fired.matched:
+            if event_id in have:
+                continue
+            entry = await asyncio.to_thread(index.lookup, event_key(event_id))
+            if entry is None and not caught_up:  # events are indexed by catch-ups
+                await asyncio.to_thread(index.catch_up)
+                caught_up = True
+                entry = await asyncio.to_thread(index.lookup, event_key(event_id))
+            at = None if entry is None else await asyncio.to_thread(index.message_at, entry)
+            if at is not None:
+                found += self._decoded([at])
+        return found
+
+    async def firing_record(self, firing_id: str) -> tuple[Envelope, list[Envelope],
+                                                           list[Envelope]]:
+        """A firing: its rule_fired envelope, the envelopes it matched and the runs it
+        started (their run_started envelopes, first attempts); NotFound if this workspace
+        has no such firing. Reads its chain and, for matched events elsewhere, each one."""
+        self._check_read("a firing")
+        where = await self.locate(FiringTarget(firing_id=firing_id))
+        envelopes = await self.chain_events(where.correlation_id)
+        fired = next((e for e in envelopes if isinstance(e.event, RuleFired)
+                      and e.event.firing_id == firing_id), None)
+        if fired is None or not isinstance(fired.event, RuleFired):
+            raise NotFound(f"no firing {firing_id!r} in workspace "
+                           f"{self.tenant}/{self.workspace}")
+        envelopes += await self._matched_elsewhere(envelopes, fired.event)
+        by_id = {e.event_id: e for e in envelopes}
+        matched = [by_id[i] for i in fired.event.matched if i in by_id]
+        runs = [e for e in envelopes if isinstance(e.event, RunStarted)
+                and e.event.firing_id == firing_id and e.event.attempt == 1]
+        return fired, matched, runs
 
     async def give_feedback(
         self,

@@ -3,12 +3,15 @@
     POST /v1/workspaces/{workspace_id}/commands      a command frame -> outcome or error frame
     GET  /v1/workspaces/{workspace_id}/runs           runs, newest first (rule=, limit=, cursor=)
     GET  /v1/workspaces/{workspace_id}/runs/{run_id}  one run's record
+    GET  /v1/workspaces/{workspace_id}/firings/{firing_id}    one firing's record
+    GET  /v1/workspaces/{workspace_id}/chains/{correlation_id}  one chain's events
     GET  /v1/workspaces/{workspace_id}/feedback       feedback (feedback_type=, participant=, ...)
     GET  /v1/workspaces/{workspace_id}/feedback-types the registered types, schemas, score configs
     GET  /v1/workspaces/{workspace_id}/me             who the key acts as, its capabilities
     GET  /v1/workspaces/{workspace_id}/queues         the annotation queues (archived=true too)
     POST /v1/workspaces/{workspace_id}/queues         install a queue from its JSON form
     POST /v1/workspaces/{workspace_id}/queues/{name}/archive   archive a live queue
+    GET  /v1/workspaces/{workspace_id}/queues/{name}/progress  where the queue stands
     POST /v1/workspaces/{workspace_id}/queues/{name}/next      lease the next item
     POST /v1/workspaces/{workspace_id}/queues/{name}/submit    a verdict under a lease
     POST /v1/workspaces/{workspace_id}/queues/{name}/skip      give a leased item back
@@ -74,8 +77,10 @@ with needs("serve", "streams serve"):
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from streams.surfaces.http.document import (
+        ChainOut,
         FeedbackPage,
         FeedbackTypes,
+        FiringOut,
         Identity,
         NextItem,
         QueueInstalledOut,
@@ -339,6 +344,24 @@ async def _run(request: Request, workspace_id: str, run_id: str, key: Key,
                service: Service) -> Response:
     # One run's record.
     return await _read(request, lambda: service.run(key, workspace_id, run_id))
+
+
+@runs.get("/firings/{firing_id}", responses=_answers(FiringOut),
+          summary="One firing: its rule_fired event, what it matched and the runs it started",
+          name="firing")
+async def _firing(request: Request, workspace_id: str, firing_id: str, key: Key,
+                  service: Service) -> Response:
+    # One firing's record.
+    return await _read(request, lambda: service.firing(key, workspace_id, firing_id))
+
+
+@runs.get("/chains/{correlation_id}", responses=_answers(ChainOut),
+          summary="One causal chain's events in log order (at most 500; count is all)",
+          name="chain")
+async def _chain(request: Request, workspace_id: str, correlation_id: str, key: Key,
+                 service: Service) -> Response:
+    # One chain's events.
+    return await _read(request, lambda: service.chain(key, workspace_id, correlation_id))
 
 
 feedback = APIRouter(prefix=WORKSPACE)

@@ -38,11 +38,13 @@ from streams.core.viewrows import PAGE_CURSOR_PATTERN
 
 __all__ = [
     "BEARER",
+    "ChainOut",
     "Cursor",
     "EnvelopeOut",
     "FeedbackPage",
     "FeedbackTypeOut",
     "FeedbackTypes",
+    "FiringOut",
     "Identity",
     "LeaseOut",
     "NextItem",
@@ -92,6 +94,25 @@ class RunOut(BaseModel):
     run: EnvelopeOut
     matched: list[EnvelopeOut]
     emitted: list[EnvelopeOut]
+
+
+class FiringOut(BaseModel):
+    """A firing: its rule_fired envelope, the envelopes it matched and the run_started
+    envelopes of the runs it started (first attempts)."""
+
+    id: str
+    firing: EnvelopeOut
+    matched: list[EnvelopeOut]
+    runs: list[EnvelopeOut]
+
+
+class ChainOut(BaseModel):
+    """A causal chain's envelopes in log order, at most 500 of them; `count` is how many
+    the chain has."""
+
+    id: str
+    count: int
+    events: list[EnvelopeOut]
 
 
 class RunsPage(BaseModel):

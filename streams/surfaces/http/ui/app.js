@@ -408,15 +408,72 @@ function leaseAhead(queue, lease) {
 }
 
 async function readItem(lease) {
-  // The run's record, or the error reading it (shown in its place); null for other kinds.
+  // The item's record (a run's, a firing's or a chain's), or the error reading it (shown in
+  // its place).
   const { kind } = lease.target;
-  if (kind !== "run") return null;
   const id = lease.item.slice(kind.length + 1);
+  const route = { run: "runs", firing: "firings", chain: "chains" }[kind];
   try {
-    return await api(wsPath(`runs/${encodeURIComponent(id)}`));
+    return await api(wsPath(`${route}/${encodeURIComponent(id)}`));
   } catch (error) {
     return { error };
   }
+}
+
+const when = (envelope) => (envelope.time || "").replace("T", " ").slice(0, 19);
+
+function runParts(record, id, blind) {
+  const run = record.run.event || {};
+  const ended = record.emitted.find((e) => e.event.run_id === id
+    && ["run_succeeded", "run_failed", "run_dead_lettered"].includes(e.event_type));
+  const parts = [section("The run", fields([
+    ["rule", run.rule], ["action", run.action], ["started", when(record.run)],
+    ["status", ended ? ended.event_type.replace("run_", "").replace("_", "-") : "running"],
+    ["output", ended?.event.output ?? ended?.event.error],
+    ...Object.entries(run.scope || {}).map(([k, v]) => [`scope: ${k}`, v]),
+  ]))];
+  if (record.matched.length) {
+    parts.push(section("What made it fire", fields(record.matched.map(
+      (e) => [e.event_type, e.event.data ?? e.event]))));
+  }
+  // Verdicts are events the run caused too: a blind queue leaves them out.
+  const emitted = blind ? record.emitted.filter((e) => e.event_type !== "feedback_given")
+    : record.emitted;
+  parts.push(asJson("all events as JSON", { run: record.run, matched: record.matched, emitted }));
+  return parts;
+}
+
+function firingParts(record) {
+  const fired = record.firing.event || {};
+  const parts = [section("The firing", fields([
+    ["rule", fired.rule], ["fired", when(record.firing)],
+    ["matched", `${record.matched.length} event${record.matched.length === 1 ? "" : "s"}`],
+    ["runs started", record.runs.map((e) => e.event.run_id).join(", ") || "none"],
+  ]))];
+  if (record.matched.length) {
+    parts.push(section("What made it fire", fields(record.matched.map(
+      (e) => [e.event_type, e.event.data ?? e.event]))));
+  }
+  parts.push(asJson("all events as JSON", record));
+  return parts;
+}
+
+function chainParts(record, blind) {
+  // A blind queue leaves the verdicts given in the chain out.
+  const events = blind ? record.events.filter((e) => e.event_type !== "feedback_given")
+    : record.events;
+  const [first] = events;
+  const last = events[events.length - 1];
+  const parts = [section("The chain", fields([
+    ["events", record.count > record.events.length
+      ? `${record.count} (the first ${record.events.length} read)` : String(record.count)],
+    ["began", first ? `${first.event_type} at ${when(first)}` : ""],
+    ["last", last && last !== first ? `${last.event_type} at ${when(last)}` : ""],
+  ]))];
+  parts.push(section("Its events", fields(events.slice(0, 30).map(
+    (e) => [e.event_type, `${when(e)} ${JSON.stringify(e.event.data ?? e.event)}`]))));
+  parts.push(asJson("all events as JSON", { ...record, events }));
+  return parts;
 }
 
 async function nextItem(started = null) {
@@ -487,38 +544,16 @@ async function showLeased(lease, read = undefined) {
   title.textContent = `${kind} · ${id}`;
   title.dataset.item = lease.item;
   const parts = [title];
-  if (kind === "run") {
-    try {
-      const record = read === undefined || read === null ? await readItem(lease) : read;
-      if (record.error) throw record.error;
-      const run = record.run.event || {};
-      const ended = record.emitted.find((e) => e.event.run_id === id
-        && ["run_succeeded", "run_failed", "run_dead_lettered"].includes(e.event_type));
-      parts.push(section("The run", fields([
-        ["rule", run.rule], ["action", run.action],
-        ["started", (record.run.time || "").replace("T", " ").slice(0, 19)],
-        ["status", ended ? ended.event_type.replace("run_", "").replace("_", "-") : "running"],
-        ["output", ended?.event.output ?? ended?.event.error],
-        ...Object.entries(run.scope || {}).map(([k, v]) => [`scope: ${k}`, v]),
-      ])));
-      if (record.matched.length) {
-        parts.push(section("What made it fire", fields(record.matched.map(
-          (e) => [e.event_type, e.event.data ?? e.event]))));
-      }
-      // Verdicts are events the run caused too: a blind queue leaves them out.
-      const emitted = blind ? record.emitted.filter((e) => e.event_type !== "feedback_given")
-        : record.emitted;
-      parts.push(asJson("all events as JSON",
-        { run: record.run, matched: record.matched, emitted }));
-    } catch (error) {
-      const p = document.createElement("p");
-      p.className = "error";
-      p.textContent = `could not read the run: ${error.message}`;
-      parts.push(p);
-    }
-  } else {
-    parts.push(section(`The ${kind}`, fields([["kind", kind], ["id", id]])),
-      asJson("the target as JSON", lease.target));
+  try {
+    const record = read === undefined || read === null ? await readItem(lease) : read;
+    if (record.error) throw record.error;
+    parts.push(...(kind === "run" ? runParts(record, id, blind)
+      : kind === "firing" ? firingParts(record) : chainParts(record, blind)));
+  } catch (error) {
+    const p = document.createElement("p");
+    p.className = "error";
+    p.textContent = `could not read the ${kind}: ${error.message}`;
+    parts.push(p);
   }
   if (state.lease !== lease) return;
   article.replaceChildren(...parts);
