@@ -183,6 +183,29 @@ def _named(partitions: Sequence[TopicPartition]) -> str:
     return " ".join(f"{t}{sorted(ps)}" for t, ps in sorted(by_topic.items())) or "nothing"
 
 
+def _on_own_thread(name: str, call: Callable[[], object],
+                   timeout: float) -> tuple[bool, BaseException | None]:
+    """Run `call()` on a thread of its own (named `name`) and wait up to `timeout` seconds:
+    (whether it returned in time, what it raised). A call that did not return keeps its
+    thread; the caller decides what to give up."""
+    outcome: list[BaseException | None] = []
+    finished = threading.Event()
+
+    def attempt() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:  # handed over to the caller's thread
+            outcome.append(exc)
+        finally:
+            finished.set()
+
+    threading.Thread(target=attempt, name=name, daemon=True).start()
+    if not finished.wait(timeout):
+        return False, None
+    return True, outcome[0]
+
+
 def _error_of(exc: KafkaException) -> KafkaError | None:
     error = exc.args[0] if exc.args else None
     return error if isinstance(error, KafkaError) else None
@@ -469,20 +492,9 @@ class BatchLoop:
         wedged after its offsets were sent leaves them pending, which the rewind's read of
         the committed offsets waits out (a read_committed consumer asks for stable offsets,
         KIP-447)."""
-        outcome: list[BaseException | None] = []
-        finished = threading.Event()
-
-        def attempt() -> None:
-            try:
-                call()
-                outcome.append(None)
-            except BaseException as exc:  # handed over to the loop's thread below
-                outcome.append(exc)
-            finally:
-                finished.set()
-
-        threading.Thread(target=attempt, name=f"{self.name}: {what}", daemon=True).start()
-        if not finished.wait(self.flush_timeout + self.hang_grace):
+        returned, raised = _on_own_thread(f"{self.name}: {what}", call,
+                                          self.flush_timeout + self.hang_grace)
+        if not returned:
             self.stats.producers_abandoned += 1
             log.error("%s: %s did not return within %.0f s (its timeout is %.0f s): giving "
                       "its producer up and redoing the batch with a new one", self.name, what,
@@ -491,8 +503,8 @@ class BatchLoop:
             raise KafkaException(KafkaError(
                 KafkaError._TIMED_OUT, f"{what} did not return within its timeout",
                 fatal=True))
-        if outcome[0] is not None:
-            raise outcome[0]
+        if raised is not None:
+            raise raised
 
     def _retrying(self, what: str, call: Callable[[], None]) -> None:
         """Call a transactional API, again while it fails with a retriable error (a timeout,
@@ -839,19 +851,11 @@ class BatchLoop:
         log.error("%s: the consumer %s for %.0f s: replacing it with a new one "
                   "(librdkafka #4916)", self.name, what, self.stall_timeout,
                   extra={"event": "consumer_replaced", "loop": self.name})
-        closed = threading.Event()
-
-        def close() -> None:
-            try:
-                consumer.close()
-            except Exception as exc:  # a stalled consumer may fail to close: carry on
-                log.warning("%s: closing the stalled consumer failed (%s)", self.name, exc)
-            finally:
-                closed.set()
-
-        threading.Thread(target=close, name=f"{self.name}: closing a stalled consumer",
-                         daemon=True).start()
-        if not closed.wait(self.flush_timeout + self.hang_grace):
+        closed, raised = _on_own_thread(f"{self.name}: closing a stalled consumer",
+                                        consumer.close, self.flush_timeout + self.hang_grace)
+        if raised is not None:  # a stalled consumer may fail to close: carry on
+            log.warning("%s: closing the stalled consumer failed (%s)", self.name, raised)
+        if not closed:
             log.error("%s: the stalled consumer did not close within %.0f s; left to its "
                       "thread (the group expels it after its session timeout)", self.name,
                       self.flush_timeout + self.hang_grace)
