@@ -44,6 +44,7 @@ __all__ = [
     "fold_trends",
     "label_of",
     "period_of",
+    "quantile",
 ]
 
 PERIODS = ("day", "week")
@@ -109,7 +110,10 @@ def period_of(when: datetime, period: str) -> tuple[str, date]:
     raise ValueError(f"period {period!r} is one of {list(PERIODS)}")
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values, linear between the closest ranks."""
+    if not values:
+        raise ValueError("quantile of nothing")
     position = (len(values) - 1) * q
     low = math.floor(position)
     high = min(low + 1, len(values) - 1)
@@ -118,8 +122,8 @@ def _quantile(values: Sequence[float], q: float) -> float:
 
 def _summary(values: list[float]) -> NumberSummary:
     ordered = sorted(values)
-    return NumberSummary(ordered[0], _quantile(ordered, 0.25), _quantile(ordered, 0.5),
-                         _quantile(ordered, 0.75), ordered[-1],
+    return NumberSummary(ordered[0], quantile(ordered, 0.25), quantile(ordered, 0.5),
+                         quantile(ordered, 0.75), ordered[-1],
                          math.fsum(ordered) / len(ordered))
 
 

@@ -37,6 +37,7 @@ from streams.core.measures import (
     fold_time_to_resolution,
     fold_trends,
 )
+from streams.core.measures.answers import quantile
 from streams.core.proposals import (
     fold_ledger,
     fold_proposal_rates,
@@ -108,16 +109,6 @@ def parse_period(text: str) -> str:
     if text not in PERIODS:
         raise ReportError(f"--per {text!r} is one of {', '.join(PERIODS)}")
     return text
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile of sorted values, linear between the closest ranks."""
-    if not values:
-        raise ValueError("quantile of nothing")
-    position = (len(values) - 1) * q
-    low = math.floor(position)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (position - low)
 
 
 def _nice(step: float) -> float:
