@@ -38,7 +38,7 @@ from pydantic import BaseModel, ValidationError
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, FeedbackGiven, RunStarted
 from streams.core.feedback import Feedback
-from streams.core.measures.agreement import compared_fields
+from streams.core.measures.agreement import Verdict, compared_fields, latest_verdicts
 from streams.core.measures.source import LogSource, envelopes_of
 from streams.core.runs import RunRecord, run_record_of
 from streams.core.targets import TARGET_KINDS
@@ -212,40 +212,27 @@ class LogFeedbackSource(Generic[FB, IN]):
         assert self.corrections_of is not None
         wanted = self.corrections_of
         name = self.feedback_type.feedback_name
-        latest: dict[tuple[str, str], Envelope] = {}  # (target, participant) -> newest
-        for envelope in envelopes:
-            event = envelope.event
-            if not isinstance(event, FeedbackGiven) or event.feedback_type != name:
+        verdicts = [v for v in latest_verdicts(envelopes) if v.feedback_type == name]
+        judged: dict[str, Verdict] = {}  # target -> the evaluator's newest verdict
+        for verdict in verdicts:
+            judge = verdict.participant.removeprefix("evaluator:")
+            if verdict.person or (judge != wanted and judge.split("@", 1)[0] != wanted):
                 continue
-            actor = envelope.actor
-            if actor.kind == "evaluator":
-                judge = actor.participant.removeprefix("evaluator:")
-                if judge != wanted and judge.split("@", 1)[0] != wanted:
-                    continue
-            elif actor.kind != "user":
-                continue
-            key = (f"{event.target.kind}:{event.target.id}", actor.participant)
-            if key not in latest or latest[key].time <= envelope.time:
-                latest[key] = envelope
-        judged: dict[str, Envelope] = {}  # target -> the evaluator's newest verdict
-        for (target, _who), envelope in latest.items():
-            if envelope.actor.kind == "evaluator" and (
-                    target not in judged or judged[target].time <= envelope.time):
-                judged[target] = envelope
+            if verdict.target not in judged or judged[verdict.target].time <= verdict.time:
+                judged[verdict.target] = verdict
         fields = sorted(compared_fields(self.feedback_type))
         out: dict[str, dict[str, str]] = {}
-        for (target, _who), envelope in latest.items():
-            by_judge = judged.get(target)
-            if envelope.actor.kind != "user" or by_judge is None:
+        for verdict in verdicts:
+            by_judge = judged.get(verdict.target)
+            if not verdict.person or by_judge is None:
                 continue
-            said = envelope.event.value if isinstance(envelope.event, FeedbackGiven) else {}
-            thought = by_judge.event.value if isinstance(by_judge.event, FeedbackGiven) else {}
+            said, thought = verdict.value, by_judge.value
             differ = [f for f in fields if said.get(f) is not None
                       and thought.get(f) is not None and said[f] != thought[f]]
             if differ:
-                out[envelope.event_id] = {
-                    "judged_by": by_judge.actor.participant,
-                    "judge_verdict": json.dumps(dict(thought), sort_keys=True, default=str),
+                out[verdict.event_id] = {
+                    "judged_by": by_judge.participant,
+                    "judge_verdict": json.dumps(thought, sort_keys=True, default=str),
                     "differs_on": ",".join(differ)}
         return out
 

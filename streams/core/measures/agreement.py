@@ -196,6 +196,7 @@ class Verdict:
     person: bool
     value: dict[str, object]
     time: datetime
+    event_id: str
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,7 @@ def latest_verdicts(envelopes: Iterable[Envelope]) -> list[Verdict]:
         if previous is None or previous[0].time <= envelope.time:
             latest[key] = (envelope, event)
     return [Verdict(feedback_type, target, participant, envelope.actor.kind == "user",
-                    dict(event.value), envelope.time)
+                    dict(event.value), envelope.time, envelope.event_id)
             for (feedback_type, target, participant), (envelope, event) in latest.items()]
 
 
