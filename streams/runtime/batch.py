@@ -69,6 +69,12 @@ it, replacing the producer when the abort fails too; only an outage longer than
 `outage_limit` seconds ends the loop with
 `OutageTooLong`.
 
+Assigned partitions start where the loop itself read their committed offsets
+(`_committed_starts`), never where librdkafka's own lookup would: that lookup, retried while
+an open transaction of a killed member holds the offsets, starts a partition at the
+beginning when the assignment changes before the transaction ends (the next member joining),
+and every committed record would be done again.
+
 A consumer that stops handing on records is replaced: librdkafka can leave a consumer that
 fetches nothing after a broker restart, for good (its open issue #4916; a restart of the
 process cured it). When the loop has been handed no record for `stall_timeout` seconds
@@ -93,7 +99,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.kafka.lag import LagTracker
@@ -116,11 +130,11 @@ Step = Callable[[Sequence[Message]], list[Output]]
 """A batch of consumed messages in, the records to produce out (may raise
 RegistryUnavailable, having produced nothing)."""
 
-OnAssigned = Callable[[Consumer, list[TopicPartition]], None]
-"""Called when partitions are assigned, before the loop reads them: a stateful step restores
-its state here, and may `consumer.assign(...)` the partitions at offsets of its choosing
-(the state's own position); if it does not, the loop assigns them at their committed
-offsets."""
+OnAssigned = Callable[[Consumer, list[TopicPartition]], list[TopicPartition] | None]
+"""Called when partitions are assigned, before the loop reads them, with each partition at
+its committed offset (OFFSET_BEGINNING where the group has none): a stateful step restores
+its state here and returns the partitions at the offsets it starts from (its state's own
+position); None starts them at the committed offsets."""
 
 OnRevoked = Callable[[list[TopicPartition]], None]
 """Called after revoked (or lost) partitions' work was committed (or dropped): a stateful
@@ -668,11 +682,45 @@ class BatchLoop:
         self._received_at = time.monotonic()
         self._lost_at = self._suspect = None
         log.info("%s: assigned %s", self.name, _named(partitions))
-        if self.on_assigned is not None:
-            self.on_assigned(consumer, partitions)
+        starts = self._committed_starts(consumer, partitions)
+        chosen = self.on_assigned(consumer, starts) if self.on_assigned is not None else None
+        consumer.assign(starts if chosen is None else chosen)
+        self._received_at = time.monotonic()
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
         self.topics_seen |= {tp.topic for tp in partitions}
         self._ready.set()
+
+    def _committed_starts(self, consumer: Consumer,
+                          partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """`partitions` at their committed offsets, OFFSET_BEGINNING where the group has none
+        (auto.offset.reset=earliest). The loop reads them itself and assigns them explicitly
+        instead of leaving the lookup to librdkafka: an offset held by an open transaction
+        (a member killed mid-transaction, until the broker aborts it) makes librdkafka's
+        lookup retry, and if the assignment changes meanwhile (the next member joining) it
+        starts the partition at auto.offset.reset instead, the beginning: every committed
+        record done again (the repeated-SIGKILL failure test caught it).
+        `committed()` waits such an offset out (KIP-447's require_stable), failing with a
+        timeout while it is held; that, and an unreachable coordinator, is waited out
+        like any outage (`outage_limit`)."""
+        if not partitions:
+            return []
+        asked = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        while True:
+            try:
+                committed = consumer.committed(asked, timeout=self.runtime.settings.admin_timeout)
+                failed = [tp for tp in committed if tp.error is not None]
+                if not failed:
+                    break
+                problem = "; ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed)
+            except KafkaException as exc:
+                problem = str(exc)
+            self._wait_outage(
+                f"reading the committed offsets of {_named(asked)} failed ({problem}); an "
+                "open transaction of a member that stopped holds them until the broker aborts "
+                "it, transaction.timeout.ms after it began")
+        self._outage_over()
+        return [tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING)
+                for tp in committed]
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._replaced(consumer):

@@ -253,3 +253,50 @@ def test_a_consumer_that_hands_on_nothing_while_records_wait_is_replaced(
         assert records_in(settings, sink) == RECORDS  # nothing was done twice
     else:
         assert count(settings, sink) >= RECORDS
+
+
+def test_partitions_whose_offsets_an_open_transaction_holds_start_at_them_after_a_rebalance(
+    settings: Settings, topics: tuple[str, str],
+) -> None:
+    # A member killed mid-transaction leaves its offsets pending until the broker aborts the
+    # transaction. A loop assigned those partitions meanwhile must wait and start at the
+    # committed offsets, even when the group rebalances (a second member joining) before the
+    # transaction ends: librdkafka's own lookup started them at the beginning then.
+    source, sink = topics
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    first = Consumer(consumer_config(settings, group))
+    ends = {p: high for p, (_low, high) in watermarks(first, source).items()}
+    first.commit(offsets=[TopicPartition(source, p, ends[p] // 2) for p in ends],
+                 asynchronous=False)
+    first.subscribe([source])
+
+    def holds_all() -> bool:
+        first.poll(0.2)
+        return len(first.assignment()) == len(ends)
+
+    wait_until(holds_all, 60, "the first member to hold every partition")
+    holder = Runtime(settings).transactional_producer(f"holder-{uuid.uuid4().hex[:8]}")
+    holder.init_transactions(30)
+    holder.begin_transaction()
+    holder.send_offsets_to_transaction(  # pending: the "killed" member's open transaction
+        [TopicPartition(source, p, ends[p] - 1) for p in ends],
+        first.consumer_group_metadata(), 30)
+    first.close()
+    loops = [BatchLoop(Runtime(settings), group=group, subscription=[source],
+                       step=copy_to(lambda: sink), batch_size=20, commit_every=1,
+                       commit_interval=0.2, flush_timeout=10, name=f"held-{n}",
+                       guarantee="exactly_once") for n in range(2)]
+    running = [start(loops[0])]
+    time.sleep(3)  # the first loop is assigned every partition, their offsets held
+    running.append(start(loops[1]))
+    time.sleep(4)  # the second joins: the group rebalances while the offsets are still held
+    holder.abort_transaction(30)
+    try:
+        wait_until(lambda: committed(settings, group, source) == RECORDS, timeout=120,
+                   what="every offset committed")
+    finally:
+        for thread, stop in running:
+            stop.set()
+            thread.join(30)
+    # Each record from the committed offsets on copied once; none before them.
+    assert records_in(settings, sink) == sum(ends[p] - ends[p] // 2 for p in ends)

@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from streams.adapters.kafka.outputs import Output
 from streams.core.errors import ConfigError
@@ -79,6 +85,10 @@ class Broker:
     # they are made; None: a healthy one. "lost": loses its partitions and never rejoins.
     stalls: list[int | str | None] = field(default_factory=list)
     stalled_close_fails: bool = False  # a stalled consumer's close raises, revoking nothing
+    # Where a partition the application assigns without an offset starts: its committed
+    # offset, or (True) the beginning, as librdkafka's lookup does when the assignment
+    # changed while an open transaction held the offset.
+    lookup_resets: bool = False
     consumers: list[FakeConsumer] = field(default_factory=list)
 
     def fail(self, call: str) -> None:
@@ -112,9 +122,20 @@ class FakeConsumer:
             self.joined = True
             self.generation = self.broker.generation
             parts = [TopicPartition(TOPIC, p) for p in self.broker.log]
+            self.assigned_at: dict[int, int] | None = None
             self.callbacks["on_assign"](self, parts)
             for p in self.broker.log:
-                self.at[p] = self.broker.committed.get(p, 0)
+                self.at[p] = self._start(p)
+
+    def assign(self, parts: list[TopicPartition]) -> None:
+        self._open()
+        self.assigned_at = {tp.partition: tp.offset for tp in parts}
+
+    def _start(self, p: int) -> int:
+        offset = OFFSET_INVALID if self.assigned_at is None else self.assigned_at[p]
+        if offset == OFFSET_BEGINNING or (offset == OFFSET_INVALID and self.broker.lookup_resets):
+            return 0
+        return offset if offset >= 0 else self.broker.committed.get(p, 0)
 
     def consume(self, n: int, _timeout: float) -> list[Msg]:
         self._join()
@@ -157,6 +178,7 @@ class FakeConsumer:
 
     def committed(self, parts: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
         self._open()
+        self.broker.fail("committed")
         return [TopicPartition(tp.topic, tp.partition, self.broker.committed.get(tp.partition,
                                                                                  -1001))
                 for tp in parts]
@@ -588,6 +610,35 @@ def test_before_commit_outputs_share_the_transaction() -> None:
     assert b"cl1" not in changelog
     assert len(changelog) == loop.stats.commits  # one per committed transaction
     assert sorted(v for v in broker.visible if not v.startswith(b"cl")) == expected(broker)
+
+
+def test_assigned_partitions_start_where_the_loop_read_their_committed_offsets() -> None:
+    # A killed member's open transaction holds the committed offsets: reading them times out
+    # twice. librdkafka's own lookup would start the partitions at the beginning here (the
+    # assignment changing meanwhile); the loop waits, then assigns them at those offsets.
+    broker = Broker(records(6), committed={0: 4, 1: 2}, lookup_resets=True,
+                    failures={"committed": _timeouts(2)})
+    loop = make(broker)
+    run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == sorted([b"p0-4", b"p0-5", *(b"p1-%d" % i
+                                                                 for i in range(2, 6))])
+    assert loop.stats.outage_waits == 2
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_an_assignment_hook_chooses_where_partitions_start(guarantee: str) -> None:
+    seen: list[list[tuple[int, int]]] = []
+
+    def hook(_consumer: Any, parts: list[TopicPartition]) -> list[TopicPartition]:
+        seen.append([(tp.partition, tp.offset) for tp in parts])
+        return [TopicPartition(tp.topic, tp.partition, 3) for tp in parts]
+
+    broker = Broker(records(5), committed={0: 1}, lookup_resets=True)
+    loop = make(broker, guarantee, on_assigned=hook)
+    run_until(loop, all_committed(broker))
+    # Given the committed offsets (the beginning where there is none), started at its own.
+    assert seen == [[(0, 1), (1, OFFSET_BEGINNING)]]
+    assert sorted(broker.visible) == [b"p0-3", b"p0-4", b"p1-3", b"p1-4"]
 
 
 def test_revocation_commits_the_open_transaction_and_loss_aborts_it() -> None:

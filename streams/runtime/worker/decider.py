@@ -253,13 +253,13 @@ class RuleDecider:
 
     # -- rebalances ----------------------------------------------------------------------
 
-    def on_assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Restore each assigned partition's state (store, then changelog), then assign the
-        partitions at max(committed offset, position)."""
+    def on_assigned(self, consumer: Consumer,
+                    partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Restore each assigned partition's state (store, then changelog); the partitions
+        (given at their committed offsets) start at max(committed offset, position)."""
         self._consumer = consumer
         started = time.monotonic()
-        committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(
-            partitions, timeout=self.settings.admin_timeout)}
+        committed = {(tp.topic, tp.partition): tp.offset for tp in partitions}
         opened: list[_Owned] = []
         for tp in partitions:
             parsed = parse_topic(tp.topic, self.settings.topic_prefix)
@@ -283,13 +283,13 @@ class RuleDecider:
             self.owned[(owned.topic, owned.partition)] = owned
             assign.append(TopicPartition(owned.topic, owned.partition,
                                          max(done, owned.part.position)))
-        consumer.assign(assign)
         took = time.monotonic() - started
         self.stats.restores += 1
         self.stats.restore_seconds = took
         if opened:
             log.info("rule-decider: restored %d partitions (%d keys) in %.2f s", len(opened),
                      sum(len(o.part.upto) for o in opened), took)
+        return assign
 
     def _changelog(self, tenant: str, rules: str) -> str:
         topic = rulestate_topic(tenant, self.settings.topic_prefix)
