@@ -61,6 +61,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    OFFSET_INVALID,
     Consumer,
     KafkaError,
     KafkaException,
@@ -507,6 +508,13 @@ class SinkRunner:
         elif self.replay:
             for tp in partitions:
                 tp.offset = self.start_offset(tp.topic, tp.partition)
+        # A partition given no start above starts at the committed offset just read, not
+        # where librdkafka's own lookup would (see streams.runtime.batch._committed_starts).
+        known = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.error is None}
+        for tp in partitions:
+            at = known.get((tp.topic, tp.partition))
+            if tp.offset == OFFSET_INVALID and at is not None:
+                tp.offset = at if at >= 0 else OFFSET_BEGINNING
         assigned = {(tp.topic, tp.partition) for tp in partitions}
         # Read again from where the assignment starts: a held record of these is not kept.
         self._held = [m for m in self._held if (m.topic() or "", m.partition() or 0)

@@ -94,8 +94,8 @@ def test_assignment_seeks_to_the_stored_offsets_and_falls_back_to_the_cursor() -
     runner._on_assign(consumer, [TopicPartition(T, 0), TopicPartition(T, 1)])  # type: ignore
     assert runner._error is None
     # Partition 0 at what the store holds, not the cursor's 30; partition 1, of which the
-    # store holds nothing, at the committed cursor (OFFSET_INVALID: the group's offset).
-    assert consumer.assigned == {(T, 0): 42, (T, 1): OFFSET_INVALID}
+    # store holds nothing, at the committed cursor, as read (not left to librdkafka's lookup).
+    assert consumer.assigned == {(T, 0): 42, (T, 1): 7}
     runner.replay = True
     runner._on_assign(consumer, [TopicPartition(T, 0)])  # type: ignore
     assert consumer.assigned == {(T, 0): OFFSET_BEGINNING}
