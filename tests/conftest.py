@@ -226,11 +226,15 @@ class WorkerProcess:
     env: dict[str, str]
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
-    restarts: int = field(default=0)
+    restarts: int = field(default=0)  # starts after the first
+    started_at: int = field(default=0)  # the log's length when the process last started
 
     def start(self) -> WorkerProcess:
         """Start (or restart) the process."""
+        if self.proc is not None:
+            self.restarts += 1
         log = self.log_path.open("ab")
+        self.started_at = log.tell()
         self.proc = subprocess.Popen([sys.executable, "-m", "streams", "worker", *self.args],
                                      env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                      cwd=str(REPO))
@@ -253,9 +257,11 @@ class WorkerProcess:
             self.proc.kill()
             self.proc.wait(timeout=30)
 
-    def log(self) -> str:
-        """What the worker printed."""
-        return self.log_path.read_text(errors="replace")
+    def log(self, since_start: bool = False) -> str:
+        """What the worker printed (`since_start`: since the process last started)."""
+        with self.log_path.open("rb") as log:
+            log.seek(self.started_at if since_start else 0)
+            return log.read().decode(errors="replace")
 
 
 @pytest.fixture

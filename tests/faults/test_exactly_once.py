@@ -57,7 +57,7 @@ def _stopped(worker: WorkerProcess) -> bool:
 
 def _loop_stats(worker: WorkerProcess) -> dict[str, Any]:
     """The mirror loop's last stats line (`--stats-interval`) since the worker's last start."""
-    lines = [line for line in worker.log().splitlines() if '{"stats"' in line]
+    lines = [line for line in worker.log(since_start=True).splitlines() if '{"stats"' in line]
     return dict(json.loads(lines[-1][lines[-1].index("{"):])["loop"]) if lines else {}
 
 
@@ -127,10 +127,13 @@ async def test_sigkill_workers_repeatedly_mid_stream_counts_exactly(
             given += await asyncio.gather(*(give(i) for i in range(start, start + 200)))
         if k == kills:
             break
-        # Kill one while it works (scores of this chunk still being written), restart it.
+        # Kill one while it holds partitions, and restart it: a first process once it is
+        # scoring (this chunk's scores still being written); a restarted one, which may find
+        # its share of the chunk done already, once the group has given it partitions.
         doomed = workers[k % 2]
-        wait_until(lambda d=doomed: _loop_stats(d).get("outputs", 0) > 0, 60,
-                   "the worker to be scoring")
+        wait_until(lambda d=doomed: _loop_stats(d).get("outputs", 0) > 0 or (
+            d.restarts > 0 and f"{MIRROR_LOOP}: assigned" in d.log(since_start=True)), 60,
+            "the worker to be scoring, or a restarted one to hold partitions")
         doomed.kill(signal.SIGKILL)
         assert doomed.proc is not None and doomed.proc.returncode == -signal.SIGKILL
         doomed.start()
