@@ -125,10 +125,11 @@ class LogWorkspace:
         self.actor = actor or UserActor(id="ada")
 
     async def append(self, event: Any, *, correlation_id: str | None = None,
-                     causation_id: str | None = None, trace: Any = None) -> Appended:
+                     causation_id: str | None = None, trace: Any = None,
+                     event_id: str | None = None) -> Appended:
         envelope = Envelope.new(event, tenant=self.tenant, workspace=self.workspace,
                                 actor=self.actor, correlation_id=correlation_id,
-                                causation_id=causation_id, trace=trace)
+                                causation_id=causation_id, trace=trace, event_id=event_id)
         self.log.append(envelope)
         return Appended(Seq(partition=0, offset=len(self.log) - 1), envelope.event_id, envelope)
 

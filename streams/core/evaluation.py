@@ -15,22 +15,47 @@ actor (its name and version). The run's output is the verdict (value, evaluator,
 confidence, latency, trace) with the feedback's seq and id; an evaluator that hands off
 records nothing and its run's output is `{"handed_off": name}`. Any other error is a failed
 attempt, retried and dead-lettered by the rule's policy like any action's.
+
+Verdicts are paid once. Each verdict is recorded before it is given, as an app event
+`streams:verdict` in the run's chain whose event id derives from the workspace and the
+verdict's key (`verdict_key`: the evaluator's name and version and a digest of the judged
+input). Before calling the evaluator the action looks that id up (the workspace handle's
+index, `Workspace.event`); when a record is there (a retried attempt after the verdict was
+recorded, a refire or replay of the rule, a backfill over history, or another run judging the
+same input) its verdict is given again and the evaluator is not called: the run's output says
+`"reused": true`. A new version of an evaluator has new keys and judges afresh. Inputs should
+be plain data (pydantic models, dataclasses, dicts, lists, strings, numbers): the key is a
+digest of their canonical JSON, and an object without one (a default repr) never matches.
+`EvaluatorAction(..., reuse=False)` turns it off for a judge whose every call must be fresh.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
+
+from pydantic import BaseModel
 
 from streams.core.errors import NotFound
-from streams.core.evaluators import Evaluator, HandOff, check_verdict
-from streams.core.events import Envelope
+from streams.core.evaluators import Evaluator, HandOff, Verdict, check_verdict
+from streams.core.events import AppEvent, Envelope
+from streams.core.feedback import Feedback
+from streams.core.ids import verdict_event_id
 from streams.core.runs import ActingWorkspace, Reaction, RunRecord, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+
+__all__ = ["VERDICT_RECORD", "EvaluatorAction", "chain_events", "recorded_verdict",
+           "run_record", "verdict_key"]
 
 In = TypeVar("In")
 
 Target = RunTarget | FiringTarget | ChainTarget
+
+VERDICT_RECORD: Final = "streams:verdict"
+"""The app event name of a verdict's record (its data: `key` and the verdict's `as_output`)."""
 
 
 async def run_record(workspace: ActingWorkspace, run_id: str) -> RunRecord:
@@ -55,6 +80,56 @@ async def chain_events(workspace: ActingWorkspace, correlation_id: str) -> list[
     return [e for e in await workspace.read() if e.correlation_id == correlation_id]
 
 
+def _plain(judged: object) -> object:
+    if isinstance(judged, BaseModel):
+        return judged.model_dump(mode="json")
+    if dataclasses.is_dataclass(judged) and not isinstance(judged, type):
+        return dataclasses.asdict(judged)
+    return judged
+
+
+def verdict_key(evaluator: Evaluator[Any, Any], judged: object) -> str:
+    """`<name>@<version>:<sha256>` of an evaluator's verdict on `judged`: the digest of the
+    input's canonical JSON (sorted keys; a value JSON cannot hold written as its `str`), so
+    the same input gives the same key in every process and a new version a new one."""
+    canonical = json.dumps(_plain(judged), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False, default=str)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    return f"{evaluator.name}@{evaluator.version}:{digest}"
+
+
+async def recorded_verdict(workspace: ActingWorkspace, key: str) -> Mapping[str, Any] | None:
+    """The record of the verdict under `key` in `workspace` (its data), or None: found by
+    its derived event id through the handle's index (`event`), else by reading the log."""
+    event_id = verdict_event_id(workspace.workspace, key)
+    own = getattr(workspace, "event", None)
+    if own is not None:
+        found: Envelope | None = await own(event_id)
+        envelopes = [] if found is None else [found]
+    else:
+        envelopes = [e for e in await workspace.read() if e.event_id == event_id]
+    for envelope in reversed(envelopes):
+        event = envelope.event
+        if isinstance(event, AppEvent) and event.name == VERDICT_RECORD \
+                and event.data.get("key") == key:
+            return event.data
+    return None
+
+
+def _verdict_of(record: Mapping[str, Any], verdict_type: type[Feedback]
+                ) -> Verdict[Feedback] | None:
+    """The verdict a record holds, or None when it no longer validates (the feedback type
+    changed since): then the input is judged again."""
+    try:
+        return Verdict(verdict_type.model_validate(record["value"]),
+                       evaluator=str(record["evaluator"]), version=str(record["version"]),
+                       confidence=record.get("confidence"),
+                       latency_ms=float(record.get("latency_ms") or 0.0),
+                       trace=record.get("trace"))
+    except (KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
+        return None
+
+
 class EvaluatorAction(Generic[In]):
     """An action that runs an evaluator and gives its verdict as feedback."""
 
@@ -65,22 +140,37 @@ class EvaluatorAction(Generic[In]):
         input: Callable[[Reaction], Awaitable[In]],
         target: Callable[[Reaction], Awaitable[Target]],
         name: str | None = None,
+        reuse: bool = True,
     ) -> None:
         self.evaluator = evaluator
         self.input = input
         self.target = target
         self.name = name or evaluator.name
+        self.reuse = reuse
 
     async def __call__(self, reaction: Reaction) -> Mapping[str, Any]:
-        """Evaluate, give the verdict as feedback, and return the run's output."""
+        """Evaluate (or reuse the recorded verdict on the same input), give the verdict as
+        feedback, and return the run's output."""
         judged = await self.input(reaction)
         target = await self.target(reaction)
-        try:
-            verdict = await self.evaluator.evaluate(judged)
-        except HandOff:
-            return {"handed_off": self.name}
-        checked = check_verdict(verdict, self.evaluator.verdict_type)
-        recorded = await reaction.workspace.as_actor(checked.actor).give_feedback(
+        key = verdict_key(self.evaluator, judged)
+        workspace = reaction.workspace
+        record = await recorded_verdict(workspace, key) if self.reuse else None
+        checked = None if record is None else _verdict_of(record, self.evaluator.verdict_type)
+        reused = checked is not None
+        if checked is None:
+            try:
+                verdict = await self.evaluator.evaluate(judged)
+            except HandOff:
+                return {"handed_off": self.name}
+            checked = check_verdict(verdict, self.evaluator.verdict_type)
+            if self.reuse:  # recorded before it is given: a retry after this reuses it
+                await workspace.append(
+                    AppEvent(name=VERDICT_RECORD, data={"key": key, **checked.as_output()}),
+                    correlation_id=reaction.started.correlation_id,
+                    causation_id=reaction.started.event_id,
+                    event_id=verdict_event_id(workspace.workspace, key))
+        recorded = await workspace.as_actor(checked.actor).give_feedback(
             checked.value, on=target)
         return {**checked.as_output(), "feedback_id": recorded.id,
-                "feedback_seq": str(recorded.seq)}
+                "feedback_seq": str(recorded.seq), "verdict_key": key, "reused": reused}

@@ -33,6 +33,7 @@ __all__ = [
     "scope_key",
     "score_id",
     "started_event_id",
+    "verdict_event_id",
 ]
 
 SCORE_ID_NAMESPACE: Final = uuid.UUID("5b1e4c52-2f43-4f6b-9a51-6c1b1e0f5a11")
@@ -126,3 +127,10 @@ def command_event_id(tenant: str, workspace: str, participant: str, command_id: 
     id where, so every attempt of one command (a retry, another server process) names the
     same event and a lost answer can be recovered from the log."""
     return "evt_" + _digest(f"cmd\n{tenant}\n{workspace}\n{participant}\n{command_id}")
+
+
+def verdict_event_id(workspace: str, verdict_key: str) -> str:
+    """The event id of the record of an evaluator's verdict on one input in `workspace`
+    (`streams.core.evaluation.verdict_key`): derived, so whoever judges that input again (a
+    retried attempt, a refire, a backfill) finds the record by its id and pays no model call."""
+    return "evt_" + _digest(f"verdict\n{workspace}\n{verdict_key}")

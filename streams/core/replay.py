@@ -182,14 +182,15 @@ class MemoryWorkspace:
 
     async def append(self, event: Event, *, correlation_id: str | None = None,
                      causation_id: str | None = None, trace: TraceContext | None = None,
-                     ) -> Recorded:
+                     event_id: str | None = None) -> Recorded:
         """Append an event as this actor; without a correlation id it starts a new chain.
+        `event_id` (default: a new random id) is for ids derived from what caused it.
         ReplayError if its type is not one the replay accepts or its data does not validate;
         Forbidden if the actor (or this handle) may not append it."""
         self.log.grants.check_append(self.actor, event.type_name, narrowed=self.capabilities)
         envelope = Envelope.new(event, tenant=self.tenant, workspace=self.workspace,
                                 actor=self.actor, correlation_id=correlation_id,
-                                causation_id=causation_id, trace=trace)
+                                causation_id=causation_id, trace=trace, event_id=event_id)
         return self.log.append(envelope, emitted=True)
 
     def locate(self, target: RunTarget | FiringTarget | ChainTarget) -> Located:

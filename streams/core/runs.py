@@ -84,7 +84,8 @@ class ActingWorkspace(Protocol):
     workspace: str
 
     async def append(self, event: Event, *, correlation_id: str | None = None,
-                     causation_id: str | None = None, trace: Any = None) -> Any: ...
+                     causation_id: str | None = None, trace: Any = None,
+                     event_id: str | None = None) -> Any: ...
 
     async def give_feedback(self, value: Any, *, on: Any, feedback_type: str | None = None,
                             ) -> Any: ...

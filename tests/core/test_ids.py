@@ -64,6 +64,12 @@ def test_firing_run_and_outcome_event_ids_keep_their_values() -> None:
     assert [e.event_id for e in succeeded] == ["evt_776febebebc0ae9fc96359abe77f4972"]
 
 
+def test_verdict_record_ids_keep_their_values() -> None:
+    assert ids.verdict_event_id("prod", "grader@1:abc") == "evt_739e0fa170788b459f03094bc837c99a"
+    assert ids.verdict_event_id("staging", "grader@1:abc") != ids.verdict_event_id(
+        "prod", "grader@1:abc")  # workspaces keep their own records
+
+
 def test_one_encoding_of_the_scope_key() -> None:
     # The rules engine's scope key and the reactor's per-scope lock both use ids.scope_key:
     # order-free, and a value cannot forge a separator.

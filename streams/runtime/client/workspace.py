@@ -427,6 +427,20 @@ class Workspace:
                                             on_error=lambda _m, _e: None)
                 if e.workspace == self.workspace]
 
+    async def event(self, event_id: str) -> Envelope | None:
+        """One event of this workspace by its id, or None: read where the index says it is
+        (one record), the index caught up with the unindexed tail first on a miss, so an
+        event acknowledged before the call is found (an evaluator's verdict record, say)."""
+        self._check_read("an event")
+        index = await self._index()
+        entry = await asyncio.to_thread(index.lookup, event_key(event_id))
+        if entry is None:
+            await asyncio.to_thread(index.catch_up)
+            entry = await asyncio.to_thread(index.lookup, event_key(event_id))
+        at = None if entry is None else await asyncio.to_thread(index.message_at, entry)
+        found = [] if at is None else self._decoded([at])
+        return found[0] if found else None
+
     async def run_record(self, run_id: str) -> RunRecord:
         """A run, the envelopes that made its rule fire (`matched`) and what it emitted;
         NotFound if this workspace has no such run.

@@ -1,0 +1,195 @@
+"""Evaluators as rule actions (streams.core.evaluation): a verdict is recorded before it is
+given, and judging the same input again (a retried attempt, another run, a backfill) reuses
+the record instead of calling the evaluator; a new version judges afresh."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from streams.core.actors import UserActor
+from streams.core.evaluation import (
+    VERDICT_RECORD,
+    EvaluatorAction,
+    recorded_verdict,
+    verdict_key,
+)
+from streams.core.evaluators import FunctionEvaluator, HandOff
+from streams.core.events import AppEvent, Envelope, FeedbackGiven, RunStarted
+from streams.core.feedback import Feedback
+from streams.core.ids import verdict_event_id
+from streams.core.runs import Reaction
+from streams.core.targets import RunTarget
+
+
+class Graded(Feedback, name="graded_for_evaluation_tests", targets={"run"}):
+    good: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    text: str
+    tags: tuple[str, ...] = ()
+
+
+class Log:
+    """An in-memory workspace: appends land in `envelopes`; `fail_feedback` makes the next
+    so many feedback gives raise (a broker away after the verdict was recorded)."""
+
+    def __init__(self, envelopes: list[Envelope] | None = None, actor: Any = None,
+                 fail_feedback: list[int] | None = None) -> None:
+        self.tenant, self.workspace = "acme", "prod"
+        self.envelopes = [] if envelopes is None else envelopes
+        self.actor = actor or UserActor(id="ada")
+        self.fail_feedback = [0] if fail_feedback is None else fail_feedback
+
+    async def append(self, event: Any, *, correlation_id: str | None = None,
+                     causation_id: str | None = None, trace: Any = None,
+                     event_id: str | None = None) -> Any:
+        envelope = Envelope.new(event, tenant=self.tenant, workspace=self.workspace,
+                                actor=self.actor, correlation_id=correlation_id,
+                                causation_id=causation_id, event_id=event_id)
+        self.envelopes.append(envelope)
+        return type("Recorded", (), {"id": envelope.event_id, "seq": len(self.envelopes)})
+
+    async def give_feedback(self, value: Any, *, on: Any, feedback_type: str | None = None,
+                            ) -> Any:
+        if self.fail_feedback[0]:
+            self.fail_feedback[0] -= 1
+            raise ConnectionError("the broker is away")
+        return await self.append(FeedbackGiven(feedback_type=value.feedback_name, target=on,
+                                               value=value.model_dump()))
+
+    def as_actor(self, actor: Any) -> Log:
+        return Log(self.envelopes, actor, self.fail_feedback)
+
+    async def read(self) -> list[Envelope]:
+        return list(self.envelopes)
+
+    def feedback(self) -> list[Envelope]:
+        return [e for e in self.envelopes if isinstance(e.event, FeedbackGiven)]
+
+
+def counting_judge(version: str = "1") -> tuple[FunctionEvaluator[Judged, Graded], list[str]]:
+    calls: list[str] = []
+
+    def judge(judged: Judged) -> Graded:
+        calls.append(judged.text)
+        if judged.text == "unsure":
+            raise HandOff("cannot tell")
+        return Graded(good=judged.text.startswith("good"))
+
+    return FunctionEvaluator(judge, verdict_type=Graded, name="grader", version=version), calls
+
+
+def action_for(evaluator: Any, text: str = "good answer", **options: Any,
+               ) -> EvaluatorAction[Judged]:
+    async def judged(_reaction: Reaction) -> Judged:
+        return Judged(text=text, tags=("a", "b"))
+
+    async def target(reaction: Reaction) -> RunTarget:
+        return RunTarget(run_id=reaction.run.run_id)
+
+    return EvaluatorAction(evaluator, input=judged, target=target, **options)
+
+
+@pytest.fixture
+def reaction_in() -> Callable[..., Reaction]:
+    def make(log: Log, run_id: str = "run_1", attempt: int = 1) -> Reaction:
+        run = RunStarted(run_id=run_id, rule="grade", action="grader", firing_id="f1",
+                         attempt=attempt)
+        started = Envelope.new(run, tenant="acme", workspace="prod")
+        return Reaction(run=run, started=started, events=[], workspace=log, attempt=attempt)
+    return make
+
+
+async def test_the_same_input_is_judged_once_and_its_verdict_given_again(
+        reaction_in: Callable[..., Reaction]) -> None:
+    log = Log()
+    evaluator, calls = counting_judge()
+    action = action_for(evaluator)
+    first = await action(reaction_in(log, "run_1"))
+    second = await action(reaction_in(log, "run_2"))  # another run (a backfill, a refire)
+    assert calls == ["good answer"]
+    assert (first["reused"], second["reused"]) == (False, True)
+    assert first["verdict_key"] == second["verdict_key"]
+    assert first["value"] == second["value"] == {"good": True}
+    # Both runs got the verdict as feedback, from the evaluator's participant.
+    given = log.feedback()
+    assert [e.event.target for e in given] == [RunTarget(run_id="run_1"),  # type: ignore
+                                               RunTarget(run_id="run_2")]
+    assert {e.actor.participant for e in given} == {"evaluator:grader@1"}
+    # Recorded once, before the first feedback, under its derived id in the run's chain.
+    [record] = [e for e in log.envelopes if isinstance(e.event, AppEvent)]
+    assert record.event_id == verdict_event_id("prod", first["verdict_key"])
+    assert record.event.name == VERDICT_RECORD  # type: ignore[attr-defined]
+    assert log.envelopes.index(record) < log.envelopes.index(given[0])
+
+
+async def test_a_retried_attempt_reuses_the_verdict_recorded_before_it_failed(
+        reaction_in: Callable[..., Reaction]) -> None:
+    log = Log(fail_feedback=[1])
+    evaluator, calls = counting_judge()
+    action = action_for(evaluator)
+    with pytest.raises(ConnectionError):
+        await action(reaction_in(log, attempt=1))
+    retried = await action(reaction_in(log, attempt=2))
+    assert calls == ["good answer"] and retried["reused"] is True
+    assert len(log.feedback()) == 1
+
+
+async def test_a_new_version_judges_afresh_and_reuse_can_be_turned_off(
+        reaction_in: Callable[..., Reaction]) -> None:
+    log = Log()
+    v1, calls1 = counting_judge("1")
+    v2, calls2 = counting_judge("2")
+    await action_for(v1)(reaction_in(log))
+    fresh = await action_for(v2)(reaction_in(log))
+    assert (calls1, calls2, fresh["reused"]) == (["good answer"], ["good answer"], False)
+    unrecorded, calls = counting_judge("1")
+    off = action_for(unrecorded, reuse=False)
+    await off(reaction_in(log))
+    await off(reaction_in(log))
+    assert calls == ["good answer"] * 2
+    assert len([e for e in log.envelopes if isinstance(e.event, AppEvent)]) == 2  # v1's, v2's
+
+
+async def test_a_hand_off_records_nothing_and_asks_again_next_time(
+        reaction_in: Callable[..., Reaction]) -> None:
+    log = Log()
+    evaluator, calls = counting_judge()
+    action = action_for(evaluator, text="unsure")
+    assert await action(reaction_in(log)) == {"handed_off": "grader"}
+    assert await action(reaction_in(log)) == {"handed_off": "grader"}
+    assert calls == ["unsure", "unsure"] and log.envelopes == []
+
+
+async def test_a_record_that_no_longer_validates_is_judged_again(
+        reaction_in: Callable[..., Reaction]) -> None:
+    log = Log()
+    evaluator, calls = counting_judge()
+    action = action_for(evaluator)
+    key = verdict_key(evaluator, Judged(text="good answer", tags=("a", "b")))
+    # An older record of the key whose value the feedback type refuses now.
+    await log.append(AppEvent(name=VERDICT_RECORD, data={
+        "key": key, "value": {"good": "maybe", "extra": 1}, "evaluator": "grader",
+        "version": "1"}), event_id=verdict_event_id("prod", key))
+    assert await recorded_verdict(log, key) is not None
+    output = await action(reaction_in(log))
+    assert calls == ["good answer"] and output["reused"] is False
+
+
+def test_the_key_is_the_evaluators_identity_and_a_digest_of_the_inputs_canonical_json(
+) -> None:
+    evaluator, _ = counting_judge("3")
+    key = verdict_key(evaluator, {"b": 1, "a": [1, 2]})
+    assert key.startswith("grader@3:") and len(key.split(":")[1]) == 64
+    assert key == verdict_key(evaluator, {"a": [1, 2], "b": 1})  # key order does not count
+    assert verdict_key(evaluator, Judged("x", ("t",))) == verdict_key(
+        evaluator, {"text": "x", "tags": ["t"]})  # a dataclass is its fields
+    assert verdict_key(evaluator, Judged("x")) != verdict_key(evaluator, Judged("y"))
+    assert verdict_key(counting_judge("4")[0], Judged("x")) != verdict_key(
+        evaluator, Judged("x"))
