@@ -1,7 +1,8 @@
 """The rules module of the rules-as-data integration tests: one module rule (`t:warm`, to
 see that a worker is up and has processed a chain) and the action registry installed rules
 name. `act` appends a `t:acted` event in a chain of its own, with a fresh id, for every
-execution, so the tests count executions, not runs."""
+execution, so the tests count executions, not runs. `grade` judges a `t:answer`'s text with
+an evaluator (a run's output says whether it was called or its recorded verdict reused)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from streams.core.app_events import app_event_type
+from streams.core.evaluation import EvaluatorAction
+from streams.core.evaluators import FunctionEvaluator
 from streams.core.events import AppEvent
 from streams.core.rules import Rule, on, run
 from streams.core.runs import Reaction
+from streams.core.targets import RunTarget
+from streams.examples.ops import TriageQuality
 
-APP_EVENT_TYPES = [app_event_type(name) for name in ("t:ping", "t:warm", "t:acted")]
+APP_EVENT_TYPES = [app_event_type(name) for name in ("t:ping", "t:warm", "t:acted",
+                                                      "t:answer")]
 
 
 async def act(reaction: Reaction) -> Mapping[str, Any]:
@@ -27,5 +33,25 @@ async def noop(reaction: Reaction) -> Mapping[str, Any]:
     return {}
 
 
+def _grade(text: str) -> TriageQuality:
+    return TriageQuality(correct=text.startswith("right"), severity="low")
+
+
+async def _answer_text(reaction: Reaction) -> dict[str, str]:
+    return {"text": str(reaction.events[-1].data["text"])}
+
+
+async def _own_run(reaction: Reaction) -> RunTarget:
+    return RunTarget(run_id=reaction.run.run_id)
+
+
+async def _graded(judged: dict[str, str]) -> TriageQuality:
+    return _grade(judged["text"])
+
+
+grade = EvaluatorAction(FunctionEvaluator(_graded, verdict_type=TriageQuality, name="grader",
+                                          version="1"),
+                        input=_answer_text, target=_own_run, name="grade")
+
 RULES = [Rule(name="t:warm", when=on("t:warm"), then=run("noop"))]
-ACTIONS = {"act": act, "noop": noop}
+ACTIONS = {"act": act, "noop": noop, "grade": grade}

@@ -16,7 +16,16 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from streams.core.actors import SystemActor, UserActor
-from streams.core.events import AppEvent, Envelope, RuleFired, RuleInstalled, RunStarted
+from streams.core.evaluation import VERDICT_RECORD
+from streams.core.events import (
+    AppEvent,
+    Envelope,
+    FeedbackGiven,
+    RuleFired,
+    RuleInstalled,
+    RunStarted,
+    RunSucceeded,
+)
 from streams.core.proposals import rule_conversion
 from streams.core.tenancy import rulebook_topic
 from streams.runtime.client.workspace import Workspace
@@ -282,3 +291,43 @@ async def test_a_rule_heard_of_late_is_caught_up_from_its_installation_point(
                          "the caught-up firings")
     assert sorted(fired_on(log, "t:late")) == sorted(after)
     assert not set(before) & set(fired_on(log, "t:late"))
+
+
+def graded(envelopes: list[Envelope], rule: str) -> list[dict[str, Any]]:
+    """The outputs of the `grade` runs of `rule` that succeeded."""
+    return [e.event.output for e in of(envelopes, RunSucceeded, rule=rule)]  # type: ignore
+
+
+async def test_a_backfill_after_a_live_pass_reuses_every_verdict_and_calls_no_evaluator(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    answers = 1000
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    worker_factory("--rules", MODULE, types=TYPES)
+    await warm(ws)
+    install(settings, tmp_path, tenant, rule_json("t:grade-live", "grade", on="t:answer"))
+    await asyncio.gather(*(ws.append(AppEvent(name="t:answer", data={
+        "text": f"{'right' if i % 3 else 'wrong'} answer {i}"})) for i in range(answers)))
+    log = await wait_log(ws, lambda es: len(graded(es, "t:grade-live")) >= answers, 180,
+                         "the live pass's runs")
+    live = graded(log, "t:grade-live")
+    assert sum(not o["reused"] for o in live) == answers  # each answer judged once
+
+    # A second rule with the same evaluator, backfilled over the history: new runs, the same
+    # inputs, no evaluator call.
+    install(settings, tmp_path, tenant, rule_json("t:grade-back", "grade", on="t:answer"),
+            "--backfill")
+    log = await wait_log(ws, lambda es: len(graded(es, "t:grade-back")) >= answers, 180,
+                         "the backfill's runs")
+    back = graded(log, "t:grade-back")
+    assert len(back) == answers and all(o["reused"] for o in back)
+    assert {o["verdict_key"] for o in back} == {o["verdict_key"] for o in live}
+    # Every run gave its verdict as feedback; the verdicts were recorded once each.
+    given = [e for e in log if isinstance(e.event, FeedbackGiven)]
+    assert len(given) == 2 * answers
+    assert {e.actor.participant for e in given} == {"evaluator:grader@1"}
+    records = [e for e in log if isinstance(e.event, AppEvent)
+               and e.event.name == VERDICT_RECORD]
+    assert len(records) == answers
