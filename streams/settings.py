@@ -23,11 +23,12 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streams.core.errors import ConfigError
+from streams.core.errors import ConfigError, ValidationFailed
 from streams.core.tenancy import PREFIX_PATTERN
 
 if TYPE_CHECKING:
     from streams.core.judges import ChatModel
+    from streams.core.measures.costs import ModelPrice
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -303,6 +304,10 @@ class Settings:
     llm_backoff: float = _setting(0.5, "STREAMS_LLM_BACKOFF",
                                   "first pause, in seconds, between judge attempts",
                                   minimum=0)
+    llm_prices: str = _setting(
+        "", "STREAMS_LLM_PRICES", "JSON price table of the judges' models in money per "
+        'million tokens, `{"<model>": {"prompt": 0.15, "completion": 0.6}}` keyed by the '
+        "model a response names: the report's cost per verdict (docs/measures.md)")
     # -- the service (streams serve) -----------------------------------------------------------
     serve_port: int = _setting(8700, "STREAMS_SERVE_PORT", "port `streams serve` listens on "
                                "(on STREAMS_SERVE_HOST)", minimum=1)
@@ -405,6 +410,8 @@ class Settings:
             url = getattr(self, name)
             if url and not url.startswith(("http://", "https://")):
                 raise ConfigError(f"{_var(name).env} must be an http(s) URL, got {url!r}")
+        if self.llm_prices:
+            self.llm_price_table()  # refused here, at start, naming the model and field
         if self.heartbeat_interval >= self.session_timeout:
             raise ConfigError("STREAMS_HEARTBEAT_INTERVAL must be less than "
                               f"STREAMS_SESSION_TIMEOUT ({self.heartbeat_interval:g} >= "
@@ -445,6 +452,18 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with some fields changed (checked like any Settings)."""
         return type(self)(**{**self.__dict__, **changes})
+
+    def llm_price_table(self) -> dict[str, ModelPrice]:
+        """The judges' models' prices from STREAMS_LLM_PRICES ({} when unset); ConfigError
+        naming the model and field that is wrong."""
+        from streams.core.measures.costs import parse_prices
+
+        if not self.llm_prices:
+            return {}
+        try:
+            return parse_prices(self.llm_prices)
+        except ValidationFailed as exc:
+            raise ConfigError(f"STREAMS_LLM_PRICES: {exc}") from exc
 
     def chat_model(self, **overrides: Any) -> ChatModel:
         """The LLM judges' ChatModel from the STREAMS_LLM_* settings; `overrides` win (field

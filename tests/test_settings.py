@@ -157,6 +157,15 @@ def test_chat_model_from_settings() -> None:
         Settings.from_env({"STREAMS_LLM_BASE_URL": "http://h/v1"}).chat_model()
 
 
+def test_the_judges_price_table_is_read_and_a_bad_one_refused_at_start() -> None:
+    table = Settings.from_env({"STREAMS_LLM_PRICES": '{"m": {"prompt": 1, "completion": 4}}'})
+    assert table.llm_price_table()["m"].of(1_000_000, 250_000) == 2.0
+    assert Settings.from_env({}).llm_price_table() == {}
+    with pytest.raises(ConfigError, match=r"STREAMS_LLM_PRICES: price of model 'm': "
+                                          r"'completion' must be a number >= 0"):
+        Settings.from_env({"STREAMS_LLM_PRICES": '{"m": {"prompt": 1, "completion": -4}}'})
+
+
 def doc_table() -> str:
     text = RUNNING.read_text()
     found = re.search(r"<!-- settings:begin.*?-->\n(.*?)<!-- settings:end -->", text, re.S)

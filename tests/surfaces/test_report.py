@@ -198,3 +198,32 @@ def test_feedback_of_a_type_not_registered_is_named_not_dropped_silently() -> No
     assert "severity" not in fields
     known = build_report(sample_log(), tenant="acme", workspace="prod")
     assert known["unregistered_feedback_types"] == []
+
+
+def test_the_report_prices_each_judges_calls_and_counts_reused_verdicts() -> None:
+    from streams.core.events import Envelope, RunSucceeded
+    from streams.core.measures import ModelPrice
+
+    def verdict(n: int, reused: bool) -> Envelope:
+        trace = {"model": "small", "prompt_tokens": "2000", "completion_tokens": "500"}
+        return Envelope.new(RunSucceeded(run_id=f"run_{n}", rule="judge", action="grade",
+                                         output={"evaluator": "grader", "version": "2",
+                                                 "feedback_id": f"evt_{n}", "reused": reused,
+                                                 "trace": trace}),
+                            tenant="acme", workspace="prod", time=T0 + timedelta(minutes=n))
+
+    log = [verdict(n, reused=n >= 3) for n in range(5)]
+    report = build_report(log, tenant="acme", workspace="prod",
+                          prices={"small": ModelPrice(prompt=1.0, completion=4.0)})
+    [row] = report["judge_costs"]
+    # 3 calls of 2,000 + 500 tokens at 1 and 4 per million: 0.004 each, over 5 verdicts.
+    assert (row["verdicts"], row["reused"], row["calls"]) == (5, 2, 3)
+    assert row["cost"] == pytest.approx(0.012)
+    assert row["cost_per_verdict"] == pytest.approx(0.0024)
+    page = render_html(report)
+    assert "What each judge cost" in page and "grader@2" in page and "0.0024" in page
+    # Without prices the calls are unpriced, not free.
+    [unpriced] = build_report(log, tenant="acme", workspace="prod")["judge_costs"]
+    assert unpriced["unpriced_calls"] == 3 and unpriced["cost_per_verdict"] is None
+    assert "(+3 calls unpriced)" in render_html(build_report(log, tenant="acme",
+                                                             workspace="prod"))

@@ -22,6 +22,7 @@ from streams.core.measures.answers import (
     fold_answers,
     fold_trends,
 )
+from streams.core.measures.costs import JudgeCost, ModelPrice, fold_judge_costs, parse_prices
 from streams.core.measures.outcomes import RuleOutcome, fold_rule_outcomes, rule_outcomes
 from streams.core.measures.quality import QualitySeries, fold_quality, quality
 from streams.core.measures.resolution import (
@@ -36,8 +37,10 @@ __all__ = [
     "CategoricalAgreement",
     "FieldAgreement",
     "FieldAnswers",
+    "JudgeCost",
     "LogSource",
     "MeasureError",
+    "ModelPrice",
     "NumberSummary",
     "NumericAgreement",
     "PeriodTrend",
@@ -48,11 +51,13 @@ __all__ = [
     "envelopes_of",
     "fold_answers",
     "fold_judge_agreement",
+    "fold_judge_costs",
     "fold_quality",
     "fold_rule_outcomes",
     "fold_time_to_resolution",
     "fold_trends",
     "judge_agreement",
+    "parse_prices",
     "quality",
     "rule_outcomes",
     "spearman",

@@ -59,6 +59,11 @@ def _num(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _money(value: float) -> str:
+    # Per-verdict prices are fractions of a cent: enough digits to tell judges apart.
+    return f"{value:.4g}" if 0 < abs(value) < 0.01 else f"{value:.2f}"
+
+
 def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
@@ -469,6 +474,17 @@ def render_html(report: dict[str, Any]) -> str:
           "min {min:.3g}, p25 {p25:.3g}, median {p50:.3g}, p75 {p75:.3g}, max {max:.3g}, "
           "mean {mean:.3g}".format(**r["numbers"]))
          for r in report["answers"]])
+    costs = _table(
+        ("evaluator", "model", "verdicts", "reused", "calls", "tokens in / out", "cost",
+         "per verdict"),
+        [(f"{r['evaluator']}@{r['version']}", ", ".join(r["models"]) or "none",
+          str(r["verdicts"]), str(r["reused"]), str(r["calls"]),
+          f"{r['prompt_tokens']:,} / {r['completion_tokens']:,}",
+          _money(r["cost"]) + (f" (+{r['unpriced_calls']} calls unpriced)"
+                               if r["unpriced_calls"] else ""),
+          "-" if r["cost_per_verdict"] is None else _money(r["cost_per_verdict"]))
+         for r in report["judge_costs"]]) if report["judge_costs"] else (
+        "<p>No evaluator gave a verdict in this window.</p>")
     trends = report["trends"]
     trend_rows = _table(
         (trends["per"], "people", "evaluators", "scores", "agreement (observed, pairs)"),
@@ -516,6 +532,12 @@ def render_html(report: dict[str, Any]) -> str:
         "discounts by what chance gives.</p>",
         _judge_agreement(report["judge_agreement"]),
         agreement,
+        "<h2>What each judge cost</h2>",
+        "<p>Verdicts the evaluator versions gave, those given again from a recorded verdict "
+        "(no call), the calls paid for, their tokens and their price by STREAMS_LLM_PRICES; "
+        "a call whose model has no price or reported no tokens is counted as unpriced, "
+        "never as free.</p>",
+        costs,
         "<h2>How people and each evaluator version answered</h2>",
         "<p>Each participant's latest verdict per target: shares of each answer for yes/no "
         "and categorical fields; range, quartiles (box) and median (bar) for numbers.</p>",

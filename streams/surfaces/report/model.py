@@ -8,7 +8,8 @@ Pure: it imports the core only (no Kafka), so it runs on envelopes from anywhere
 
 Sections: `rule_outcomes` (per rule), `time_to_resolution` (the distribution of the chains'
 times to their first `resolves` event: quantiles and a histogram), `judge_agreement` (per
-evaluator version, feedback type and field), `answers` (how people and each evaluator
+evaluator version, feedback type and field), `judge_costs` (per evaluator version: verdicts,
+reused ones, calls, tokens and their price), `answers` (how people and each evaluator
 version answered each field), `trends` (feedback, scores and agreement per UTC day or ISO
 week), `quality` (one numeric field's mean per rule and UTC day) and `proposals` (proposal
 rates per rule, rule drafts' conversion, each artifact's rewrites). Definitions:
@@ -18,7 +19,7 @@ docs/measures.md and docs/proposals.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,9 +30,12 @@ from streams.core.measures import (
     PERIODS,
     FieldAgreement,
     FieldAnswers,
+    JudgeCost,
+    ModelPrice,
     PeriodTrend,
     fold_answers,
     fold_judge_agreement,
+    fold_judge_costs,
     fold_quality,
     fold_rule_outcomes,
     fold_time_to_resolution,
@@ -148,8 +152,10 @@ def build_report(
     resolves: str = DEFAULT_RESOLVES, quality_of: str = DEFAULT_QUALITY,
     types: FeedbackRegistry | None = None, generated_at: datetime | None = None,
     survival: timedelta = timedelta(days=30), per: str = "day",
+    prices: Mapping[str, ModelPrice] | None = None,
 ) -> dict[str, Any]:
-    """The measures of the envelopes in `[since, until)` as a JSON-ready dict.
+    """The measures of the envelopes in `[since, until)` as a JSON-ready dict; the judges'
+    cost priced with `prices` (STREAMS_LLM_PRICES; without it, tokens only).
 
     The proposal measures fold every envelope given (a proposal may be older than the
     window): rates count first resolutions in the window; the rule drafts' conversion counts
@@ -201,6 +207,7 @@ def build_report(
         },
         "unregistered_feedback_types": unregistered,
         "judge_agreement": [_agreement_row(a) for a in agreement],
+        "judge_costs": [_cost_row(c) for c in fold_judge_costs(chosen, prices)],
         "answers": [_answers_row(a) for a in fold_answers(chosen, types=types)],
         "trends": {
             "per": per,
@@ -232,6 +239,16 @@ def _agreement_row(a: FieldAgreement) -> dict[str, Any]:
         "mae_ci": _pair(a.numeric.mae_ci) if a.numeric else None,
         "spearman": a.numeric.spearman if a.numeric else None,
         "spearman_ci": _pair(a.numeric.spearman_ci) if a.numeric else None,
+    }
+
+
+def _cost_row(c: JudgeCost) -> dict[str, Any]:
+    return {
+        "evaluator": c.evaluator, "version": c.version, "models": list(c.models),
+        "verdicts": c.given, "reused": c.reused, "calls": c.calls,
+        "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
+        "cost": c.cost, "unpriced_calls": c.unpriced,
+        "cost_per_verdict": c.cost_per_verdict, "cost_per_call": c.cost_per_call,
     }
 
 

@@ -86,5 +86,6 @@ def make_report(
     # what came before it (a proposal older than its resolution, an install's draft).
     report = build_report(read.envelopes, tenant=tenant, workspace=workspace, since=since,
                           until=until, resolves=resolves, quality_of=quality_of,
-                          types=runtime.types, per=per)
+                          types=runtime.types, per=per,
+                          prices=runtime.settings.llm_price_table())
     return write_report(report, out)
