@@ -39,7 +39,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from streams.core.errors import NotFound
+from streams.core.errors import IndexBehind, NotFound
 from streams.core.evaluators import Evaluator, HandOff, Verdict, check_verdict
 from streams.core.events import AppEvent, Envelope
 from streams.core.feedback import Feedback
@@ -100,11 +100,17 @@ def verdict_key(evaluator: Evaluator[Any, Any], judged: object) -> str:
 
 async def recorded_verdict(workspace: ActingWorkspace, key: str) -> Mapping[str, Any] | None:
     """The record of the verdict under `key` in `workspace` (its data), or None: found by
-    its derived event id through the handle's index (`event`), else by reading the log."""
+    its derived event id through the handle's index (`event`), else by reading the log. An
+    index too far behind to catch up (a backlog) answers None: the input is judged again
+    rather than the run failing, and only a verdict recorded in that unindexed tail is paid
+    twice."""
     event_id = verdict_event_id(workspace.workspace, key)
     own = getattr(workspace, "event", None)
     if own is not None:
-        found: Envelope | None = await own(event_id)
+        try:
+            found: Envelope | None = await own(event_id)
+        except IndexBehind:
+            return None
         envelopes = [] if found is None else [found]
     else:
         envelopes = [e for e in await workspace.read() if e.event_id == event_id]

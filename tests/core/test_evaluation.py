@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from streams.core.actors import UserActor
+from streams.core.errors import IndexBehind
 from streams.core.evaluation import (
     VERDICT_RECORD,
     EvaluatorAction,
@@ -180,6 +181,23 @@ async def test_a_record_that_no_longer_validates_is_judged_again(
     assert await recorded_verdict(log, key) is not None
     output = await action(reaction_in(log))
     assert calls == ["good answer"] and output["reused"] is False
+
+
+async def test_an_index_too_far_behind_is_a_miss_not_a_failed_run(
+        reaction_in: Callable[..., Reaction]) -> None:
+    class Behind(Log):
+        async def event(self, _event_id: str) -> Envelope | None:
+            raise IndexBehind("run `streams index build --tenant acme`")
+
+        def as_actor(self, actor: Any) -> Behind:
+            return Behind(self.envelopes, actor, self.fail_feedback)
+
+    log = Behind()
+    evaluator, calls = counting_judge()
+    action = action_for(evaluator)
+    await action(reaction_in(log))
+    output = await action(reaction_in(log))
+    assert calls == ["good answer"] * 2 and output["reused"] is False
 
 
 def test_the_key_is_the_evaluators_identity_and_a_digest_of_the_inputs_canonical_json(
