@@ -331,3 +331,31 @@ async def test_a_backfill_after_a_live_pass_reuses_every_verdict_and_calls_no_ev
     records = [e for e in log if isinstance(e.event, AppEvent)
                and e.event.name == VERDICT_RECORD]
     assert len(records) == answers
+
+
+async def test_a_backfill_in_a_window_and_a_limit_at_a_time_resumes_where_it_stopped(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    pings = [await ws.append(AppEvent(name="t:ping", data={"n": i})) for i in range(8)]
+    times = [p.envelope.time for p in pings if p.envelope is not None]
+    window = ("--since", times[2].isoformat(), "--until", times[7].isoformat())  # pings 2-6
+    # Without --backfill the window means nothing: refused before anything is written.
+    refused = install(settings, tmp_path, tenant, rule_json("t:win"), *window, check=False)
+    assert refused.returncode == 2 and "--backfill" in refused.stderr
+    empty = install(settings, tmp_path, tenant, rule_json("t:win"), "--backfill", "--since",
+                    times[3].isoformat(), "--until", times[3].isoformat(), check=False)
+    assert empty.returncode == 2 and "window is empty" in empty.stderr
+
+    first = json.loads(install(settings, tmp_path, tenant, rule_json("t:win"), "--backfill",
+                               *window, "--limit", "3").stdout)["backfill"]
+    assert (first["written"], first["already"], first["left"]) == (3, 0, 2)
+    # Killed or stopped by its limit, the same command goes on where it stopped.
+    again = json.loads(install(settings, tmp_path, tenant, rule_json("t:win"), "--backfill",
+                               *window, "--limit", "3").stdout)["backfill"]
+    assert (again["written"], again["already"], again["left"]) == (2, 3, 0)
+    worker_factory("--rules", MODULE, types=TYPES)
+    log = await wait_log(ws, lambda es: len(acted(es)) >= 5, 90, "the backfill's five actions")
+    assert sorted(fired_on(log, "t:win")) == sorted(p.id for p in pings[2:7])

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from streams.adapters.kafka.log import watermarks
 from streams.core.actors import Actor, SystemActor
 from streams.core.app_events import AppEventTypes
-from streams.core.errors import NotFound
-from streams.core.events import RuleArchived, RuleFired, RuleInstalled
+from streams.core.errors import NotFound, ValidationFailed
+from streams.core.events import Envelope, RuleArchived, RuleFired, RuleInstalled
 from streams.core.rulebook import (
     RulebookEntry,
     backfill_firings,
@@ -39,17 +40,50 @@ from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.jobs.entries import read_entries, write_entry
 from streams.runtime.root import Runtime
 
-__all__ = ["Backfilled", "Installed", "Rulebook"]
+__all__ = ["BackfillProgress", "BackfillScope", "Backfilled", "Installed", "Rulebook"]
 
 
 @dataclass(frozen=True)
 class Backfilled:
-    """What a backfill did: the history events it read, the firings it wrote, and the
-    firings it found in the log already (so did not write again)."""
+    """What a backfill did: the history events it read, the firings it wrote, the firings
+    it found in the log already (so did not write again), and those it left for a later run
+    (past its `limit`). Only firings caused by events in its window count."""
 
     events: int
     written: int
     already: int
+    left: int = 0
+
+
+BackfillProgress = Callable[[int, int], None]
+"""Called after each firing a backfill writes, with the count written and the count it will
+write."""
+
+
+@dataclass(frozen=True)
+class BackfillScope:
+    """Which of a rule's history firings a backfill writes: those caused by events in
+    `[since, until)` (times of the causing events; None: unbounded), at most `limit` of them
+    in log order (None: all). A run again writes the next ones: the firings written are in the
+    log, found there and skipped. ValidationFailed for an empty window or a limit below 1."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            raise ValidationFailed(f"the backfill window is empty: --since "
+                                   f"{self.since.isoformat()} is not before --until "
+                                   f"{self.until.isoformat()}")
+        if self.limit is not None and self.limit < 1:
+            raise ValidationFailed(f"the backfill limit must be at least 1 firing, got "
+                                   f"{self.limit}")
+
+    def holds(self, cause: Envelope) -> bool:
+        """Whether a firing caused by `cause` is in the window."""
+        return (self.since is None or cause.time >= self.since) and (
+            self.until is None or cause.time < self.until)
 
 
 @dataclass(frozen=True)
@@ -99,10 +133,13 @@ class Rulebook:
         types: AppEventTypes | None = None,
         artifact_id: str | None = None,
         backfill: bool = False,
+        scope: BackfillScope | None = None,
+        progress: BackfillProgress | None = None,
         actor: Actor | None = None,
     ) -> Installed:
         """Install a rule from its JSON form (see the module's docstring); InvalidRule when
-        the checks refuse it, NotFound when the tenant does not exist."""
+        the checks refuse it, NotFound when the tenant does not exist. With `backfill`, the
+        history firings `scope` chooses are written too (`progress` told of each)."""
         await self.client.log.require_tenant(tenant)
         installed = await asyncio.to_thread(self.entries, tenant)
         rule, repeat = check_install(definition, actions=actions, module_rules=module_rules,
@@ -125,7 +162,8 @@ class Rulebook:
                 installed_at=recorded.envelope.time, installed_by=who.participant,
                 artifact_id=artifact_id)
             await asyncio.to_thread(self._write, tenant, entry)
-        done = await self.backfill(tenant, rule, entry) if backfill else None
+        done = await self.backfill(tenant, rule, entry, scope=scope, progress=progress) \
+            if backfill else None
         return Installed(entry, repeat, done)
 
     async def archive(self, tenant: str, workspace: str, name: str, *,
@@ -153,9 +191,14 @@ class Rulebook:
                     f"the rulebook entry of {entry.rule!r}",
                     "the fact is in the log: run the same install again to write the entry")
 
-    async def backfill(self, tenant: str, rule: Rule, entry: RulebookEntry) -> Backfilled:
+    async def backfill(self, tenant: str, rule: Rule, entry: RulebookEntry, *,
+                       scope: BackfillScope | None = None,
+                       progress: BackfillProgress | None = None) -> Backfilled:
         """Replay `rule` over the tenant's events before its installation point and write
-        the firings the log does not have yet."""
+        the firings the log does not have yet, of those `scope` chooses (the rule is decided
+        over the whole history, so counts and limits see every event; the window picks
+        among its firings). Offline by nature: it reads the tenant's log."""
+        scope = scope or BackfillScope()
         client = self.client
         view = client.tenant_log(tenant)
         await view.catch_up()
@@ -163,10 +206,14 @@ class Rulebook:
         fired = {e.event.firing_id for e in envelopes
                  if isinstance(e.event, RuleFired) and e.event.rule == rule.name}
         history = history_before(envelopes, entry.start)
-        firings = backfill_firings(rule, history, fired)
-        already = len(backfill_firings(rule, history, ())) - len(firings)
-        for fire, cause in firings:
+        every = [(f, c) for f, c in backfill_firings(rule, history, ()) if scope.holds(c)]
+        missing = [(f, c) for f, c in every if f.firing_id not in fired]
+        chosen = missing if scope.limit is None else missing[:scope.limit]
+        for n, (fire, cause) in enumerate(chosen, start=1):
             ws = client.workspace(tenant, cause.workspace)
             for envelope in fire_envelopes(fire, cause):
                 await ws.append_envelope(envelope)
-        return Backfilled(events=len(history), written=len(firings), already=already)
+            if progress is not None:
+                progress(n, len(chosen))
+        return Backfilled(events=len(history), written=len(chosen),
+                          already=len(every) - len(missing), left=len(missing) - len(chosen))

@@ -19,6 +19,7 @@ import typer
 from streams.surfaces.cli.base import (
     TenantOption,
     TypesOption,
+    console,
     fail,
     load_rules,
     load_types,
@@ -95,18 +96,43 @@ def rules_install(
         "--backfill", help="Also replay the rule over the tenant's history (events before "
         "the installation point); firings the log has already are not written again.")]
     = False,
+    since: Annotated[str | None, typer.Option(
+        "--since", help="With --backfill: only firings caused by events at or after this "
+        "time (ISO 8601, e.g. 2026-12-01 or 2026-12-01T08:00Z; UTC when no offset).")]
+    = None,
+    until: Annotated[str | None, typer.Option(
+        "--until", help="With --backfill: only firings caused by events before this time.")]
+    = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", help="With --backfill: write at most this many firings, in log order; "
+        "run the same install again to write the next ones (`left` says how many wait).")]
+    = None,
     rules: RulesOption = None,
     types: TypesOption = None,
 ) -> None:
     """Install a rule for a tenant: live in running workers within seconds, from now on
-    (and over the history with --backfill). Recorded as rule_installed by the system."""
+    (and over the history with --backfill, within --since/--until, --limit firings at a
+    time, with a progress bar on stderr). Recorded as rule_installed by the system."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from streams.core.errors import StreamsError
     from streams.core.events import Envelope
     from streams.core.proposals import fold_ledger
     from streams.core.rules import InvalidRule
-    from streams.runtime.jobs.rules import Rulebook
+    from streams.runtime.jobs.rules import BackfillScope, Rulebook
+    from streams.surfaces.report.model import parse_time
 
     if (file is None) == (from_artifact is None):
         raise typer.BadParameter("give a rule JSON file or --from-artifact ID (one of them)")
+    if not backfill and (since or until or limit is not None):
+        raise typer.BadParameter("--since, --until and --limit choose what --backfill "
+                                 "writes: add --backfill, or leave them out")
+    try:
+        scope = BackfillScope(since=parse_time(since, "--since") if since else None,
+                              until=parse_time(until, "--until") if until else None,
+                              limit=limit)
+    except StreamsError as exc:
+        raise fail(exc) from exc
     module_rules, actions = _registry(rules, types)
     definition = _read_json(file) if file is not None else None
 
@@ -118,13 +144,23 @@ def rules_install(
             ws = StreamsClient(runtime).workspace(tenant, workspace)
             envelopes: list[Envelope] = await ws.read()
             definition = accepted_definition(fold_ledger(envelopes), from_artifact)
-        try:
-            done = await Rulebook(runtime).install(
-                tenant, workspace, definition, actions=actions, module_rules=module_rules,
-                artifact_id=from_artifact, backfill=backfill)
-        except InvalidRule as exc:
-            where = f"{file}: " if file is not None else f"artifact {from_artifact!r}: "
-            raise InvalidRule(where + str(exc)) from exc
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                      transient=False) as bar:
+            # Shown once the firings to write are known, so a refused install prints none.
+            task = bar.add_task("backfilling: firings written", total=None, visible=False)
+
+            def progress(written: int, total: int) -> None:
+                bar.update(task, completed=written, total=total, visible=True)
+
+            try:
+                done = await Rulebook(runtime).install(
+                    tenant, workspace, definition, actions=actions, module_rules=module_rules,
+                    artifact_id=from_artifact, backfill=backfill, scope=scope,
+                    progress=progress)
+            except InvalidRule as exc:
+                where = f"{file}: " if file is not None else f"artifact {from_artifact!r}: "
+                raise InvalidRule(where + str(exc)) from exc
         out: dict[str, Any] = {"rule": done.entry.rule, "state": done.entry.state,
                                "repeat": done.repeat, "artifact_id": done.entry.artifact_id,
                                "installed_event_id": done.entry.installed_event_id,
@@ -132,7 +168,10 @@ def rules_install(
         if done.backfilled is not None:
             out["backfill"] = {"events": done.backfilled.events,
                                "written": done.backfilled.written,
-                               "already": done.backfilled.already}
+                               "already": done.backfilled.already,
+                               "left": done.backfilled.left,
+                               "since": scope.since, "until": scope.until,
+                               "limit": scope.limit}
         return out
 
     _print(run_for_tenant(main, tenant))
