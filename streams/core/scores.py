@@ -1,8 +1,9 @@
 """Feedback as scores: one score per scorable field, named `{type}.{field}`.
 
 bool is BOOLEAN, Literal and Enum are CATEGORICAL, numbers are NUMERIC (with their range when
-bounded), str is TEXT. Optional fields are scored only when they hold a value; lists, maps and
-nested models are not scored. Score ids derive from the feedback event's id and the score's
+bounded), str is TEXT, and a list is NUMERIC: how many items it holds (a reviewer's `issues`,
+scored as their count, 0 for none). Optional fields are scored only when they hold a value;
+maps and nested models are not scored. Score ids derive from the feedback event's id and the score's
 name, so mirroring the same feedback again yields the same ids.
 """
 
@@ -131,6 +132,9 @@ def _config_for(feedback_type: str, name: str, shape: Shape, description: str | 
                            description=description)
     if shape.kind == "str":
         return ScoreConfig(full, name, "TEXT", optional=shape.optional, description=description)
+    if shape.kind == "list":
+        return ScoreConfig(full, name, "NUMERIC", min_value=0, optional=shape.optional,
+                           description=description or f"how many {name}")
     return None
 
 
@@ -161,7 +165,8 @@ def score_value(config: ScoreConfig, raw: Any) -> float | str | None:
     if config.data_type == "BOOLEAN":
         return 1.0 if raw else 0.0
     if config.data_type == "NUMERIC":
-        return float(raw)
+        # A list field's score is its length (its config says so in `_config_for`).
+        return float(len(raw)) if isinstance(raw, list | tuple) else float(raw)
     if config.data_type == "CATEGORICAL":
         return str(getattr(raw, "value", raw))
     text = str(raw)

@@ -46,8 +46,8 @@ def test_each_field_maps_to_one_score_config(everything: type[Feedback]) -> None
     configs = {c.name: c for c in score_configs(everything)}
     assert list(configs) == [
         "everything.ok", "everything.level", "everything.colour", "everything.score",
-        "everything.count", "everything.text", "everything.maybe",
-    ]
+        "everything.count", "everything.text", "everything.maybe", "everything.tags",
+    ]  # a list is scored as its count; a nested model is not scored
     assert configs["everything.ok"].data_type == "BOOLEAN"
     level = configs["everything.level"]
     assert level.data_type == "CATEGORICAL"
@@ -59,6 +59,9 @@ def test_each_field_maps_to_one_score_config(everything: type[Feedback]) -> None
     assert configs["everything.text"].data_type == "TEXT"
     maybe = configs["everything.maybe"]
     assert (maybe.data_type, maybe.optional, maybe.max_value) == ("NUMERIC", True, 10.0)
+    tags = configs["everything.tags"]
+    assert (tags.data_type, tags.min_value, tags.max_value) == ("NUMERIC", 0, None)
+    assert tags.description == "how many tags"
 
 
 def _envelope(value: dict[str, object], *, trace: TraceContext | None = None,
@@ -87,6 +90,9 @@ def test_scores_of_feedback(everything: type[Feedback], types: FeedbackRegistry)
     assert by_name["everything.colour"].value == "blue"
     assert by_name["everything.count"].value == 3.0
     assert by_name["everything.text"].value == "fine"
+    assert by_name["everything.tags"].value == 1.0  # how many
+    none = scores_of(_envelope({**VALUE, "tags": []}), types=types)
+    assert none is not None and {s.name: s.value for s in none}["everything.tags"] == 0.0
     first = by_name["everything.ok"]
     assert first.trace_id == "ab" * 16 and first.session_id is None
     assert first.timestamp == envelope.time
