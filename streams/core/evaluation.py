@@ -27,6 +27,18 @@ same input) its verdict is given again and the evaluator is not called: the run'
 be plain data (pydantic models, dataclasses, dicts, lists, strings, numbers): the key is a
 digest of their canonical JSON, and an object without one (a default repr) never matches.
 `EvaluatorAction(..., reuse=False)` turns it off for a judge whose every call must be fresh.
+
+A shadow version. `EvaluatorAction(current, ..., shadow=candidate, shadow_share=0.25)` also
+judges, after the current version's verdict is given, the same input with the candidate, on
+exactly the inputs the current version judged (the rule's sampling decided those) or a
+deterministic share of them (by the input's digest, so every worker, retry and replay picks
+the same ones). The candidate's verdict is only recorded (`streams:verdict` with `"shadow":
+true` and the target), never given as feedback: no rule reacts to it and no score is
+mirrored for it, while the measures count it as its version's verdict on that target (judge
+agreement, answers, trends) and the run's output carries it under `"shadow"` (the report's
+cost per version). A candidate that hands off or fails is noted in the output and never fails
+the run. Promoting it (making it the action's evaluator) reuses every shadow verdict it
+recorded: its keys are the same.
 """
 
 from __future__ import annotations
@@ -147,12 +159,23 @@ class EvaluatorAction(Generic[In]):
         target: Callable[[Reaction], Awaitable[Target]],
         name: str | None = None,
         reuse: bool = True,
+        shadow: Evaluator[In, Any] | None = None,
+        shadow_share: float = 1.0,
     ) -> None:
+        if not 0.0 < shadow_share <= 1.0:
+            raise ValueError(f"shadow_share is the share of judged inputs the shadow judges "
+                             f"too, in (0, 1], got {shadow_share!r}")
+        if shadow is not None and (shadow.name, shadow.version) == (evaluator.name,
+                                                                     evaluator.version):
+            raise ValueError(f"the shadow of {evaluator.name}@{evaluator.version} must be "
+                             "another evaluator version (its verdicts are its own participant)")
         self.evaluator = evaluator
         self.input = input
         self.target = target
         self.name = name or evaluator.name
         self.reuse = reuse
+        self.shadow = shadow
+        self.shadow_share = shadow_share
 
     async def __call__(self, reaction: Reaction) -> Mapping[str, Any]:
         """Evaluate (or reuse the recorded verdict on the same input), give the verdict as
@@ -178,5 +201,41 @@ class EvaluatorAction(Generic[In]):
                     event_id=verdict_event_id(workspace.workspace, key))
         recorded = await workspace.as_actor(checked.actor).give_feedback(
             checked.value, on=target)
-        return {**checked.as_output(), "feedback_id": recorded.id,
-                "feedback_seq": str(recorded.seq), "verdict_key": key, "reused": reused}
+        output = {**checked.as_output(), "feedback_id": recorded.id,
+                  "feedback_seq": str(recorded.seq), "verdict_key": key, "reused": reused}
+        if self.shadow is not None and _in_share(key, self.shadow_share):
+            output["shadow"] = await self._shadow(self.shadow, judged, target, reaction)
+        return output
+
+    async def _shadow(self, shadow: Evaluator[In, Any], judged: In, target: Target,
+                      reaction: Reaction) -> dict[str, Any]:
+        """The shadow version's verdict on `judged`, recorded apart (never given as
+        feedback); what the run's output says of it."""
+        workspace = reaction.workspace
+        key = verdict_key(shadow, judged)
+        record = await recorded_verdict(workspace, key)
+        checked = None if record is None else _verdict_of(record, shadow.verdict_type)
+        if checked is not None:
+            return {**checked.as_output(), "verdict_key": key, "reused": True}
+        try:
+            checked = check_verdict(await shadow.evaluate(judged), shadow.verdict_type)
+        except HandOff as exc:
+            return {"evaluator": shadow.name, "version": shadow.version,
+                    "handed_off": str(exc)}
+        except Exception as exc:  # the current verdict is given: a shadow never fails a run
+            return {"evaluator": shadow.name, "version": shadow.version,
+                    "failed": f"{type(exc).__name__}: {exc}"}
+        await workspace.append(
+            AppEvent(name=VERDICT_RECORD, data={
+                "key": key, **checked.as_output(), "shadow": True,
+                "target": {"kind": target.kind, "id": target.id}}),
+            correlation_id=reaction.started.correlation_id,
+            causation_id=reaction.started.event_id,
+            event_id=verdict_event_id(workspace.workspace, key))
+        return {**checked.as_output(), "verdict_key": key, "reused": False}
+
+
+def _in_share(key: str, share: float) -> bool:
+    """Whether the input of a verdict key falls in the first `share` of [0, 1) (by its
+    digest: the same inputs, the same answer everywhere)."""
+    return share >= 1.0 or int(key.rsplit(":", 1)[1][:16], 16) / 2**64 < share

@@ -211,3 +211,56 @@ def test_the_key_is_the_evaluators_identity_and_a_digest_of_the_inputs_canonical
     assert verdict_key(evaluator, Judged("x")) != verdict_key(evaluator, Judged("y"))
     assert verdict_key(counting_judge("4")[0], Judged("x")) != verdict_key(
         evaluator, Judged("x"))
+
+
+async def test_a_shadow_version_judges_the_same_inputs_apart_and_never_gives_feedback(
+        reaction_in: Callable[..., Reaction]) -> None:
+    log = Log()
+    current, current_calls = counting_judge("1")
+    candidate, candidate_calls = counting_judge("2")
+    action = action_for(current, shadow=candidate)
+    first = await action(reaction_in(log, "run_1"))
+    second = await action(reaction_in(log, "run_2"))
+    assert current_calls == candidate_calls == ["good answer"]  # each paid once
+    assert (first["shadow"]["reused"], second["shadow"]["reused"]) == (False, True)
+    assert first["shadow"]["version"] == "2" and first["shadow"]["value"] == {"good": True}
+    # Only the current version's verdicts are feedback; the shadow's is a record apart.
+    assert {e.actor.participant for e in log.feedback()} == {"evaluator:grader@1"}
+    [shadow] = [e for e in log.envelopes if isinstance(e.event, AppEvent)
+                and e.event.data.get("shadow") is True]
+    assert shadow.event.data["target"] == {"kind": "run", "id": "run_1"}  # type: ignore
+    # Promoted (the candidate becomes the action's evaluator), it reuses its shadow verdicts.
+    promoted = await action_for(candidate)(reaction_in(log, "run_3"))
+    assert promoted["reused"] is True and candidate_calls == ["good answer"]
+
+
+async def test_a_shadow_share_picks_the_same_inputs_every_time_and_a_shadow_never_fails_a_run(
+        reaction_in: Callable[..., Reaction]) -> None:
+    log = Log()
+    current, _ = counting_judge("1")
+    candidate, calls = counting_judge("2")
+    texts = [f"good {i}" for i in range(200)]
+    for text in texts:
+        await action_for(current, text, shadow=candidate, shadow_share=0.25)(
+            reaction_in(log))
+    picked = list(calls)
+    assert 25 <= len(picked) <= 75  # about a quarter of the 200 (fixed inputs: fixed count)
+    again, calls_again = counting_judge("2")
+    for text in texts:  # a fresh log: nothing recorded, the same inputs picked
+        await action_for(current, text, shadow=again, shadow_share=0.25)(
+            reaction_in(Log()))
+    assert calls_again == picked
+    broken = FunctionEvaluator(lambda _j: 1 / 0, verdict_type=Graded, name="grader",
+                               version="4")
+    output = await action_for(current, "good too", shadow=broken)(reaction_in(log))
+    assert output["value"] == {"good": True}
+    assert output["shadow"]["failed"].startswith("ZeroDivisionError")
+
+
+def test_a_shadow_must_be_another_version_and_its_share_within_zero_and_one() -> None:
+    evaluator, _ = counting_judge("1")
+    with pytest.raises(ValueError, match="another evaluator version"):
+        action_for(evaluator, shadow=counting_judge("1")[0])
+    for share in (0.0, 1.5):
+        with pytest.raises(ValueError, match="in \\(0, 1\\]"):
+            action_for(evaluator, shadow=counting_judge("2")[0], shadow_share=share)

@@ -26,7 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from streams.core.events import Envelope, FeedbackGiven
+from streams.core.evaluation import VERDICT_RECORD
+from streams.core.events import AppEvent, Envelope, FeedbackGiven
 from streams.core.feedback import Feedback, FeedbackRegistry, registry
 from streams.core.measures.source import LogSource, envelopes_of
 from streams.core.scores import score_configs
@@ -211,23 +212,42 @@ class VerdictPair:
     time: datetime
 
 
+def _shadow_verdict(envelope: Envelope, event: AppEvent) -> Verdict | None:
+    """A shadow evaluator version's recorded verdict (`streams.core.evaluation`: never given
+    as feedback) as its version's verdict on its target; None for any other app event."""
+    data = event.data
+    if event.name != VERDICT_RECORD or data.get("shadow") is not True:
+        return None
+    target, value = data.get("target"), data.get("value")
+    if not isinstance(target, dict) or not isinstance(value, dict):
+        return None
+    return Verdict(str(data.get("feedback_type")), f"{target.get('kind')}:{target.get('id')}",
+                   f"evaluator:{data.get('evaluator')}@{data.get('version')}", False,
+                   dict(value), envelope.time, envelope.event_id)
+
+
 def latest_verdicts(envelopes: Iterable[Envelope]) -> list[Verdict]:
     """Each person's and evaluator version's latest verdict per feedback type and target (a
-    participant who changed their mind counts once, as they last said)."""
-    latest: dict[tuple[str, str, str], tuple[Envelope, FeedbackGiven]] = {}
+    participant who changed their mind counts once, as they last said), shadow versions'
+    recorded verdicts included."""
+    latest: dict[tuple[str, str, str], Verdict] = {}
     for envelope in envelopes:
         event = envelope.event
-        if not isinstance(event, FeedbackGiven) or envelope.actor.kind not in (
-                "user", "evaluator"):
+        if isinstance(event, AppEvent):
+            verdict = _shadow_verdict(envelope, event)
+            if verdict is None:
+                continue
+        elif isinstance(event, FeedbackGiven) and envelope.actor.kind in ("user", "evaluator"):
+            verdict = Verdict(event.feedback_type, f"{event.target.kind}:{event.target.id}",
+                              envelope.actor.participant, envelope.actor.kind == "user",
+                              dict(event.value), envelope.time, envelope.event_id)
+        else:
             continue
-        target = f"{event.target.kind}:{event.target.id}"
-        key = (event.feedback_type, target, envelope.actor.participant)
+        key = (verdict.feedback_type, verdict.target, verdict.participant)
         previous = latest.get(key)
-        if previous is None or previous[0].time <= envelope.time:
-            latest[key] = (envelope, event)
-    return [Verdict(feedback_type, target, participant, envelope.actor.kind == "user",
-                    dict(event.value), envelope.time, envelope.event_id)
-            for (feedback_type, target, participant), (envelope, event) in latest.items()]
+        if previous is None or previous.time <= verdict.time:
+            latest[key] = verdict
+    return list(latest.values())
 
 
 def verdict_pairs(verdicts: Iterable[Verdict]) -> list[VerdictPair]:

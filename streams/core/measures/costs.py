@@ -68,7 +68,8 @@ def parse_prices(text: str) -> dict[str, ModelPrice]:
 class JudgeCost:
     """One evaluator version's verdicts and what they cost.
 
-    `given`: verdicts its runs gave; `reused`: of those, given again from a record (no call);
+    `given`: verdicts its runs gave (a shadow version's: recorded beside the current one's);
+    `reused`: of those, given again from a record (no call);
     `calls`: the rest, each a call of the evaluator; `prompt_tokens` and `completion_tokens`
     of those calls; `cost`: the money of the priced calls; `unpriced`: calls that name a model
     the table lacks, or report no tokens (their cost is unknown, not zero)."""
@@ -114,34 +115,45 @@ def fold_judge_costs(envelopes: Iterable[Envelope],
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for envelope in envelopes:
         event = envelope.event
-        if not isinstance(event, RunSucceeded):
-            continue
-        output = event.output
-        evaluator, version = output.get("evaluator"), output.get("version")
-        if not isinstance(evaluator, str) or not isinstance(version, str) \
-                or "feedback_id" not in output:
+        if not isinstance(event, RunSucceeded) or "feedback_id" not in event.output:
             continue  # not an evaluator's verdict
-        row = rows.setdefault((evaluator, version), {
-            "given": 0, "reused": 0, "prompt": 0, "completion": 0, "cost": 0.0,
-            "unpriced": 0, "models": set()})
-        row["given"] += 1
-        if output.get("reused") is True:
-            row["reused"] += 1
-            continue
-        trace = output.get("trace") or {}
-        model = trace.get("model") if isinstance(trace, Mapping) else None
-        if model is None:
-            continue  # no model named: a function evaluator, free
-        row["models"].add(str(model))
-        prompt, completion = _tokens(trace, "prompt_tokens"), _tokens(trace, "completion_tokens")
-        price = prices.get(str(model))
-        if prompt is None or completion is None or price is None:
-            row["unpriced"] += 1
-        else:
-            row["cost"] += price.of(prompt, completion)
-        row["prompt"] += prompt or 0
-        row["completion"] += completion or 0
+        _add(rows, event.output, prices)
+        shadow = event.output.get("shadow")
+        if isinstance(shadow, Mapping) and "verdict_key" in shadow:  # a shadow's verdict
+            _add(rows, shadow, prices)
     return [JudgeCost(evaluator=e, version=v, given=r["given"], reused=r["reused"],
                       prompt_tokens=r["prompt"], completion_tokens=r["completion"],
                       cost=r["cost"], unpriced=r["unpriced"], models=tuple(sorted(r["models"])))
             for (e, v), r in sorted(rows.items())]
+
+
+def _add(rows: dict[tuple[str, str], dict[str, Any]], output: Mapping[str, Any],
+         prices: Mapping[str, ModelPrice]) -> None:
+    """Count one verdict (an evaluator run's output, or its shadow's) in its version's row."""
+    evaluator, version = output.get("evaluator"), output.get("version")
+    if isinstance(evaluator, str) and isinstance(version, str):
+        row = rows.setdefault((evaluator, version), {
+            "given": 0, "reused": 0, "prompt": 0, "completion": 0, "cost": 0.0,
+            "unpriced": 0, "models": set()})
+        _count(row, output, prices)
+
+
+def _count(row: dict[str, Any], output: Mapping[str, Any],
+           prices: Mapping[str, ModelPrice]) -> None:
+    row["given"] += 1
+    if output.get("reused") is True:
+        row["reused"] += 1
+        return
+    trace = output.get("trace") or {}
+    model = trace.get("model") if isinstance(trace, Mapping) else None
+    if model is None:
+        return  # no model named: a function evaluator, free
+    row["models"].add(str(model))
+    prompt, completion = _tokens(trace, "prompt_tokens"), _tokens(trace, "completion_tokens")
+    price = prices.get(str(model))
+    if prompt is None or completion is None or price is None:
+        row["unpriced"] += 1
+    else:
+        row["cost"] += price.of(prompt, completion)
+    row["prompt"] += prompt or 0
+    row["completion"] += completion or 0

@@ -91,3 +91,48 @@ def test_a_bad_price_table_is_refused_naming_what_is_wrong(text: str, says: str)
 def test_a_price_table_reads_money_per_million_tokens() -> None:
     prices = parse_prices('{"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}')
     assert prices["gpt-4o-mini"].of(1_000_000, 500_000) == pytest.approx(0.45)
+
+
+def test_a_shadow_versions_verdicts_count_as_its_own(
+        verdict_run: Callable[..., Envelope]) -> None:
+    shadow = {"evaluator": "grader", "version": "2", "verdict_key": "grader@2:ab",
+              "reused": False, "trace": llm(100, 10)}
+    runs = [verdict_run(trace=llm(1000, 200), shadow=shadow),
+            verdict_run(trace=llm(1000, 200), shadow={**shadow, "reused": True}),
+            verdict_run(trace=llm(1000, 200), shadow={"evaluator": "grader", "version": "2",
+                                                     "handed_off": "cannot tell"})]
+    current, candidate = fold_judge_costs(runs, PRICES)
+    assert (current.version, current.calls) == ("1", 3)
+    assert (candidate.version, candidate.given, candidate.reused, candidate.calls) == (
+        "2", 2, 1, 1)
+    assert candidate.cost == pytest.approx((100 * 0.5 + 10 * 2.0) / 1e6)
+
+
+def test_a_shadow_versions_recorded_verdicts_meet_peoples_in_judge_agreement() -> None:
+    from streams.core.actors import EvaluatorActor, UserActor
+    from streams.core.evaluation import VERDICT_RECORD
+    from streams.core.events import AppEvent, FeedbackGiven
+    from streams.core.measures import fold_judge_agreement
+    from streams.core.targets import RunTarget
+
+    envelopes = []
+    for n in range(6):
+        target = RunTarget(run_id=f"run_{n}")
+        envelopes.append(Envelope.new(  # the current version's verdict: feedback
+            FeedbackGiven(feedback_type="triage_quality", target=target,
+                          value={"correct": True, "severity": "low"}),
+            tenant="acme", workspace="prod", actor=EvaluatorActor(name="grader", version="1")))
+        envelopes.append(Envelope.new(  # the shadow's: a record apart
+            AppEvent(name=VERDICT_RECORD, data={
+                "key": f"grader@2:{n}", "feedback_type": "triage_quality", "shadow": True,
+                "value": {"correct": n % 2 == 0, "severity": "low"}, "evaluator": "grader",
+                "version": "2", "target": {"kind": "run", "id": f"run_{n}"}}),
+            tenant="acme", workspace="prod"))
+        envelopes.append(Envelope.new(
+            FeedbackGiven(feedback_type="triage_quality", target=target,
+                          value={"correct": n % 2 == 0, "severity": "low"}),
+            tenant="acme", workspace="prod", actor=UserActor(id="ada")))
+    rows = {(r.evaluator, r.field): r for r in fold_judge_agreement(envelopes)}
+    assert rows[("evaluator:grader@2", "correct")].n == 6
+    assert rows[("evaluator:grader@2", "correct")].categorical.observed == 1.0  # type: ignore
+    assert rows[("evaluator:grader@1", "correct")].categorical.observed == 0.5  # type: ignore
