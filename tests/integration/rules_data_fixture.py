@@ -53,5 +53,18 @@ grade = EvaluatorAction(FunctionEvaluator(_graded, verdict_type=TriageQuality, n
                                           version="1"),
                         input=_answer_text, target=_own_run, name="grade")
 
+
+
+
+async def _graded_strictly(judged: dict[str, str]) -> TriageQuality:
+    return TriageQuality(correct=judged["text"].startswith("right answer"), severity="high")
+
+
+# The grader's next version, tried in the shadow of the current one on half the inputs.
+shadowed = EvaluatorAction(
+    grade.evaluator, input=_answer_text, target=_own_run, name="grade-shadowed",
+    shadow=FunctionEvaluator(_graded_strictly, verdict_type=TriageQuality, name="grader",
+                             version="2"), shadow_share=0.5)
+
 RULES = [Rule(name="t:warm", when=on("t:warm"), then=run("noop"))]
-ACTIONS = {"act": act, "noop": noop, "grade": grade}
+ACTIONS = {"act": act, "noop": noop, "grade": grade, "grade-shadowed": shadowed}

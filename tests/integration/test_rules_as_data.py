@@ -359,3 +359,29 @@ async def test_a_backfill_in_a_window_and_a_limit_at_a_time_resumes_where_it_sto
     worker_factory("--rules", MODULE, types=TYPES)
     log = await wait_log(ws, lambda es: len(acted(es)) >= 5, 90, "the backfill's five actions")
     assert sorted(fired_on(log, "t:win")) == sorted(p.id for p in pings[2:7])
+
+
+async def test_a_shadow_version_judges_half_the_inputs_apart_and_gives_no_feedback(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    answers = 60
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    worker_factory("--rules", MODULE, types=TYPES)
+    await warm(ws)
+    install(settings, tmp_path, tenant, rule_json("t:shadowed", "grade-shadowed", on="t:answer"))
+    for i in range(answers):
+        await ws.append(AppEvent(name="t:answer", data={"text": f"right answer {i}"}))
+    log = await wait_log(ws, lambda es: len(graded(es, "t:shadowed")) >= answers, 120,
+                         "the shadowed runs")
+    outputs = graded(log, "t:shadowed")
+    shadows = [o["shadow"] for o in outputs if "shadow" in o]
+    assert 10 <= len(shadows) <= 50  # about half, picked by each input's digest
+    assert all(s["version"] == "2" and not s["reused"] for s in shadows)
+    given = [e for e in log if isinstance(e.event, FeedbackGiven)]
+    assert len(given) == answers
+    assert {e.actor.participant for e in given} == {"evaluator:grader@1"}  # never the shadow
+    records = [e.event.data for e in log if isinstance(e.event, AppEvent)
+               and e.event.name == VERDICT_RECORD and e.event.data.get("shadow") is True]
+    assert sorted(r["key"] for r in records) == sorted(s["verdict_key"] for s in shadows)
