@@ -14,6 +14,7 @@ from typing import Any
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent
 from streams.core.feedback import FeedbackRegistry, registry
+from streams.runtime.jobs.queues import QueueBook
 from streams.settings import Settings
 from streams.surfaces.cli.base import ExitCode
 from streams.surfaces.report import CHARTS, build_report
@@ -41,6 +42,9 @@ async def test_report_reads_the_workspace_and_writes_json_and_html(
     other = client.workspace(tenant, "staging", actor=UserActor(id="ada"))
     for _ in range(5):
         await other.append(AppEvent(name="ops:error_spike"))
+    await QueueBook(client.runtime).install(tenant, "prod", {
+        "name": "judged-runs", "enters": {"runs_of": "ops:judge-triage"},
+        "feedback_types": ["triage_quality"]})
 
     out = tmp_path / "report"
     done = streams_report(settings, "--tenant", tenant, "--workspace", "prod", "--out",
@@ -63,6 +67,13 @@ async def test_report_reads_the_workspace_and_writes_json_and_html(
         report["proposals"]["rule_conversion"].pop("now")
     # It names workflow_review as a type it did not know.
     assert written["unregistered_feedback_types"] == ["workflow_review"]
+    # The live queue's section: every run of its rule is an item.
+    [queue] = written.pop("queues")
+    runs = {r["rule"]: r["runs"] for r in written["rule_outcomes"]}["ops:judge-triage"]
+    assert (queue["queue"], queue["items"]) == ("judged-runs", runs)
+    assert queue["judged"] <= runs and queue["judge_agreement"] == [
+        r for r in queue["judge_agreement"] if r["feedback_type"] == "triage_quality"]
+    expected.pop("queues")
     assert written == expected
     page = (out / "report.html").read_text()
     for chart in CHARTS:

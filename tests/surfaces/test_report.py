@@ -227,3 +227,36 @@ def test_the_report_prices_each_judges_calls_and_counts_reused_verdicts() -> Non
     assert unpriced["unpriced_calls"] == 3 and unpriced["cost_per_verdict"] is None
     assert "(+3 calls unpriced)" in render_html(build_report(log, tenant="acme",
                                                              workspace="prod"))
+
+
+def test_each_queue_gets_agreement_and_answers_on_its_own_items() -> None:
+    from streams.core.actors import EvaluatorActor, UserActor
+    from streams.core.events import Envelope, FeedbackGiven
+    from streams.core.targets import RunTarget
+
+    def said(run: str, correct: bool, actor: object) -> Envelope:
+        return Envelope.new(FeedbackGiven(feedback_type="triage_quality",
+                                          target=RunTarget(run_id=run),
+                                          value={"correct": correct, "severity": "low"}),
+                            tenant="acme", workspace="prod", actor=actor,  # type: ignore
+                            time=T0)
+
+    judge, ada = EvaluatorActor(name="grader", version="1"), UserActor(id="ada")
+    log = []
+    for n in range(8):  # the judge agrees with Ada on runs 0-3, never on runs 4-7
+        log += [said(f"run_{n}", True, judge), said(f"run_{n}", n < 4, ada)]
+    queues = {"easy": [f"run:run_{n}" for n in range(4)],
+              "hard": [f"run:run_{n}" for n in range(4, 8)] + ["run:run_99"]}
+    report = build_report(log, tenant="acme", workspace="prod", queues=queues)
+    easy, hard = report["queues"]
+    assert (easy["queue"], easy["items"], easy["judged"]) == ("easy", 4, 4)
+    assert (hard["queue"], hard["items"], hard["judged"]) == ("hard", 5, 4)
+    observed = {q["queue"]: {r["field"]: r["observed"] for r in q["judge_agreement"]}
+                for q in (easy, hard)}
+    assert observed == {"easy": {"correct": 1.0, "severity": 1.0},
+                        "hard": {"correct": 0.0, "severity": 1.0}}
+    assert {r["who"] for r in hard["answers"]} >= {"people"}
+    page = render_html(report)
+    assert "<h3>hard</h3>" in page and "5 items, 4 with a verdict" in page
+    assert "No annotation queue" in render_html(build_report(log, tenant="acme",
+                                                             workspace="prod"))

@@ -50,11 +50,12 @@ from streams.core.queues import (
 )
 from streams.core.tenancy import tenant_topics
 from streams.runtime.client.commands import CommandService
+from streams.runtime.client.workspace import Workspace
 from streams.runtime.jobs.entries import EntryView, read_entries, topic_exists, write_entry
 from streams.runtime.jobs.leases import LeaseBook
 from streams.runtime.root import Runtime
 
-__all__ = ["QueueBook", "QueueInstalled", "QueueService"]
+__all__ = ["QueueBook", "QueueInstalled", "QueueService", "queue_items"]
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,13 @@ def _sampled(queue: Queue, item: str) -> bool:
     return queue.sample >= 1.0 or zlib.crc32(item.encode()) / 2**32 < queue.sample
 
 
+async def queue_items(ws: Workspace, queue: Queue) -> list[str]:
+    """Every item of a queue (`kind:id`, newest first): its source's targets in `ws` (ids
+    only, from the view), within the queue's sample."""
+    ids = await ws.queue_items_all(queue.enters)
+    return [i for i in (item_of(queue.item_kind, i) for i in ids) if _sampled(queue, i)]
+
+
 class QueueService:
     """The queues for the surfaces (REST, MCP): each call checks the caller's key through the
     command service (`read` to list, `manage_queues` to install or archive, `give_feedback`
@@ -227,8 +235,7 @@ class QueueService:
         await self.service.client.log.require_tenant(ws.tenant)
         queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
         leases = await asyncio.to_thread(self._lease_book, ws.tenant)
-        ids = await ws.queue_items_all(queue.enters)
-        items = [i for i in (item_of(queue.item_kind, i) for i in ids) if _sampled(queue, i)]
+        items = await queue_items(ws, queue)
         done = leases.progress(ws.workspace, queue.name, items)
         return {"queue": queue.name, "items": done.items, "done": done.done,
                 "in_review": done.in_review, "left": done.left, "verdicts": done.verdicts}

@@ -442,6 +442,45 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _agreement_table(rows: Sequence[dict[str, Any]]) -> str:
+    return _table(
+        ("evaluator", "field", "n", "agree", "&kappa; [95% CI]", "MAE", "&rho; [95% CI]"),
+        [(r["evaluator"], f"{r['feedback_type']}.{r['field']}", str(r["n"]),
+          "-" if r["observed"] is None else _pct(r["observed"]),
+          _num(r["kappa"]) + (f" [{_num(r['kappa_ci'][0])}, {_num(r['kappa_ci'][1])}]"
+                              if r["kappa_ci"] else ""),
+          _num(r["mae"]),
+          _num(r["spearman"]) + (f" [{_num(r['spearman_ci'][0])}, "
+                                 f"{_num(r['spearman_ci'][1])}]" if r["spearman_ci"] else ""))
+         for r in rows])
+
+
+def _answers_table(rows: Sequence[dict[str, Any]]) -> str:
+    return _table(
+        ("field", "who", "n", "answers"),
+        [(f"{r['feedback_type']}.{r['field']}", r["who"], str(r["n"]),
+          ", ".join(f"{c['label']} {_pct(c['share'])}" for c in r["counts"])
+          if r["numbers"] is None else
+          "min {min:.3g}, p25 {p25:.3g}, median {p50:.3g}, p75 {p75:.3g}, max {max:.3g}, "
+          "mean {mean:.3g}".format(**r["numbers"]))
+         for r in rows])
+
+
+def _queues(sections: Sequence[dict[str, Any]]) -> list[str]:
+    """A part per annotation queue: its agreement and answers on its items."""
+    if not sections:
+        return ["<p>No annotation queue is live in this workspace.</p>"]
+    parts: list[str] = []
+    for q in sections:
+        parts.append(f"<h3>{escape(q['queue'])}</h3>")
+        parts.append(f"<p>{q['items']} items, {q['judged']} with a verdict.</p>")
+        if q["judge_agreement"]:
+            parts.append(_agreement_table(q["judge_agreement"]))
+        if q["answers"]:
+            parts.append(_answers_table(q["answers"]))
+    return parts
+
+
 def render_html(report: dict[str, Any]) -> str:
     """The page of a report made by `build_report`."""
     window = (f"{report['since'] or 'the beginning'} to {report['until'] or 'the end'}")
@@ -456,24 +495,8 @@ def render_html(report: dict[str, Any]) -> str:
         [(r["rule"], str(r["runs"]), str(r["succeeded"]), str(r["dead_lettered"]),
           str(r["in_progress"]), _pct(r["dead_letter_rate"]), _pct(r["retry_rate"]),
           _pct(r["intervention_rate"])) for r in report["rule_outcomes"]])
-    agreement = _table(
-        ("evaluator", "field", "n", "agree", "&kappa; [95% CI]", "MAE", "&rho; [95% CI]"),
-        [(r["evaluator"], f"{r['feedback_type']}.{r['field']}", str(r["n"]),
-          "-" if r["observed"] is None else _pct(r["observed"]),
-          _num(r["kappa"]) + (f" [{_num(r['kappa_ci'][0])}, {_num(r['kappa_ci'][1])}]"
-                              if r["kappa_ci"] else ""),
-          _num(r["mae"]),
-          _num(r["spearman"]) + (f" [{_num(r['spearman_ci'][0])}, "
-                                 f"{_num(r['spearman_ci'][1])}]" if r["spearman_ci"] else ""))
-         for r in report["judge_agreement"]])
-    answers = _table(
-        ("field", "who", "n", "answers"),
-        [(f"{r['feedback_type']}.{r['field']}", r["who"], str(r["n"]),
-          ", ".join(f"{c['label']} {_pct(c['share'])}" for c in r["counts"])
-          if r["numbers"] is None else
-          "min {min:.3g}, p25 {p25:.3g}, median {p50:.3g}, p75 {p75:.3g}, max {max:.3g}, "
-          "mean {mean:.3g}".format(**r["numbers"]))
-         for r in report["answers"]])
+    agreement = _agreement_table(report["judge_agreement"])
+    answers = _answers_table(report["answers"])
     costs = _table(
         ("evaluator", "model", "verdicts", "reused", "calls", "tokens in / out", "cost",
          "per verdict"),
@@ -543,6 +566,10 @@ def render_html(report: dict[str, Any]) -> str:
         "and categorical fields; range, quartiles (box) and median (bar) for numbers.</p>",
         _answers(report["answers"]),
         answers,
+        "<h2>Per annotation queue</h2>",
+        "<p>Judge agreement and answers again, on the verdicts given on each live queue's "
+        "items.</p>",
+        *_queues(report.get("queues", [])),
         f"<h2>Trends per {escape(trends['per'])}</h2>",
         "<p>Feedback events given by people and by evaluators, and the scores they carried; "
         "below, the share of pairs where an evaluator version and a person agreed, counted "

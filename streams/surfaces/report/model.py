@@ -11,20 +11,22 @@ times to their first `resolves` event: quantiles and a histogram), `judge_agreem
 evaluator version, feedback type and field), `judge_costs` (per evaluator version: verdicts,
 reused ones, calls, tokens and their price), `answers` (how people and each evaluator
 version answered each field), `trends` (feedback, scores and agreement per UTC day or ISO
-week), `quality` (one numeric field's mean per rule and UTC day) and `proposals` (proposal
-rates per rule, rule drafts' conversion, each artifact's rewrites). Definitions:
+week), `quality` (one numeric field's mean per rule and UTC day), `proposals` (proposal
+rates per rule, rule drafts' conversion, each artifact's rewrites) and `queues` (judge
+agreement and answers on each annotation queue's items). Definitions:
 docs/measures.md and docs/proposals.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from streams.core.errors import ValidationFailed
-from streams.core.events import Envelope, FeedbackGiven
+from streams.core.evaluation import VERDICT_RECORD
+from streams.core.events import AppEvent, Envelope, FeedbackGiven
 from streams.core.feedback import FeedbackRegistry, registry
 from streams.core.measures import (
     PERIODS,
@@ -153,9 +155,12 @@ def build_report(
     types: FeedbackRegistry | None = None, generated_at: datetime | None = None,
     survival: timedelta = timedelta(days=30), per: str = "day",
     prices: Mapping[str, ModelPrice] | None = None,
+    queues: Mapping[str, Collection[str]] | None = None,
 ) -> dict[str, Any]:
     """The measures of the envelopes in `[since, until)` as a JSON-ready dict; the judges'
-    cost priced with `prices` (STREAMS_LLM_PRICES; without it, tokens only).
+    cost priced with `prices` (STREAMS_LLM_PRICES; without it, tokens only); judge agreement
+    and answers again for each of `queues` (name: its items, `kind:id`), on the verdicts
+    given on its items.
 
     The proposal measures fold every envelope given (a proposal may be older than the
     window): rates count first resolutions in the window; the rule drafts' conversion counts
@@ -224,7 +229,36 @@ def build_report(
         },
         "proposals": _proposals(every, since=since, until=until,
                                 now=until or generated_at, survival=survival),
+        "queues": [_queue_section(name, items, chosen, types)
+                   for name, items in sorted((queues or {}).items())],
     }
+
+
+def _queue_section(name: str, items: Collection[str], envelopes: list[Envelope],
+                   types: FeedbackRegistry | None) -> dict[str, Any]:
+    """Judge agreement and answers on the verdicts given on a queue's items."""
+    wanted = set(items)
+    on_items = [e for e in envelopes if _verdict_target(e) in wanted]
+    judged = {_verdict_target(e) for e in on_items}
+    return {
+        "queue": name, "items": len(wanted), "judged": len(judged),
+        "judge_agreement": [_agreement_row(a)
+                            for a in fold_judge_agreement(on_items, types=types)],
+        "answers": [_answers_row(a) for a in fold_answers(on_items, types=types)],
+    }
+
+
+def _verdict_target(envelope: Envelope) -> str | None:
+    """The `kind:id` a verdict is on (feedback, or a shadow version's record); None for
+    any other envelope."""
+    event = envelope.event
+    if isinstance(event, FeedbackGiven):
+        return f"{event.target.kind}:{event.target.id}"
+    if isinstance(event, AppEvent) and event.name == VERDICT_RECORD:
+        target = event.data.get("target")
+        if isinstance(target, dict):
+            return f"{target.get('kind')}:{target.get('id')}"
+    return None
 
 
 def _agreement_row(a: FieldAgreement) -> dict[str, Any]:

@@ -6,13 +6,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from streams.core.queues import queue_from_dict
+from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.jobs.log_read import Progress, read_workspace_log
+from streams.runtime.jobs.queues import QueueBook, queue_items
 from streams.runtime.root import Runtime
 from streams.surfaces.report.html import render_html
 from streams.surfaces.report.model import (
@@ -52,6 +56,18 @@ def write_report(report: dict[str, Any], out: Path) -> ReportFiles:
     return ReportFiles(json_path, html_path, report)
 
 
+async def _queues(runtime: Runtime, tenant: str, workspace: str) -> dict[str, list[str]]:
+    """The workspace's live annotation queues and their items (from the tenant's view)."""
+    book = QueueBook(runtime)
+    live = await asyncio.to_thread(book.queues, tenant, workspace)
+    if not live:
+        return {}
+    ws = StreamsClient(runtime).workspace(tenant, workspace)
+    return {entry.name: await queue_items(ws, queue_from_dict(entry.definition,
+                                                               types=runtime.types))
+            for entry in live}
+
+
 def make_report(
     runtime: Runtime, tenant: str, workspace: str, *, out: Path,
     since: datetime | None = None, until: datetime | None = None,
@@ -87,5 +103,6 @@ def make_report(
     report = build_report(read.envelopes, tenant=tenant, workspace=workspace, since=since,
                           until=until, resolves=resolves, quality_of=quality_of,
                           types=runtime.types, per=per,
-                          prices=runtime.settings.llm_price_table())
+                          prices=runtime.settings.llm_price_table(),
+                          queues=asyncio.run(_queues(runtime, tenant, workspace)))
     return write_report(report, out)
