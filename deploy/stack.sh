@@ -60,6 +60,15 @@ APICURIO_DIR=$CACHE/apicurio-$APICURIO_VERSION
 say() { printf '[stack] %s\n' "$*" >&2; }
 die() { printf '[stack] error: %s\n' "$*" >&2; exit 1; }
 
+# keep_logs FILE: FILE becomes FILE.1, FILE.1 FILE.2, ... up to FILE.5 (the oldest dropped).
+keep_logs() {
+  local file=$1 n
+  for n in 4 3 2 1; do
+    if [ -f "$file.$n" ]; then mv -f "$file.$n" "$file.$((n + 1))"; fi
+  done
+  if [ -f "$file" ]; then mv -f "$file" "$file.1"; fi
+}
+
 fetch() {
   command -v java >/dev/null || die "java not found: install a JDK 17 or newer"
   command -v mvn >/dev/null || die "mvn not found: install Apache Maven"
@@ -301,9 +310,10 @@ start_kafka() {
       --add-scram "SCRAM-SHA-512=[name=admin,password=$ADMIN_PASSWORD]" \
       >"$DATA/format.log" 2>&1 || { cat "$DATA/format.log" >&2; die "storage format failed"; }
   fi
-  # A fresh log per start (the last one kept as kafka.log.1): readiness looks for this start's
-  # "Kafka Server started".
-  if [ -f "$DATA/kafka.log" ]; then mv -f "$DATA/kafka.log" "$DATA/kafka.log.1"; fi
+  # A fresh log per start (the last five kept, kafka.log.1 the newest: a failure test that
+  # restarts the broker several times keeps the start it failed in): readiness looks for this
+  # start's "Kafka Server started".
+  keep_logs "$DATA/kafka.log"
   : >"$DATA/kafka.log"
   : >"$DATA/kafka.out"
   say "starting kafka on 127.0.0.1:$KAFKA_PORT (SASL/SCRAM on $KAFKA_SASL_PORT, SASL/SCRAM over TLS on $KAFKA_SSL_PORT), data in $DATA/kafka"
@@ -339,7 +349,7 @@ start_registry() {
   # The registry keeps its schemas in the broker: without Kafka it cannot load them.
   kafka_ready || die "kafka is not running on 127.0.0.1:$KAFKA_PORT: start it first (deploy/stack.sh start-kafka)"
   mkdir -p "$DATA"
-  if [ -f "$DATA/registry.log" ]; then mv -f "$DATA/registry.log" "$DATA/registry.log.1"; fi
+  keep_logs "$DATA/registry.log"
   say "starting schema registry on 127.0.0.1:$REGISTRY_PORT (schemas in topic $REGISTRY_TOPIC)"
   # Apicurio 3.3 can die in its first seconds on a race inside its own Kafka consumer
   # (ConcurrentModificationException in endOffsets while it loads the snapshots topic, seen

@@ -6,6 +6,7 @@ file, and only if that process is this stack's."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -18,6 +19,11 @@ from tests.conftest import REPO, _free_port
 __all__ = ["SCRIPT", "START_TIMEOUT", "OwnStack", "own_stack_in"]
 
 SCRIPT = REPO / "deploy" / "stack.sh"
+# The broker's start-up lines: its state transitions, fencing, log and coordinator loading,
+# leadership (what a broker that is up but serves nothing shows).
+_START_UP = re.compile(r"Transition from|Finished waiting for the broker to be unfenced|"
+                       r"Loading logs|Kafka Server started|using ELR|load in progress|"
+                       r"[Uu]nclean shutdown|did not stop")
 # Generous: two JVMs on a shared 2-core machine. stack.sh itself gives up after 120 s a server.
 START_TIMEOUT = 400.0
 
@@ -62,6 +68,15 @@ class OwnStack:
             if path.is_file():
                 tail = path.read_text(errors="replace").splitlines()[-lines:]
                 told.append(f"--- {name} (last {len(tail)} lines)\n" + "\n".join(tail))
+        path = self.data / "kafka.log"
+        if path.is_file():
+            # How this start went: a broker that came back but served nothing (coordinators
+            # loading for minutes, partitions without a leader) says so here.
+            hits = [line for line in path.read_text(errors="replace").splitlines()
+                    if _START_UP.search(line)]
+            told.append(f"--- kafka.log: start-up, loading and leadership (the first "
+                        f"{min(len(hits), 3 * lines)} of {len(hits)} lines)\n"
+                        + "\n".join(hits[:3 * lines]))
         return "\n".join(told)
 
     def run(self, *args: str, timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess[str]:
