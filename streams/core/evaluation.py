@@ -183,9 +183,7 @@ class EvaluatorAction(Generic[In]):
         judged = await self.input(reaction)
         target = await self.target(reaction)
         key = verdict_key(self.evaluator, judged)
-        workspace = reaction.workspace
-        record = await recorded_verdict(workspace, key) if self.reuse else None
-        checked = None if record is None else _verdict_of(record, self.evaluator.verdict_type)
+        checked = await _reusable(reaction, key, self.evaluator) if self.reuse else None
         reused = checked is not None
         if checked is None:
             try:
@@ -194,12 +192,8 @@ class EvaluatorAction(Generic[In]):
                 return {"handed_off": self.name}
             checked = check_verdict(verdict, self.evaluator.verdict_type)
             if self.reuse:  # recorded before it is given: a retry after this reuses it
-                await workspace.append(
-                    AppEvent(name=VERDICT_RECORD, data={"key": key, **checked.as_output()}),
-                    correlation_id=reaction.started.correlation_id,
-                    causation_id=reaction.started.event_id,
-                    event_id=verdict_event_id(workspace.workspace, key))
-        recorded = await workspace.as_actor(checked.actor).give_feedback(
+                await _record(reaction, key, checked)
+        recorded = await reaction.workspace.as_actor(checked.actor).give_feedback(
             checked.value, on=target)
         output = {**checked.as_output(), "feedback_id": recorded.id,
                   "feedback_seq": str(recorded.seq), "verdict_key": key, "reused": reused}
@@ -211,10 +205,8 @@ class EvaluatorAction(Generic[In]):
                       reaction: Reaction) -> dict[str, Any]:
         """The shadow version's verdict on `judged`, recorded apart (never given as
         feedback); what the run's output says of it."""
-        workspace = reaction.workspace
         key = verdict_key(shadow, judged)
-        record = await recorded_verdict(workspace, key)
-        checked = None if record is None else _verdict_of(record, shadow.verdict_type)
+        checked = await _reusable(reaction, key, shadow)
         if checked is not None:
             return {**checked.as_output(), "verdict_key": key, "reused": True}
         try:
@@ -225,14 +217,28 @@ class EvaluatorAction(Generic[In]):
         except Exception as exc:  # the current verdict is given: a shadow never fails a run
             return {"evaluator": shadow.name, "version": shadow.version,
                     "failed": f"{type(exc).__name__}: {exc}"}
-        await workspace.append(
-            AppEvent(name=VERDICT_RECORD, data={
-                "key": key, **checked.as_output(), "shadow": True,
-                "target": {"kind": target.kind, "id": target.id}}),
-            correlation_id=reaction.started.correlation_id,
-            causation_id=reaction.started.event_id,
-            event_id=verdict_event_id(workspace.workspace, key))
+        await _record(reaction, key, checked,
+                      shadow=True, target={"kind": target.kind, "id": target.id})
         return {**checked.as_output(), "verdict_key": key, "reused": False}
+
+
+async def _reusable(reaction: Reaction, key: str,
+                    evaluator: Evaluator[Any, Any]) -> Verdict[Feedback] | None:
+    """The verdict recorded under `key` in the reaction's workspace, when there is one that
+    still validates as the evaluator's verdict type."""
+    record = await recorded_verdict(reaction.workspace, key)
+    return None if record is None else _verdict_of(record, evaluator.verdict_type)
+
+
+async def _record(reaction: Reaction, key: str, checked: Verdict[Feedback],
+                  **extra: object) -> None:
+    """Record a verdict under `key`, in the run's chain, by the id derived from the key
+    (`extra`: a shadow's flag and target)."""
+    workspace = reaction.workspace
+    await workspace.append(
+        AppEvent(name=VERDICT_RECORD, data={"key": key, **checked.as_output(), **extra}),
+        correlation_id=reaction.started.correlation_id, causation_id=reaction.started.event_id,
+        event_id=verdict_event_id(workspace.workspace, key))
 
 
 def _in_share(key: str, share: float) -> bool:
