@@ -25,6 +25,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 from streams.core.evaluation import VERDICT_RECORD
 from streams.core.events import AppEvent, Envelope, FeedbackGiven
@@ -47,6 +48,7 @@ __all__ = [
     "latest_verdicts",
     "spearman",
     "verdict_pairs",
+    "verdict_target",
 ]
 
 Z95 = 1.959963984540054
@@ -212,18 +214,19 @@ class VerdictPair:
     time: datetime
 
 
-def _shadow_verdict(envelope: Envelope, event: AppEvent) -> Verdict | None:
-    """A shadow evaluator version's recorded verdict (`streams.core.evaluation`: never given
-    as feedback) as its version's verdict on its target; None for any other app event."""
-    data = event.data
-    if event.name != VERDICT_RECORD or data.get("shadow") is not True:
-        return None
-    target, value = data.get("target"), data.get("value")
-    if not isinstance(target, dict) or not isinstance(value, dict):
-        return None
-    return Verdict(str(data.get("feedback_type")), f"{target.get('kind')}:{target.get('id')}",
-                   f"evaluator:{data.get('evaluator')}@{data.get('version')}", False,
-                   dict(value), envelope.time, envelope.event_id)
+def verdict_target(envelope: Envelope) -> str | None:
+    """The `kind:id` a verdict is on: a feedback event's target, or a shadow evaluator
+    version's recorded verdict's (`streams.core.evaluation`: never given as feedback); None
+    for any other envelope."""
+    event = envelope.event
+    if isinstance(event, FeedbackGiven):
+        return f"{event.target.kind}:{event.target.id}"
+    if isinstance(event, AppEvent) and event.name == VERDICT_RECORD \
+            and event.data.get("shadow") is True:
+        target = event.data.get("target")
+        if isinstance(target, dict):
+            return f"{target.get('kind')}:{target.get('id')}"
+    return None
 
 
 def latest_verdicts(envelopes: Iterable[Envelope]) -> list[Verdict]:
@@ -232,17 +235,24 @@ def latest_verdicts(envelopes: Iterable[Envelope]) -> list[Verdict]:
     recorded verdicts included."""
     latest: dict[tuple[str, str, str], Verdict] = {}
     for envelope in envelopes:
-        event = envelope.event
-        if isinstance(event, AppEvent):
-            verdict = _shadow_verdict(envelope, event)
-            if verdict is None:
-                continue
-        elif isinstance(event, FeedbackGiven) and envelope.actor.kind in ("user", "evaluator"):
-            verdict = Verdict(event.feedback_type, f"{event.target.kind}:{event.target.id}",
-                              envelope.actor.participant, envelope.actor.kind == "user",
-                              dict(event.value), envelope.time, envelope.event_id)
-        else:
+        target = verdict_target(envelope)
+        if target is None:
             continue
+        event = envelope.event
+        if isinstance(event, FeedbackGiven):
+            if envelope.actor.kind not in ("user", "evaluator"):
+                continue
+            verdict = Verdict(event.feedback_type, target, envelope.actor.participant,
+                              envelope.actor.kind == "user", dict(event.value), envelope.time,
+                              envelope.event_id)
+        else:  # a shadow's record (verdict_target said so)
+            data = cast(AppEvent, event).data
+            value = data.get("value")
+            if not isinstance(value, dict):
+                continue
+            verdict = Verdict(str(data.get("feedback_type")), target,
+                              f"evaluator:{data.get('evaluator')}@{data.get('version')}",
+                              False, dict(value), envelope.time, envelope.event_id)
         key = (verdict.feedback_type, verdict.target, verdict.participant)
         previous = latest.get(key)
         if previous is None or previous.time <= verdict.time:

@@ -25,8 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from streams.core.errors import ValidationFailed
-from streams.core.evaluation import VERDICT_RECORD
-from streams.core.events import AppEvent, Envelope, FeedbackGiven
+from streams.core.events import Envelope, FeedbackGiven
 from streams.core.feedback import FeedbackRegistry, registry
 from streams.core.measures import (
     PERIODS,
@@ -43,6 +42,7 @@ from streams.core.measures import (
     fold_time_to_resolution,
     fold_trends,
 )
+from streams.core.measures.agreement import verdict_target
 from streams.core.measures.answers import quantile
 from streams.core.proposals import (
     fold_ledger,
@@ -184,6 +184,9 @@ def build_report(
                            if isinstance(e.event, FeedbackGiven)
                            and known.get(e.event.feedback_type) is None})
     series = fold_quality(chosen, feedback_type=quality_type, field_name=quality_field)
+    # Each verdict's target, once for every queue's part.
+    verdicts = [(target, e) for e in chosen if (target := verdict_target(e)) is not None] \
+        if queues else []
     return {
         "format": REPORT_FORMAT,
         "tenant": tenant,
@@ -229,36 +232,24 @@ def build_report(
         },
         "proposals": _proposals(every, since=since, until=until,
                                 now=until or generated_at, survival=survival),
-        "queues": [_queue_section(name, items, chosen, types)
+        "queues": [_queue_section(name, items, verdicts, types)
                    for name, items in sorted((queues or {}).items())],
     }
 
 
-def _queue_section(name: str, items: Collection[str], envelopes: list[Envelope],
+def _queue_section(name: str, items: Collection[str], verdicts: list[tuple[str, Envelope]],
                    types: FeedbackRegistry | None) -> dict[str, Any]:
-    """Judge agreement and answers on the verdicts given on a queue's items."""
+    """Judge agreement and answers on the verdicts (target, envelope) given on a queue's
+    items."""
     wanted = set(items)
-    on_items = [e for e in envelopes if _verdict_target(e) in wanted]
-    judged = {_verdict_target(e) for e in on_items}
+    on_items = [(target, e) for target, e in verdicts if target in wanted]
+    chosen = [e for _target, e in on_items]
     return {
-        "queue": name, "items": len(wanted), "judged": len(judged),
+        "queue": name, "items": len(wanted), "judged": len({t for t, _e in on_items}),
         "judge_agreement": [_agreement_row(a)
-                            for a in fold_judge_agreement(on_items, types=types)],
-        "answers": [_answers_row(a) for a in fold_answers(on_items, types=types)],
+                            for a in fold_judge_agreement(chosen, types=types)],
+        "answers": [_answers_row(a) for a in fold_answers(chosen, types=types)],
     }
-
-
-def _verdict_target(envelope: Envelope) -> str | None:
-    """The `kind:id` a verdict is on (feedback, or a shadow version's record); None for
-    any other envelope."""
-    event = envelope.event
-    if isinstance(event, FeedbackGiven):
-        return f"{event.target.kind}:{event.target.id}"
-    if isinstance(event, AppEvent) and event.name == VERDICT_RECORD:
-        target = event.data.get("target")
-        if isinstance(target, dict):
-            return f"{target.get('kind')}:{target.get('id')}"
-    return None
 
 
 def _agreement_row(a: FieldAgreement) -> dict[str, Any]:
