@@ -432,14 +432,21 @@ class Workspace:
         (one record), the index caught up with the unindexed tail first on a miss, so an
         event acknowledged before the call is found (an evaluator's verdict record, say)."""
         self._check_read("an event")
-        index = await self._index()
+        found, _caught_up = await self._indexed_event(await self._index(), event_id,
+                                                      catch_up=True)
+        return found[0] if found else None
+
+    async def _indexed_event(self, index: TenantIndex, event_id: str, *,
+                             catch_up: bool) -> tuple[list[Envelope], bool]:
+        """An event of this workspace read where the index says it is ([] if none), the
+        index caught up first on a miss when `catch_up`; and whether it caught up."""
         entry = await asyncio.to_thread(index.lookup, event_key(event_id))
-        if entry is None:
+        caught_up = entry is None and catch_up
+        if caught_up:  # events are indexed by catch-ups
             await asyncio.to_thread(index.catch_up)
             entry = await asyncio.to_thread(index.lookup, event_key(event_id))
         at = None if entry is None else await asyncio.to_thread(index.message_at, entry)
-        found = [] if at is None else self._decoded([at])
-        return found[0] if found else None
+        return ([] if at is None else self._decoded([at])), caught_up
 
     async def run_record(self, run_id: str) -> RunRecord:
         """A run, the envelopes that made its rule fire (`matched`) and what it emitted;
@@ -471,14 +478,9 @@ class Workspace:
         for event_id in fired.matched:
             if event_id in have:
                 continue
-            entry = await asyncio.to_thread(index.lookup, event_key(event_id))
-            if entry is None and not caught_up:  # events are indexed by catch-ups
-                await asyncio.to_thread(index.catch_up)
-                caught_up = True
-                entry = await asyncio.to_thread(index.lookup, event_key(event_id))
-            at = None if entry is None else await asyncio.to_thread(index.message_at, entry)
-            if at is not None:
-                found += self._decoded([at])
+            one, did = await self._indexed_event(index, event_id, catch_up=not caught_up)
+            found += one
+            caught_up = caught_up or did
         return found
 
     async def firing_record(self, firing_id: str) -> tuple[Envelope, list[Envelope],
