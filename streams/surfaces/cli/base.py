@@ -63,6 +63,25 @@ __all__ = [
 ]
 
 console = Console(stderr=True)
+
+
+@contextmanager
+def counted(what: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr, `what` and done of total, that the yielded callback
+    `progress(done, total)` moves; shown from its first call, so a command refused before
+    any work prints none."""
+    # Lazy: rich's progress module is only needed by the commands that show one.
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  transient=False) as bar:
+        task = bar.add_task(what, total=None, visible=False)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, visible=True)
+
+        yield progress
 """Messages and progress: stderr, so stdout carries only a command's result (JSON, tokens)."""
 
 

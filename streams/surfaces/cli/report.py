@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from streams.core.errors import StreamsError
-from streams.surfaces.cli.base import TypesOption, console, fail, load_types, settings
+from streams.surfaces.cli.base import TypesOption, console, counted, fail, load_types, settings
 
 __all__ = ["report"]
 
@@ -37,8 +37,6 @@ def report(
     """Measure a workspace from its tenant's log: rule outcomes, time to resolution, judge
     agreement, how people and each evaluator version answered, trends per day or week,
     quality; writes OUT/report.json and OUT/report.html (self-contained)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from streams.runtime.root import Runtime
     from streams.surfaces.report.model import (
         check_window,
@@ -60,15 +58,8 @@ def report(
         raise fail(exc) from exc
     runtime = Runtime(config)
     try:
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                      transient=False) as bar:
-            # Shown once the end offsets are known, so an unknown tenant prints no bar.
-            task = bar.add_task(f"reading {tenant}'s log", total=None, visible=False)
-
-            def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total, visible=True)
-
+        # Shown once the end offsets are known, so an unknown tenant prints no bar.
+        with counted(f"reading {tenant}'s log") as progress:
             files = make_report(runtime, tenant, workspace, out=out, since=start, until=end,
                                 resolves=resolves, quality_of=quality_of, progress=progress,
                                 per=per)

@@ -19,7 +19,7 @@ import typer
 from streams.surfaces.cli.base import (
     TenantOption,
     TypesOption,
-    console,
+    counted,
     fail,
     load_rules,
     load_types,
@@ -113,8 +113,6 @@ def rules_install(
     """Install a rule for a tenant: live in running workers within seconds, from now on
     (and over the history with --backfill, within --since/--until, --limit firings at a
     time, with a progress bar on stderr). Recorded as rule_installed by the system."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from streams.core.errors import StreamsError
     from streams.core.events import Envelope
     from streams.core.proposals import fold_ledger
@@ -144,15 +142,8 @@ def rules_install(
             ws = StreamsClient(runtime).workspace(tenant, workspace)
             envelopes: list[Envelope] = await ws.read()
             definition = accepted_definition(fold_ledger(envelopes), from_artifact)
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                      transient=False) as bar:
-            # Shown once the firings to write are known, so a refused install prints none.
-            task = bar.add_task("backfilling: firings written", total=None, visible=False)
-
-            def progress(written: int, total: int) -> None:
-                bar.update(task, completed=written, total=total, visible=True)
-
+        # Shown once the firings to write are known, so a refused install prints none.
+        with counted("backfilling: firings written") as progress:
             try:
                 done = await Rulebook(runtime).install(
                     tenant, workspace, definition, actions=actions, module_rules=module_rules,

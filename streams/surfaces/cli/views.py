@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from streams.core.errors import StreamsError
-from streams.surfaces.cli.base import console, fail, require_tenant, settings
+from streams.surfaces.cli.base import counted, fail, require_tenant, settings
 
 __all__ = ["views_app"]
 
@@ -31,8 +31,6 @@ def views_build(
 ) -> None:
     """Build (or catch up) a tenant's read view in STREAMS_STATE_DIR from its events topic,
     with a progress bar; prints what was applied as a JSON line."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from streams.runtime.client.views import build_view, view_path
     from streams.runtime.root import Runtime
 
@@ -40,14 +38,7 @@ def views_build(
     runtime = Runtime(config)
     try:
         require_tenant(runtime, tenant)
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                      transient=False) as bar:
-            task = bar.add_task(f"building {tenant}'s view", total=None, visible=False)
-
-            def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total, visible=True)
-
+        with counted(f"building {tenant}'s view") as progress:
             done = build_view(runtime, tenant, progress=progress)
     except StreamsError as exc:
         raise fail(exc) from exc
