@@ -679,12 +679,12 @@ class BatchLoop:
         if self._replaced(consumer):
             return
         self._rebalances += 1
-        self._received_at = time.monotonic()
         self._lost_at = self._suspect = None
         log.info("%s: assigned %s", self.name, _named(partitions))
         starts = self._committed_starts(consumer, partitions)
         chosen = self.on_assigned(consumer, starts) if self.on_assigned is not None else None
         consumer.assign(starts if chosen is None else chosen)
+        # The stall clock starts once assigned: reading the offsets may wait out a hold.
         self._received_at = time.monotonic()
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
         self.topics_seen |= {tp.topic for tp in partitions}
