@@ -233,7 +233,7 @@ class Settings:
         positive=True)
     admin_timeout: float = _setting(
         15.0, "STREAMS_ADMIN_TIMEOUT", "seconds an admin or metadata call (create or list "
-        "topics, read committed offsets) may take", positive=True)
+        "topics, read or commit offsets) may take before it is counted as an outage", positive=True)
     outage_limit: float = _setting(
         600.0, "STREAMS_OUTAGE_LIMIT", "seconds a sink runner or a worker's loops wait out an "
         "unreachable broker or schema registry (retrying commits and schema lookups) "

@@ -51,6 +51,7 @@ retried for as long as it lasts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import threading
@@ -118,6 +119,40 @@ log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]
 _T = TypeVar("_T")
+
+
+class _CommitUnanswered(Exception):
+    """A synchronous offset commit that did not answer in time (it may still)."""
+
+
+def _in_daemon_thread(fn: Callable[[], object]) -> asyncio.Future[None]:
+    """Run `fn` in a daemon thread of its own; the returned future (of the running loop)
+    is done when it returns (its result dropped), or has its error. Unlike the threads of
+    asyncio.to_thread's pool, which an exiting process joins, a call that never returns
+    here does not keep the process alive."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    def call() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # handed to the awaiting coroutine
+            error: BaseException | None = exc
+        else:
+            error = None
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=call, name="sink-commit", daemon=True).start()
+    return future
 
 _SCORE = fullname(score_schema())
 # A commit refused because the partitions moved to another member (or this member must
@@ -398,6 +433,8 @@ class SinkRunner:
         self._broker = _Outage("kafka broker", self.outage_limit, self.stats)
         self._registry = _Outage("schema registry", self.outage_limit, self.stats)
         self._threads: set[asyncio.Future[Any]] = set()
+        # A synchronous commit that has not answered yet (see _committed_within).
+        self._stuck_commit: asyncio.Future[None] | None = None
         self._consume_errors: dict[int, tuple[float, int]] = {}
         self._commit_wanted = asyncio.Event()
         self._known_ids: set[int] = set()
@@ -592,9 +629,15 @@ class SinkRunner:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            # A consume or commit still running in its thread finishes before the close.
+            # A consume still running in its thread finishes before the close.
             await asyncio.gather(*self._threads, return_exceptions=True)
-            await asyncio.to_thread(self.consumer.close)
+            if self._stuck_commit is not None and not self._stuck_commit.done():
+                # Closing under a commit that never answered would wait on it too; its
+                # offsets are committed again by the partitions' next owner.
+                log.warning("stopped with an offset commit unanswered; the consumer is left "
+                            "open, and what it covered is handed on again after a restart")
+            elif self._consumer is not None:
+                await asyncio.to_thread(self._consumer.close)
             if self._delivery is not None:
                 await asyncio.to_thread(self._delivery.close)
         return self.stats
@@ -965,8 +1008,11 @@ class SinkRunner:
         rejoin_until: float | None = None
         while True:
             try:
-                await self._in_thread(self.consumer.commit, offsets=offsets,
-                                      asynchronous=False)
+                await self._committed_within(offsets)
+            except _CommitUnanswered as exc:
+                if await self._pause(self._broker.waiting(str(exc))):
+                    return  # stopping: left uncommitted, sent again after a restart
+                continue
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 code = error.code() if isinstance(error, KafkaError) else None
@@ -994,6 +1040,36 @@ class SinkRunner:
             self._broker.over()
             self.stats.commits += 1
             return
+
+    async def _committed_within(self, offsets: list[TopicPartition]) -> None:
+        """A synchronous commit of `offsets`, each wait at most STREAMS_ADMIN_TIMEOUT.
+
+        librdkafka's synchronous commit has no timeout of its own: with the broker gone at
+        the wrong moment it can wait for ever (one did for 55 minutes, so SIGTERM never
+        ended its process). It runs in a daemon thread, which an exiting process does not
+        wait for; a commit that does not answer in time raises _CommitUnanswered, and the
+        next try waits on that same call before it makes a new one, so commits stay one at
+        a time and in order."""
+        earlier = self._stuck_commit
+        if earlier is not None:
+            # Its outcome does not matter: the commit below covers its offsets too.
+            with contextlib.suppress(KafkaException):
+                await self._answered(earlier)
+        self._stuck_commit = _in_daemon_thread(
+            lambda: self.consumer.commit(offsets=offsets, asynchronous=False))
+        await self._answered(self._stuck_commit)
+
+    async def _answered(self, call: asyncio.Future[None]) -> None:
+        """Wait for a commit call (its error raised); _CommitUnanswered past the timeout."""
+        try:
+            await asyncio.wait_for(asyncio.shield(call), timeout=self.settings.admin_timeout)
+        except TimeoutError:
+            raise _CommitUnanswered(
+                f"commit did not answer within {self.settings.admin_timeout:g}s "
+                "(STREAMS_ADMIN_TIMEOUT)") from None
+        finally:
+            if call.done():
+                self._stuck_commit = None
 
     # -- dead letters --------------------------------------------------------------------
 

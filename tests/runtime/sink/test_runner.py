@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
+import threading
+import time
 from typing import Any, cast
 
 import pytest
@@ -15,6 +18,7 @@ from streams.runtime.root import Runtime
 from streams.runtime.sink import runner as sink_runner
 from streams.runtime.sink.runner import OffsetLedger, OutageTooLong, SinkRunner, SinkStats
 from streams.settings import Settings
+from tests.runtime.sink.fakes import PausingConsumer, fake_runner, until
 
 
 def test_a_later_batch_accepted_first_is_not_committed_before_the_earlier_one() -> None:
@@ -185,3 +189,62 @@ def test_the_consumer_counts_the_brokers_going_away_and_nothing_else(
     error_cb(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
     assert runner.stats.broker_errors == 2
     assert "on_error" not in configs[0]  # a keyword of ours, not a librdkafka property
+
+
+class _UnansweredCommitConsumer(PausingConsumer):
+    """Its commits block until `answer` is set: librdkafka's synchronous commit with the
+    broker gone at the wrong moment (it has no timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = threading.Event()
+        self.commits = 0
+        self.closed = False
+
+    def subscribe(self, topics: list[str], on_assign: Any) -> None:
+        on_assign(self, self.assignment())
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        self.commits += 1
+        self.answer.wait()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_runner_stopped_while_its_commit_never_answers_still_stops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # In CI a DuckDB sink waited 55 minutes in such a commit after its SIGTERM.
+    consumer = _UnansweredCommitConsumer()
+    runner = fake_runner(consumer, Settings(topic_prefix="fs", admin_timeout=0.2))
+    running = asyncio.ensure_future(runner.run())
+    try:
+        await until(lambda: consumer.commits >= 1, "a commit")
+        # Unanswered past the timeout it counts as an outage, and no second commit is
+        # made beside the first: commits stay one at a time, in order.
+        await until(lambda: runner.in_outage, "the commit to count as an outage")
+        assert consumer.commits == 1
+        runner.stop()
+        began = time.monotonic()
+        stats = await asyncio.wait_for(running, timeout=10)
+        assert time.monotonic() - began < 5
+        assert stats.commits == 0 and not consumer.closed  # closing would wait on it too
+        assert "commit unanswered" in caplog.text
+    finally:
+        consumer.answer.set()  # the daemon thread ends
+
+
+async def test_a_commit_that_answers_late_is_followed_by_one_of_the_newer_offsets() -> None:
+    consumer = _UnansweredCommitConsumer()
+    runner = fake_runner(consumer, Settings(topic_prefix="fs", admin_timeout=0.2))
+    runner._broker.waiting = lambda problem: 0.0  # type: ignore[method-assign]
+    committing = asyncio.ensure_future(runner._commit({("fs.acme.scores", 0): 5}))
+    await until(lambda: runner._stuck_commit is not None and consumer.commits == 1, "a commit")
+    await asyncio.sleep(0.5)  # past two timeouts: still the one call
+    assert consumer.commits == 1 and not committing.done()
+    consumer.answer.set()
+    await asyncio.wait_for(committing, timeout=5)
+    # The late answer is not taken for the retry's: the retry commits again.
+    assert consumer.commits == 2 and runner.stats.commits == 1
+    assert runner._stuck_commit is None
