@@ -1051,6 +1051,10 @@ class SinkRunner:
         next try waits on that same call before it makes a new one, so commits stay one at
         a time and in order."""
         earlier = self._stuck_commit
+        if earlier is not None and self._stopping.is_set() and not earlier.done():
+            # Stopping: one timeout already passed on it; waiting another would only delay
+            # the exit (its offsets are handed on again after a restart).
+            raise _CommitUnanswered("stopping with an earlier commit still unanswered")
         if earlier is not None:
             # Its outcome does not matter: the commit below covers its offsets too.
             with contextlib.suppress(KafkaException):

@@ -248,3 +248,20 @@ async def test_a_commit_that_answers_late_is_followed_by_one_of_the_newer_offset
     # The late answer is not taken for the retry's: the retry commits again.
     assert consumer.commits == 2 and runner.stats.commits == 1
     assert runner._stuck_commit is None
+
+
+async def test_a_stopping_runner_does_not_wait_again_on_a_commit_that_never_answered() -> None:
+    consumer = _UnansweredCommitConsumer()
+    runner = fake_runner(consumer, Settings(topic_prefix="fs", admin_timeout=0.2))
+    try:
+        with pytest.raises(sink_runner._CommitUnanswered):
+            await runner._committed_within([TopicPartition("fs.acme.scores", 0, 5)])
+        runner.settings = Settings(topic_prefix="fs", admin_timeout=600.0)
+        runner._stopping.set()
+        # A second full wait would take ten minutes.
+        with pytest.raises(sink_runner._CommitUnanswered, match="still unanswered"):
+            await asyncio.wait_for(
+                runner._committed_within([TopicPartition("fs.acme.scores", 0, 9)]), 5)
+        assert consumer.commits == 1
+    finally:
+        consumer.answer.set()
