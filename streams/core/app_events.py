@@ -34,12 +34,24 @@ __all__ = [
     "app_event_types",
     "check_app_event_name",
     "known_event_types",
+    "own_record",
 ]
 
 APP_EVENT_NAME: Final = re.compile(r"^[a-z][a-z0-9_-]*:[a-z0-9][a-z0-9_.-]*$")
 """What an app event type's name must match: `namespace:name`, lower case, e.g.
 `ops:error_spike` or `oncall:incident.opened`. The colon keeps app names apart from the
 built-in types (`run_succeeded`, ...), which have none."""
+
+
+OWN_PREFIX: Final = "streams:"
+"""The namespace of the app events the pipeline writes itself (an evaluator's verdict
+record, a throttle's record): reserved, and never matched by `on(AppEvent)`."""
+
+
+def own_record(name: str) -> bool:
+    """Whether an app event name is one of the pipeline's own records (`streams:...`): a rule
+    watching every app event does not see them, so a rule cannot feed on its own throttles."""
+    return name.startswith(OWN_PREFIX)
 
 
 def check_app_event_name(name: object) -> str:
@@ -61,6 +73,10 @@ class AppEventTypes:
     def register(self, cls: type[AppEventType]) -> None:
         """Add a declaration; a second class under a declared name is refused."""
         name = check_app_event_name(cls.app_event_name)
+        if own_record(name):
+            raise ValidationFailed(
+                f"app event type {name!r}: the {OWN_PREFIX!r} namespace is the pipeline's "
+                "own (its verdict and throttle records); choose another namespace")
         existing = self._types.get(name)
         if existing is not None and existing is not cls:
             raise ValidationFailed(

@@ -99,6 +99,12 @@ def fired_event_id(firing: str) -> str:
     return f"evt_{_digest(firing)}"
 
 
+def throttled_event_id(firing: str) -> str:
+    """The event id of the throttle record of a firing its rule's rate limit held back (the
+    firing id it would have had)."""
+    return f"evt_{_digest(firing + ':throttled')}"
+
+
 def started_event_id(run_id: str) -> str:
     """The event id of a run's `run_started`."""
     return f"evt_{_digest(run_id + ':started')}"

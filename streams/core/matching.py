@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
+from streams.core.app_events import own_record
 from streams.core.events import AppEvent, Envelope
 from streams.core.plain import PlainEvent, layout_of
 from streams.core.rulebook import LiveRule
@@ -33,13 +34,20 @@ from streams.core.rules import Fire, Rule, RuleSet, RuleState, Throttled, evalua
 from streams.core.rules.compiled import compile_path, compile_trigger
 from streams.core.rules.predicates import MISSING, UNKNOWN, Compare, Path
 from streams.core.rules.triggers import conjuncts
-from streams.core.runs import fire_envelopes
+from streams.core.runs import fire_envelopes, throttle_envelope
 
 __all__ = ["Decision", "Forward", "Hit", "Matcher", "ReactorStats", "is_stateful"]
 
 log = logging.getLogger(__name__)
 
 Decision = Fire | Throttled
+
+
+def _any_app(envelope: Envelope) -> bool:
+    """Whether `on(AppEvent)` rules see the envelope: an app event not of the pipeline's own
+    records (streams.core.app_events.own_record)."""
+    event = envelope.event
+    return isinstance(event, AppEvent) and not own_record(event.name)
 
 
 def is_stateful(rule: Rule) -> bool:
@@ -187,7 +195,7 @@ class _PlainRules:
     def hits(self, event: PlainEvent) -> list[Hit]:
         index = self.by_type.get(event.event_type)
         found = index.hits(event) if index is not None else []
-        if self.any_app is not None and event.app:
+        if self.any_app is not None and event.app and not own_record(event.event_type):
             found += self.any_app.hits(event)
         return found
 
@@ -215,7 +223,7 @@ class _Live:
 
     def candidates(self, envelope: Envelope) -> list[LiveRule]:
         found = self.by_type.get(envelope.event_type, [])
-        if self.any_app_event and isinstance(envelope.event, AppEvent):
+        if self.any_app_event and _any_app(envelope):
             found = found + self.any_app_event
         return found
 
@@ -320,7 +328,7 @@ class Matcher:
             return out
         out = []
         candidates = self._by_type.get(envelope.event_type, [])
-        if self._any_app_event and isinstance(envelope.event, AppEvent):
+        if self._any_app_event and _any_app(envelope):
             candidates = candidates + self._any_app_event
         for rule in candidates:
             out += self._match_one(rule, rule.name in self._stateful, envelope)
@@ -371,10 +379,10 @@ class Matcher:
 
     def fired(self, decision: Decision, cause: Envelope) -> list[Envelope]:
         """The envelopes a decision writes: `rule_fired` and `run_started` for a firing,
-        nothing for a throttle (counted either way)."""
+        the throttle's record for a throttle (counted either way)."""
         if isinstance(decision, Throttled):
             self.stats.throttled += 1
-            return []
+            return [throttle_envelope(decision, cause)]
         self.stats.fired += 1
         self.stats.per_rule[decision.rule.name] = \
             self.stats.per_rule.get(decision.rule.name, 0) + 1

@@ -42,6 +42,7 @@ from streams.core.actors import Actor, SystemActor
 from streams.core.app_events import AppEventType
 from streams.core.capabilities import Capability, Grants, builtin_grants
 from streams.core.errors import StreamsError, ValidationFailed
+from streams.core.evaluation import VERDICT_RECORD
 from streams.core.events import (
     EVENT_TYPES,
     AppEvent,
@@ -64,6 +65,7 @@ from streams.core.feedback import (
 )
 from streams.core.matching import Forward, Matcher, ReactorStats
 from streams.core.rules import Rule, RuleSet, RuleState
+from streams.core.rules.why import THROTTLED_RECORD
 from streams.core.runs import ActionFn, Reaction, RunRecord, latest_runs, rule_actor
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace
@@ -89,6 +91,10 @@ EventPayload = AppEventType | Event | Envelope
 AppEvents, built-in typed events (each starts its own chain, from the system actor), or
 ready envelopes (a story with its own chains, causes and actors; moved into the replay's
 tenant and workspace)."""
+
+# The app events the rules write themselves (a throttle's record, an evaluator's verdict):
+# accepted without a declaration.
+_OWN_RECORDS = frozenset({THROTTLED_RECORD, VERDICT_RECORD})
 
 
 class ReplayError(StreamsError):
@@ -127,6 +133,8 @@ class MemoryLog:
     def check(self, event: Event) -> Event:
         """The event if its type is accepted and its data validates; ReplayError otherwise."""
         if isinstance(event, AppEvent):
+            if event.name in _OWN_RECORDS:
+                return event  # written by the rules themselves, never by a story
             declared = self.accepted.get(event.name)
             if declared is None:
                 raise ReplayError(

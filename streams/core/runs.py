@@ -16,6 +16,7 @@ from typing_extensions import TypeVar
 from streams.core.actors import AgentActor
 from streams.core.errors import ValidationFailed
 from streams.core.events import (
+    AppEvent,
     Envelope,
     Event,
     RuleFired,
@@ -25,9 +26,16 @@ from streams.core.events import (
     RunStarted,
     RunSucceeded,
 )
-from streams.core.ids import fired_event_id, outcome_event_id, started_event_id
+from streams.core.ids import (
+    fired_event_id,
+    firing_id,
+    outcome_event_id,
+    started_event_id,
+    throttled_event_id,
+)
 from streams.core.ids import run_id_of as run_id_of  # re-exported: callers know it from here
-from streams.core.rules import Fire
+from streams.core.rules import Fire, Throttled
+from streams.core.rules.why import THROTTLED_RECORD, throttle_data
 
 
 def rule_actor(rule: str) -> AgentActor:
@@ -52,6 +60,18 @@ def fire_envelopes(fire: Fire, cause: Envelope) -> list[Envelope]:
         event_id=started_event_id(run_id),
     )
     return [fired, started]
+
+
+def throttle_envelope(throttled: Throttled, cause: Envelope) -> Envelope:
+    """The record of a match a rule's rate limit held back (`streams:throttled`), in the
+    causing event's chain, by an id derived from the firing it would have been: what
+    `Workspace.why` finds for that event."""
+    firing = firing_id(throttled.rule.name, throttled.causation_id)
+    return Envelope.new(
+        AppEvent(name=THROTTLED_RECORD, data=throttle_data(throttled)), tenant=cause.tenant,
+        workspace=cause.workspace, actor=rule_actor(throttled.rule.name),
+        correlation_id=throttled.correlation_id, causation_id=throttled.causation_id,
+        trace=cause.trace, event_id=throttled_event_id(firing))
 
 
 def outcome_envelope(started: Envelope, event: Event, attempt: int, kind: str) -> Envelope:

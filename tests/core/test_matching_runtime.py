@@ -9,6 +9,7 @@ import pytest
 
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted
+from streams.core.ids import firing_id, throttled_event_id
 from streams.core.matching import Forward, Matcher, is_stateful
 from streams.core.rules import F, Fire, Rule, RuleSet, RuleState, Throttled, on, run
 
@@ -67,7 +68,14 @@ def test_the_decider_decides_against_the_tenants_state() -> None:
     first = matcher.decide("t:limited", event("t:a"), state)
     second = matcher.decide("t:limited", event("t:a"), state)
     assert [type(d) for d in first + second] == [Fire, Throttled]
-    assert matcher.fired(second[0], event("t:a")) == []
+    # A throttle writes its record, in the cause's chain, by the id `why` looks up.
+    cause = event("t:a")
+    [record] = matcher.fired(second[0], cause)
+    assert isinstance(record.event, AppEvent) and record.event.name == "streams:throttled"
+    assert record.event.data["rule"] == "t:limited" and record.event.data["at_most"] == 1
+    assert record.event_id == throttled_event_id(firing_id("t:limited",
+                                                           second[0].causation_id))
+    assert record.correlation_id == second[0].correlation_id
     assert matcher.stats.throttled == 1
     # A fresh state (a replay from the start) decides the same again.
     assert [type(d) for d in matcher.decide("t:limited", event("t:a"), RuleState())] == [Fire]

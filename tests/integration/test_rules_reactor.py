@@ -1,8 +1,11 @@
 """Rules, runs and evaluators as Faust agents on the real broker."""
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +30,7 @@ from streams.core.targets import RunTarget
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
-from tests.conftest import WorkerProcess, decided_matches, wait_until
+from tests.conftest import REPO, WorkerProcess, decided_matches, wait_until
 
 RULES = "tests.integration.rules_fixture"
 TYPES = "streams.examples.ops,streams.core.judges"
@@ -271,3 +274,66 @@ async def test_tenant_without_a_rules_topic_gets_one(
         await ws.append(AppEvent(name="t:tick", data={"host": "c"}))
     await wait_log(ws, lambda es: of(es, RunSucceeded, rule="t:count"), 90, "a firing")
     assert rules_topic in admin.list_topics(timeout=10).topics
+
+
+async def test_why_says_what_each_rule_did_with_each_event(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    from streams.core.errors import NotFound
+    from tests.integration.rules_fixture import RULES as FIXTURE_RULES
+
+    rules = {r.name: r for r in FIXTURE_RULES}
+    tenant = tenant_factory()
+    worker_factory("--rules", RULES, types=TYPES)
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    many = [await ws.append(AppEvent(name="t:judge-many", data={"minutes": i}))
+            for i in range(4)]
+    declined = await ws.append(AppEvent(name="t:judge", data={}))
+    broken = await ws.append(AppEvent(name="t:broken"))
+    tick = await ws.append(AppEvent(name="t:tick", data={"host": "a"}))
+    hostless = await ws.append(AppEvent(name="t:tick", data={}))
+    samples = [await ws.append(AppEvent(name="t:sample", data={"i": i})) for i in range(10)]
+    await wait_log(ws, lambda es: len(of(es, RunSucceeded, rule="t:judge-limited")) >= 2
+                   and of(es, RunDeadLettered, rule="t:broken")
+                   and of(es, RunSucceeded, rule="t:judge"), 90, "the runs")
+
+    async def why(rule: str, event_id: str) -> Any:
+        # The throttle records come with the firings, in the same transaction.
+        return await ws.why(rules[rule], event_id)
+
+    limited = [await why("t:judge-limited", m.id) for m in many]
+    assert sorted(w.outcome for w in limited) == ["judged", "judged", "throttled", "throttled"]
+    throttled = [w for w in limited if w.outcome == "throttled"]
+    assert all("at_most(2, per=3600.0s)" in w.detail and not w.judged for w in throttled)
+    judged = [w for w in limited if w.judged]
+    assert all(w.output and w.output["evaluator"] == "mitigation-judge" for w in judged)
+    assert (await why("t:judge", declined.id)).outcome == "handed_off"
+    dead = await why("t:broken", broken.id)
+    assert (dead.outcome, dead.attempts) == ("dead_lettered", 3)
+    assert "always broken" in dead.detail
+    assert (await why("t:count", tick.id)).outcome == "counting"
+    assert (await why("t:count", hostless.id)).outcome == "filtered_out"
+    assert (await why("t:judge", broken.id)).outcome == "not_watched"
+    engine = RuleEngine([rules["t:sampled"]])
+    for sample in samples:
+        answer = await why("t:sampled", sample.id)
+        if engine.evaluate(sample.envelope):
+            assert answer.outcome in ("judged", "running", "undecided")
+        else:
+            assert answer.outcome == "sampled_out"
+    # The same answer from the command line, the rule found in the --rules module.
+    shown = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "streams", "rules", "why", "t:broken",
+                         broken.id, "--tenant", tenant, "--workspace", "prod",
+                         "--rules", RULES, *(a for t in TYPES.split(",") for a in ("--types", t))],
+        env=settings.child_env(), capture_output=True, text=True, cwd=str(REPO),
+        timeout=120, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == dead.as_dict()
+    try:
+        await ws.why(rules["t:judge"], "evt_nothing")
+    except NotFound as exc:
+        assert "evt_nothing" in str(exc)
+    else:
+        raise AssertionError("why on an unknown event answered")

@@ -20,7 +20,12 @@ from typing import Final
 from pydantic import BaseModel
 
 from streams.core.actors import AgentActor, EvaluatorActor, SystemActor, UserActor
-from streams.core.app_events import APP_EVENT_NAME, AppEventType, known_event_types
+from streams.core.app_events import (
+    APP_EVENT_NAME,
+    AppEventType,
+    known_event_types,
+    own_record,
+)
 from streams.core.events import EVENT_TYPES, AppEvent, Envelope, Event
 from streams.core.ids import sample_point, scope_key
 from streams.core.plain import PlainEvent
@@ -408,8 +413,8 @@ class Trigger:
 
     def watches(self, envelope: Envelope) -> bool:
         """Whether the envelope is of the watched type (before any filter)."""
-        if self.source is AppEvent:
-            return isinstance(envelope.event, AppEvent)
+        if self.source is AppEvent:  # every app event but the pipeline's own records
+            return isinstance(envelope.event, AppEvent) and not own_record(envelope.event.name)
         wanted = self.source if isinstance(self.source, str) else self.source.event_type
         return envelope.event_type == wanted
 
@@ -429,7 +434,7 @@ class Trigger:
         """`matches` on a plain event where the plain form tells exactly (the same answer
         as `matches` on the event's envelope), None where only the envelope can tell."""
         if self.source is AppEvent:
-            if not event.app:
+            if not event.app or own_record(event.event_type):
                 return False
         elif event.event_type != (self.source if isinstance(self.source, str)
                                   else self.source.event_type):

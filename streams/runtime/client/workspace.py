@@ -50,7 +50,13 @@ from streams.core.feedback import (
     validate_feedback,
     value_record,
 )
-from streams.core.ids import command_event_id
+from streams.core.ids import (
+    command_event_id,
+    fired_event_id,
+    firing_id,
+    run_id_of,
+    throttled_event_id,
+)
 from streams.core.measures.agreement import compared_fields
 from streams.core.proposals.checks import (
     artifact_to_create,
@@ -61,6 +67,8 @@ from streams.core.proposals.checks import (
 from streams.core.proposals.evaluator import EVALUATOR
 from streams.core.proposals.fold import ProposalFold
 from streams.core.queues import Entry
+from streams.core.rules import Rule
+from streams.core.rules.why import Why, considered, run_outcome, throttled_why
 from streams.core.runs import RunRecord, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
@@ -447,6 +455,40 @@ class Workspace:
             entry = await asyncio.to_thread(index.lookup, event_key(event_id))
         at = None if entry is None else await asyncio.to_thread(index.message_at, entry)
         return ([] if at is None else self._decoded([at])), caught_up
+
+    async def why(self, rule: Rule, event_id: str) -> Why:
+        """What `rule` did with the event `event_id` of this workspace, and why: left out
+        (not watched, filtered out, sampled out), counted, throttled, undecided, or fired,
+        with its run's state (judged, handed off, running, retrying, dead-lettered); see
+        streams.core.rules.why. NotFound if the workspace has no such event.
+
+        The event and the records of what was decided are found by their derived ids (a
+        few index look-ups, and the firing's chain when it fired), not by reading the log.
+        """
+        self._check_read("an event")
+        target = await self.event(event_id)
+        if target is None:
+            raise NotFound(f"no event {event_id!r} in workspace {self.tenant}/"
+                           f"{self.workspace}")
+        left_out = considered(rule, target)
+        if left_out is not None:
+            return left_out
+        firing = firing_id(rule.name, event_id)
+        fired = await self.event(fired_event_id(firing))
+        if fired is not None:
+            chain = await self.chain_events(fired.correlation_id)
+            return run_outcome(rule, event_id, firing, run_id_of(firing), chain)
+        throttle = await self.event(throttled_event_id(firing))
+        if throttle is not None:
+            return throttled_why(rule, event_id, firing, throttle)
+        count = rule.when.counting
+        if count is not None:
+            return Why(rule.name, event_id, "counting",
+                       f"counted for count({count.n}, within={count.within}); a count fires "
+                       "on the event that completes it, and lists the others as matched")
+        return Why(rule.name, event_id, "undecided",
+                   "it matched; no firing or throttle is recorded for it yet: the decider "
+                   "is behind, or the rule was not live when the event came")
 
     async def run_record(self, run_id: str) -> RunRecord:
         """A run, the envelopes that made its rule fire (`matched`) and what it emitted;

@@ -17,6 +17,7 @@ from streams.core.errors import SchemaError
 from streams.core.events import Envelope, Seq
 from streams.core.matching import Decision, Forward, Matcher, ReactorStats
 from streams.core.plain import PlainEvent
+from streams.core.rules import Fire
 from streams.core.rules.snapshots import entity_key
 from streams.core.tenancy import tenant_topics
 
@@ -92,11 +93,11 @@ class RuleRecords:
 
 def firing_outputs(records: RuleRecords, matcher: Matcher, decision: Decision, cause: Envelope,
                    *, stage: str) -> list[Output]:
-    """The records a decision writes (`rule_fired`, `run_started`; none for a throttle).
+    """The records a decision writes (`rule_fired`, `run_started`; a throttle's record).
     With tracing on, a firing is a span `fire <rule>`, child of the causing event's trace
     context, and its envelopes carry that span's context, so the run continues it."""
     fired = matcher.fired(decision, cause)
-    if fired and tracing_enabled():
+    if fired and isinstance(decision, Fire) and tracing_enabled():
         rule = decision.rule.name
         with child_span(f"fire {rule}", cause.trace, attributes={
                 "streams.rule": rule, "streams.tenant": cause.tenant,

@@ -1,6 +1,7 @@
 """`streams rules ...`: rules as data. Draft a rule as a proposal (`propose`), resolve it
 (`resolve`), install it (`install FILE.json` or `install --from-artifact ID`, optionally
-`--backfill`), archive it (`archive NAME`), and list a tenant's installed rules (`list`).
+`--backfill`), archive it (`archive NAME`), list a tenant's installed rules (`list`), and
+ask what a rule did with an event, and why (`why NAME EVENT_ID`).
 Each command prints one JSON object on stdout; a failure is one line naming what to fix and
 its kind's exit code (streams.surfaces.cli.base.ExitCode: 2 a refusal, 5 an unknown
 tenant, 6 a module that cannot be used, 10 the broker cannot be reached).
@@ -29,7 +30,7 @@ from streams.surfaces.cli.base import (
 __all__ = ["rules_app"]
 
 rules_app = typer.Typer(no_args_is_help=True,
-                        help="Rules as data: propose, resolve, install, archive, list.")
+                        help="Rules as data: propose, resolve, install, archive, list; why.")
 
 WorkspaceOption = Annotated[str, typer.Option(
     "--workspace", help="The workspace the facts (proposal, install, archive) are logged in.")]
@@ -211,6 +212,47 @@ def rules_archive(
         entry = await Rulebook(runtime).archive(tenant, workspace, name)
         return {"rule": entry.rule, "state": entry.state,
                 "archived_event_id": entry.archived_event_id}
+
+    _print(run_for_tenant(main, tenant))
+
+
+@rules_app.command("why")
+def rules_why(
+    name: Annotated[str, typer.Argument(help="The rule's name.")],
+    event_id: Annotated[str, typer.Argument(help="The event's id (evt_...).")],
+    tenant: TenantOption,
+    workspace: Annotated[str, typer.Option("--workspace", help="The event's workspace.")],
+    rules: RulesOption = None,
+    types: TypesOption = None,
+) -> None:
+    """What a rule did with one event, and why, as JSON: `outcome` is not_watched,
+    filtered_out, sampled_out, counting, throttled, undecided, judged (its run succeeded),
+    handed_off, running, retrying or dead_lettered; `detail` says why. The rule is looked
+    up in the --rules modules, then among the tenant's installed rules."""
+    from streams.core.errors import NotFound
+    from streams.core.rules import InvalidRule
+    from streams.core.rules.serialized import rule_from_dict
+    from streams.runtime.client.workspace import StreamsClient
+    from streams.runtime.jobs.rules import Rulebook
+
+    load_types(types)
+    found, _actions, _deps = load_rules(rules)
+    rule = next((r for r in found if r.name == name), None)
+
+    async def main(runtime: Any) -> dict[str, Any]:
+        chosen = rule
+        if chosen is None:
+            entry = (await asyncio.to_thread(Rulebook(runtime).entries, tenant)).get(name)
+            if entry is None:
+                raise NotFound(f"no rule {name!r} in the --rules modules nor installed for "
+                               f"tenant {tenant!r} (streams rules list --tenant {tenant})")
+            try:
+                chosen = rule_from_dict(entry.definition)
+            except InvalidRule as exc:
+                raise InvalidRule(f"installed rule {name!r}: {exc}; pass --types with the "
+                                  "modules declaring its event types") from exc
+        ws = StreamsClient(runtime).workspace(tenant, workspace)
+        return (await ws.why(chosen, event_id)).as_dict()
 
     _print(run_for_tenant(main, tenant))
 

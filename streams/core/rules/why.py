@@ -1,0 +1,164 @@
+"""Why a rule did (or did not) act on an event: the record of what a rule considered.
+
+For one rule and one event (the target it considered) the answer is an `Outcome` and a
+detail saying why, in the order a decision is made:
+
+- `not_watched`: the event is not of the type the rule watches;
+- `filtered_out`: a `where` filter did not hold (the detail names the first that failed), or
+  a scope value is missing;
+- `sampled_out`: the rule's `sample(fraction)` left the event out (the point is derived from
+  the rule and the event id, so the answer is the one every worker gave);
+- `counting`: a counting rule counted the event, and the count it belongs to has not fired
+  on it (a count fires on the event that completes it; the others are in its `matched`);
+- `throttled`: the rule's `at_most` window was full (recorded by the decider as a
+  `streams:throttled` app event in the event's chain);
+- `undecided`: it matched, and neither a firing nor a throttle was recorded for it (the
+  decider is behind, or the rule was not live when the event came);
+- `fired`, then the run's state: `judged` (succeeded), `handed_off` (the evaluator handed
+  it to a person), `running`, `retrying` or `dead_lettered` (its attempts failed).
+
+The stateless part (`considered`) is pure and decides exactly what the workers decided; the
+stateful part reads records with derived ids (`firing_id`, `throttled_event_id`), so one
+answer costs a few index look-ups whatever the log's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from streams.core.events import (
+    AppEvent,
+    Envelope,
+    RunDeadLettered,
+    RunFailed,
+    RunSucceeded,
+)
+from streams.core.ids import sample_point
+from streams.core.rules.engine import Rule, Throttled
+from streams.core.rules.triggers import conjuncts
+
+__all__ = [
+    "OUTCOMES",
+    "THROTTLED_RECORD",
+    "Outcome",
+    "Why",
+    "considered",
+    "run_outcome",
+    "throttle_data",
+    "throttled_why",
+]
+
+Outcome = Literal["not_watched", "filtered_out", "sampled_out", "counting", "throttled",
+                  "undecided", "judged", "handed_off", "running", "retrying",
+                  "dead_lettered"]
+OUTCOMES: Final[tuple[str, ...]] = Outcome.__args__  # type: ignore[attr-defined]
+"""Every outcome, in the order a decision reaches it."""
+
+THROTTLED_RECORD: Final = "streams:throttled"
+"""The app event name of a throttle's record (its data: `throttle_data`)."""
+
+
+@dataclass(frozen=True)
+class Why:
+    """What a rule did with one event, and why: `judged` is True only when a run of the
+    rule's action succeeded on it without handing it off."""
+
+    rule: str
+    event_id: str
+    outcome: Outcome
+    detail: str
+    firing_id: str | None = None
+    run_id: str | None = None
+    attempts: int = 0
+    output: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def judged(self) -> bool:
+        """Whether the rule's action ran to completion on the event."""
+        return self.outcome == "judged"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The answer as plain data (what the REST route and the CLI print)."""
+        return {"rule": self.rule, "event_id": self.event_id, "outcome": self.outcome,
+                "judged": self.judged, "detail": self.detail, "firing_id": self.firing_id,
+                "run_id": self.run_id, "attempts": self.attempts,
+                "output": None if self.output is None else dict(self.output)}
+
+
+def considered(rule: Rule, envelope: Envelope) -> Why | None:
+    """The stateless part of a decision: why the rule let the event go (not watched,
+    filtered out, sampled out), or None when it matched, so counts, limits and firings
+    decide. Exactly `rule.matches(envelope)`, with the reason."""
+    trigger = rule.when
+    name, event_id = rule.name, envelope.event_id
+    if not trigger.watches(envelope):
+        watched = trigger.event_type_name or "app events"
+        return Why(name, event_id, "not_watched",
+                   f"the rule watches {watched}, this is a {envelope.event_type}")
+    for predicate in conjuncts(trigger.predicates):
+        if not predicate.test(envelope):
+            return Why(name, event_id, "filtered_out", f"where {predicate!r} does not hold")
+    if trigger.scope_by is not None and trigger.scope_by.values(envelope) is None:
+        names = ", ".join(n for n, _ in trigger.scope_by.parts)
+        return Why(name, event_id, "filtered_out",
+                   f"a scope value ({names}) is missing or null")
+    fraction = trigger.sample_fraction
+    if fraction is not None:
+        point = sample_point(name, event_id)
+        if point >= fraction:
+            return Why(name, event_id, "sampled_out",
+                       f"sample({fraction:g}) keeps points below {fraction:g}; this event's "
+                       f"is {point:.4f}")
+    return None
+
+
+def throttle_data(throttled: Throttled) -> dict[str, Any]:
+    """The data of a throttle's record: the rule, its scope key, the full window (its
+    number, counted from the epoch in windows of `per`) and the limit."""
+    limit = throttled.limit
+    return {"rule": throttled.rule.name, "scope_key": throttled.scope_key,
+            "window": throttled.window, "at_most": limit.n,
+            "per_seconds": limit.per.total_seconds(),
+            "window_start": limit.window_start(throttled.window).isoformat(),
+            "matched": list(throttled.matched_event_ids)}
+
+
+def throttled_why(rule: Rule, event_id: str, firing: str, record: Envelope) -> Why:
+    """The answer for an event whose throttle record is `record`."""
+    event = record.event
+    data = event.data if isinstance(event, AppEvent) else {}
+    detail = (f"at_most({data.get('at_most')}, per={data.get('per_seconds')}s): the window "
+              f"from {data.get('window_start')} was full")
+    if data.get("scope_key"):
+        detail += f" for scope {data['scope_key']}"
+    return Why(rule.name, event_id, "throttled", detail, firing_id=firing)
+
+
+def run_outcome(rule: Rule, event_id: str, firing: str, run_id: str,
+                emitted: Sequence[Envelope]) -> Why:
+    """The answer for an event that fired the rule, from its run's lifecycle events."""
+    attempts = 1
+    outcome: Outcome = "running"
+    detail = "the run has started and not finished"
+    output: Mapping[str, Any] | None = None
+    for envelope in emitted:
+        event = envelope.event
+        if isinstance(event, RunSucceeded) and event.run_id == run_id:
+            attempts = max(attempts, event.attempt)
+            output = event.output
+            if "handed_off" in event.output:
+                outcome, detail = "handed_off", f"handed off to {event.output['handed_off']}"
+            else:
+                outcome, detail = "judged", f"the run succeeded on attempt {event.attempt}"
+        elif isinstance(event, RunFailed) and event.run_id == run_id \
+                and outcome in ("running", "retrying"):
+            attempts = max(attempts, event.attempt)
+            outcome, detail = "retrying", f"attempt {event.attempt} failed: {event.error}"
+        elif isinstance(event, RunDeadLettered) and event.run_id == run_id:
+            attempts = max(attempts, event.attempts)
+            outcome = "dead_lettered"
+            detail = f"dead-lettered after {event.attempts} attempts: {event.error}"
+    return Why(rule.name, event_id, outcome, detail, firing_id=firing, run_id=run_id,
+               attempts=attempts, output=output)
