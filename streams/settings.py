@@ -285,7 +285,7 @@ class Settings:
         "(`--types`)")
     rule_modules: tuple[str, ...] = _setting(
         (), "STREAMS_RULE_MODULES", "comma-separated modules with RULES, ACTIONS, DEPS "
-        "(`--rules`)")
+        "(`--rules`); `streams serve` and `streams mcp` read their RULES to answer `why`")
     proposal_outcome: str = _setting(
         "off", "STREAMS_PROPOSAL_OUTCOME", "`on`: workers also run the shipped proposal-outcome "
         "rule, `streams.core.proposals.rule` (`streams worker --proposal-outcome`)",

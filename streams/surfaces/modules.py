@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import importlib
 import traceback
+from collections.abc import Iterable
 from typing import Any
 
 from streams.core.errors import StreamsError
 
-__all__ = ["ModuleFailed", "import_user_module"]
+__all__ = ["ModuleFailed", "import_user_module", "module_rules"]
 
 
 class ModuleFailed(StreamsError):
@@ -48,3 +49,13 @@ def _where(exc: BaseException) -> str:
     if not frames:
         return "an unknown place"
     return f"{frames[-1].filename}:{frames[-1].lineno}"
+
+
+def module_rules(names: Iterable[str], option: str) -> list[Any]:
+    """The RULES of the rules modules named (imported as `import_user_module` does), in
+    order: what a server explains with `why` besides the installed rules."""
+    rules: list[Any] = []
+    for name in names:
+        rules += list(getattr(import_user_module("rules", name, option), "RULES", []))
+    return rules
+

@@ -63,15 +63,16 @@ def _test_copy(document: dict[str, Any], workspace_id: str, ids: dict[str, list[
     """The document with `workspace_id` restricted to the test's workspace and the targets'
     ids to `ids` (the test's run, firing and chain, and one that does not exist), written to
     `path`: random ids would only ever be `not_found`, and the recorded outcome, the pages of
-    feedback and a run's record would go unchecked."""
+    feedback, a run's record and a rule's why would go unchecked."""
     copy = json.loads(json.dumps(document))
     for item in copy["paths"].values():
         for operation in item.values():
             for parameter in operation.get("parameters", []):
                 if parameter["in"] == "path" and parameter["name"] == "workspace_id":
                     parameter["schema"] = {"type": "string", "enum": [workspace_id]}
-                if parameter["in"] == "path" and parameter["name"] == "run_id":
-                    parameter["schema"]["enum"] = ids["run_id"]
+                if parameter["in"] == "path" and parameter["name"] in ("run_id", "rule",
+                                                                        "event_id"):
+                    parameter["schema"]["enum"] = ids[parameter["name"]]
     schemas = copy["components"]["schemas"]
     for target, field in (("RunTarget", "run_id"), ("FiringTarget", "firing_id"),
                           ("ChainTarget", "correlation_id")):
@@ -82,7 +83,7 @@ def _test_copy(document: dict[str, Any], workspace_id: str, ids: dict[str, list[
 
 # Its own budget: 12 operations at 300 examples each took 114 s alone here and 300 s with the
 # other CI groups on the same 2 cores (the suite's default timeout); the run inside is
-# bounded at 840 s. (15 operations since the queue progress, firing and chain routes.)
+# bounded at 840 s. (16 operations since the queue progress, firing, chain and why routes.)
 @pytest.mark.timeout(900)
 async def test_the_server_keeps_the_committed_contract(
         tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
@@ -92,13 +93,16 @@ async def test_the_server_keeps_the_committed_contract(
     chain = await start_run(client.workspace(tenant, "prod"))
     _k, token = keys.create(tenant, UserActor(id="ada"),
                             {"give_feedback", "read", "manage_queues"})
-    server = serve_factory(STREAMS_FEEDBACK_MODULES=",".join(PROJECT_FEEDBACK_MODULES))
+    server = serve_factory(STREAMS_FEEDBACK_MODULES=",".join(PROJECT_FEEDBACK_MODULES),
+                           STREAMS_RULE_MODULES="streams.examples.ops_rules")
     committed = json.loads(DOC.read_text())
     served = (await asyncio.to_thread(httpx.get, f"{server.url}/openapi.json", timeout=30)).json()
     assert served == committed, "the server does not serve the committed document"
 
     ids = {"run_id": ["run_1", "run_nope"], "firing_id": ["fir_1"],
-           "correlation_id": [chain, "evt_nope"]}
+           "correlation_id": [chain, "evt_nope"],
+           "rule": ["ops:error-spike", "ops:wrong-triage", "t:nope"],
+           "event_id": [chain, "evt_nope"]}
     copy = _test_copy(committed, f"{tenant}.prod", ids, tmp_path / "openapi.json")
     report = tmp_path / "report.json"
     st = Path(sys.executable).with_name("st")
@@ -123,7 +127,7 @@ async def test_the_server_keeps_the_committed_contract(
     # Every operation of the document was tested, none left out.
     operations = sum(1 for item in committed["paths"].values() for method in item
                      if method in {"get", "post", "put", "patch", "delete"})
-    assert operations == 15 and result["operations"]["tested"] == operations
+    assert operations == 16 and result["operations"]["tested"] == operations
     # The valid commands were recorded (the outcome frame's schema was checked, and the
     # feedback pages Schemathesis read had envelopes in them), not only refused.
     assert await client.workspace(tenant, "prod").feedback(), "no command was recorded"

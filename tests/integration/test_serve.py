@@ -15,6 +15,7 @@ from streams.core.actors import UserActor
 from streams.core.events import AppEvent, FeedbackGiven, RunStarted
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient, Workspace
+from streams.settings import Settings
 from tests.conftest import _free_port as free_port
 from tests.integration.conftest import Server
 from tests.integration.served import post_shed_aware
@@ -236,3 +237,53 @@ async def test_several_worker_processes_behind_one_port_record_a_command_once(
         assert len({a.text for a in answers}) == 1
         assert (await http.get(f"{server.url}/readyz")).status_code == 200
     assert await feedback_events(client, tenant) == [answers[0].json()["outcome"]["id"]]
+
+
+async def test_why_over_rest_and_mcp_for_a_module_rule_and_an_installed_rule(
+        settings: Settings, tenant_factory: Callable[..., str],
+        client_factory: Callable[..., Any], serve_factory: Callable[..., Server],
+        keys: KeyStore) -> None:
+    from streams.runtime.jobs.rules import Rulebook
+    from streams.runtime.root import Runtime
+
+    tenant = tenant_factory()
+    client: StreamsClient = client_factory()
+    ws = client.workspace(tenant, "prod")
+    spike = await ws.append(AppEvent(name="ops:error_spike", data={"service": "api"}))
+    serviceless = await ws.append(AppEvent(name="ops:error_spike", data={}))
+    runtime = Runtime(settings)
+    try:  # a rule installed as data: the server reads the tenant's rulebook
+        await Rulebook(runtime).install(
+            tenant, "prod", {"name": "t:spikes", "when": {"on": "ops:error_spike",
+                                                          "sample": 0.5},
+                             "then": {"action": "noop"}}, actions={"noop"})
+    finally:
+        runtime.close()
+    _k, token = keys.create(tenant, UserActor(id="ada"), {"read"})
+    server = serve_factory(200, STREAMS_RULE_MODULES="streams.examples.ops_rules")
+    base = f"{server.url}/v1/workspaces/{tenant}.prod"
+    async with httpx.AsyncClient(timeout=60, headers=auth(token)) as http:
+        counted = (await http.get(f"{base}/rules/ops:error-spike/why/{spike.id}")).json()
+        assert (counted["outcome"], counted["judged"]) == ("counting", False)
+        left = (await http.get(f"{base}/rules/ops:error-spike/why/{serviceless.id}")).json()
+        assert left["outcome"] == "filtered_out" and "service" in left["detail"]
+        watched = (await http.get(f"{base}/rules/ops:wrong-triage/why/{spike.id}")).json()
+        assert watched["outcome"] == "not_watched"
+        installed = (await http.get(f"{base}/rules/t:spikes/why/{spike.id}")).json()
+        assert installed["outcome"] in ("sampled_out", "undecided"), installed
+        assert installed["rule"] == "t:spikes"
+        unknown = await http.get(f"{base}/rules/t:nothing/why/{spike.id}")
+        assert unknown.status_code == 404
+        assert unknown.json()["error"]["code"] == "not_found"
+        assert "t:nothing" in unknown.json()["error"]["message"]
+        missing = await http.get(f"{base}/rules/ops:error-spike/why/evt_nothing")
+        assert missing.status_code == 404 and "evt_nothing" in missing.text
+    from mcp import Client
+
+    from tests.integration.test_mcp import _frame, _http
+
+    async with Client(_http(f"{server.url}/mcp/", token)) as mcp:
+        answer = _frame(await mcp.call_tool("why", {"workspace_id": f"{tenant}.prod",
+                                                    "rule": "ops:error-spike",
+                                                    "event_id": spike.id}))
+        assert answer == counted

@@ -25,6 +25,7 @@ def test_the_document_names_every_route_and_the_command_frame() -> None:
         "/v1/workspaces/{workspace_id}/runs/{run_id}",
         "/v1/workspaces/{workspace_id}/firings/{firing_id}",
         "/v1/workspaces/{workspace_id}/chains/{correlation_id}",
+        "/v1/workspaces/{workspace_id}/rules/{rule}/why/{event_id}",
         "/v1/workspaces/{workspace_id}/feedback",
         "/v1/workspaces/{workspace_id}/feedback-types",
         "/v1/workspaces/{workspace_id}/me", "/v1/workspaces/{workspace_id}/queues",
@@ -289,7 +290,7 @@ def test_reads_declare_their_bodies_and_every_route_the_bearer_key() -> None:
                 "content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
     assert bodies == {("post", "commands"): "OutcomeFrame", ("get", "runs"): "RunsPage",
                       ("get", "{run_id}"): "RunOut", ("get", "{firing_id}"): "FiringOut",
-                      ("get", "{correlation_id}"): "ChainOut",
+                      ("get", "{correlation_id}"): "ChainOut", ("get", "{event_id}"): "WhyOut",
                       ("get", "feedback"): "FeedbackPage",
                       ("get", "feedback-types"): "FeedbackTypes", ("get", "me"): "Identity",
                       ("get", "queues"): "Queues", ("post", "queues"): "QueueInstalledOut",

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Protocol
 
 from streams.core.commands import (
     CommandFrame,
@@ -40,17 +40,27 @@ from streams.core.errors import (
 )
 from streams.core.events import Envelope
 from streams.core.keys import ApiKey, authorize, parse_token
+from streams.core.rules import Rule
 from streams.core.runs import RunRecord
 from streams.core.scores import score_configs
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient, Workspace
 
-__all__ = ["CHAIN_EVENTS", "CommandService", "envelope_json", "run_json"]
+__all__ = ["CHAIN_EVENTS", "CommandService", "RuleSource", "envelope_json", "run_json"]
 
 CHAIN_EVENTS = 500
 """The most envelopes a chain's read answers (its `count` says how many it has)."""
 
 log = logging.getLogger(__name__)
+
+class RuleSource(Protocol):
+    """Where the service finds a tenant's rule by name (streams.runtime.jobs.rules.
+    RuleFinder: the server's rules modules, then the tenant's installed rules)."""
+
+    def find(self, tenant: str, name: str) -> Rule | None:
+        """The rule, or None."""
+        ...
+
 
 class CommandService:
     """The transport-neutral service every surface calls (REST, WebSocket, MCP).
@@ -60,9 +70,11 @@ class CommandService:
     the actor is always the key's, never something the client sends.
     """
 
-    def __init__(self, client: StreamsClient, keys: KeyStore) -> None:
+    def __init__(self, client: StreamsClient, keys: KeyStore, *,
+                 rules: RuleSource | None = None) -> None:
         self.client = client
         self.keys = keys
+        self.rules = rules
 
     def authorize(self, token: str | None, workspace_id: str, capability: str,
                   ) -> tuple[ApiKey, Workspace]:
@@ -149,6 +161,21 @@ class CommandService:
             "id": firing_id, "firing": envelope_json(fired),
             "matched": [envelope_json(e) for e in matched],
             "runs": [envelope_json(e) for e in runs]})
+
+    async def why(self, token: str | None, workspace_id: str, rule: str,
+                  event_id: str) -> dict[str, Any]:
+        """What the rule called `rule` did with the event, and why (see Workspace.why):
+        {"rule", "event_id", "outcome", "judged", "detail", "firing_id", "run_id",
+        "attempts", "output"}; NotFound for an unknown rule or event."""
+        _key, ws = self.authorize(token, workspace_id, "read")
+        await self.client.log.require_tenant(ws.tenant)
+        found = None if self.rules is None else \
+            await asyncio.to_thread(self.rules.find, ws.tenant, rule)
+        if found is None:
+            raise NotFound(f"no rule {rule!r} for tenant {ws.tenant}: neither installed "
+                           "(streams rules list) nor in the server's rules modules "
+                           "(STREAMS_RULE_MODULES)")
+        return (await ws.why(found, event_id)).as_dict()
 
     async def chain(self, token: str | None, workspace_id: str, correlation_id: str, *,
                     limit: int = CHAIN_EVENTS) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -33,14 +33,16 @@ from streams.core.rulebook import (
     check_install,
     history_before,
 )
-from streams.core.rules import Rule
+from streams.core.rules import InvalidRule, Rule
+from streams.core.rules.serialized import rule_from_dict
 from streams.core.runs import fire_envelopes
 from streams.core.tenancy import rulebook_group, rulebook_topic, tenant_topics
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.jobs.entries import read_entries, write_entry
 from streams.runtime.root import Runtime
 
-__all__ = ["BackfillProgress", "BackfillScope", "Backfilled", "Installed", "Rulebook"]
+__all__ = ["BackfillProgress", "BackfillScope", "Backfilled", "Installed", "RuleFinder",
+           "Rulebook"]
 
 
 @dataclass(frozen=True)
@@ -217,3 +219,32 @@ class Rulebook:
                 progress(n, len(chosen))
         return Backfilled(events=len(history), written=len(chosen),
                           already=len(every) - len(missing), left=len(missing) - len(chosen))
+
+
+class RuleFinder:
+    """Finds a tenant's rule by name, for the reads that explain a rule's decisions (`why`):
+    the process's own rules (its rules modules) first, then the rules installed as data in
+    the tenant's rulebook (read on each miss: the rulebook is a small compacted topic)."""
+
+    def __init__(self, runtime: Runtime, module_rules: Iterable[Rule] = (), *,
+                 types: AppEventTypes | None = None) -> None:
+        self.runtime = runtime
+        self.module_rules = {rule.name: rule for rule in module_rules}
+        self.types = types
+
+    def find(self, tenant: str, name: str) -> Rule | None:
+        """The rule called `name` for `tenant`, or None. An installed definition this
+        process cannot build (an app event type it has not declared) raises InvalidRule
+        naming what to load."""
+        found = self.module_rules.get(name)
+        if found is not None:
+            return found
+        entry = Rulebook(self.runtime).entries(tenant).get(name)
+        if entry is None:
+            return None
+        try:
+            return rule_from_dict(entry.definition, types=self.types)
+        except InvalidRule as exc:
+            raise InvalidRule(f"installed rule {name!r}: {exc}; the server needs the module "
+                              "declaring its event types (--types)") from exc
+

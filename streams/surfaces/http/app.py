@@ -61,10 +61,11 @@ from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.jobs.queues import QueueBook, QueueService
+from streams.runtime.jobs.rules import RuleFinder
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 from streams.surfaces.http.admission import Admission, ShedCommands
-from streams.surfaces.modules import import_user_module
+from streams.surfaces.modules import import_user_module, module_rules
 
 with needs("serve", "streams serve"):
     from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
@@ -91,6 +92,7 @@ with needs("serve", "streams serve"):
         RunsPage,
         SkipIn,
         SkipOut,
+        WhyOut,
         contract_document,
     )
     from streams.surfaces.http.realtime import install_realtime
@@ -364,6 +366,14 @@ async def _chain(request: Request, workspace_id: str, correlation_id: str, key: 
     return await _read(request, lambda: service.chain(key, workspace_id, correlation_id))
 
 
+@runs.get("/rules/{rule}/why/{event_id}", responses=_answers(WhyOut),
+          summary="What a rule did with an event, and why", name="why")
+async def _why(request: Request, workspace_id: str, rule: str, event_id: str, key: Key,
+               service: Service) -> Response:
+    # The rule's decision on the event: left out and why, throttled, or its run's state.
+    return await _read(request, lambda: service.why(key, workspace_id, rule, event_id))
+
+
 feedback = APIRouter(prefix=WORKSPACE)
 """Feedback: what was given, and the types that can be."""
 
@@ -532,7 +542,8 @@ def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
                     log.warning("key store not started: %s; retrying in %.1f s", exc, backoff)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 10.0)
-            app.state.service = CommandService(client, store)
+            app.state.service = CommandService(client, store, rules=RuleFinder(
+                runtime, module_rules(runtime.settings.rule_modules, "STREAMS_RULE_MODULES")))
 
         starting = asyncio.create_task(start())
         try:

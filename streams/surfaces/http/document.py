@@ -33,6 +33,7 @@ from streams.core.events import Seq, TraceContext
 from streams.core.feedback import Feedback
 from streams.core.leases import ITEM_PATTERN, LEASE_ID_PATTERN
 from streams.core.queues import queue_schema_for
+from streams.core.rules.why import Outcome
 from streams.core.targets import Target
 from streams.core.viewrows import PAGE_CURSOR_PATTERN
 
@@ -57,6 +58,7 @@ __all__ = [
     "RunsPage",
     "SkipIn",
     "SkipOut",
+    "WhyOut",
     "contract_document",
 ]
 
@@ -113,6 +115,23 @@ class ChainOut(BaseModel):
     id: str
     count: int
     events: list[EnvelopeOut]
+
+
+class WhyOut(BaseModel):
+    """What a rule did with an event, and why. `outcome`: not_watched, filtered_out,
+    sampled_out (left out by the rule's own checks), counting, throttled, undecided, or,
+    once it fired, its run's state: judged (the action ran to completion), handed_off,
+    running, retrying, dead_lettered. `detail` says why in words."""
+
+    rule: str
+    event_id: str
+    outcome: Outcome
+    judged: bool
+    detail: str
+    firing_id: str | None
+    run_id: str | None
+    attempts: int
+    output: dict[str, Any] | None
 
 
 class RunsPage(BaseModel):

@@ -28,7 +28,9 @@ from streams.runtime.client.commands import CommandService
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.jobs.queues import QueueBook, QueueService
+from streams.runtime.jobs.rules import RuleFinder
 from streams.runtime.root import Runtime
+from streams.surfaces.modules import module_rules
 
 with needs("mcp", "the MCP tools"):
     from fastapi import FastAPI
@@ -135,6 +137,18 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
         except Exception as exc:
             return _result(error_frame_of(exc))
         return _result(page)
+
+    @server.tool()
+    async def why(workspace_id: str, rule: str, event_id: str,
+                  ctx: Context) -> CallToolResult:
+        """What a rule did with one event, and why: {"outcome", "judged", "detail",
+        "firing_id", "run_id", "attempts", "output", ...}; outcome is not_watched,
+        filtered_out, sampled_out, counting, throttled, undecided, judged, handed_off,
+        running, retrying or dead_lettered."""
+        try:
+            return _result(await get().why(_token(ctx, key), workspace_id, rule, event_id))
+        except Exception as exc:
+            return _result(error_frame_of(exc))
 
     @server.tool()
     async def list_queues(workspace_id: str, ctx: Context,
@@ -252,7 +266,8 @@ async def serve_stdio(runtime: Runtime, *, key: str) -> None:
 
     client = StreamsClient(runtime)
     keys = KeyStore(runtime)
-    service = CommandService(client, keys)
+    service = CommandService(client, keys, rules=RuleFinder(
+        runtime, module_rules(runtime.settings.rule_modules, "STREAMS_RULE_MODULES")))
     queues = QueueService(service, QueueBook(runtime, follow=True))
     try:
         await anyio.to_thread.run_sync(keys.start)
