@@ -22,7 +22,10 @@ a fresh process, from the tenant's materialized view.
    since, the query, the decoding), the process's peak RSS, and the p99 of `--warm` further
    calls: `runs(rule, limit=1)`, `runs(rule, limit=50)`, a participant's feedback of a type
    (all of it: 1 in 10 of the feedback, so it grows with the log) and its first page of 100,
-   one `run_record`, one chain's `chain_events`, the first and next page of 50 runs by cursor.
+   one `run_record`, one chain's `chain_events`, the first and next page of 50 runs by cursor,
+   and `why` of a rule on an event it fired on (`why_fired`: the event, its firing and its
+   run's chain read) and on one its filter leaves out (`why_filtered_out`). The seeded
+   firings and runs carry the ids a worker derives, so `why` finds them.
 5. With `--fold-limit N` (default 200000) and N or fewer envelopes: the whole-log fold's
    answer to `runs(rule, limit=1)` (`latest_runs(ws.read())`, what runs() did before the view)
    in a fresh process, for comparison.
@@ -52,6 +55,8 @@ from streams.adapters.kafka.log import envelope_headers, watermarks
 from streams.core.actors import AgentActor, UserActor
 from streams.core.events import AppEvent, Envelope, FeedbackGiven, RuleFired, RunStarted
 from streams.core.feedback import value_record
+from streams.core.ids import fired_event_id, firing_id, run_id_of, started_event_id
+from streams.core.rules import F, Rule, on, run
 from streams.core.runs import latest_runs
 from streams.core.targets import RunTarget
 from streams.core.tenancy import fresh_group, tenant_topics
@@ -130,17 +135,21 @@ def seed(settings: Settings, envelopes: int) -> dict[str, Any]:
         t = base + 4 * i
         head = f"evt_{i}_a"
         rule = RULES[i % 2]
+        # The ids a worker derives (so `why` finds the firing as it would in production).
+        firing = firing_id(rule, head)
+        fired_id, run_id = fired_event_id(firing), run_id_of(firing)
+        started_id = started_event_id(run_id)
         records = [
             ("app", _record(templates["app"][1], head, t, head, None,
                             data_json=json.dumps({"service": f"svc{i % 50}"}))),
-            ("fired", _record(templates["fired"][1], f"evt_{i}_f", t + 1, head, head,
-                              firing_id=f"fir_{i}", rule=rule, matched=[head])),
-            ("run", _record(templates["run"][1], f"evt_{i}_r", t + 2, head, f"evt_{i}_f",
-                            run_id=f"run_{i}", rule=rule, firing_id=f"fir_{i}")),
+            ("fired", _record(templates["fired"][1], fired_id, t + 1, head, head,
+                              firing_id=firing, rule=rule, matched=[head])),
+            ("run", _record(templates["run"][1], started_id, t + 2, head, fired_id,
+                            run_id=run_id, rule=rule, firing_id=firing)),
         ]
         if i % FEEDBACK_EVERY == 0:
-            fb = _record(templates["feedback"][1], f"evt_{i}_q", t + 3, head, f"evt_{i}_r",
-                         target={"kind": "run", "id": f"run_{i}"})
+            fb = _record(templates["feedback"][1], f"evt_{i}_q", t + 3, head, started_id,
+                         target={"kind": "run", "id": run_id})
             who = f"u{(i // FEEDBACK_EVERY) % 10}"
             fb["envelope"]["actor"] = {"kind": "user", "id": who, "version": None}
             records.append(("feedback", fb))
@@ -160,7 +169,8 @@ def seed(settings: Settings, envelopes: int) -> dict[str, Any]:
     runtime.close()
     return {"envelopes": written, "seed_s": round(seconds, 1),
             "seed_rate_per_s": round(written / seconds),
-            "run": f"run_{middle}", "chain": f"evt_{middle}_a",
+            "run": run_id_of(firing_id(RULES[middle % 2], f"evt_{middle}_a")),
+            "chain": f"evt_{middle}_a", "rule": RULES[middle % 2],
             "participant": f"user:u{(middle // FEEDBACK_EVERY) % 10}"}
 
 
@@ -230,6 +240,11 @@ async def _probe(settings: Settings, what: str, targets: dict[str, Any],
         "run_record": lambda: ws.run_record(targets["run"]),
         "chain_events": lambda: ws.chain_events(targets["chain"]),
         "fold_runs_limit_1": lambda: _fold_runs(ws),
+        # A rule that fired on the event (its firing and run found, the chain read), and
+        # one whose filter leaves it out (the event read, the rule's checks re-run).
+        "why_fired": lambda: ws.why(_rule(targets["rule"]), targets["chain"]),
+        "why_filtered_out": lambda: ws.why(
+            _rule(targets["rule"], where={"service": "none"}), targets["chain"]),
     }
     if what == "pages_of_50":
         first = await ws.runs_page(rule=RULES[0], limit=50)
@@ -259,6 +274,14 @@ async def _probe(settings: Settings, what: str, targets: dict[str, Any],
     client.close()
     client.runtime.close()
     return out
+
+
+def _rule(name: str, where: dict[str, Any] | None = None) -> Rule:
+    """The seeded rule `name` as a Rule (on the seeded app events), with `where` filters."""
+    when = on("ops:error_spike")
+    for path, value in (where or {}).items():
+        when = when.where(F.data[path].eq(value))
+    return Rule(name=name, when=when, then=run("triage"))
 
 
 async def _feedback_page(ws: Any, participant: str) -> list[Any]:
@@ -320,7 +343,8 @@ def main() -> None:
              ("runs_limit_1", args.warm), ("runs_limit_50", args.warm),
              ("feedback_of_participant", args.warm), ("feedback_page_100", args.warm),
              ("run_record", args.warm),
-             ("chain_events", args.warm), ("pages_of_50", 0)]
+             ("chain_events", args.warm), ("pages_of_50", 0),
+             ("why_fired", args.warm), ("why_filtered_out", args.warm)]
     if targets["envelopes"] <= args.fold_limit:
         steps.append(("fold_runs_limit_1", 0))
     for probe, warm in steps:

@@ -462,8 +462,9 @@ class Workspace:
         with its run's state (judged, handed off, running, retrying, dead-lettered); see
         streams.core.rules.why. NotFound if the workspace has no such event.
 
-        The event and the records of what was decided are found by their derived ids (a
-        few index look-ups, and the firing's chain when it fired), not by reading the log.
+        Two reads, not the log: the event where the index says it is, then (when the rule's
+        checks let it through) its chain, where a firing or a throttle of the event is
+        recorded under an id derived from the rule and the event, and the run's events.
         """
         self._check_read("an event")
         target = await self.event(event_id)
@@ -474,11 +475,12 @@ class Workspace:
         if left_out is not None:
             return left_out
         firing = firing_id(rule.name, event_id)
-        fired = await self.event(fired_event_id(firing))
-        if fired is not None:
-            chain = await self.chain_events(fired.correlation_id)
+        # A firing (or throttle) joins the chain of the event that caused it.
+        chain = await self.chain_events(target.correlation_id)
+        recorded = {e.event_id: e for e in chain}
+        if fired_event_id(firing) in recorded:
             return run_outcome(rule, event_id, firing, run_id_of(firing), chain)
-        throttle = await self.event(throttled_event_id(firing))
+        throttle = recorded.get(throttled_event_id(firing))
         if throttle is not None:
             return throttled_why(rule, event_id, firing, throttle)
         count = rule.when.counting
