@@ -15,6 +15,7 @@ from streams.core.actors import UserActor
 from streams.core.events import AppEvent
 from streams.core.feedback import FeedbackRegistry, registry
 from streams.runtime.jobs.queues import QueueBook
+from streams.runtime.jobs.rules import Rulebook
 from streams.settings import Settings
 from streams.surfaces.cli.base import ExitCode
 from streams.surfaces.report import CHARTS, build_report
@@ -86,6 +87,22 @@ async def test_report_reads_the_workspace_and_writes_json_and_html(
     narrow = json.loads((tmp_path / "window" / "report.json").read_text())
     assert narrow["time_to_resolution"]["chains"] == 1
     assert narrow["events"] < written["events"]
+
+    # What the rules did: a rules module's rule and one installed as data.
+    await Rulebook(client.runtime).install(tenant, "prod", {
+        "name": "t:spikes", "when": {"on": "ops:error_spike", "sample": 0.5},
+        "then": {"action": "noop"}}, actions={"noop"})
+    why = streams_report(settings, "--tenant", tenant, "--workspace", "prod", "--out",
+                         str(tmp_path / "why"), "--rules", "streams.examples.ops_rules")
+    assert why.returncode == 0, why.stderr
+    rows = {r["rule"]: r for r in json.loads(
+        (tmp_path / "why" / "report.json").read_text())["why"]}
+    spikes = sum(1 for e in log if e.event_type == "ops:error_spike")
+    assert rows["t:spikes"]["watched"] == spikes
+    assert set(rows["t:spikes"]["outcomes"]) <= {"sampled_out", "undecided"}
+    # The sample log's runs carry ids of their own, not derived ones: nothing fired here.
+    assert rows["ops:error-spike"]["outcomes"] == {"counting": spikes}
+    assert "Why rules did or did not act" in (tmp_path / "why" / "report.html").read_text()
 
 
 async def test_bad_input_is_a_clear_error_and_its_exit_code(

@@ -22,6 +22,7 @@ from streams.surfaces.report.model import (
     quantile,
 )
 from tests.core.proposals.log import T0, Log
+from tests.core.rules.samples import limited_log
 from tests.surfaces.report_log import CHAINS, sample_log
 
 
@@ -260,3 +261,18 @@ def test_each_queue_gets_agreement_and_answers_on_its_own_items() -> None:
     assert "<h3>hard</h3>" in page and "5 items, 4 with a verdict" in page
     assert "No annotation queue" in render_html(build_report(log, tenant="acme",
                                                              workspace="prod"))
+
+
+def test_the_report_counts_what_each_rule_did_with_the_events_it_watches() -> None:
+    limited, log = limited_log()
+    report = build_report(log, tenant="acme", workspace="prod", rules=[limited])
+    assert report["why"] == [{"rule": "t:two", "watched": 7, "outcomes": {
+        "filtered_out": 2, "throttled": 3, "judged": 1, "running": 1}}]
+    page = render_html(report)
+    # The why table's row: the rule, 7 watched, then a column per outcome reached.
+    row = re.search(r"<tr><td>t:two</td><td>7</td>.*?</tr>", page, re.S)
+    assert row is not None and row.group(0).count("<td>") == 6
+    assert "filtered out" in page and "throttled" in page
+    assert build_report(log, tenant="acme", workspace="prod")["why"] == []
+    assert "No rules were given" in render_html(
+        build_report(log, tenant="acme", workspace="prod"))

@@ -24,7 +24,8 @@ answer costs a few index look-ups whatever the log's length.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -35,7 +36,13 @@ from streams.core.events import (
     RunFailed,
     RunSucceeded,
 )
-from streams.core.ids import sample_point
+from streams.core.ids import (
+    fired_event_id,
+    firing_id,
+    run_id_of,
+    sample_point,
+    throttled_event_id,
+)
 from streams.core.rules.engine import Rule, Throttled
 from streams.core.rules.triggers import conjuncts
 
@@ -45,6 +52,7 @@ __all__ = [
     "Outcome",
     "Why",
     "considered",
+    "fold_why",
     "run_outcome",
     "throttle_data",
     "throttled_why",
@@ -162,3 +170,41 @@ def run_outcome(rule: Rule, event_id: str, firing: str, run_id: str,
             detail = f"dead-lettered after {event.attempts} attempts: {event.error}"
     return Why(rule.name, event_id, outcome, detail, firing_id=firing, run_id=run_id,
                attempts=attempts, output=output)
+
+
+def fold_why(rules: Iterable[Rule], envelopes: Sequence[Envelope],
+             chosen: Iterable[Envelope] | None = None) -> dict[str, dict[str, int]]:
+    """Per rule, how many of the events it watches (of `chosen`, by default all of
+    `envelopes`) reached each outcome: what `why` answers one event at a time, counted over
+    a log (offline: the report). Firings, throttles and runs are looked up among
+    `envelopes`, which should hold what followed the chosen events. An outcome no event
+    reached is left out; `not_watched` is never counted."""
+    by_id = {e.event_id for e in envelopes}
+    runs: dict[str, list[Envelope]] = defaultdict(list)
+    for envelope in envelopes:
+        run_id = getattr(envelope.event, "run_id", None)
+        if isinstance(run_id, str) and isinstance(
+                envelope.event, RunSucceeded | RunFailed | RunDeadLettered):
+            runs[run_id].append(envelope)
+    counts: dict[str, Counter[str]] = {}
+    targets = list(envelopes if chosen is None else chosen)
+    for rule in rules:
+        tally = counts.setdefault(rule.name, Counter())
+        for envelope in targets:
+            if not rule.when.watches(envelope):
+                continue
+            left_out = considered(rule, envelope)
+            if left_out is not None:
+                tally[left_out.outcome] += 1
+                continue
+            firing = firing_id(rule.name, envelope.event_id)
+            if fired_event_id(firing) in by_id:
+                run_id = run_id_of(firing)
+                tally[run_outcome(rule, envelope.event_id, firing, run_id,
+                                  runs.get(run_id, [])).outcome] += 1
+            elif throttled_event_id(firing) in by_id:
+                tally["throttled"] += 1
+            else:
+                tally["counting" if rule.when.counting is not None else "undecided"] += 1
+    return {name: {o: tally[o] for o in OUTCOMES if tally[o]} for name, tally in counts.items()}
+

@@ -10,7 +10,15 @@ from typing import Annotated
 import typer
 
 from streams.core.errors import StreamsError
-from streams.surfaces.cli.base import TypesOption, console, counted, fail, load_types, settings
+from streams.surfaces.cli.base import (
+    TypesOption,
+    console,
+    counted,
+    fail,
+    load_rules,
+    load_types,
+    settings,
+)
 
 __all__ = ["report"]
 
@@ -33,10 +41,15 @@ def report(
     per: Annotated[str, typer.Option(
         help="The trends' period: day (UTC) or week (ISO).")] = "day",
     types: TypesOption = None,
+    rules: Annotated[list[str] | None, typer.Option(
+        "--rules", help="Rules modules (the workers' --rules) whose rules the `why` part "
+        "counts, besides the tenant's installed rules; repeatable. Default: "
+        "$STREAMS_RULE_MODULES.")] = None,
 ) -> None:
     """Measure a workspace from its tenant's log: rule outcomes, time to resolution, judge
     agreement, how people and each evaluator version answered, trends per day or week,
-    quality; writes OUT/report.json and OUT/report.html (self-contained)."""
+    quality, and what each rule did with the events it watches (why); writes
+    OUT/report.json and OUT/report.html (self-contained)."""
     from streams.runtime.root import Runtime
     from streams.surfaces.report.model import (
         check_window,
@@ -47,6 +60,7 @@ def report(
     from streams.surfaces.report.run import make_report
 
     load_types(types)
+    module_rules, _actions, _deps = load_rules(rules)
     config = settings()
     try:
         start = parse_time(since, "--since") if since else None
@@ -62,7 +76,7 @@ def report(
         with counted(f"reading {tenant}'s log") as progress:
             files = make_report(runtime, tenant, workspace, out=out, since=start, until=end,
                                 resolves=resolves, quality_of=quality_of, progress=progress,
-                                per=per)
+                                per=per, rules=module_rules)
     except StreamsError as exc:
         raise fail(exc) from exc
     finally:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import Any
 
+from streams.core.rules.why import OUTCOMES
+
 __all__ = ["CHARTS", "duration", "render_html"]
 
 CHARTS = ("rule-outcomes", "time-to-resolution", "judge-agreement", "answers",
@@ -481,6 +483,17 @@ def _queues(sections: Sequence[dict[str, Any]]) -> list[str]:
     return parts
 
 
+def _why(rows: Sequence[dict[str, Any]]) -> str:
+    """The why part: one row per rule, a column per outcome some rule reached."""
+    if not rows:
+        return "<p>No rules were given (--rules) or installed.</p>"
+    seen = {o for row in rows for o in row["outcomes"]}
+    columns = [o for o in OUTCOMES if o in seen]
+    return _table(("rule", "watched", *(c.replace("_", " ") for c in columns)),
+                  [(r["rule"], str(r["watched"]),
+                    *(str(r["outcomes"].get(c, 0)) for c in columns)) for r in rows])
+
+
 def render_html(report: dict[str, Any]) -> str:
     """The page of a report made by `build_report`."""
     window = (f"{report['since'] or 'the beginning'} to {report['until'] or 'the end'}")
@@ -566,6 +579,11 @@ def render_html(report: dict[str, Any]) -> str:
         "and categorical fields; range, quartiles (box) and median (bar) for numbers.</p>",
         _answers(report["answers"]),
         answers,
+        "<h2>Why rules did or did not act</h2>",
+        "<p>For each rule, the events of the window it watches, by what it did with them: "
+        "left out by its filters or sampling, counted, throttled, not decided yet, or fired "
+        "and how its run ended (docs/rules.md).</p>",
+        _why(report.get("why", [])),
         "<h2>Per annotation queue</h2>",
         "<p>Judge agreement and answers again, on the verdicts given on each live queue's "
         "items.</p>",

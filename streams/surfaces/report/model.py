@@ -12,8 +12,9 @@ evaluator version, feedback type and field), `judge_costs` (per evaluator versio
 reused ones, calls, tokens and their price), `answers` (how people and each evaluator
 version answered each field), `trends` (feedback, scores and agreement per UTC day or ISO
 week), `quality` (one numeric field's mean per rule and UTC day), `proposals` (proposal
-rates per rule, rule drafts' conversion, each artifact's rewrites) and `queues` (judge
-agreement and answers on each annotation queue's items). Definitions:
+rates per rule, rule drafts' conversion, each artifact's rewrites), `queues` (judge
+agreement and answers on each annotation queue's items) and `why` (per rule given, what it
+did with the events it watches: counts per outcome, streams.core.rules.why). Definitions:
 docs/measures.md and docs/proposals.md.
 """
 
@@ -51,6 +52,8 @@ from streams.core.proposals import (
     history_of,
     rewrites,
 )
+from streams.core.rules import Rule
+from streams.core.rules.why import fold_why
 
 __all__ = [
     "DEFAULT_QUALITY",
@@ -156,11 +159,13 @@ def build_report(
     survival: timedelta = timedelta(days=30), per: str = "day",
     prices: Mapping[str, ModelPrice] | None = None,
     queues: Mapping[str, Collection[str]] | None = None,
+    rules: Sequence[Rule] = (),
 ) -> dict[str, Any]:
     """The measures of the envelopes in `[since, until)` as a JSON-ready dict; the judges'
     cost priced with `prices` (STREAMS_LLM_PRICES; without it, tokens only); judge agreement
     and answers again for each of `queues` (name: its items, `kind:id`), on the verdicts
-    given on its items.
+    given on its items; for each of `rules`, what it did with the events it watches in the
+    window (`why`: counts per outcome).
 
     The proposal measures fold every envelope given (a proposal may be older than the
     window): rates count first resolutions in the window; the rule drafts' conversion counts
@@ -234,6 +239,8 @@ def build_report(
                                 now=until or generated_at, survival=survival),
         "queues": [_queue_section(name, items, verdicts, types)
                    for name, items in sorted((queues or {}).items())],
+        "why": [{"rule": name, "watched": sum(counts.values()), "outcomes": counts}
+                for name, counts in fold_why(rules, every, chosen).items()],
     }
 
 

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from streams.core.queues import queue_from_dict
+from streams.core.rules import InvalidRule, Rule
+from streams.core.rules.serialized import rule_from_dict
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.jobs.log_read import Progress, read_workspace_log
 from streams.runtime.jobs.queues import QueueBook, queue_items
+from streams.runtime.jobs.rules import Rulebook
 from streams.runtime.root import Runtime
 from streams.surfaces.report.html import render_html
 from streams.surfaces.report.model import (
@@ -68,11 +72,27 @@ async def _queues(runtime: Runtime, tenant: str, workspace: str) -> dict[str, li
             for entry in live}
 
 
+def installed_rules(runtime: Runtime, tenant: str, besides: Sequence[Rule] = ()) -> list[Rule]:
+    """The rules installed for the tenant (live or archived since: the window may hold
+    their events) that this process can build, but those named in `besides`; a definition
+    naming an app event type this process has not declared is left out."""
+    names = {rule.name for rule in besides}
+    out: list[Rule] = []
+    for name, entry in sorted(Rulebook(runtime).entries(tenant).items()):
+        if name in names:
+            continue
+        try:
+            out.append(rule_from_dict(entry.definition))
+        except InvalidRule:
+            continue
+    return out
+
+
 def make_report(
     runtime: Runtime, tenant: str, workspace: str, *, out: Path,
     since: datetime | None = None, until: datetime | None = None,
     resolves: str = DEFAULT_RESOLVES, quality_of: str = DEFAULT_QUALITY,
-    progress: Progress | None = None, per: str = "day",
+    progress: Progress | None = None, per: str = "day", rules: Sequence[Rule] = (),
 ) -> ReportFiles:
     """Read the workspace's log from the tenant's events topic and write its report.
 
@@ -104,5 +124,6 @@ def make_report(
                           until=until, resolves=resolves, quality_of=quality_of,
                           types=runtime.types, per=per,
                           prices=runtime.settings.llm_price_table(),
-                          queues=asyncio.run(_queues(runtime, tenant, workspace)))
+                          queues=asyncio.run(_queues(runtime, tenant, workspace)),
+                          rules=[*rules, *installed_rules(runtime, tenant, rules)])
     return write_report(report, out)

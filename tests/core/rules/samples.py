@@ -8,6 +8,7 @@ from streams.core.events import (
     Envelope,
     Event,
     FeedbackGiven,
+    RunStarted,
     RunSucceeded,
 )
 from streams.core.rules import (
@@ -69,3 +70,26 @@ SPIKE = Rule(
     when=on("ops:error_spike").count(3, within=timedelta(minutes=5)).scope(F.data.service),
     then=run("triage", retry=RetryPolicy(max_attempts=3, backoff=timedelta(seconds=1))),
 )
+
+
+def limited_log() -> tuple[Rule, list[Envelope]]:
+    """A rule firing at most twice an hour on api spikes, and the log a worker writes for
+    five api and two web spikes: two firings, three throttle records, one run succeeded."""
+    from streams.core.matching import Matcher
+    from streams.core.rules import RuleSet, RuleState
+
+    limited = Rule(name="t:two", when=on("ops:error_spike").where(F.data.service.eq("api"))
+                   .at_most(2, per=timedelta(hours=1)), then=run("a"))
+    matcher = Matcher(RuleSet([limited]))
+    state = RuleState()
+    log: list[Envelope] = []
+    for service in ["api"] * 5 + ["web"] * 2:
+        cause = spike(service)
+        log.append(cause)
+        for item in matcher.match(cause):
+            for decision in matcher.decide(limited.name, item.envelope, state):
+                log += matcher.fired(decision, cause)
+    run_id = next(e.event.run_id for e in log if isinstance(e.event, RunStarted))
+    log.append(envelope(RunSucceeded(run_id=run_id, rule="t:two", action="a")))
+    return limited, log
+

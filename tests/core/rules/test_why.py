@@ -18,13 +18,14 @@ from streams.core.events import (
 )
 from streams.core.matching import Matcher
 from streams.core.rules import Rule, RuleEngine, RuleSet, RuleState, Throttled, on, run
-from streams.core.rules.why import OUTCOMES, considered, run_outcome, throttle_data
+from streams.core.rules.why import OUTCOMES, considered, fold_why, run_outcome, throttle_data
 from tests.core.rules.samples import (
     JUDGE,
     SPIKE,
     WRONG_TRIAGE,
     envelope,
     feedback,
+    limited_log,
     spike,
     succeeded,
 )
@@ -126,3 +127,12 @@ def test_a_rule_watching_every_app_event_never_sees_the_pipelines_own_records() 
 def test_the_pipelines_namespace_cannot_be_declared() -> None:
     with pytest.raises(ValidationFailed, match="the 'streams:' namespace"):
         app_event_type("streams:mine")
+
+
+def test_the_counts_per_outcome_of_a_log_are_each_events_answer() -> None:
+    limited, log = limited_log()
+    assert fold_why([limited, WRONG_TRIAGE], log) == {
+        "t:two": {"filtered_out": 2, "throttled": 3, "judged": 1, "running": 1},
+        "ops:wrong-triage": {}}
+    # Only the chosen events are counted; their firings are found among all.
+    assert fold_why([limited], log, log[:1]) == {"t:two": {"judged": 1}}
