@@ -25,7 +25,10 @@ a fresh process, from the tenant's materialized view.
    one `run_record`, one chain's `chain_events`, the first and next page of 50 runs by cursor,
    and `why` of a rule on an event it fired on (`why_fired`: the event, its firing and its
    run's chain read) and on one its filter leaves out (`why_filtered_out`). The seeded
-   firings and runs carry the ids a worker derives, so `why` finds them.
+   firings and runs carry the ids a worker derives, so `why` finds them. Then a queue of the
+   first rule's runs: every item id (`queue_items_all`, what a sampled queue's progress
+   reads) against its count in the view (`queue_items_count`, what the others' progress
+   reads since this stop).
 5. With `--fold-limit N` (default 200000) and N or fewer envelopes: the whole-log fold's
    answer to `runs(rule, limit=1)` (`latest_runs(ws.read())`, what runs() did before the view)
    in a fresh process, for comparison.
@@ -56,6 +59,7 @@ from streams.core.actors import AgentActor, UserActor
 from streams.core.events import AppEvent, Envelope, FeedbackGiven, RuleFired, RunStarted
 from streams.core.feedback import value_record
 from streams.core.ids import fired_event_id, firing_id, run_id_of, started_event_id
+from streams.core.queues import Entry, queue_from_dict
 from streams.core.rules import F, Rule, on, run
 from streams.core.runs import latest_runs
 from streams.core.targets import RunTarget
@@ -242,6 +246,10 @@ async def _probe(settings: Settings, what: str, targets: dict[str, Any],
         "fold_runs_limit_1": lambda: _fold_runs(ws),
         # A rule that fired on the event (its firing and run found, the chain read), and
         # one whose filter leaves it out (the event read, the rule's checks re-run).
+        # A queue of a rule's runs: its progress reads every item id (a sampled queue's,
+        # one entered by verdicts) or counts them in the view (the rest).
+        "queue_items_all": lambda: ws.queue_items_all(_runs_entry()),
+        "queue_items_count": lambda: ws.queue_items_count(_runs_entry()),
         "why_fired": lambda: ws.why(_rule(targets["rule"]), targets["chain"]),
         "why_filtered_out": lambda: ws.why(
             _rule(targets["rule"], where={"service": "none"}), targets["chain"]),
@@ -274,6 +282,12 @@ async def _probe(settings: Settings, what: str, targets: dict[str, Any],
     client.close()
     client.runtime.close()
     return out
+
+
+def _runs_entry() -> Entry:
+    """What a queue of the first rule's runs enters by."""
+    return queue_from_dict({"name": "runs", "enters": {"runs_of": RULES[0]},
+                            "feedback_types": ["triage_quality"]}).enters
 
 
 def _rule(name: str, where: dict[str, Any] | None = None) -> Rule:
@@ -344,7 +358,8 @@ def main() -> None:
              ("feedback_of_participant", args.warm), ("feedback_page_100", args.warm),
              ("run_record", args.warm),
              ("chain_events", args.warm), ("pages_of_50", 0),
-             ("why_fired", args.warm), ("why_filtered_out", args.warm)]
+             ("why_fired", args.warm), ("why_filtered_out", args.warm),
+             ("queue_items_all", 5), ("queue_items_count", args.warm)]
     if targets["envelopes"] <= args.fold_limit:
         steps.append(("fold_runs_limit_1", 0))
     for probe, warm in steps:

@@ -375,6 +375,22 @@ class ViewStore:
             found = db.execute(sql, args).fetchall()
         return [(item, PageKey(time_ms, *seq_of(pos))) for item, time_ms, pos in found]
 
+    def count_items(self, kind: str, workspace: str, *, rule: str | None = None) -> int:
+        """How many ids `item_ids` gives (without `before` and `limit`): one COUNT."""
+        if kind not in _ITEMS:
+            raise ValueError(f"no items of kind {kind!r}: one of {sorted(_ITEMS)}")
+        table, _id_column, picked, ruled = _ITEMS[kind]
+        where, args = ["workspace = ?", picked], [workspace]
+        if rule is not None:
+            if not ruled:
+                raise ValueError(f"{kind} items have no rule")
+            where.append("rule = ?")
+            args.append(rule)
+        with self._guarded() as db:
+            (count,) = db.execute(f"SELECT count(*) FROM {table} WHERE {' AND '.join(where)}",
+                                  args).fetchone()
+        return int(count)
+
     def judged(self, workspace: str, *, evaluator: str, feedback_type: str, on: str,
                below: tuple[str, float] | None = None,
                differs_on: Sequence[str] | None = None, limit: int | None = None,

@@ -22,6 +22,7 @@ from streams.core.leases import (
     fold_item,
     item_key,
     item_of,
+    progress_of,
     queue_progress,
     target_of_item,
 )
@@ -173,3 +174,5 @@ def test_a_queues_progress_counts_items_done_in_review_and_left() -> None:
     got = queue_progress(["run:a", "run:b", "run:c", "run:d", "run:e", "run:f"],
                          states.get, at_ms=1_000)
     assert got == QueueProgress(items=6, done=1, in_review=2, left=3, verdicts=3)
+    # Counted without the items: the same answer from the total and the states alone.
+    assert progress_of(6, states.values(), at_ms=1_000) == got

@@ -313,6 +313,15 @@ class TenantView:
             workspace, evaluator=evaluator, feedback_type=feedback_type, on=entry.on,
             below=below, differs_on=differs_on, limit=limit, before=before)))
 
+    def queue_items_count(self, workspace: str, entry: Entry) -> int | None:
+        """How many targets enter a queue by `entry` (as `queue_items` lists them), counted
+        in the view, for a rule's runs or firings and the chains; None for an entry by
+        verdicts (judged below, disagreements), whose items are decided row by row."""
+        if entry.kind not in ("runs_of", "firings_of", "chains"):
+            return None
+        return self._guarded_read(lambda: self.store.count_items(
+            entry.item_kind, workspace, rule=entry.rule))
+
     def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,
                  limit: int | None = None, after: PageKey | None = None,
                  ) -> list[tuple[Envelope, PageKey]]:

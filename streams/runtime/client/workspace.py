@@ -871,6 +871,13 @@ class Workspace:
                                         limit=limit + 1, before=before)
         return [item for item, _k in found[:limit]], _next_cursor(found, limit)
 
+    async def queue_items_count(self, entry: Entry) -> int | None:
+        """How many ids `queue_items_all` would give for `entry`, counted in the view (one
+        COUNT, no id read); None for an entry by verdicts, which must be read to count."""
+        self._check_read(f"{entry.item_kind}s")
+        view = await self._view()
+        return await asyncio.to_thread(view.queue_items_count, self.workspace, entry)
+
     async def queue_items_all(self, entry: Entry) -> list[str]:
         """Every id `queue_items_page` would page through for `entry`, newest first, in one
         read of the view (for a queue's progress: ids only, no records)."""

@@ -31,6 +31,7 @@ from streams.core.leases import (
     QueueProgress,
     fold_item,
     item_key,
+    progress_of,
     queue_progress,
 )
 from streams.core.queues import Queue
@@ -99,6 +100,14 @@ class LeaseBook:
         with self._lock:
             return queue_progress(items, lambda i: self._items.get(item_key(workspace, queue,
                                                                             i)), _now_ms())
+
+    def progress_counted(self, workspace: str, queue: str, total: int) -> QueueProgress:
+        """Where a queue of `total` items stands now, from the states of the items this
+        book has read leases of (what people asked for, not what the queue holds)."""
+        prefix = item_key(workspace, queue, "")
+        with self._lock:
+            states = [state for key, state in self._items.items() if key.startswith(prefix)]
+        return progress_of(total, states, _now_ms())
 
     # -- writing and reading back --------------------------------------------------------
 

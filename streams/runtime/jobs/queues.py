@@ -228,15 +228,22 @@ class QueueService:
     async def progress(self, token: str | None, workspace_id: str,
                        name: str) -> dict[str, Any]:
         """Where a live queue stands (the key needs `read`): {"queue", "items", "done",
-        "in_review", "left", "verdicts"} (streams.core.leases.QueueProgress). It reads every
-        item id of the queue's source from the view (ids only), so it costs what the queue
-        holds: a page shows it after a turn, off the turn's clock."""
+        "in_review", "left", "verdicts"} (streams.core.leases.QueueProgress).
+
+        A queue of a rule's runs or firings, or of chains, with no sample is counted in the
+        view (one COUNT) and its progress folded from the lease states people made: it
+        costs what was reviewed, not what the queue holds. A sampled queue, or one entered
+        by verdicts (whose items come and go with newer verdicts), reads every item id of
+        its source (ids only), so it costs what the queue holds."""
         _key, ws = self.service.authorize(token, workspace_id, "read")
         await self.service.client.log.require_tenant(ws.tenant)
         queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
         leases = await asyncio.to_thread(self._lease_book, ws.tenant)
-        items = await queue_items(ws, queue)
-        done = leases.progress(ws.workspace, queue.name, items)
+        total = None if queue.sample < 1.0 else await ws.queue_items_count(queue.enters)
+        if total is not None:
+            done = leases.progress_counted(ws.workspace, queue.name, total)
+        else:
+            done = leases.progress(ws.workspace, queue.name, await queue_items(ws, queue))
         return {"queue": queue.name, "items": done.items, "done": done.done,
                 "in_review": done.in_review, "left": done.left, "verdicts": done.verdicts}
 
