@@ -51,7 +51,8 @@ from typing import Any, Final, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from streams.core.errors import IndexBehind, NotFound
+from streams.core.budgets import BUDGET_CLAIM, Budget
+from streams.core.errors import IndexBehind, NotFound, ValidationFailed
 from streams.core.evaluators import Evaluator, HandOff, Verdict, check_verdict
 from streams.core.events import AppEvent, Envelope
 from streams.core.feedback import Feedback
@@ -161,6 +162,8 @@ class EvaluatorAction(Generic[In]):
         reuse: bool = True,
         shadow: Evaluator[In, Any] | None = None,
         shadow_share: float = 1.0,
+        budget: Budget | None = None,
+        cost: int | Callable[[In], int] | None = None,
     ) -> None:
         if not 0.0 < shadow_share <= 1.0:
             raise ValueError(f"shadow_share is the share of judged inputs the shadow judges "
@@ -176,6 +179,16 @@ class EvaluatorAction(Generic[In]):
         self.reuse = reuse
         self.shadow = shadow
         self.shadow_share = shadow_share
+        if (budget is None) != (cost is None):
+            raise ValueError("budget= and cost= go together: the budget claims each "
+                             "evaluation's worst-case cost in tokens (an int, or a function "
+                             "of the input)")
+        if budget is not None and not isinstance(budget, Budget):
+            raise ValueError(f"budget= takes a Budget, got {budget!r}")
+        if budget is not None and isinstance(cost, int):
+            budget.claim(cost, "")  # a fixed cost over the whole budget is refused now
+        self.budget = budget
+        self.cost = cost
 
     async def __call__(self, reaction: Reaction) -> Mapping[str, Any]:
         """Evaluate (or reuse the recorded verdict on the same input), give the verdict as
@@ -185,6 +198,14 @@ class EvaluatorAction(Generic[In]):
         key = verdict_key(self.evaluator, judged)
         checked = await _reusable(reaction, key, self.evaluator) if self.reuse else None
         reused = checked is not None
+        claimed: int | None = None
+        if checked is None and self.budget is not None:
+            claimed = self._cost_of(judged)
+            if not await _claim(reaction, self.budget, claimed):
+                # Held back: no call. The run succeeds, judging nothing (why: over_budget).
+                return {"over_budget": self.budget.name, "claimed_tokens": claimed,
+                        "evaluator": self.evaluator.name, "version": self.evaluator.version,
+                        "verdict_key": key}
         if checked is None:
             try:
                 verdict = await self.evaluator.evaluate(judged)
@@ -197,9 +218,20 @@ class EvaluatorAction(Generic[In]):
             checked.value, on=target)
         output = {**checked.as_output(), "feedback_id": recorded.id,
                   "feedback_seq": str(recorded.seq), "verdict_key": key, "reused": reused}
+        if claimed is not None:
+            output["claimed_tokens"] = claimed
+            used = _tokens_used(checked)
+            if used is not None and used > claimed:
+                # The claim was not a worst case: the budget's guarantee does not hold for
+                # this call. Counted where the report and the logs see it.
+                output["budget_overrun_tokens"] = used - claimed
         if self.shadow is not None and _in_share(key, self.shadow_share):
             output["shadow"] = await self._shadow(self.shadow, judged, target, reaction)
         return output
+
+    def _cost_of(self, judged: In) -> int:
+        cost = self.cost
+        return cost(judged) if callable(cost) else int(cost or 0)
 
     async def _shadow(self, shadow: Evaluator[In, Any], judged: In, target: Target,
                       reaction: Reaction) -> dict[str, Any]:
@@ -239,6 +271,33 @@ async def _record(reaction: Reaction, key: str, checked: Verdict[Feedback],
         AppEvent(name=VERDICT_RECORD, data={"key": key, **checked.as_output(), **extra}),
         correlation_id=reaction.started.correlation_id, causation_id=reaction.started.event_id,
         event_id=verdict_event_id(workspace.workspace, key))
+
+
+async def _claim(reaction: Reaction, budget: Budget, tokens: int) -> bool:
+    """Claim `tokens` of `budget` for the reaction's run and wait for the decider's answer
+    (the workspace handle's `decide`): whether the call may be made."""
+    data = budget.claim(tokens, reaction.run.run_id)
+    decide = getattr(reaction.workspace, "decide", None)
+    if decide is None:
+        raise ValidationFailed(f"budget {budget.name!r}: this workspace cannot have claims "
+                               "decided (budgets need the workers' rule decider; an "
+                               "in-memory replay has none)")
+    granted: bool = await decide(budget.rule, AppEvent(name=BUDGET_CLAIM, data=data),
+                                 correlation_id=reaction.started.correlation_id,
+                                 causation_id=reaction.started.event_id)
+    return granted
+
+
+def _tokens_used(verdict: Verdict[Feedback]) -> int | None:
+    """The tokens a verdict's trace reports (prompt + completion), or None without them."""
+    trace = verdict.trace or {}
+    try:
+        prompt, completion = trace.get("prompt_tokens"), trace.get("completion_tokens")
+        if prompt is None and completion is None:
+            return None
+        return int(prompt or 0) + int(completion or 0)
+    except (TypeError, ValueError):
+        return None
 
 
 def _in_share(key: str, share: float) -> bool:

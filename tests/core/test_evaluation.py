@@ -19,7 +19,7 @@ from streams.core.evaluation import (
     verdict_key,
 )
 from streams.core.evaluators import FunctionEvaluator, HandOff
-from streams.core.events import AppEvent, Envelope, FeedbackGiven, RunStarted
+from streams.core.events import AppEvent, Envelope, FeedbackGiven
 from streams.core.feedback import Feedback
 from streams.core.ids import verdict_event_id
 from streams.core.runs import Reaction
@@ -95,16 +95,6 @@ def action_for(evaluator: Any, text: str = "good answer", **options: Any,
         return RunTarget(run_id=reaction.run.run_id)
 
     return EvaluatorAction(evaluator, input=judged, target=target, **options)
-
-
-@pytest.fixture
-def reaction_in() -> Callable[..., Reaction]:
-    def make(log: Log, run_id: str = "run_1", attempt: int = 1) -> Reaction:
-        run = RunStarted(run_id=run_id, rule="grade", action="grader", firing_id="f1",
-                         attempt=attempt)
-        started = Envelope.new(run, tenant="acme", workspace="prod")
-        return Reaction(run=run, started=started, events=[], workspace=log, attempt=attempt)
-    return make
 
 
 async def test_the_same_input_is_judged_once_and_its_verdict_given_again(

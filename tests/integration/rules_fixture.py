@@ -8,6 +8,7 @@ from typing import Any
 
 from streams.adapters.chat import RetrievalEvaluator
 from streams.core.app_events import app_event_type
+from streams.core.budgets import Budget
 from streams.core.errors import ConfigError
 from streams.core.evaluation import EvaluatorAction
 from streams.core.evaluators import FunctionEvaluator, HandOff
@@ -58,6 +59,15 @@ judge = EvaluatorAction(
     input=event_data, target=the_chain)
 
 
+# A judge under a budget: 1,000 tokens for all time (a window of ten years) at 100 per
+# evaluation, so ten evaluations across every worker, whatever is killed or restarted.
+BUDGET = Budget("t-judges", tokens=1_000, per=timedelta(days=3650))
+budgeted = EvaluatorAction(
+    FunctionEvaluator(mitigated, verdict_type=Resolution, name="budgeted-judge",
+                      version="1"),
+    input=event_data, target=the_chain, budget=BUDGET, cost=100)
+
+
 def _model() -> ChatModel:
     try:
         return Settings.from_env().chat_model(max_retries=1, timeout=5.0)
@@ -79,7 +89,7 @@ retrieval = EvaluatorAction(RetrievalEvaluator(_model()), input=question, target
 # The app event types the rules watch: a worker refuses rules naming undeclared types.
 APP_EVENT_TYPES = [app_event_type(name) for name in (
     "t:item", "t:flaky", "t:broken", "t:tick", "t:sample", "t:judge", "t:judge-many",
-    "t:question", "t:hit")]
+    "t:question", "t:hit", "t:budget-judge")]
 
 RULES = [
     Rule(name="t:limited", when=on("t:item").at_most(20, per=timedelta(hours=1)),
@@ -93,6 +103,7 @@ RULES = [
     Rule(name="t:judge-limited", when=on("t:judge-many").at_most(2, per=timedelta(hours=1)),
          then=run(judge)),
     Rule(name="t:retrieval", when=on("t:question"), then=run(retrieval, retry=FAST)),
+    Rule(name="t:budgeted", when=on("t:budget-judge"), then=run(budgeted, retry=FAST)),
     # Stateful rules scoped by host, so their keys spread over the rules topic's partitions
     # (tests/faults/test_rule_state.py); windows long enough that no test straddles one.
     Rule(name="t:host-limited", when=on("t:hit").at_most(3, per=timedelta(days=3650))
@@ -101,4 +112,5 @@ RULES = [
          .scope(F.data.host), then=run("noop")),
 ]
 ACTIONS = {"noop": noop, "flaky": flaky, "broken": broken, judge.name: judge,
+           budgeted.name: budgeted,
            retrieval.name: retrieval}

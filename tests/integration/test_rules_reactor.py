@@ -337,3 +337,32 @@ async def test_why_says_what_each_rule_did_with_each_event(
         assert "evt_nothing" in str(exc)
     else:
         raise AssertionError("why on an unknown event answered")
+
+
+async def test_a_budget_grants_claims_while_they_fit_and_no_call_is_made_past_it(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    from tests.integration.rules_fixture import RULES as FIXTURE_RULES
+
+    tenant = tenant_factory()
+    worker_factory("--rules", RULES, types=TYPES)
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    asked = [await ws.append(AppEvent(name="t:budget-judge", data={"minutes": i}))
+             for i in range(14)]
+    log = await wait_log(ws, lambda es: len(of(es, RunSucceeded, rule="t:budgeted")) >= 14,
+                         120, "14 budgeted runs")
+    outputs = [e.event.output for e in of(log, RunSucceeded, rule="t:budgeted")]  # type: ignore[attr-defined]
+    judged = [o for o in outputs if "value" in o]
+    refused = [o for o in outputs if o.get("over_budget") == "t-judges"]
+    # 1,000 tokens at 100 a claim: ten evaluations, four refused without a call.
+    assert (len(judged), len(refused)) == (10, 4)
+    assert len(of(log, FeedbackGiven)) == 10
+    grants = of(log, RuleFired, rule="streams:budget.t-judges")
+    assert len(grants) == 10
+    assert all(o["claimed_tokens"] == 100 for o in outputs)
+    rules = {r.name: r for r in FIXTURE_RULES}
+    answers = [await ws.why(rules["t:budgeted"], e.id) for e in asked]
+    assert sorted(a.outcome for a in answers) == ["judged"] * 10 + ["over_budget"] * 4
+    over = next(a for a in answers if a.outcome == "over_budget")
+    assert "t-judges" in over.detail and "no call was made" in over.detail

@@ -8,6 +8,7 @@ from typing import Any
 
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.log import Headers
+from streams.core.rules.snapshots import entity_key
 from streams.core.tenancy import dead_letter_topic
 
 
@@ -21,6 +22,20 @@ class Output:
     value: bytes | None
     headers: Headers | None = None
     partition: int | None = None
+
+
+HEADER_RULE = "rule"
+"""The header naming the stateful rule a record of a tenant's rules topic is a match of."""
+
+
+def rule_forward(rules_topic: str, rule: str, scope_key: str | None, event_type: str,
+                 value: bytes) -> Output:
+    """A match of a stateful rule as a record for a tenant's rules topic: the event's own
+    bytes, headed by the rule and keyed by `<rule>|<scope key>`, so one key's matches stay in
+    one partition, in order (the producers' default partitioner), and different keys spread
+    over the partitions. The reactor forwards matches so; a budget claim is written so."""
+    return Output(rules_topic, entity_key(rule, scope_key).encode(), value,
+                  [(HEADER_RULE, rule.encode()), ("event_type", event_type.encode())])
 
 
 def dead_letter_record(*, topic: str, partition: int, offset: int, key: bytes | None,

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from streams.core.app_events import AppEventTypes, app_event_types, known_event_types
+from streams.core.app_events import (
+    AppEventTypes,
+    app_event_types,
+    known_event_types,
+    own_record,
+)
 from streams.core.events import EVENT_TYPES, Envelope, RuleFired
 from streams.core.ids import firing_id
 from streams.core.plain import PlainEvent
@@ -122,7 +127,7 @@ class RuleSet:
         unknown = [
             f"{rule.name!r} watches {name!r}" for rule in self
             if (name := rule.when.event_type_name) is not None
-            and name not in EVENT_TYPES and name not in known
+            and name not in EVENT_TYPES and name not in known and not own_record(name)
         ]
         if unknown:
             raise InvalidRule(
@@ -225,7 +230,11 @@ def _decide(rule: Rule, envelope: Envelope, state: RuleState) -> Decision | None
             return None
         matched = tuple(done)
     if trigger.rate_limit is not None:
-        admitted, window = state.limiter(rule).admit(envelope.time, key)
+        weight = trigger.rate_limit.weight_of(envelope)
+        if weight is None:  # a weight that is not a positive whole number: held back
+            admitted, window = False, state.limiter(rule).window_at(envelope.time, key)
+        else:
+            admitted, window = state.limiter(rule).admit(envelope.time, key, weight)
         if not admitted:
             return Throttled(
                 rule, matched, key, envelope.correlation_id, envelope.event_id,

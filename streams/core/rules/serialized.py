@@ -229,6 +229,9 @@ def rule_to_dict(rule: Rule) -> dict[str, Any]:
         trigger["count"] = {"n": when.counting.n,
                             "within_seconds": _seconds(when.counting.within)}
     if when.rate_limit is not None:
+        if when.rate_limit.weight is not None:
+            raise InvalidRule(f"rule {rule.name!r}: at_most(weight=) has no JSON form; "
+                              "keep the rule in a rules module")
         trigger["at_most"] = {"n": when.rate_limit.n,
                               "per_seconds": _seconds(when.rate_limit.per)}
     if when.scope_by is not None:

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from streams.core.rules.engine import RuleState
+from streams.core.rules.predicates import Path
 from streams.core.rules.triggers import (
     Count,
     CountState,
@@ -91,6 +92,10 @@ def to_record(state: RuleState, rule: str, scope_key: str | None,
         if windows:
             record["rate"] = {"n": rate.limit.n, "per_us": rate.limit.per // _US,
                               "windows": windows}
+            weight = rate.limit.weight
+            if weight is not None:  # a budget's: the limit is restored as it was
+                record["rate"]["weight"] = ["envelope" if weight.on_envelope else "event",
+                                            *weight.names]
     return record if len(record) > 1 else None
 
 
@@ -109,7 +114,9 @@ def from_record(record: dict[str, Any], rule: str, scope_key: str | None,
             (_time(int(t)), str(eid)) for t, eid in count["entries"]))
     rate = record.get("rate")
     if rate is not None:
-        limit = RateLimit(int(rate["n"]), timedelta(microseconds=int(rate["per_us"])))
+        weight = rate.get("weight")
+        limit = RateLimit(int(rate["n"]), timedelta(microseconds=int(rate["per_us"])),
+                          None if weight is None else Path(str(weight[0]), tuple(weight[1:])))
         limiter = state.rates.get(rule)
         if limiter is None or limiter.limit != limit:
             limiter = state.rates[rule] = RateState(limit)

@@ -74,10 +74,24 @@ class RateLimit:
 
     n: int
     per: timedelta
+    weight: Path | None = None
+    """A field of the event holding how much of `n` a firing takes (a positive whole
+    number); None: one each. A budget's claims weigh their worst-case tokens."""
 
     def __post_init__(self) -> None:
         check_count("at_most(n): n", self.n)
         check_positive("at_most(per=)", self.per)
+
+    def weight_of(self, envelope: Envelope) -> int | None:
+        """How much of the window a firing of `envelope` takes: 1 without a weight, else
+        its weight field's value, or None when that is not a positive whole number (the
+        match is refused, as over the limit)."""
+        if self.weight is None:
+            return 1
+        value = self.weight.resolve(envelope)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return None
+        return value
 
     def window(self, time: datetime) -> int:
         """The number of the fixed window holding `time`."""
@@ -95,10 +109,10 @@ class RateWindow:
     window: int
     admitted: int = 0
 
-    def admit(self, limit: RateLimit) -> tuple[bool, RateWindow]:
-        """Whether one more firing fits, and the window after deciding."""
-        if self.admitted < limit.n:
-            return True, replace(self, admitted=self.admitted + 1)
+    def admit(self, limit: RateLimit, weight: int = 1) -> tuple[bool, RateWindow]:
+        """Whether one more firing (taking `weight` of it) fits, and the window after."""
+        if self.admitted + weight <= limit.n:
+            return True, replace(self, admitted=self.admitted + weight)
         return False, self
 
 
@@ -182,14 +196,21 @@ class RateState:
         self.limit = limit
         self.windows: dict[tuple[str | None, int], RateWindow] = {}
 
-    def admit(self, time: datetime, scope_key: str | None = None) -> tuple[bool, RateWindow]:
-        """Whether a firing at event time `time` fits its window, and the window after."""
+    def admit(self, time: datetime, scope_key: str | None = None,
+              weight: int = 1) -> tuple[bool, RateWindow]:
+        """Whether a firing at event time `time` (taking `weight`) fits its window, and the
+        window after."""
         number = self.limit.window(time)
         admitted, after = self.windows.get((scope_key, number), RateWindow(number)).admit(
-            self.limit
+            self.limit, weight
         )
         self.windows[(scope_key, number)] = after
         return admitted, after
+
+    def window_at(self, time: datetime, scope_key: str | None = None) -> RateWindow:
+        """The window holding event time `time`, as it stands (nothing admitted)."""
+        number = self.limit.window(time)
+        return self.windows.get((scope_key, number), RateWindow(number))
 
     def expire(self, now: datetime) -> None:
         """Drop the windows that ended at or before `now`."""
@@ -365,11 +386,19 @@ class Trigger:
             raise InvalidRule("count() was already given for this trigger")
         return replace(self, counting=Count(n, within))
 
-    def at_most(self, n: int, *, per: timedelta) -> Trigger:
-        """Allow at most `n` firings (of one scope) per fixed window of `per`; see RateLimit."""
+    def at_most(self, n: int, *, per: timedelta, weight: Path | None = None) -> Trigger:
+        """Allow at most `n` firings (of one scope) per fixed window of `per`; see RateLimit.
+        With `weight` (a path such as F.data.tokens), each firing takes that field's value
+        of `n` instead of 1: a budget. An event whose weight is not a positive whole number
+        is held back."""
         if self.rate_limit is not None:
             raise InvalidRule("at_most() was already given for this trigger")
-        return replace(self, rate_limit=RateLimit(n, per))
+        if weight is not None:
+            if not isinstance(weight, Path) or not weight.names:
+                raise InvalidRule(f"at_most(weight=) takes a path such as F.data.tokens, "
+                                  f"got {weight!r}")
+            self._check_path(weight, f"at_most(weight={weight!r})")
+        return replace(self, rate_limit=RateLimit(n, per, weight))
 
     def scope(self, *by: ScopeSource, **named: ScopeSource) -> Trigger:
         """Split counts, rate limits and runs by values of the event: `.scope(F.data.service)`.

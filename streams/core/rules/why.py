@@ -15,7 +15,8 @@ detail saying why, in the order a decision is made:
 - `undecided`: it matched, and neither a firing nor a throttle was recorded for it (the
   decider is behind, or the rule was not live when the event came);
 - `fired`, then the run's state: `judged` (succeeded), `handed_off` (the evaluator handed
-  it to a person), `running`, `retrying` or `dead_lettered` (its attempts failed).
+  it to a person), `over_budget` (its budget refused the claim: no call was made),
+  `running`, `retrying` or `dead_lettered` (its attempts failed).
 
 The stateless part (`considered`) is pure and decides exactly what the workers decided; the
 stateful part reads records with derived ids (`firing_id`, `throttled_event_id`), so one
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 Outcome = Literal["not_watched", "filtered_out", "sampled_out", "counting", "throttled",
-                  "undecided", "judged", "handed_off", "running", "retrying",
+                  "undecided", "judged", "handed_off", "over_budget", "running", "retrying",
                   "dead_lettered"]
 OUTCOMES: Final[tuple[str, ...]] = Outcome.__args__  # type: ignore[attr-defined]
 """Every outcome, in the order a decision reaches it."""
@@ -158,6 +159,10 @@ def run_outcome(rule: Rule, event_id: str, firing: str, run_id: str,
             output = event.output
             if "handed_off" in event.output:
                 outcome, detail = "handed_off", f"handed off to {event.output['handed_off']}"
+            elif "over_budget" in event.output:
+                outcome = "over_budget"
+                detail = (f"budget {event.output['over_budget']!r} refused the claim of "
+                          f"{event.output.get('claimed_tokens')} tokens: no call was made")
             else:
                 outcome, detail = "judged", f"the run succeeded on attempt {event.attempt}"
         elif isinstance(event, RunFailed) and event.run_id == run_id \

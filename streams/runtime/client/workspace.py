@@ -22,6 +22,8 @@ from confluent_kafka import Message
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.index import TenantIndex
 from streams.adapters.kafka.log import EventLog, decode_envelopes
+from streams.adapters.kafka.outputs import rule_forward
+from streams.adapters.kafka.reports import produce_all
 from streams.adapters.tracing import current_trace
 from streams.core.actors import Actor, AnyActor, SystemActor
 from streams.core.capabilities import Capability, Grants, builtin_grants
@@ -491,6 +493,49 @@ class Workspace:
         return Why(rule.name, event_id, "undecided",
                    "it matched; no firing or throttle is recorded for it yet: the decider "
                    "is behind, or the rule was not live when the event came")
+
+    async def decide(self, rule: Rule, event: Event, *, correlation_id: str,
+                     causation_id: str | None = None, wait_s: float | None = None) -> bool:
+        """Have the decider of stateful rules decide `event` for `rule` (a budget's claim:
+        streams.core.budgets), and wait for the answer: True when the rule fired on it,
+        False when it was held back (throttled).
+
+        The event goes to the tenant's rules topic as a forwarded match (not to the events
+        topic: the reactor, which forwards matches, may be the very loop waiting on this
+        call), and the answer is the firing's `rule_fired` or the throttle's record, found
+        in the events topic by ids derived from the rule and the event. KafkaUnavailable
+        when the write is not acknowledged, or no answer comes within `wait_s` (default
+        STREAMS_FEEDBACK_TIMEOUT): no worker runs the decider, or it is far behind."""
+        self._check_append(event.type_name)
+        envelope = Envelope.new(
+            event, tenant=self.tenant, workspace=self.workspace, actor=self.actor,
+            correlation_id=correlation_id, causation_id=causation_id, trace=current_trace())
+        log = self.client.log
+        wait = log.settings.feedback_timeout if wait_s is None else wait_s
+        topics = tenant_topics(self.tenant, log.settings.topic_prefix)
+        value = log.encode(envelope, topics.events)  # as the reactor forwards its bytes
+        forward = rule_forward(topics.rules, rule.name, rule.scope_key(envelope),
+                               envelope.event_type, value)
+        [landed] = await produce_all(log.producer, log.reports, [
+            (forward.topic, forward.key, value, forward.headers, None)], wait_s=wait)
+        if isinstance(landed, Exception):
+            raise landed
+        firing = firing_id(rule.name, envelope.event_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        pause = 0.05
+        while True:
+            if await self.event(fired_event_id(firing)) is not None:
+                return True
+            if await self.event(throttled_event_id(firing)) is not None:
+                return False
+            if loop.time() + pause > deadline:
+                raise KafkaUnavailable(
+                    f"rule {rule.name!r} did not decide {envelope.event_type} "
+                    f"{envelope.event_id} within {wait:g} s (STREAMS_FEEDBACK_TIMEOUT): is a "
+                    "worker with this rule running, and its rule decider caught up?")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     async def run_record(self, run_id: str) -> RunRecord:
         """A run, the envelopes that made its rule fire (`matched`) and what it emitted;

@@ -35,6 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.tracing import configure_tracing
+from streams.core.budgets import with_budgets
 from streams.core.rules import Rule, RuleSet
 from streams.core.runs import ActionFn
 from streams.core.tenancy import (
@@ -106,10 +107,12 @@ class Worker:
         # The composition root builds every client (and holds the feedback types).
         self.runtime = runtime
         self.settings = self.runtime.settings
-        self.rules = RuleSet(rules)
+        # The budgets the actions carry are rules too (their claims' decider).
+        every, budgeted = with_budgets(rules, actions or {})
+        self.rules = RuleSet(every)
         # Refuse, before anything connects, a rule that would silently never fire.
         self.rules.check_event_types()
-        self.actions = dict(actions or {})
+        self.actions = budgeted
         self.types = self.runtime.types
         self.cursor = cursor
         self.stats_interval = stats_interval

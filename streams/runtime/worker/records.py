@@ -11,19 +11,16 @@ from streams.adapters.avro.codec import envelope_from_record, plain_from_record
 from streams.adapters.avro.fast import FastCodec
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.log import envelope_headers
-from streams.adapters.kafka.outputs import Output
+from streams.adapters.kafka.outputs import HEADER_RULE, Output, rule_forward
 from streams.adapters.tracing import child_span, traced_as, tracing_enabled
 from streams.core.errors import SchemaError
 from streams.core.events import Envelope, Seq
 from streams.core.matching import Decision, Forward, Matcher, ReactorStats
 from streams.core.plain import PlainEvent
 from streams.core.rules import Fire
-from streams.core.rules.snapshots import entity_key
 from streams.core.tenancy import tenant_topics
 
 __all__ = ["HEADER_RULE", "RuleRecords", "firing_outputs"]
-
-HEADER_RULE = "rule"
 
 
 class RuleRecords:
@@ -80,15 +77,12 @@ class RuleRecords:
                       self.serde.encode_envelope(envelope, topic), envelope_headers(envelope))
 
     def forward(self, forward: Forward, raw: bytes | None) -> Output:
-        """A stateful rule's match as a record for the tenant's rules topic: the event's own
-        bytes, headed by the rule and keyed by `<rule>|<scope key>`, so one key's matches
-        stay in one partition, in order, and different keys spread over the partitions."""
-        envelope, name = forward.envelope, forward.rule.name
-        rules_topic = tenant_topics(envelope.tenant, self.prefix).rules
-        key = entity_key(name, forward.rule.scope_key(envelope))
-        return Output(rules_topic, key.encode(), raw or b"",
-                      [(HEADER_RULE, name.encode()),
-                       ("event_type", envelope.event_type.encode())])
+        """A stateful rule's match as a record for the tenant's rules topic (see
+        streams.adapters.kafka.outputs.rule_forward)."""
+        envelope = forward.envelope
+        return rule_forward(tenant_topics(envelope.tenant, self.prefix).rules,
+                            forward.rule.name, forward.rule.scope_key(envelope),
+                            envelope.event_type, raw or b"")
 
 
 def firing_outputs(records: RuleRecords, matcher: Matcher, decision: Decision, cause: Envelope,

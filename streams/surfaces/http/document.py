@@ -121,6 +121,7 @@ class WhyOut(BaseModel):
     """What a rule did with an event, and why. `outcome`: not_watched, filtered_out,
     sampled_out (left out by the rule's own checks), counting, throttled, undecided, or,
     once it fired, its run's state: judged (the action ran to completion), handed_off,
+    over_budget (its budget refused the claim: no call),
     running, retrying, dead_lettered. `detail` says why in words."""
 
     rule: str

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.events import Envelope
-from streams.core.rules import Fire, Rule, RuleSet, RuleState, evaluate, on, run
+from streams.core.rules import F, Fire, Rule, RuleSet, RuleState, evaluate, on, run
 from streams.core.rules.snapshots import (
     POSITION_KEY,
     PartitionState,
@@ -276,3 +276,19 @@ def test_a_kept_record_that_cannot_be_read_falls_back_to_the_one_before_it() -> 
     stored, unreadable = part.restore([(key, good), (key, broken), (POSITION_KEY, b"x")])
     assert unreadable == [POSITION_KEY, key]
     assert part.upto[key] == 4 and stored == [(key, good)]
+
+
+def test_a_budgets_weighted_windows_restore_with_their_weight() -> None:
+    # A restored state must keep the limit's weight, or the rule's limit compares unequal
+    # and the engine starts the budget's windows from zero after every restart.
+    budget = Rule(name="t:budget", when=on("ops:error_spike").at_most(
+        100, per=timedelta(hours=1), weight=F.data.errors), then=run("judge"))
+    state = RuleState()
+    decided = [d for _ in range(20) for d in evaluate(RuleSet([budget]), spike("api"), state)]
+    assert sum(isinstance(d, Fire) for d in decided) == 14  # 7 errors each: 14 x 7 = 98
+    record = to_record(state, budget.name, None, upto=20)
+    assert record is not None and record["rate"]["weight"] == ["event", "data", "errors"]
+    back, _ = from_record(json.loads(json.dumps(record)), budget.name, None)
+    assert back.limiter(budget) is back.rates[budget.name]  # the same limit: kept
+    assert back.rates[budget.name].windows == state.rates[budget.name].windows
+    assert evaluate(RuleSet([budget]), spike("api"), back)[0].__class__.__name__ == "Throttled"

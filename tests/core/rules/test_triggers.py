@@ -2,6 +2,8 @@
 
 from datetime import timedelta
 
+import pytest
+
 from streams.core.actors import UserActor
 from streams.core.events import (
     AppEvent,
@@ -13,6 +15,7 @@ from streams.core.rules import (
     CountWindow,
     F,
     Fire,
+    InvalidRule,
     RateLimit,
     RateWindow,
     Rule,
@@ -236,3 +239,21 @@ def test_scope_keys() -> None:
 def test_string_triggers_skip_the_field_check() -> None:
     trigger = on("feedback_given").where(whatever="x")
     assert not trigger.matches(feedback(False))
+
+
+def test_a_weighted_limit_admits_while_the_weights_fit_and_refuses_bad_weights() -> None:
+    budget = Rule(name="t:budget", when=on("ops:error_spike").at_most(
+        20, per=timedelta(hours=1), weight=F.data.errors), then=run("judge"))
+    engine = RuleEngine([budget])
+    kinds = [type(d).__name__ for _ in range(4) for d in engine.evaluate(spike("api"))]
+    assert kinds == ["Fire", "Fire", "Throttled", "Throttled"]  # 7 + 7 fit, 21 would not
+    for bad in (0, -3, 2.5, True, "7", None):
+        data: dict[str, object] = {"service": "api"}
+        if bad is not None:
+            data["errors"] = bad
+        [decision] = RuleEngine([budget]).evaluate(
+            spike("api").model_copy(update={"event": AppEvent(name="ops:error_spike",
+                                                                data=data)}))
+        assert isinstance(decision, Throttled), bad
+    with pytest.raises(InvalidRule, match=r"weight=\) takes a path"):
+        on("ops:error_spike").at_most(2, per=timedelta(hours=1), weight="tokens")  # type: ignore[arg-type]
