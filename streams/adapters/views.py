@@ -124,6 +124,23 @@ _ITEMS = {"run": ("runs", "run_id", "1", True),
           "chain": ("events", "event_id", "chain = 1", False)}
 
 
+def _items_where(kind: str, workspace: str, rule: str | None,
+                 ) -> tuple[str, str, list[str], list[object]]:
+    """The table, id column, WHERE conditions and their arguments of a kind of items of a
+    workspace (of `rule`); ValueError for an unknown kind or a rule on chains."""
+    if kind not in _ITEMS:
+        raise ValueError(f"no items of kind {kind!r}: one of {sorted(_ITEMS)}")
+    table, id_column, picked, ruled = _ITEMS[kind]
+    where: list[str] = ["workspace = ?", picked]
+    args: list[object] = [workspace]
+    if rule is not None:
+        if not ruled:
+            raise ValueError(f"{kind} items have no rule")
+        where.append("rule = ?")
+        args.append(rule)
+    return table, id_column, where, args
+
+
 def _json_path(field: str) -> str:
     # A field of a verdict's value in SQLite's JSON path syntax, quoted (feedback fields are
     # Python identifiers; SQLite's quoted labels have no escape for a quote).
@@ -355,18 +372,10 @@ class ViewStore:
         `firing` (firing ids), both of `rule` when given, or `chain` (the correlation ids of
         chains an application event started; `rule` must be None); newest first by (time,
         partition, offset), strictly before `before` when given."""
-        if kind not in _ITEMS:
-            raise ValueError(f"no items of kind {kind!r}: one of {sorted(_ITEMS)}")
-        table, id_column, picked, ruled = _ITEMS[kind]
-        where, args = ["workspace = ?", picked], [workspace]
-        if rule is not None:
-            if not ruled:
-                raise ValueError(f"{kind} items have no rule")
-            where.append("rule = ?")
-            args.append(rule)
+        table, id_column, where, args = _items_where(kind, workspace, rule)
         if before is not None:
             where.append("(time_ms, pos) < (?, ?)")
-            args += [before.time_ms, before.pos]  # type: ignore[list-item]
+            args += [before.time_ms, before.pos]
         sql = (f"SELECT {id_column}, time_ms, pos FROM {table} WHERE {' AND '.join(where)} "
                "ORDER BY time_ms DESC, pos DESC")
         if limit is not None:
@@ -377,15 +386,7 @@ class ViewStore:
 
     def count_items(self, kind: str, workspace: str, *, rule: str | None = None) -> int:
         """How many ids `item_ids` gives (without `before` and `limit`): one COUNT."""
-        if kind not in _ITEMS:
-            raise ValueError(f"no items of kind {kind!r}: one of {sorted(_ITEMS)}")
-        table, _id_column, picked, ruled = _ITEMS[kind]
-        where, args = ["workspace = ?", picked], [workspace]
-        if rule is not None:
-            if not ruled:
-                raise ValueError(f"{kind} items have no rule")
-            where.append("rule = ?")
-            args.append(rule)
+        table, _id_column, where, args = _items_where(kind, workspace, rule)
         with self._guarded() as db:
             (count,) = db.execute(f"SELECT count(*) FROM {table} WHERE {' AND '.join(where)}",
                                   args).fetchone()
