@@ -76,9 +76,14 @@ run_group() {  # run_group INDEX NAME [pytest args...]: the group's stack, its t
   fi
   eval "$("$here/stack.sh" env)"
   local rc=0
-  .venv/bin/python -m pytest -p no:cacheprovider -ra --durations=15 "$@" || rc=$?
+  # The group's own temporary folder, in the clone: a failed test's own stacks (their broker
+  # logs) stay there to read, where another pytest run on the machine cannot clean them up.
+  local tmp="$repo/.stack/pytest-$name"
+  .venv/bin/python -m pytest -p no:cacheprovider -ra --durations=15 --basetemp="$tmp" "$@" \
+    || rc=$?
   "$here/stack.sh" stop || true
   rm -rf "$STACK_DATA_DIR"
+  if [ "$rc" = 0 ]; then rm -rf "$tmp"; fi
   if [ "$rc" = 5 ]; then
     echo "[test] error: pytest collected no tests in group $name" >&2
     return 1

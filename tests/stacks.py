@@ -23,7 +23,9 @@ SCRIPT = REPO / "deploy" / "stack.sh"
 # leadership (what a broker that is up but serves nothing shows).
 _START_UP = re.compile(r"Transition from|Finished waiting for the broker to be unfenced|"
                        r"Loading logs|Kafka Server started|using ELR|load in progress|"
-                       r"[Uu]nclean shutdown|did not stop")
+                       r"[Uu]nclean shutdown|did not stop|transaction metadata|"
+                       r"Finished loading|Elected as|[Rr]ollback|due to timeout|Resigned|"
+                       r"[Tt]imed out transaction|abort")
 # Generous: two JVMs on a shared 2-core machine. stack.sh itself gives up after 120 s a server.
 START_TIMEOUT = 400.0
 
@@ -74,9 +76,16 @@ class OwnStack:
             # loading for minutes, partitions without a leader) says so here.
             hits = [line for line in path.read_text(errors="replace").splitlines()
                     if _START_UP.search(line)]
-            told.append(f"--- kafka.log: start-up, loading and leadership (the first "
-                        f"{min(len(hits), 3 * lines)} of {len(hits)} lines)\n"
-                        + "\n".join(hits[:3 * lines]))
+            # One line per partition elected from ELR would crowd out the coordinators'
+            # loading and the transactions they roll back: counted, with the first and last.
+            elr = [line for line in hits if "using ELR" in line]
+            shown = [line for line in hits if "using ELR" not in line]
+            if elr:
+                shown.append(f"({len(elr)} partitions elected from ELR, {elr[0][:25]} to "
+                             f"{elr[-1][:25]})")
+            told.append(f"--- kafka.log: start-up, coordinators, transactions rolled back and "
+                        f"leadership (the last {min(len(shown), 3 * lines)} of {len(shown)} "
+                        f"lines)\n" + "\n".join(shown[-3 * lines:]))
         return "\n".join(told)
 
     def run(self, *args: str, timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess[str]:
