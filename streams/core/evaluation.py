@@ -241,14 +241,22 @@ class EvaluatorAction(Generic[In]):
         checked = await _reusable(reaction, key, shadow)
         if checked is not None:
             return {**checked.as_output(), "verdict_key": key, "reused": True}
+        named = {"evaluator": shadow.name, "version": shadow.version}
+        if self.budget is not None:
+            # The shadow's calls are spent from the same budget (at the action's cost).
+            try:
+                claimed = self._cost_of(judged)
+                if not await _claim(reaction, self.budget, claimed):
+                    return {**named, "over_budget": self.budget.name,
+                            "claimed_tokens": claimed}
+            except Exception as exc:  # a shadow never fails a run
+                return {**named, "failed": f"{type(exc).__name__}: {exc}"}
         try:
             checked = check_verdict(await shadow.evaluate(judged), shadow.verdict_type)
         except HandOff as exc:
-            return {"evaluator": shadow.name, "version": shadow.version,
-                    "handed_off": str(exc)}
+            return {**named, "handed_off": str(exc)}
         except Exception as exc:  # the current verdict is given: a shadow never fails a run
-            return {"evaluator": shadow.name, "version": shadow.version,
-                    "failed": f"{type(exc).__name__}: {exc}"}
+            return {**named, "failed": f"{type(exc).__name__}: {exc}"}
         await _record(reaction, key, checked,
                       shadow=True, target={"kind": target.kind, "id": target.id})
         return {**checked.as_output(), "verdict_key": key, "reused": False}

@@ -139,3 +139,22 @@ async def test_a_workspace_that_cannot_decide_refuses_a_budget_clearly(
     with pytest.raises(ValidationFailed, match="in-memory replay has none"):
         await action_for(evaluator, budget=JUDGES, cost=10)(reaction_in(Log()))
     assert calls == []
+
+
+async def test_a_shadow_versions_calls_are_spent_from_the_same_budget(
+        reaction_in: Callable[..., Reaction]) -> None:
+    current, current_calls = counting_judge("1")
+    candidate, candidate_calls = counting_judge("2")
+    log = Decided()
+    outputs = []
+    for i in range(2):
+        action = action_for(current, text=f"good answer {i}", budget=JUDGES, cost=300,
+                            shadow=candidate)
+        outputs.append(await action(reaction_in(log, f"run_{i}")))
+    # 300 + 300 for the first run, 300 for the second's current version: 900 of 1,000; the
+    # second run's shadow would pass the budget, so the candidate is not called.
+    assert len(current_calls) == 2 and candidate_calls == ["good answer 0"]
+    assert "value" in outputs[0]["shadow"]
+    assert outputs[1]["shadow"] == {"evaluator": "grader", "version": "2",
+                                    "over_budget": "judges", "claimed_tokens": 300}
+    assert "value" in outputs[1]  # the current version's verdict is given all the same
