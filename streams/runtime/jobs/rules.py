@@ -245,6 +245,6 @@ class RuleFinder:
         try:
             return rule_from_dict(entry.definition, types=self.types)
         except InvalidRule as exc:
-            raise InvalidRule(f"installed rule {name!r}: {exc}; the server needs the module "
-                              "declaring its event types (--types)") from exc
+            raise InvalidRule(f"installed rule {name!r}: {exc}; load the module declaring "
+                              "its event types (--types)") from exc
 

@@ -227,32 +227,22 @@ def rules_why(
 ) -> None:
     """What a rule did with one event, and why, as JSON: `outcome` is not_watched,
     filtered_out, sampled_out, counting, throttled, undecided, judged (its run succeeded),
-    handed_off, running, retrying or dead_lettered; `detail` says why. The rule is looked
-    up in the --rules modules, then among the tenant's installed rules."""
+    handed_off, over_budget, running, retrying or dead_lettered; `detail` says why. The
+    rule is looked up in the --rules modules, then among the tenant's installed rules."""
     from streams.core.errors import NotFound
-    from streams.core.rules import InvalidRule
-    from streams.core.rules.serialized import rule_from_dict
     from streams.runtime.client.workspace import StreamsClient
-    from streams.runtime.jobs.rules import Rulebook
+    from streams.runtime.jobs.rules import RuleFinder
 
     load_types(types)
     found, _actions, _deps = load_rules(rules)
-    rule = next((r for r in found if r.name == name), None)
 
     async def main(runtime: Any) -> dict[str, Any]:
-        chosen = rule
-        if chosen is None:
-            entry = (await asyncio.to_thread(Rulebook(runtime).entries, tenant)).get(name)
-            if entry is None:
-                raise NotFound(f"no rule {name!r} in the --rules modules nor installed for "
-                               f"tenant {tenant!r} (streams rules list --tenant {tenant})")
-            try:
-                chosen = rule_from_dict(entry.definition)
-            except InvalidRule as exc:
-                raise InvalidRule(f"installed rule {name!r}: {exc}; pass --types with the "
-                                  "modules declaring its event types") from exc
+        rule = await asyncio.to_thread(RuleFinder(runtime, found).find, tenant, name)
+        if rule is None:
+            raise NotFound(f"no rule {name!r} in the --rules modules nor installed for "
+                           f"tenant {tenant!r} (streams rules list --tenant {tenant})")
         ws = StreamsClient(runtime).workspace(tenant, workspace)
-        return (await ws.why(chosen, event_id)).as_dict()
+        return (await ws.why(rule, event_id)).as_dict()
 
     _print(run_for_tenant(main, tenant))
 

@@ -144,7 +144,7 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
         """What a rule did with one event, and why: {"outcome", "judged", "detail",
         "firing_id", "run_id", "attempts", "output", ...}; outcome is not_watched,
         filtered_out, sampled_out, counting, throttled, undecided, judged, handed_off,
-        running, retrying or dead_lettered."""
+        over_budget, running, retrying or dead_lettered."""
         try:
             return _result(await get().why(_token(ctx, key), workspace_id, rule, event_id))
         except Exception as exc:
