@@ -461,7 +461,8 @@ class Workspace:
     async def why(self, rule: Rule, event_id: str) -> Why:
         """What `rule` did with the event `event_id` of this workspace, and why: left out
         (not watched, filtered out, sampled out), counted, throttled, undecided, or fired,
-        with its run's state (judged, handed off, running, retrying, dead-lettered); see
+        with its run's state (judged, handed off, over budget, running, retrying,
+        dead-lettered); see
         streams.core.rules.why. NotFound if the workspace has no such event.
 
         Two reads, not the log: the event where the index says it is, then (when the rule's
@@ -524,10 +525,17 @@ class Workspace:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         pause = 0.05
+        self._check_read("a decision")  # as `event` did for each look
+        index = await self._index()
         while True:
-            if await self.event(fired_event_id(firing)) is not None:
+            # One catch-up of the index per look, on the first miss: the second look-up
+            # finds in it whatever the first catch-up indexed.
+            fired, _ = await self._indexed_event(index, fired_event_id(firing), catch_up=True)
+            if fired:
                 return True
-            if await self.event(throttled_event_id(firing)) is not None:
+            held, _ = await self._indexed_event(index, throttled_event_id(firing),
+                                                catch_up=False)
+            if held:
                 return False
             if loop.time() + pause > deadline:
                 raise KafkaUnavailable(
