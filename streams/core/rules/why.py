@@ -26,7 +26,7 @@ answer costs a few index look-ups whatever the log's length.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -53,6 +53,7 @@ __all__ = [
     "Outcome",
     "Why",
     "considered",
+    "decided_why",
     "fold_why",
     "run_outcome",
     "throttle_data",
@@ -177,6 +178,27 @@ def run_outcome(rule: Rule, event_id: str, firing: str, run_id: str,
                attempts=attempts, output=output)
 
 
+def decided_why(rule: Rule, event_id: str, find: Callable[[str], Envelope | None],
+                run_events: Sequence[Envelope]) -> Why:
+    """What the stateful part decided for an event the rule's checks let through: fired
+    (with its run's state from `run_events`), throttled, counting or undecided, from the
+    records `find` gives by their derived ids (the event's chain, or a whole log)."""
+    firing = firing_id(rule.name, event_id)
+    if find(fired_event_id(firing)) is not None:
+        return run_outcome(rule, event_id, firing, run_id_of(firing), run_events)
+    throttle = find(throttled_event_id(firing))
+    if throttle is not None:
+        return throttled_why(rule, event_id, firing, throttle)
+    count = rule.when.counting
+    if count is not None:
+        return Why(rule.name, event_id, "counting",
+                   f"counted for count({count.n}, within={count.within}); a count fires "
+                   "on the event that completes it, and lists the others as matched")
+    return Why(rule.name, event_id, "undecided",
+               "it matched; no firing or throttle is recorded for it yet: the decider "
+               "is behind, or the rule was not live when the event came")
+
+
 def fold_why(rules: Iterable[Rule], envelopes: Sequence[Envelope],
              chosen: Iterable[Envelope] | None = None) -> dict[str, dict[str, int]]:
     """Per rule, how many of the events it watches (of `chosen`, by default all of
@@ -184,7 +206,7 @@ def fold_why(rules: Iterable[Rule], envelopes: Sequence[Envelope],
     a log (offline: the report). Firings, throttles and runs are looked up among
     `envelopes`, which should hold what followed the chosen events. An outcome no event
     reached is left out; `not_watched` is never counted."""
-    by_id = {e.event_id for e in envelopes}
+    by_id = {e.event_id: e for e in envelopes}
     runs: dict[str, list[Envelope]] = defaultdict(list)
     for envelope in envelopes:
         run_id = getattr(envelope.event, "run_id", None)
@@ -198,18 +220,10 @@ def fold_why(rules: Iterable[Rule], envelopes: Sequence[Envelope],
         for envelope in targets:
             if not rule.when.watches(envelope):
                 continue
-            left_out = considered(rule, envelope)
-            if left_out is not None:
-                tally[left_out.outcome] += 1
-                continue
-            firing = firing_id(rule.name, envelope.event_id)
-            if fired_event_id(firing) in by_id:
-                run_id = run_id_of(firing)
-                tally[run_outcome(rule, envelope.event_id, firing, run_id,
-                                  runs.get(run_id, [])).outcome] += 1
-            elif throttled_event_id(firing) in by_id:
-                tally["throttled"] += 1
-            else:
-                tally["counting" if rule.when.counting is not None else "undecided"] += 1
+            event_id = envelope.event_id
+            why = considered(rule, envelope) or decided_why(
+                rule, event_id, by_id.get,
+                runs.get(run_id_of(firing_id(rule.name, event_id)), []))
+            tally[why.outcome] += 1
     return {name: {o: tally[o] for o in OUTCOMES if tally[o]} for name, tally in counts.items()}
 

@@ -56,7 +56,6 @@ from streams.core.ids import (
     command_event_id,
     fired_event_id,
     firing_id,
-    run_id_of,
     throttled_event_id,
 )
 from streams.core.measures.agreement import compared_fields
@@ -70,7 +69,7 @@ from streams.core.proposals.evaluator import EVALUATOR
 from streams.core.proposals.fold import ProposalFold
 from streams.core.queues import Entry
 from streams.core.rules import Rule
-from streams.core.rules.why import Why, considered, run_outcome, throttled_why
+from streams.core.rules.why import Why, considered, decided_why
 from streams.core.runs import RunRecord, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 from streams.core.tenancy import check_tenant, check_workspace, tenant_topics
@@ -477,23 +476,9 @@ class Workspace:
         left_out = considered(rule, target)
         if left_out is not None:
             return left_out
-        firing = firing_id(rule.name, event_id)
         # A firing (or throttle) joins the chain of the event that caused it.
         chain = await self.chain_events(target.correlation_id)
-        recorded = {e.event_id: e for e in chain}
-        if fired_event_id(firing) in recorded:
-            return run_outcome(rule, event_id, firing, run_id_of(firing), chain)
-        throttle = recorded.get(throttled_event_id(firing))
-        if throttle is not None:
-            return throttled_why(rule, event_id, firing, throttle)
-        count = rule.when.counting
-        if count is not None:
-            return Why(rule.name, event_id, "counting",
-                       f"counted for count({count.n}, within={count.within}); a count fires "
-                       "on the event that completes it, and lists the others as matched")
-        return Why(rule.name, event_id, "undecided",
-                   "it matched; no firing or throttle is recorded for it yet: the decider "
-                   "is behind, or the rule was not live when the event came")
+        return decided_why(rule, event_id, {e.event_id: e for e in chain}.get, chain)
 
     async def decide(self, rule: Rule, event: Event, *, correlation_id: str,
                      causation_id: str | None = None, wait_s: float | None = None) -> bool:
