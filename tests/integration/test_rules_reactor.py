@@ -366,3 +366,20 @@ async def test_a_budget_grants_claims_while_they_fit_and_no_call_is_made_past_it
     assert sorted(a.outcome for a in answers) == ["judged"] * 10 + ["over_budget"] * 4
     over = next(a for a in answers if a.outcome == "over_budget")
     assert "t-judges" in over.detail and "no call was made" in over.detail
+
+
+async def test_a_claim_no_decider_answers_is_an_outage_error_naming_what_to_check(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+) -> None:
+    import pytest
+
+    from streams.core.budgets import BUDGET_CLAIM
+    from streams.core.errors import KafkaUnavailable
+    from tests.integration.rules_fixture import BUDGET
+
+    tenant = tenant_factory()  # no worker: nobody decides the claim
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    with pytest.raises(KafkaUnavailable, match=r"STREAMS_FEEDBACK_TIMEOUT.*worker"):
+        await ws.decide(BUDGET.rule, AppEvent(name=BUDGET_CLAIM,
+                                              data=BUDGET.claim(100, "run_1")),
+                        correlation_id="evt_x", wait_s=2.0)
