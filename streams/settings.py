@@ -241,8 +241,9 @@ class Settings:
     consumer_stall_timeout: float = _setting(
         60.0, "STREAMS_CONSUMER_STALL_TIMEOUT", "seconds a worker loop's consumer may go "
         "without handing on records that wait on its partitions (or without rejoining its "
-        "group after losing them) before the loop replaces it with a new one (librdkafka "
-        "#4916: a consumer that stops fetching after a broker restart)", positive=True)
+        "group after losing them, or failing to read its committed offsets while the broker "
+        "answers) before the loop replaces it with a new one (librdkafka #4916: a consumer "
+        "that stops fetching after a broker restart)", positive=True)
     # -- metrics and health -----------------------------------------------------------------
     metrics: str = _setting(
         "prometheus", "STREAMS_METRICS", "where a worker's or sink runner's metrics go: "

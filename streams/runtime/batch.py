@@ -197,6 +197,15 @@ def _named(partitions: Sequence[TopicPartition]) -> str:
     return " ".join(f"{t}{sorted(ps)}" for t, ps in sorted(by_topic.items())) or "nothing"
 
 
+def _answers(consumer: Consumer) -> bool:
+    """Whether the broker answers a metadata request of this consumer within 5 s."""
+    try:
+        consumer.list_topics(timeout=5.0)
+    except KafkaException:
+        return False
+    return True
+
+
 def _on_own_thread(name: str, call: Callable[[], object],
                    timeout: float) -> tuple[bool, BaseException | None]:
     """Run `call()` on a thread of its own (named `name`) and wait up to `timeout` seconds:
@@ -619,13 +628,18 @@ class BatchLoop:
             self._rewind(consumer)
 
     def _rewind(self, consumer: Consumer) -> None:
-        """Seek every assigned partition back to its committed offset: its work is redone."""
+        """Seek every assigned partition back to its committed offset: its work is redone.
+
+        A consumer that cannot read those offsets for `stall_timeout` while the broker
+        answers is replaced instead; the new one starts from them (probably librdkafka
+        #5511: a re-bootstrap dropped the broker object its coordinator's request waits on)."""
         self._failed = 0
         self._done.clear()
         self.stats.rewinds += 1
         assigned = [TopicPartition(t, p) for t, p in self.assigned]
         if not assigned:
             return
+        began = time.monotonic()
         while True:
             # A flush that timed out usually means the broker is down: reading the committed
             # offsets then fails too, and is an outage to wait out, not a reason to exit.
@@ -633,6 +647,13 @@ class BatchLoop:
                 committed = consumer.committed(assigned, timeout=30.0)
                 break
             except KafkaException as exc:
+                failing = time.monotonic() - began
+                if failing >= self.stall_timeout and _answers(consumer):
+                    self._outage_over()
+                    self._replace_consumer(consumer, f"could not read its committed offsets "
+                                           f"for {failing:.0f} s while the broker answered "
+                                           f"({exc})")
+                    return
                 self._wait_outage(f"reading committed offsets failed: {exc}")
         self._outage_over()
         for tp in committed:
@@ -864,12 +885,8 @@ class BatchLoop:
         if now - self._stall_looked_at < apart:
             return False  # an idle loop asks the broker every few seconds, not every poll
         self._stall_looked_at = now
-        if lost:
-            try:  # not while the broker is away: rejoining waits for it
-                consumer.list_topics(timeout=5.0)
-            except KafkaException:
-                return False
-            return True
+        if lost:  # not while the broker is away: rejoining waits for it
+            return _answers(consumer)
         waiting = self._waiting(consumer)
         if waiting == {}:
             # Nothing waits: the loop is idle, not stuck. Look again a whole stall timeout
@@ -886,18 +903,21 @@ class BatchLoop:
         self._suspect = (now, waiting)
         return any(key in before and before[key][0] == at for key, (at, _end) in waiting.items())
 
-    def _replace_consumer(self, consumer: Consumer) -> None:
+    def _replace_consumer(self, consumer: Consumer, what: str | None = None) -> None:
         """Close the stalled consumer (its revocation commits or aborts the open work, as
-        any does) and subscribe a new one, which starts from the committed offsets."""
+        any does) and subscribe a new one, which starts from the committed offsets. `what`
+        it did wrong, when not a stall `_stalled` found."""
         self.stats.consumers_replaced += 1
         waiting = self._suspect[1] if self._suspect else {}
-        what = (f"lost its partitions {time.monotonic() - self._lost_at:.0f} s ago and has "
-                "not rejoined" if self._lost_at is not None and not self.assigned else
-                "has handed on nothing while records waited on "
-                + ", ".join(f"{t}[{p}] ({at} < {end})"
-                            for (t, p), (at, end) in sorted(waiting.items())))
-        log.error("%s: the consumer %s for %.0f s: replacing it with a new one "
-                  "(librdkafka #4916)", self.name, what, self.stall_timeout,
+        if what is None and self._lost_at is not None and not self.assigned:
+            what = (f"lost its partitions {time.monotonic() - self._lost_at:.0f} s ago and has "
+                    "not rejoined")
+        elif what is None:
+            what = ("has handed on nothing while records waited on "
+                    + ", ".join(f"{t}[{p}] ({at} < {end})"
+                                for (t, p), (at, end) in sorted(waiting.items()))
+                    + f" for {self.stall_timeout:.0f} s (librdkafka #4916)")
+        log.error("%s: the consumer %s: replacing it with a new one", self.name, what,
                   extra={"event": "consumer_replaced", "loop": self.name})
         closed, raised = _on_own_thread(f"{self.name}: closing a stalled consumer",
                                         consumer.close, self.flush_timeout + self.hang_grace)

@@ -82,8 +82,11 @@ class Broker:
     producers: list[FakeProducer] = field(default_factory=list)
     committers: list[FakeProducer] = field(default_factory=list)  # by commit, in order
     # Consumers that stop handing on records after so many (librdkafka #4916), in the order
-    # they are made; None: a healthy one. "lost": loses its partitions and never rejoins.
+    # they are made; None: a healthy one. "lost": loses its partitions and never rejoins;
+    # "offsets": once it has handed on records, its reads of the committed offsets time out,
+    # for good.
     stalls: list[int | str | None] = field(default_factory=list)
+    down_until: float = 0.0  # metadata requests fail until this time.monotonic()
     stalled_close_fails: bool = False  # a stalled consumer's close raises, revoking nothing
     # Where a partition the application assigns without an offset starts: its committed
     # offset, or (True) the beginning, as librdkafka's lookup does when the assignment
@@ -178,6 +181,9 @@ class FakeConsumer:
 
     def committed(self, parts: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
         self._open()
+        if self.stall == "offsets" and self.handed:  # once it has worked a while
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            "Failed to get committed offsets: Local: Timed out"))
         self.broker.fail("committed")
         return [TopicPartition(tp.topic, tp.partition, self.broker.committed.get(tp.partition,
                                                                                  -1001))
@@ -204,11 +210,14 @@ class FakeConsumer:
         return 0, len(self.broker.log[tp.partition])
 
     def list_topics(self, timeout: float = 0) -> object:
+        if time.monotonic() < self.broker.down_until:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
         return object()
 
     def close(self) -> None:
         # Like librdkafka's: the assignment is revoked (the callback runs) before it leaves.
         self.closed = True
+        self.closed_at = time.monotonic()
         if self.stall is not None and self.broker.stalled_close_fails:
             raise RuntimeError("the consumer could not close")
         if self.joined and self.at:
@@ -726,6 +735,26 @@ def test_a_consumer_that_lost_its_partitions_and_never_rejoins_is_replaced() -> 
     run_until(loop, all_committed(broker))
     assert loop.stats.consumers_replaced == 1
     assert sorted(broker.visible) == expected(broker)
+
+
+@pytest.mark.parametrize("broker_away", [0.0, 0.6])
+def test_a_consumer_that_cannot_read_its_committed_offsets_is_replaced_once_the_broker_answers(
+        broker_away: float) -> None:
+    # After a one-broker restart a consumer's reads of its committed offsets timed out for
+    # over 90 s with the broker back (probably librdkafka #5511: a re-bootstrap dropped the
+    # broker object a coordinator's request waited on). The rewind that needs them replaces
+    # it after a stall timeout, but not while the broker itself does not answer (an outage
+    # is waited out).
+    broker = Broker(records(12), stalls=["offsets"], failures={"commit_transaction": [
+        KafkaException(KafkaError(KafkaError._TRANSPORT, txn_requires_abort=True))]})
+    broker.down_until = time.monotonic() + broker_away
+    loop = make(broker, stall_timeout=0.3)
+    run_until(loop, all_committed(broker))
+    assert loop.stats.rewinds == 1 and loop.stats.consumers_replaced == 1
+    assert broker.consumers[0].closed_at >= broker.down_until
+    assert loop.stats.outage_waits > 0
+    assert sorted(broker.visible) == expected(broker)  # nothing lost, nothing twice
+    assert not loop.in_outage
 
 
 def test_a_stalled_consumer_that_fails_to_close_has_its_open_transaction_aborted() -> None:
