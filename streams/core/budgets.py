@@ -1,8 +1,20 @@
-"""Spend budgets for evaluators: tokens per window, decided exactly across workers.
+"""Spend budgets for evaluators: tokens or money per window, decided exactly across workers.
 
     judges = Budget("judges", tokens=200_000, per=timedelta(days=1))
     judge = EvaluatorAction(triage_judge, input=..., target=..., budget=judges,
                             cost=lambda judged: 1_500)   # the worst case of one evaluation
+
+    dollars = Budget("judges-usd", money=5.0, per=timedelta(days=1))
+    judge = EvaluatorAction(triage_judge, ..., budget=dollars, cost=1_500,
+                            model="gpt-4o-mini")          # priced by STREAMS_LLM_PRICES
+
+A money budget counts in millionths of the price table's currency ("micros"): a claim of
+`cost` tokens for `model` takes `cost` times the dearer of the model's two prices per
+million tokens (prompt, completion), rounded up, since which tokens a call spends on its
+prompt and which on its completion is only known afterwards. The price table is the
+worker's (STREAMS_LLM_PRICES, `streams.core.measures.costs.parse_prices`), bound to the
+actions when the worker starts (`with_budgets`): a model it has no price for is refused
+then, never counted as free.
 
 Before each evaluator call, the action claims the call's worst case (`cost`) from the
 budget and waits for the answer; the call is made only when the claim was granted. A claim
@@ -25,7 +37,8 @@ What is exact, and what is not:
   evaluation (for a chat judge: prompt tokens, at most one per byte of the messages, plus
   the completion's max_tokens, times the requests a retrying client may make). A verdict
   whose reported tokens exceed its claim is counted in the run's output as an overrun.
-- a response without usage figures is counted at its claim.
+- a response without usage figures is counted at its claim (its worst case, never as free);
+- a money budget is exact in micros, at the prices the worker was started with.
 
 Pure: the rule and the checks; the claim is written and awaited by the workspace handle
 (`Workspace.decide`), the grants' no-op action is the worker's.
@@ -33,19 +46,27 @@ Pure: the rule and the checks; the claim is written and awaited by the workspace
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any, Final
 
 from streams.core.errors import ValidationFailed
+from streams.core.prices import ModelPrice
 from streams.core.rules import F, Rule, on, run
 
-__all__ = ["BUDGET_CLAIM", "BUDGET_NAME", "GRANT_ACTION", "Budget", "grant", "with_budgets"]
+__all__ = ["BUDGET_CLAIM", "BUDGET_NAME", "GRANT_ACTION", "MICROS", "Budget", "grant",
+           "micros_of", "with_budgets"]
 
 BUDGET_CLAIM: Final = "streams:budget-claim"
-"""The app event name of a claim on a budget (its data: `budget`, `tokens`, `run_id`)."""
+"""The app event name of a claim on a budget (its data: `budget`, `tokens`, `run_id`, and
+for a money budget `micros` and `model`)."""
+
+MICROS: Final = 1_000_000
+"""A money budget's unit: millionths of the price table's currency."""
 
 GRANT_ACTION: Final = "streams:budget-grant"
 """The no-op action a budget rule's firing (a granted claim) runs."""
@@ -56,25 +77,47 @@ BUDGET_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 @dataclass(frozen=True)
 class Budget:
-    """At most `tokens` tokens claimed per fixed window of `per` (windows counted from the
-    epoch by the claims' event time), across every worker of the tenant. Checked when made:
-    ValidationFailed naming the field."""
+    """At most `tokens` tokens, or `money` in the price table's currency, claimed per fixed
+    window of `per` (a day unless given; windows counted from the epoch by the claims' event
+    time), across every worker of the tenant. Checked when made: ValidationFailed naming the
+    field."""
 
     name: str
-    tokens: int
-    per: timedelta
+    tokens: int | None = None
+    per: timedelta = timedelta(days=1)
+    money: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not BUDGET_NAME.match(self.name):
             raise ValidationFailed(f"Budget.name {self.name!r} must match "
                                    f"{BUDGET_NAME.pattern}, e.g. 'judges'")
-        if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) \
-                or self.tokens < 1:
+        if (self.tokens is None) == (self.money is None):
+            raise ValidationFailed(f"Budget {self.name!r} needs one of Budget.tokens (tokens "
+                                   "per window) or Budget.money (money per window, priced by "
+                                   "STREAMS_LLM_PRICES), not both and not neither")
+        if self.tokens is not None and (isinstance(self.tokens, bool)
+                                        or not isinstance(self.tokens, int) or self.tokens < 1):
             raise ValidationFailed(f"Budget.tokens must be a whole number above 0 (tokens "
                                    f"per window), got {self.tokens!r}")
+        if self.money is not None and (isinstance(self.money, bool)
+                                       or not isinstance(self.money, int | float)
+                                       or not math.isfinite(self.money)
+                                       or round(self.money * MICROS) < 1):
+            raise ValidationFailed(f"Budget.money must be a finite amount of at least "
+                                   f"0.000001 (money per window), got {self.money!r}")
         if not isinstance(self.per, timedelta) or self.per <= timedelta(0):
             raise ValidationFailed(f"Budget.per must be a positive timedelta (the window), "
                                    f"got {self.per!r}")
+
+    @property
+    def unit(self) -> str:
+        """What the budget counts: "tokens", or "micros" (millionths of money)."""
+        return "tokens" if self.tokens is not None else "micros"
+
+    @property
+    def limit(self) -> int:
+        """The budget per window in its unit."""
+        return self.tokens if self.tokens is not None else round((self.money or 0) * MICROS)
 
     @property
     def rule_name(self) -> str:
@@ -84,26 +127,47 @@ class Budget:
     @property
     def rule(self) -> Rule:
         """The stateful rule deciding the budget's claims: a claim fires it (granted) while
-        its tokens fit the window, else it is throttled (refused)."""
+        its tokens (or micros) fit the window, else it is throttled (refused)."""
+        amount = f"{self.tokens} tokens" if self.tokens is not None else \
+            f"{self.money:g} in money ({self.limit} micros)"
         return Rule(
             name=self.rule_name,
             when=on(BUDGET_CLAIM).where(F.data.budget.eq(self.name))
-            .at_most(self.tokens, per=self.per, weight=F.data.tokens),
+            .at_most(self.limit, per=self.per, weight=getattr(F.data, self.unit)),
             then=run(GRANT_ACTION),
-            description=f"the budget {self.name!r}: {self.tokens} tokens per {self.per}",
+            description=f"the budget {self.name!r}: {amount} per {self.per}",
         )
 
-    def claim(self, tokens: int, run_id: str) -> dict[str, Any]:
-        """The data of a claim of `tokens` for a run; ValidationFailed for a claim no window
-        could grant (not a whole number above 0, or over the whole budget)."""
+    def claim(self, tokens: int, run_id: str, *, price: ModelPrice | None = None,
+              model: str | None = None) -> dict[str, Any]:
+        """The data of a claim of `tokens` for a run (for a money budget, at `model`'s
+        `price`); ValidationFailed for a claim no window could grant (not a whole number
+        above 0, or over the whole budget) or a money claim without a price."""
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
             raise ValidationFailed(f"the cost of one evaluation must be a whole number of "
                                    f"tokens above 0, got {tokens!r}")
-        if tokens > self.tokens:
-            raise ValidationFailed(f"one evaluation's cost ({tokens} tokens) is over the whole "
-                                   f"budget {self.name!r} ({self.tokens} per {self.per}): "
+        data: dict[str, Any] = {"budget": self.name, "tokens": tokens, "run_id": run_id}
+        if self.tokens is not None:
+            claimed, what = tokens, f"{tokens} tokens"
+        else:
+            if price is None:
+                raise ValidationFailed(f"budget {self.name!r} counts money: its claims need "
+                                       "the model's price (EvaluatorAction(model=...) and the "
+                                       "worker's STREAMS_LLM_PRICES)")
+            claimed = max(1, micros_of(tokens, max(price.prompt, price.completion)))
+            what = f"{claimed} micros ({tokens} tokens of {model or 'the model'})"
+            data.update(micros=claimed, model=model)
+        if claimed > self.limit:
+            raise ValidationFailed(f"one evaluation's cost ({what}) is over the whole budget "
+                                   f"{self.name!r} ({self.limit} {self.unit} per {self.per}): "
                                    "raise the budget or lower the cost")
-        return {"budget": self.name, "tokens": tokens, "run_id": run_id}
+        return data
+
+
+def micros_of(tokens: int, per_million: float) -> int:
+    """`tokens` at `per_million` (money per million tokens) in micros, rounded up: the
+    decimal price as written, so 1,500 tokens at 0.6 are 900, not 901."""
+    return math.ceil(Decimal(repr(float(per_million))) * tokens)
 
 
 async def grant(reaction: Any) -> Mapping[str, Any]:
@@ -111,12 +175,16 @@ async def grant(reaction: Any) -> Mapping[str, Any]:
     return {"granted": True}
 
 
-def with_budgets(rules: Iterable[Rule], actions: Mapping[str, Any]
+def with_budgets(rules: Iterable[Rule], actions: Mapping[str, Any], *,
+                 prices: Callable[[], Mapping[str, ModelPrice]] | None = None,
                  ) -> tuple[list[Rule], dict[str, Any]]:
     """The rules and actions of a worker with the budgets its actions carry (an action's
-    `budget` attribute): each budget's rule once, and the grants' no-op action.
-    ValidationFailed when two actions carry different budgets under one name."""
+    `budget` attribute): each budget's rule once, and the grants' no-op action. An action
+    with a money budget is given its model's price from `prices()` (the worker's price
+    table, read only when some budget counts money). ValidationFailed when two actions carry
+    different budgets under one name, or a money budget's model has no price."""
     budgets: dict[str, Budget] = {}
+    table: Mapping[str, ModelPrice] | None = None
     for name, action in actions.items():
         budget = getattr(action, "budget", None)
         if not isinstance(budget, Budget):
@@ -126,6 +194,9 @@ def with_budgets(rules: Iterable[Rule], actions: Mapping[str, Any]
             raise ValidationFailed(f"action {name!r} carries budget {budget.name!r} as "
                                    f"{budget}, another action as {known}: one name, one "
                                    "budget")
+        if budget.money is not None:
+            table = (prices() if prices is not None else {}) if table is None else table
+            action.priced(table)
     out = list(rules)
     if not budgets:
         return out, dict(actions)

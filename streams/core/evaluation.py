@@ -51,12 +51,13 @@ from typing import Any, Final, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from streams.core.budgets import BUDGET_CLAIM, Budget
+from streams.core.budgets import BUDGET_CLAIM, Budget, micros_of
 from streams.core.errors import IndexBehind, NotFound, ValidationFailed
 from streams.core.evaluators import Evaluator, HandOff, Verdict, check_verdict
 from streams.core.events import AppEvent, Envelope
 from streams.core.feedback import Feedback
 from streams.core.ids import verdict_event_id
+from streams.core.prices import ModelPrice
 from streams.core.runs import ActingWorkspace, Reaction, RunRecord, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 
@@ -164,6 +165,7 @@ class EvaluatorAction(Generic[In]):
         shadow_share: float = 1.0,
         budget: Budget | None = None,
         cost: int | Callable[[In], int] | None = None,
+        model: str | None = None,
     ) -> None:
         if not 0.0 < shadow_share <= 1.0:
             raise ValueError(f"shadow_share is the share of judged inputs the shadow judges "
@@ -185,10 +187,28 @@ class EvaluatorAction(Generic[In]):
                              "of the input)")
         if budget is not None and not isinstance(budget, Budget):
             raise ValueError(f"budget= takes a Budget, got {budget!r}")
-        if budget is not None and isinstance(cost, int):
+        if budget is not None and budget.money is not None and not model:
+            raise ValueError(f"budget {budget.name!r} counts money: give model= (the model "
+                             "the evaluator calls, priced by STREAMS_LLM_PRICES)")
+        if budget is not None and budget.tokens is not None and isinstance(cost, int):
             budget.claim(cost, "")  # a fixed cost over the whole budget is refused now
         self.budget = budget
         self.cost = cost
+        self.model = model
+        self.price: ModelPrice | None = None  # a money budget's, bound by `priced`
+
+    def priced(self, prices: Mapping[str, ModelPrice]) -> None:
+        """Bind the model's price from the worker's price table (a money budget's claims
+        need it); ValidationFailed naming STREAMS_LLM_PRICES when the model has none."""
+        if self.model is None or self.model not in prices:
+            known = ", ".join(sorted(prices)) or "none"
+            raise ValidationFailed(
+                f"action {self.name!r}: model {self.model!r} has no price in "
+                f"STREAMS_LLM_PRICES (priced: {known}); add it, e.g. "
+                f'{{"{self.model}": {{"prompt": 0.15, "completion": 0.6}}}}')
+        self.price = prices[self.model]
+        if isinstance(self.cost, int) and self.budget is not None:
+            self.budget.claim(self.cost, "", price=self.price, model=self.model)
 
     async def __call__(self, reaction: Reaction) -> Mapping[str, Any]:
         """Evaluate (or reuse the recorded verdict on the same input), give the verdict as
@@ -198,12 +218,12 @@ class EvaluatorAction(Generic[In]):
         key = verdict_key(self.evaluator, judged)
         checked = await _reusable(reaction, key, self.evaluator) if self.reuse else None
         reused = checked is not None
-        claimed: int | None = None
+        claim: dict[str, Any] | None = None
         if checked is None and self.budget is not None:
-            claimed = self._cost_of(judged)
-            if not await _claim(reaction, self.budget, claimed):
+            claim = self._claim_of(judged, reaction)
+            if not await _claim(reaction, self.budget, claim):
                 # Held back: no call. The run succeeds, judging nothing (why: over_budget).
-                return {"over_budget": self.budget.name, "claimed_tokens": claimed,
+                return {"over_budget": self.budget.name, **_claimed(claim),
                         "evaluator": self.evaluator.name, "version": self.evaluator.version,
                         "verdict_key": key}
         if checked is None:
@@ -218,20 +238,22 @@ class EvaluatorAction(Generic[In]):
             checked.value, on=target)
         output = {**checked.as_output(), "feedback_id": recorded.id,
                   "feedback_seq": str(recorded.seq), "verdict_key": key, "reused": reused}
-        if claimed is not None:
-            output["claimed_tokens"] = claimed
-            used = _tokens_used(checked)
-            if used is not None and used > claimed:
-                # The claim was not a worst case: the budget's guarantee does not hold for
-                # this call. Counted where the report and the logs see it.
-                output["budget_overrun_tokens"] = used - claimed
+        if claim is not None:
+            output.update(_claimed(claim))
+            # A claim that was not a worst case: the budget's guarantee does not hold for
+            # this call. Counted where the report and the logs see it.
+            output.update(_overrun(claim, checked, self.price))
         if self.shadow is not None and _in_share(key, self.shadow_share):
             output["shadow"] = await self._shadow(self.shadow, judged, target, reaction)
         return output
 
-    def _cost_of(self, judged: In) -> int:
+    def _claim_of(self, judged: In, reaction: Reaction) -> dict[str, Any]:
+        """The claim data of one evaluation of `judged` (ValidationFailed as Budget.claim)."""
+        assert self.budget is not None
         cost = self.cost
-        return cost(judged) if callable(cost) else int(cost or 0)
+        tokens = cost(judged) if callable(cost) else int(cost or 0)
+        return self.budget.claim(tokens, reaction.run.run_id, price=self.price,
+                                 model=self.model)
 
     async def _shadow(self, shadow: Evaluator[In, Any], judged: In, target: Target,
                       reaction: Reaction) -> dict[str, Any]:
@@ -245,10 +267,9 @@ class EvaluatorAction(Generic[In]):
         if self.budget is not None:
             # The shadow's calls are spent from the same budget (at the action's cost).
             try:
-                claimed = self._cost_of(judged)
-                if not await _claim(reaction, self.budget, claimed):
-                    return {**named, "over_budget": self.budget.name,
-                            "claimed_tokens": claimed}
+                claim = self._claim_of(judged, reaction)
+                if not await _claim(reaction, self.budget, claim):
+                    return {**named, "over_budget": self.budget.name, **_claimed(claim)}
             except Exception as exc:  # a shadow never fails a run
                 return {**named, "failed": f"{type(exc).__name__}: {exc}"}
         try:
@@ -281,10 +302,9 @@ async def _record(reaction: Reaction, key: str, checked: Verdict[Feedback],
         event_id=verdict_event_id(workspace.workspace, key))
 
 
-async def _claim(reaction: Reaction, budget: Budget, tokens: int) -> bool:
-    """Claim `tokens` of `budget` for the reaction's run and wait for the decider's answer
-    (the workspace handle's `decide`): whether the call may be made."""
-    data = budget.claim(tokens, reaction.run.run_id)
+async def _claim(reaction: Reaction, budget: Budget, data: dict[str, Any]) -> bool:
+    """Claim `data` (Budget.claim's) of `budget` for the reaction's run and wait for the
+    decider's answer (the workspace handle's `decide`): whether the call may be made."""
     decide = getattr(reaction.workspace, "decide", None)
     if decide is None:
         raise ValidationFailed(f"budget {budget.name!r}: this workspace cannot have claims "
@@ -296,14 +316,40 @@ async def _claim(reaction: Reaction, budget: Budget, tokens: int) -> bool:
     return granted
 
 
-def _tokens_used(verdict: Verdict[Feedback]) -> int | None:
-    """The tokens a verdict's trace reports (prompt + completion), or None without them."""
+def _claimed(claim: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run's output says of its claim: the tokens, and a money claim's micros."""
+    out = {"claimed_tokens": claim["tokens"]}
+    if "micros" in claim:
+        out["claimed_micros"] = claim["micros"]
+    return out
+
+
+def _overrun(claim: Mapping[str, Any], verdict: Verdict[Feedback],
+             price: ModelPrice | None) -> dict[str, int]:
+    """How far the verdict's reported usage passed its claim (`budget_overrun_tokens`, and
+    for a money claim `budget_overrun_micros`); nothing without usage figures."""
+    used = _tokens_used(verdict)
+    if used is None:
+        return {}
+    prompt, completion = used
+    out: dict[str, int] = {}
+    if prompt + completion > claim["tokens"]:
+        out["budget_overrun_tokens"] = prompt + completion - claim["tokens"]
+    if "micros" in claim and price is not None:
+        spent = micros_of(prompt, price.prompt) + micros_of(completion, price.completion)
+        if spent > claim["micros"]:
+            out["budget_overrun_micros"] = spent - claim["micros"]
+    return out
+
+
+def _tokens_used(verdict: Verdict[Feedback]) -> tuple[int, int] | None:
+    """The (prompt, completion) tokens a verdict's trace reports, or None without them."""
     trace = verdict.trace or {}
     try:
         prompt, completion = trace.get("prompt_tokens"), trace.get("completion_tokens")
         if prompt is None and completion is None:
             return None
-        return int(prompt or 0) + int(completion or 0)
+        return int(prompt or 0), int(completion or 0)
     except (TypeError, ValueError):
         return None
 

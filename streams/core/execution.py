@@ -120,6 +120,7 @@ class RunExecutor:
                 await self.emit(outcomes)
                 if error is None:
                     self.stats.succeeded += 1
+                    _count_refusals(self.stats, output)
                     return
                 self.stats.failed_attempts += 1
                 if not will_retry:
@@ -127,3 +128,11 @@ class RunExecutor:
                     return
                 await self.sleep(delay)
                 attempt += 1
+
+
+def _count_refusals(stats: ReactorStats, output: Mapping[str, Any] | None) -> None:
+    """Count the budget claims a run's output says were refused (its own, its shadow's)."""
+    for part in (output or {}, (output or {}).get("shadow")):
+        budget = part.get("over_budget") if isinstance(part, Mapping) else None
+        if isinstance(budget, str):
+            stats.budget_refusals[budget] = stats.budget_refusals.get(budget, 0) + 1

@@ -72,6 +72,7 @@ class ReactorStats:
     undecodable: int = 0
     caught_up: int = 0
     per_rule: dict[str, int] = field(default_factory=dict)
+    budget_refusals: dict[str, int] = field(default_factory=dict)  # by budget name
 
 
 @dataclass(frozen=True)

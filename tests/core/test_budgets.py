@@ -11,14 +11,19 @@ from typing import Any
 
 import pytest
 
-from streams.core.budgets import BUDGET_CLAIM, GRANT_ACTION, Budget, with_budgets
+from streams.core.budgets import BUDGET_CLAIM, GRANT_ACTION, Budget, micros_of, with_budgets
 from streams.core.errors import ValidationFailed
 from streams.core.events import AppEvent, Envelope, Event
+from streams.core.execution import _count_refusals
+from streams.core.matching import ReactorStats
+from streams.core.prices import ModelPrice
 from streams.core.rules import Fire, Rule, RuleEngine, on, run
 from streams.core.runs import Reaction
 from tests.core.test_evaluation import Log, action_for, counting_judge
 
 JUDGES = Budget("judges", tokens=1_000, per=timedelta(hours=1))
+DOLLARS = Budget("usd", money=0.002, per=timedelta(hours=1))  # 2,000 micros
+PRICES = {"mini": ModelPrice(prompt=0.15, completion=0.6), "free": ModelPrice(0.0, 0.0)}
 
 
 class Decided(Log):
@@ -38,6 +43,24 @@ class Decided(Log):
         [decision] = engine.evaluate(Envelope.new(event, tenant="acme", workspace="prod",
                                                   correlation_id=correlation_id))
         return isinstance(decision, Fire)
+
+
+def judge_reporting(name: str, prompt: int, completion: int) -> Any:
+    """A judge whose verdicts' traces report this usage, as a chat judge's response does."""
+    from streams.core.evaluators import FunctionEvaluator
+    from tests.core.test_evaluation import Graded
+
+    evaluator = FunctionEvaluator(lambda judged: Graded(good=True), verdict_type=Graded,
+                                  name=name, version="1")
+    original = evaluator.evaluate
+
+    async def with_usage(judged: Any) -> Any:
+        verdict = await original(judged)
+        return dataclasses.replace(verdict, trace={"prompt_tokens": str(prompt),
+                                                   "completion_tokens": str(completion)})
+
+    evaluator.evaluate = with_usage  # type: ignore[method-assign]
+    return evaluator
 
 
 def test_claims_are_granted_while_their_tokens_fit_the_window() -> None:
@@ -63,11 +86,122 @@ def test_claims_are_granted_while_their_tokens_fit_the_window() -> None:
     (lambda: Budget("judges", 10, timedelta(0)), "Budget.per"),
     (lambda: JUDGES.claim(0, "r"), "whole number of tokens above 0"),
     (lambda: JUDGES.claim(1_001, "r"), "over the whole budget"),
+    (lambda: Budget("judges", per=timedelta(hours=1)), "not both and not neither"),
+    (lambda: Budget("judges", 10, money=1.0), "not both and not neither"),
+    (lambda: Budget("judges", money=0.0), "Budget.money"),
+    (lambda: Budget("judges", money=-1.0), "Budget.money"),
+    (lambda: Budget("judges", money=float("nan")), "Budget.money"),
+    (lambda: Budget("judges", money=0.0000001), "Budget.money"),
+    (lambda: DOLLARS.claim(100, "r"), "its claims need the model's price"),
+    (lambda: DOLLARS.claim(4_000, "r", price=PRICES["mini"]), "over the whole budget"),
 ])
 def test_bad_budgets_and_claims_are_refused_naming_the_field(
         make: Callable[[], Any], field: str) -> None:
     with pytest.raises(ValidationFailed, match=field):
         make()
+
+
+def test_a_money_budget_claims_micros_at_the_dearer_price_and_grants_while_they_fit() -> None:
+    assert DOLLARS.unit == "micros" and DOLLARS.limit == 2_000
+    assert micros_of(1_500, 0.6) == 900 and micros_of(1, 0.15) == 1  # rounded up
+    claim = DOLLARS.claim(1_000, "r", price=PRICES["mini"], model="mini")
+    assert claim == {"budget": "usd", "tokens": 1_000, "micros": 600, "model": "mini",
+                     "run_id": "r"}
+    # A free model's call still claims one micro: a claim's weight is never 0.
+    assert DOLLARS.claim(1_000, "r", price=PRICES["free"], model="free")["micros"] == 1
+    engine = RuleEngine([DOLLARS.rule])
+    decided = []
+    for tokens in (1_000, 1_000, 1_000, 500, 300):  # 600 each, then 300 and 180 micros
+        data = DOLLARS.claim(tokens, "r", price=PRICES["mini"], model="mini")
+        [decision] = engine.evaluate(Envelope.new(AppEvent(name=BUDGET_CLAIM, data=data),
+                                                  tenant="acme", workspace="prod"))
+        decided.append(type(decision).__name__)
+    # 1,800 granted; 300 more would pass 2,000, 180 fits.
+    assert decided == ["Fire", "Fire", "Fire", "Throttled", "Fire"]
+    assert "0.002 in money (2000 micros)" in (DOLLARS.rule.description or "")
+
+
+def test_a_money_budget_refuses_past_its_micros() -> None:
+    engine = RuleEngine([DOLLARS.rule])
+    decided = []
+    for tokens in (1_500, 1_500, 1_500, 1_000):  # 900 + 900 = 1,800; 900 more is refused
+        data = DOLLARS.claim(tokens, "r", price=PRICES["mini"], model="mini")
+        [decision] = engine.evaluate(Envelope.new(AppEvent(name=BUDGET_CLAIM, data=data),
+                                                  tenant="acme", workspace="prod"))
+        decided.append(type(decision).__name__)
+    assert decided == ["Fire", "Fire", "Throttled", "Throttled"]  # 600 > 200 left too
+
+
+def test_a_worker_binds_each_money_budgets_price_and_refuses_an_unpriced_model() -> None:
+    evaluator, _calls = counting_judge()
+    action = action_for(evaluator, budget=DOLLARS, cost=1_000, model="mini")
+    asked: list[int] = []
+
+    def table() -> dict[str, ModelPrice]:
+        asked.append(1)
+        return PRICES
+
+    rules, _actions = with_budgets([], {"a": action}, prices=table)
+    assert action.price == PRICES["mini"] and asked == [1]
+    assert [r.name for r in rules] == ["streams:budget.usd"]
+    # A tokens budget never reads the table (a bad STREAMS_LLM_PRICES does not stop it).
+    with_budgets([], {"t": action_for(evaluator, budget=JUDGES, cost=10)},
+                 prices=lambda: pytest.fail("read"))  # type: ignore[arg-type,return-value]
+    unpriced = action_for(evaluator, budget=DOLLARS, cost=10, model="big")
+    with pytest.raises(ValidationFailed, match="model 'big' has no price in STREAMS_LLM_PRICES"):
+        with_budgets([], {"b": unpriced}, prices=lambda: PRICES)
+    with pytest.raises(ValidationFailed, match=r"priced: none"):
+        with_budgets([], {"b": unpriced})
+    with pytest.raises(ValueError, match="give model="):
+        action_for(evaluator, budget=DOLLARS, cost=10)
+    # A fixed cost over the whole budget at the model's price is refused at the start.
+    dear = action_for(evaluator, budget=DOLLARS, cost=4_000, model="mini")
+    with pytest.raises(ValidationFailed, match="over the whole budget"):
+        with_budgets([], {"d": dear}, prices=lambda: PRICES)
+
+
+async def test_a_judge_with_a_money_budget_calls_only_under_a_granted_claim(
+        reaction_in: Callable[..., Reaction]) -> None:
+    evaluator = judge_reporting("priced", 800, 400)
+    log = Decided()
+    outputs = []
+    for i in range(4):
+        action = action_for(evaluator, text=f"answer {i}", budget=DOLLARS, cost=1_000,
+                            model="mini")
+        action.priced(PRICES)
+        outputs.append(await action(reaction_in(log, f"run_{i}")))
+    # 600 micros a claim: three fit 2,000, the fourth does not.
+    assert [o.get("over_budget") for o in outputs] == [None, None, None, "usd"]
+    assert all(o["claimed_micros"] == 600 and o["claimed_tokens"] == 1_000 for o in outputs)
+    assert [c["micros"] for c in log.claims] == [600] * 4
+    # Spent: 800 x 0.15 + 400 x 0.6 = 360 micros of a 600 claim: no overrun.
+    assert not any("budget_overrun_micros" in o for o in outputs[:3])
+    assert len(log.feedback()) == 3
+
+
+@pytest.mark.parametrize(("prompt", "completion", "overrun"), [
+    (100, 900, {}),  # 15 + 540 = 555 micros of a 600 claim (at the dearer price)
+    (200, 1_000, {"budget_overrun_tokens": 200, "budget_overrun_micros": 30}),  # 30 + 600
+])
+async def test_a_money_claim_passed_by_the_priced_usage_is_an_overrun(
+        prompt: int, completion: int, overrun: dict[str, int],
+        reaction_in: Callable[..., Reaction]) -> None:
+    evaluator = judge_reporting("dear", prompt, completion)
+    action = action_for(evaluator, budget=DOLLARS, cost=1_000, model="mini")
+    action.priced(PRICES)
+    out = await action(reaction_in(Decided()))
+    assert out["claimed_micros"] == 600
+    assert {k: v for k, v in out.items() if k.startswith("budget_overrun")} == overrun
+
+
+def test_refused_claims_are_counted_by_budget_for_the_metric() -> None:
+    stats = ReactorStats()
+    _count_refusals(stats, {"over_budget": "judges", "claimed_tokens": 3})
+    _count_refusals(stats, {"value": {}, "shadow": {"over_budget": "judges"}})
+    _count_refusals(stats, {"value": {}, "shadow": {"value": {}}})
+    _count_refusals(stats, None)
+    _count_refusals(stats, {"over_budget": "usd"})
+    assert stats.budget_refusals == {"judges": 2, "usd": 1}
 
 
 def test_a_worker_gets_each_budgets_rule_once_and_the_grant_action() -> None:
@@ -108,19 +242,7 @@ async def test_a_judge_with_a_budget_calls_only_under_a_granted_claim(
 
 async def test_a_verdict_whose_tokens_pass_its_claim_is_reported_as_an_overrun(
         reaction_in: Callable[..., Reaction]) -> None:
-    from streams.core.evaluators import FunctionEvaluator
-    from tests.core.test_evaluation import Graded
-
-    evaluator = FunctionEvaluator(lambda judged: Graded(good=True), verdict_type=Graded,
-                                  name="costly", version="1")
-    original = evaluator.evaluate
-
-    async def with_usage(judged: Any) -> Any:
-        verdict = await original(judged)
-        return dataclasses.replace(verdict, trace={"prompt_tokens": "250",
-                                                   "completion_tokens": "100"})
-
-    evaluator.evaluate = with_usage  # type: ignore[method-assign]
+    evaluator = judge_reporting("costly", 250, 100)
     out = await action_for(evaluator, budget=JUDGES, cost=300)(reaction_in(Decided()))
     assert out["budget_overrun_tokens"] == 50
 

@@ -148,10 +148,15 @@ async def _outage(own_stack: OwnStack, settings: Settings, ws: Workspace, topics
                                           0.25)
     ready_again = {}
     for name, prober in (("worker", probes), ("sink", sink_probes)):
-        ready_again[name] = await asyncio.to_thread(
-            wait_until, lambda pr=prober: next((t for t, _l, r in pr.seen
-                                                if t > up and r == 200), None),
-            120, f"the {name}'s /readyz to answer 200 again")
+        try:
+            ready_again[name] = await asyncio.to_thread(
+                wait_until, lambda pr=prober: next((t for t, _l, r in pr.seen
+                                                    if t > up and r == 200), None),
+                120, f"the {name}'s /readyz to answer 200 again")
+        except pytest.fail.Exception as exc:
+            # Which check stays failing, and what it says, is what tells why.
+            said = await asyncio.to_thread(health, prober.port, "/readyz")
+            pytest.fail(f"{exc}; /readyz now answers {said}")
         prober.stop.set()
 
     for name, prober in (("worker", probes), ("sink", sink_probes)):

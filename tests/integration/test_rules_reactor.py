@@ -368,6 +368,35 @@ async def test_a_budget_grants_claims_while_they_fit_and_no_call_is_made_past_it
     assert "t-judges" in over.detail and "no call was made" in over.detail
 
 
+async def test_a_money_budget_grants_claims_priced_by_the_workers_table_while_they_fit(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+) -> None:
+    from tests.integration.money_fixture import PRICES
+
+    money = "tests.integration.money_fixture"
+    tenant = tenant_factory()
+    # Without a price for its model the worker refuses to start, naming the setting.
+    unpriced = worker_factory("--rules", money, types=TYPES)
+    assert unpriced.proc is not None
+    assert unpriced.proc.wait(timeout=120) != 0
+    assert "model 't-model' has no price in STREAMS_LLM_PRICES" in unpriced.log()
+    worker_factory("--rules", money, types=TYPES, STREAMS_LLM_PRICES=PRICES)
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    for i in range(5):
+        await ws.append(AppEvent(name="t:budget-judge", data={"minutes": i}))
+    log = await wait_log(ws, lambda es: len(of(es, RunSucceeded, rule="t:priced")) >= 5,
+                         120, "5 priced runs")
+    outputs = [e.event.output for e in of(log, RunSucceeded, rule="t:priced")]  # type: ignore[attr-defined]
+    # 100 tokens at the dearer price (3.0 per million) = 300 micros a claim; 1,000 micros
+    # grant three, the other two are refused without a call.
+    assert sorted(o.get("over_budget", "judged") for o in outputs) == \
+        ["judged"] * 3 + ["t-usd"] * 2
+    assert all(o["claimed_micros"] == 300 and o["claimed_tokens"] == 100 for o in outputs)
+    assert len(of(log, FeedbackGiven)) == 3
+    assert len(of(log, RuleFired, rule="streams:budget.t-usd")) == 3
+
+
 async def test_a_claim_no_decider_answers_is_an_outage_error_naming_what_to_check(
     tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
 ) -> None:

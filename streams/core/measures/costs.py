@@ -20,22 +20,9 @@ from typing import Any
 
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, RunSucceeded
+from streams.core.prices import ModelPrice
 
 __all__ = ["JudgeCost", "ModelPrice", "fold_judge_costs", "parse_prices"]
-
-_PER_TOKENS = 1_000_000  # prices are per million tokens, as model vendors quote them
-
-
-@dataclass(frozen=True)
-class ModelPrice:
-    """A model's price in money per million tokens, of the prompt and of the completion."""
-
-    prompt: float
-    completion: float
-
-    def of(self, prompt_tokens: int, completion_tokens: int) -> float:
-        """The price of one call's tokens."""
-        return (prompt_tokens * self.prompt + completion_tokens * self.completion) / _PER_TOKENS
 
 
 def parse_prices(text: str) -> dict[str, ModelPrice]:

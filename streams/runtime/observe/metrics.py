@@ -134,6 +134,8 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams.runs": ("counter", ("outcome",),
                      "run attempts by outcome: succeeded, failed_attempt, dead_lettered"),
     "streams.runs.started": ("counter", (), "runs this worker started executing"),
+    "streams.budget.refusals": ("counter", ("budget",),
+                                "evaluator calls not made: their budget refused the claim"),
     "streams.rules.matches": ("counter", ("result",),
                               "rule matches: fired, throttled, forwarded (to the decider)"),
     "streams.tenants.discovered": ("counter", ("loop",),
@@ -343,6 +345,7 @@ class Metrics:
             "streams.runs.started": lambda: [Observation(sum(s.runs for s in self._reactors))]
             if self._reactors else [],
             "streams.rules.matches": self._matches,
+            "streams.budget.refusals": self._refusals,
             "streams.tenants.discovered": self._discovered,
             "streams.loop.batches": lambda: self._loop_stat("batches"),
             "streams.loop.rewinds": lambda: self._loop_stat("rewinds"),
@@ -436,6 +439,13 @@ class Metrics:
         return [Observation(sum(s.fired for s in stats), {"result": "fired"}),
                 Observation(sum(s.throttled for s in stats), {"result": "throttled"}),
                 Observation(sum(s.forwarded for s in stats), {"result": "forwarded"})]
+
+    def _refusals(self) -> Iterable[Observation]:
+        totals: dict[str, int] = {}
+        for stats in self._reactors:
+            for budget, count in dict(stats.budget_refusals).items():
+                totals[budget] = totals.get(budget, 0) + count
+        return [Observation(count, {"budget": budget}) for budget, count in sorted(totals.items())]
 
     def _discovered(self) -> Iterable[Observation]:
         for loop, prefix in self._loops:

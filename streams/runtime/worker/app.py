@@ -108,7 +108,8 @@ class Worker:
         self.runtime = runtime
         self.settings = self.runtime.settings
         # The budgets the actions carry are rules too (their claims' decider).
-        every, budgeted = with_budgets(rules, actions or {})
+        every, budgeted = with_budgets(rules, actions or {},
+                                       prices=self.settings.llm_price_table)
         self.rules = RuleSet(every)
         # Refuse, before anything connects, a rule that would silently never fire.
         self.rules.check_event_types()

@@ -69,7 +69,8 @@ def test_worker_metrics_by_tenant_loop_outcome_and_partition(local_delays: bool)
     stats.bump("beta", "skipped", 2)
     metrics.watch_mirror(cast(Any, SimpleNamespace(stats=stats)))
     metrics.watch_reactor(ReactorStats(runs=6, succeeded=4, failed_attempts=3, dead_lettered=1,
-                                       fired=9, throttled=2, forwarded=5))
+                                       fired=9, throttled=2, forwarded=5,
+                                       budget_refusals={"judges": 3, "usd": 1}))
     metrics.mirror_delay("acme", 0.3)
     metrics.mirror_delay("acme", 4.0)
 
@@ -89,6 +90,8 @@ def test_worker_metrics_by_tenant_loop_outcome_and_partition(local_delays: bool)
     assert got[("streams_runs_total", (("outcome", "dead_lettered"),))] == 1
     assert got[("streams_runs_started_total", ())] == 6
     assert got[("streams_rules_matches_total", (("result", "fired"),))] == 9
+    assert got[("streams_budget_refusals_total", (("budget", "judges"),))] == 3
+    assert got[("streams_budget_refusals_total", (("budget", "usd"),))] == 1
     assert got[("streams_tenants_discovered_total", (("loop", "feedback-mirror"),))] == 2
     assert got[("streams_loop_batches_total", (("loop", "feedback-mirror"),))] == 4
     assert got[("streams_loop_rewinds_total", (("loop", "feedback-mirror"),))] == 1
@@ -161,7 +164,7 @@ def test_every_declared_instrument_is_exported_with_its_labels(local_delays: boo
     for key in ("feedback", "scores", "dead_letters", "skipped"):
         stats.bump("acme", key)
     metrics.watch_mirror(cast(Any, SimpleNamespace(stats=stats)))
-    metrics.watch_reactor(ReactorStats())
+    metrics.watch_reactor(ReactorStats(budget_refusals={"judges": 1}))
     sink_lag = SimpleNamespace(group="s", snapshot=lambda: {})
     metrics.watch_sink(cast(Any, SimpleNamespace(stats=SinkStats(per_tenant={"acme": 1}),
                                                  label="dw", lag=sink_lag)))
