@@ -46,12 +46,15 @@ from streams.core.events import (
     RunSucceeded,
 )
 from streams.core.measures import FieldAgreement, judge_agreement
+from streams.core.measures.costs import fold_judge_costs
 from streams.core.proposals import EVALUATOR as OUTCOME_EVALUATOR
 from streams.core.proposals import PROPOSAL_OUTCOME, ProposalRates, proposal_rates
 from streams.core.runs import rule_actor
 from streams.core.scores import scores_of
 from streams.core.tenancy import fresh_group, tenant_topics
 from streams.examples.drafting import DRAFT_RULE, DraftRequested
+from streams.examples.judged_ops import BUDGET, CANDIDATE
+from streams.examples.judged_ops import judge_triage as _judge_rule
 from streams.examples.ops import IncidentOpened, Resolution, TriageQuality
 from streams.examples.ops_rules import TriageInput
 from streams.extras import needs, require
@@ -69,6 +72,7 @@ if TYPE_CHECKING:
     from streams.adapters.duckdb import DuckDBScoreSink
 
 PEOPLE = ("ada", "grace", "linus")
+JUDGE_RULE = _judge_rule.name
 DEMO_TYPES = ["--types", "streams.examples.ops", "--types", "streams.core.proposals.outcome"]
 
 
@@ -402,9 +406,37 @@ def evaluate_and_report(runtime: Runtime, tenant: str, workspace: str,
     if agreement and explain_kappa:
         console.print(KAPPA_NOTE)
     if not agreement:
-        console.print("  no run judged by both the judge and a person (the judge's budget, "
-                      "20 an hour per tenant, may be spent by earlier demo runs this hour)")
+        console.print("  no run judged by both the judge and a person (the judge's limit and "
+                      "budget, per tenant and hour, may be spent by earlier demo runs this "
+                      "hour)")
+    for line in budget_and_canary_lines(envelopes):
+        console.print(line)
     console.print(f"  report: {files.html_path} and {files.json_path.name}")
+
+
+def budget_and_canary_lines(envelopes: list[Envelope]) -> list[str]:
+    """What the judge's budget refused and what the canary version did, from the runs of
+    the judge rule in `envelopes` (a tenant's log), as lines to print."""
+    outputs = [e.event.output for e in envelopes if isinstance(e.event, RunSucceeded)
+               and e.event.rule == JUDGE_RULE]
+    refused = sum(1 for o in outputs if o.get("over_budget") == BUDGET.name)
+    called = sum(1 for o in outputs if "value" in o and not o.get("reused"))
+    lines = [f"  the judge's budget {BUDGET.name!r}: {called} of {len(outputs)} judge runs "
+             f"called the judge, {refused} found the budget spent and made no call "
+             f"(`streams rules why ops:judge-triage EVENT_ID --rules streams.examples.judged_ops "
+             f"--tenant T --workspace W` says over_budget for them)"]
+    shadows = [o["shadow"] for o in outputs if isinstance(o.get("shadow"), dict)]
+    for row in fold_judge_costs(envelopes):
+        canary = " (the canary: kept apart, never given as feedback)" \
+            if row.version == CANDIDATE.version else ""
+        lines.append(f"  {row.evaluator}@{row.version}: {row.given} verdicts, {row.calls} "
+                     f"calls{canary}")
+    handed = sum(1 for o in shadows if "handed_off" in o)
+    if shadows:
+        lines.append(f"  the canary judged {len(shadows) - handed} of the {len(shadows)} inputs "
+                     f"beside the current version and handed {handed} to people; the report's "
+                     f"judges part compares the two with people and on cost")
+    return lines
 
 
 def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
@@ -447,7 +479,7 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
     # directory.
     run_dir = Path(tempfile.mkdtemp(prefix="streams-demo-run-"))
     logs = {name: run_dir / f"{name}.log" for name in ("worker", "sink", "serve")}
-    worker = _spawn(["worker", *DEMO_TYPES, "--rules", "streams.examples.ops_rules",
+    worker = _spawn(["worker", *DEMO_TYPES, "--rules", "streams.examples.judged_ops",
                      "--rules", "streams.examples.drafting", "--proposal-outcome"],
                     env, logs["worker"])
     children: dict[str, subprocess.Popen[bytes]] = {"worker": worker}
@@ -469,11 +501,13 @@ def run_demo(settings: Settings, tenants: list[str], *, chains: int = 30,
         embedded = _EmbeddedSink(runtime, folder / "scores.duckdb", f"demo-{workspace}")
         console.print(f"DuckDB sink running in this process into {embedded.sink.path}")
     console.print(f"worker started (pid {worker.pid}) with the ops rules: error spikes start "
-                  f"triage runs, a judge reviews them (at most 20 an hour), wrong triages "
-                  f"escalate; a drafting rule's runs propose changes to a runbook, people "
-                  f"accept, edit or reject them, and the proposal-outcome rule scores the runs; "
-                  f"{chains} incidents per tenant (the judge's budget is per tenant "
-                  f"and hour, so demo runs within one hour share it)")
+                  f"triage runs, a judge reviews them (at most 20 an hour) with a candidate "
+                  f"version beside it (a canary: its verdicts kept apart) under a budget of "
+                  f"{BUDGET.limit:,} tokens an hour ({BUDGET.limit // 1_000} calls of 1,000), "
+                  f"wrong triages escalate; a drafting rule's runs propose changes to a "
+                  f"runbook, people accept, edit or reject them, and the proposal-outcome rule "
+                  f"scores the runs; {chains} incidents per tenant (the judge's limit and "
+                  f"budget are per tenant and hour, so demo runs within one hour share them)")
     # The people give feedback over REST: a `streams serve` and a key per tenant and person.
     serve_port = _free_port()
     server = _spawn(["serve", "--types", "streams.examples.ops", "--port", str(serve_port)],

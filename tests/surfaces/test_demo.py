@@ -45,3 +45,29 @@ def test_a_child_stopped_by_the_demo_says_it_stopped_as_asked() -> None:
 
 def test_kappa_is_explained_as_chance_corrected_agreement() -> None:
     assert "corrected for chance" in KAPPA_NOTE and "one label dominates" in KAPPA_NOTE
+
+
+def test_the_demo_says_what_the_budget_refused_and_what_the_canary_did() -> None:
+    from streams.core.events import Envelope, RunSucceeded
+    from streams.examples.judged_ops import BUDGET, judge_triage
+    from streams.surfaces.demo import budget_and_canary_lines
+
+    def judge_run(i: int, output: dict[str, object]) -> Envelope:
+        return Envelope.new(RunSucceeded(run_id=f"r{i}", rule=judge_triage.name,
+                                         action="opened-incident",
+                                         output=output), tenant="acme", workspace="prod")
+
+    verdict = {"evaluator": "opened-incident", "version": "1", "value": {"correct": True},
+               "feedback_id": "evt_1",
+               "verdict_key": "opened-incident@1:aa", "reused": False}
+    shadow = {"evaluator": "opened-incident", "version": "2", "value": {"correct": True},
+              "verdict_key": "opened-incident@2:aa", "reused": False}
+    handed = {"evaluator": "opened-incident", "version": "2", "handed_off": "too few"}
+    log = [judge_run(0, {**verdict, "shadow": shadow}),
+           judge_run(1, {**verdict, "verdict_key": "opened-incident@1:bb", "shadow": handed}),
+           judge_run(2, {"over_budget": BUDGET.name, "claimed_tokens": 1_000})]
+    lines = budget_and_canary_lines(log)
+    assert "2 of 3 judge runs called the judge, 1 found the budget spent" in lines[0]
+    assert any(line.startswith("  opened-incident@1: 2 verdicts, 2 calls") for line in lines)
+    assert any("opened-incident@2: 1 verdicts, 1 calls (the canary" in line for line in lines)
+    assert "the canary judged 1 of the 2 inputs" in lines[-1] and "handed 1" in lines[-1]
