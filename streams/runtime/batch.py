@@ -197,15 +197,6 @@ def _named(partitions: Sequence[TopicPartition]) -> str:
     return " ".join(f"{t}{sorted(ps)}" for t, ps in sorted(by_topic.items())) or "nothing"
 
 
-def _answers(consumer: Consumer) -> bool:
-    """Whether the broker answers a metadata request of this consumer within 5 s."""
-    try:
-        consumer.list_topics(timeout=5.0)
-    except KafkaException:
-        return False
-    return True
-
-
 def _on_own_thread(name: str, call: Callable[[], object],
                    timeout: float) -> tuple[bool, BaseException | None]:
     """Run `call()` on a thread of its own (named `name`) and wait up to `timeout` seconds:
@@ -631,8 +622,9 @@ class BatchLoop:
         """Seek every assigned partition back to its committed offset: its work is redone.
 
         A consumer that cannot read those offsets for `stall_timeout` while the broker
-        answers is replaced instead; the new one starts from them (probably librdkafka
-        #5511: a re-bootstrap dropped the broker object its coordinator's request waits on)."""
+        answers a fresh client is replaced instead; the new one starts from them (after a
+        one-broker restart a consumer was seen unable to reach the broker for good, its
+        requests never sent, while the broker answered other clients)."""
         self._failed = 0
         self._done.clear()
         self.stats.rewinds += 1
@@ -648,7 +640,7 @@ class BatchLoop:
                 break
             except KafkaException as exc:
                 failing = time.monotonic() - began
-                if failing >= self.stall_timeout and _answers(consumer):
+                if failing >= self.stall_timeout and self.runtime.broker_answers():
                     self._outage_over()
                     self._replace_consumer(consumer, f"could not read its committed offsets "
                                            f"for {failing:.0f} s while the broker answered "
@@ -886,7 +878,9 @@ class BatchLoop:
             return False  # an idle loop asks the broker every few seconds, not every poll
         self._stall_looked_at = now
         if lost:  # not while the broker is away: rejoining waits for it
-            return _answers(consumer)
+            # Asked of a fresh client: a consumer that cannot rejoin may be unable to reach
+            # the broker at all while it answers everyone else.
+            return self.runtime.broker_answers()
         waiting = self._waiting(consumer)
         if waiting == {}:
             # Nothing waits: the loop is idle, not stuck. Look again a whole stall timeout

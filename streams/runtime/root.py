@@ -32,7 +32,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from streams.adapters.avro.fast import FastCodec
@@ -169,6 +170,20 @@ class Runtime:
         """The readiness checks every process shares: the broker and the registry answer."""
         return server_checks(lambda t: self.admin.client.list_topics(timeout=t),
                              lambda: self.probe_registry().get_subjects())
+
+    def broker_answers(self, timeout: float = 5.0) -> bool:
+        """Whether the brokers answer a metadata request of a client made for the asking.
+
+        A fresh client, not a shared one: after a one-broker restart a long-lived client
+        can stay unable to reach the broker while it answers everyone else (seen in the
+        fault tests: a consumer that neither rejoined its group nor read its offsets), and
+        the loops ask this to tell such a client from an outage."""
+        probe = AdminClient(self.admin_config())
+        try:
+            probe.list_topics(timeout=timeout)
+        except KafkaException:
+            return False
+        return True
 
     def consumer(self, group: str, **extra: Any) -> Consumer:
         """A new consumer-group member (each caller owns and closes its own)."""

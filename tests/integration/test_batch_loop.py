@@ -300,3 +300,9 @@ def test_partitions_whose_offsets_an_open_transaction_holds_start_at_them_after_
             thread.join(30)
     # Each record from the committed offsets on copied once; none before them.
     assert records_in(settings, sink) == sum(ends[p] - ends[p] // 2 for p in ends)
+
+
+def test_the_loops_broker_probe_says_yes_when_the_broker_answers(stack: Stack) -> None:
+    runtime = Runtime(Settings(bootstrap_servers=stack.bootstrap_servers,
+                               schema_registry_url=stack.schema_registry_url))
+    assert runtime.broker_answers() is True

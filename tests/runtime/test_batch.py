@@ -86,7 +86,7 @@ class Broker:
     # "offsets": once it has handed on records, its reads of the committed offsets time out,
     # for good.
     stalls: list[int | str | None] = field(default_factory=list)
-    down_until: float = 0.0  # metadata requests fail until this time.monotonic()
+    down_until: float = 0.0  # the broker answers nobody until this time.monotonic()
     stalled_close_fails: bool = False  # a stalled consumer's close raises, revoking nothing
     # Where a partition the application assigns without an offset starts: its committed
     # offset, or (True) the beginning, as librdkafka's lookup does when the assignment
@@ -210,7 +210,8 @@ class FakeConsumer:
         return 0, len(self.broker.log[tp.partition])
 
     def list_topics(self, timeout: float = 0) -> object:
-        if time.monotonic() < self.broker.down_until:
+        # A wedged consumer reaches the broker for nothing, metadata included.
+        if time.monotonic() < self.broker.down_until or self.stall in ("offsets", "lost"):
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
         return object()
 
@@ -290,6 +291,9 @@ class FakeRuntime:
 
     def consumer(self, _group: str) -> FakeConsumer:
         return FakeConsumer(self.broker)
+
+    def broker_answers(self, timeout: float = 5.0) -> bool:
+        return time.monotonic() >= self.broker.down_until
 
     def producer_of_own(self, **extra: Any) -> FakeProducer:
         return FakeProducer(self.broker, extra)
@@ -741,10 +745,9 @@ def test_a_consumer_that_lost_its_partitions_and_never_rejoins_is_replaced() -> 
 def test_a_consumer_that_cannot_read_its_committed_offsets_is_replaced_once_the_broker_answers(
         broker_away: float) -> None:
     # After a one-broker restart a consumer's reads of its committed offsets timed out for
-    # over 90 s with the broker back (probably librdkafka #5511: a re-bootstrap dropped the
-    # broker object a coordinator's request waited on). The rewind that needs them replaces
-    # it after a stall timeout, but not while the broker itself does not answer (an outage
-    # is waited out).
+    # over 90 s with the broker back, its own metadata requests failing too (a wedged
+    # client). The rewind that needs them replaces it after a stall timeout once a fresh
+    # client reaches the broker, but not while the broker answers nobody (an outage).
     broker = Broker(records(12), stalls=["offsets"], failures={"commit_transaction": [
         KafkaException(KafkaError(KafkaError._TRANSPORT, txn_requires_abort=True))]})
     broker.down_until = time.monotonic() + broker_away

@@ -230,3 +230,10 @@ def test_a_password_file_reaches_every_client_and_is_read_again(tmp_path: Path) 
     secret.write_text("second\n")
     assert runtime.producer_config()["sasl.password"] == "second"
     assert runtime.faust_settings()["broker_credentials"].password == "second"
+
+
+def test_the_broker_probe_is_a_fresh_client_that_says_no_when_nothing_answers() -> None:
+    runtime = Runtime(Settings(bootstrap_servers="127.0.0.1:1"))  # nothing listens there
+    assert runtime.broker_answers(timeout=0.5) is False
+    assert runtime.broker_answers(timeout=0.5) is False  # a new client each time, no state
+    assert "admin" not in runtime._made  # the shared admin client is not made for it

@@ -23,7 +23,6 @@ from streams.core.errors import ConfigError
 from streams.settings import Settings
 
 __all__ = [
-    "RECOVERY_CONFIG",
     "TRANSACTION_RETRY_BACKOFF_MS",
     "admin_config",
     "authentication_failure",
@@ -135,18 +134,6 @@ def authentication_failure(settings: Settings) -> str | None:
         return _AUTH_FAILURES.get(key)
 
 
-RECOVERY_CONFIG = {"metadata.recovery.strategy": "none"}
-"""How every client finds its brokers again after they were all away: by reconnecting to the
-brokers it knew, not by re-bootstrapping. librdkafka (since 2.10) re-bootstraps when every
-known broker is down at once, which a one-broker cluster's restart always is: it decommissions
-the broker objects, and a request waiting on one of them (a group coordinator's, an idempotent
-producer's) can go unanswered with the broker back (librdkafka #5511, open). The fault tests
-met it, rarely, as a worker's read of its committed offsets timing out for over 90 s after a
-restart, and a client's acknowledgement missing for over 75 s. An operator
-whose brokers all change addresses at once sets `{"metadata.recovery.strategy":
-"rebootstrap"}` in KAFKA_EXTRA_CONFIG (docs/operations.md)."""
-
-
 def client_config(settings: Settings, *, on_error: Callable[[KafkaError], None] | None = None,
                   **extra: Any) -> dict[str, Any]:
     """What every confluent-kafka client shares: brokers and security, then `extra`, then
@@ -160,7 +147,7 @@ def client_config(settings: Settings, *, on_error: Callable[[KafkaError], None] 
     extra = {"logger": librdkafka_log,
              "error_cb": _error_callback(key, settings.bootstrap_servers, on_error), **extra}
     return {"bootstrap.servers": settings.bootstrap_servers, **security,
-            **RECOVERY_CONFIG, **extra, **settings.kafka_extra}
+            **extra, **settings.kafka_extra}
 
 
 def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
