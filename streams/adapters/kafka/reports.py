@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +24,8 @@ from confluent_kafka import KafkaException, Message, Producer
 from streams.core.errors import KafkaUnavailable
 
 __all__ = ["Outgoing", "ReportPoller", "produce_acked", "produce_all", "settle"]
+
+log = logging.getLogger(__name__)
 
 Outgoing = tuple[str, bytes | None, bytes, list[tuple[str, str | bytes | None]] | None,
                  int | None]
@@ -61,7 +64,10 @@ class ReportPoller:
 
     async def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
         while self._waiting.get(loop, 0) > 0:
-            self._producer.poll(0)
+            try:
+                self._producer.poll(0)
+            except Exception:  # a callback that raised: the other writes still need reports
+                log.exception("serving a producer's callbacks failed; polling on")
             await asyncio.sleep(self._interval)
 
 
