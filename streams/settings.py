@@ -276,6 +276,11 @@ class Settings:
                                                "Langfuse public key for `streams sink`")
     langfuse_secret_key: str | None = _setting(None, "LANGFUSE_SECRET_KEY",
                                                "Langfuse secret key", secret=True)
+    langfuse_projects: str | None = _setting(
+        None, "STREAMS_LANGFUSE_PROJECTS", "path of a JSON file giving each tenant its own "
+        "Langfuse project (`{tenant: {public_key, secret_key, host}}`): `streams sink "
+        "langfuse` sends each tenant's scores to its project only, and dead-letters those of "
+        "tenants it lacks (instead of LANGFUSE_PUBLIC_KEY/SECRET_KEY for all)")
     langfuse_timeout: float = _setting(30.0, "STREAMS_LANGFUSE_TIMEOUT",
                                        "seconds one Langfuse request may take", positive=True)
     langfuse_concurrency: int = _setting(4, "STREAMS_LANGFUSE_CONCURRENCY",

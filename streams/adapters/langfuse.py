@@ -30,13 +30,14 @@ the connection details of a `Langfuse` client.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from streams.core.errors import SinkError, ValidationFailed
+from streams.core.errors import ConfigError, SinkError, ValidationFailed
 from streams.core.scores import Category, Score, ScoreConfig
 from streams.core.sinks.base import Rejected
 from streams.extras import needs
@@ -55,16 +56,58 @@ __all__ = [
     "SCORES_MAX_BYTES",
     "SCORES_ROUTE",
     "LangfuseConnection",
+    "LangfuseProject",
     "LangfuseScoreConfigStore",
     "LangfuseScoreSink",
     "Route",
     "event_id",
     "iso8601",
+    "read_projects",
     "score_body",
     "to_request",
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LangfuseProject:
+    """One Langfuse project's keys and host (None: the default host)."""
+
+    public_key: str
+    secret_key: str
+    host: str | None = None
+
+
+def read_projects(path: str) -> dict[str, LangfuseProject]:
+    """The Langfuse project of each tenant from STREAMS_LANGFUSE_PROJECTS's JSON file,
+    `{"<tenant>": {"public_key": "pk-lf-...", "secret_key": "sk-lf-...", "host": "..."}}`
+    (`host` optional); ConfigError naming the file, the tenant and the field that is wrong."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            table = json.load(file)
+    except OSError as exc:
+        raise ConfigError(f"STREAMS_LANGFUSE_PROJECTS: cannot read {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"STREAMS_LANGFUSE_PROJECTS: {path} is not JSON: {exc}") from exc
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"STREAMS_LANGFUSE_PROJECTS: {path} must be a JSON object of "
+                          'tenants, e.g. {"acme": {"public_key": "pk-lf-...", '
+                          '"secret_key": "sk-lf-..."}}')
+    projects: dict[str, LangfuseProject] = {}
+    for tenant, keys in table.items():
+        if not isinstance(keys, dict) or not {"public_key", "secret_key"} <= set(keys) \
+                or set(keys) - {"public_key", "secret_key", "host"}:
+            raise ConfigError(f"STREAMS_LANGFUSE_PROJECTS: tenant {tenant!r} in {path} needs "
+                              '"public_key" and "secret_key" (and optionally "host"), got '
+                              f"{sorted(keys) if isinstance(keys, dict) else keys!r}")
+        for name in keys:
+            if not isinstance(keys[name], str) or not keys[name]:
+                raise ConfigError(f"STREAMS_LANGFUSE_PROJECTS: tenant {tenant!r} in {path}: "
+                                  f"{name!r} must be a non-empty string")
+        projects[tenant] = LangfuseProject(keys["public_key"], keys["secret_key"],
+                                           keys.get("host"))
+    return projects
 
 # Langfuse's batch limits: at most this many scores per request.
 MAX_BATCH: Final = 100

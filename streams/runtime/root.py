@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     import httpx
     from langfuse import Langfuse
 
+    from streams.adapters.langfuse import LangfuseProject
+
 __all__ = ["Runtime"]
 
 _T = TypeVar("_T")
@@ -243,12 +245,17 @@ class Runtime:
 
         return httpx.AsyncClient(**options)
 
-    def langfuse(self) -> Langfuse:
-        """A Langfuse SDK client for the settings' LANGFUSE_* variables (the caller flushes
-        it). Its tracing stays off: the pipeline sends its own scores."""
+    def langfuse(self, project: LangfuseProject | None = None) -> Langfuse:
+        """A Langfuse SDK client for the settings' LANGFUSE_* variables, or for `project`
+        (one tenant's, from STREAMS_LANGFUSE_PROJECTS); the caller flushes it. Its tracing
+        stays off: the pipeline sends its own scores."""
         from langfuse import Langfuse  # only the Langfuse surfaces need the SDK
 
         # base_url, not host: the SDK lets its own LANGFUSE_BASE_URL variable beat `host`.
+        if project is not None:
+            return Langfuse(public_key=project.public_key, secret_key=project.secret_key,
+                            base_url=project.host or self.settings.langfuse_host or None,
+                            tracing_enabled=False)
         return Langfuse(public_key=self.settings.langfuse_public_key,
                         secret_key=self.settings.langfuse_secret_key,
                         base_url=self.settings.langfuse_host or None, tracing_enabled=False)

@@ -11,6 +11,7 @@ import logging
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -493,3 +494,37 @@ async def test_one_pool_per_loop_closed_by_flush(standin: LangfuseStandIn,
     assert await sink.record(sample_scores()) == []  # opens again
     await sink.aclose()
     assert standin.received_total == 2 * len(sample_scores())
+
+
+def test_each_tenants_langfuse_project_is_read_from_the_projects_file(tmp_path: Path) -> None:
+    from streams.adapters.langfuse import LangfuseProject, read_projects
+
+    path = tmp_path / "projects.json"
+    path.write_text(json.dumps({
+        "acme": {"public_key": "pk-lf-a", "secret_key": "sk-lf-a"},
+        "beta": {"public_key": "pk-lf-b", "secret_key": "sk-lf-b",
+                 "host": "https://eu.example"}}))
+    assert read_projects(str(path)) == {
+        "acme": LangfuseProject("pk-lf-a", "sk-lf-a"),
+        "beta": LangfuseProject("pk-lf-b", "sk-lf-b", "https://eu.example")}
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (None, "cannot read"),
+    ("{not json", "is not JSON"),
+    ("[]", "JSON object of tenants"),
+    ("{}", "JSON object of tenants"),
+    ('{"acme": {"public_key": "pk"}}', "tenant 'acme'.*needs \"public_key\" and \"secret_key\""),
+    ('{"acme": {"public_key": "pk", "secret_key": "sk", "hots": "x"}}', "tenant 'acme'"),
+    ('{"acme": {"public_key": "", "secret_key": "sk"}}', "'public_key' must be a non-empty"),
+])
+def test_a_bad_projects_file_is_a_config_error_naming_the_setting_and_tenant(
+        tmp_path: Path, text: str | None, says: str) -> None:
+    from streams.adapters.langfuse import read_projects
+    from streams.core.errors import ConfigError
+
+    path = tmp_path / "projects.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError, match=f"STREAMS_LANGFUSE_PROJECTS.*{says}"):
+        read_projects(str(path))

@@ -43,11 +43,11 @@ def standin_factory() -> Iterator[Callable[[], LangfuseStandIn]]:
 
 class SinkProcess:
     def __init__(self, settings: Settings, standin: LangfuseStandIn, log: Path,
-                 *args: str) -> None:
+                 *args: str, **env: str) -> None:
         self.env = settings.replace(
             langfuse_host=standin.url, langfuse_public_key=standin.public_key,
             langfuse_secret_key=standin.secret_key,
-            feedback_modules=("streams.examples.ops",)).child_env()
+            feedback_modules=("streams.examples.ops",)).child_env(**env)
         self.args = args
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
@@ -72,8 +72,8 @@ class SinkProcess:
 def sink_factory(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., SinkProcess]]:
     made: list[SinkProcess] = []
 
-    def make(standin: LangfuseStandIn, *args: str) -> SinkProcess:
-        proc = SinkProcess(settings, standin, tmp_path / f"sink{len(made)}.log", *args)
+    def make(standin: LangfuseStandIn, *args: str, **env: str) -> SinkProcess:
+        proc = SinkProcess(settings, standin, tmp_path / f"sink{len(made)}.log", *args, **env)
         made.append(proc)
         return proc.start()
 

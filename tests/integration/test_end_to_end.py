@@ -1,15 +1,20 @@
 """Feedback to Langfuse: a worker mirrors feedback into scores, a sink carries them into the
 Langfuse stand-in (an HTTP server applying Langfuse's rules; not Langfuse)."""
 
+import asyncio
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from standins.langfuse_standin import LangfuseStandIn
 from streams.core.actors import EvaluatorActor, UserActor
 from streams.core.events import AppEvent, RunStarted, TraceContext
 from streams.core.targets import ChainTarget, RunTarget
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
-from tests.conftest import WorkerProcess, wait_until
+from streams.settings import Settings
+from tests.conftest import WorkerProcess, read_topic, wait_until
 from tests.integration.conftest import SinkProcess
 
 TRACE = TraceContext(traceparent=f"00-{'4b' * 16}-{'1c' * 8}-01")
@@ -56,3 +61,42 @@ async def test_feedback_reaches_langfuse_on_its_trace_or_session(
     minutes = scores["resolution.minutes_to_mitigate"]
     assert minutes["value"] == 30 and minutes["dataType"] == "NUMERIC"
     assert {c["name"] for c in standin.score_configs()} >= set(scores)
+
+
+async def test_each_tenants_scores_reach_its_own_langfuse_project_and_no_other(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess],
+    standin_factory: Callable[[], LangfuseStandIn],
+    sink_factory: Callable[..., SinkProcess], tmp_path: Path,
+) -> None:
+    acme, beta, gamma = tenant_factory(), tenant_factory(), tenant_factory()
+    projects = {acme: standin_factory(), beta: standin_factory()}  # gamma has none
+    path = tmp_path / "projects.json"
+    path.write_text(json.dumps({tenant: {"public_key": s.public_key, "secret_key": s.secret_key,
+                                         "host": s.url} for tenant, s in projects.items()}))
+    worker_factory()
+    # The projects file, not LANGFUSE_* (set to acme's stand-in here), decides where scores go.
+    sink_factory(projects[acme], "--cursor", "langfuse", STREAMS_LANGFUSE_PROJECTS=str(path))
+    for tenant in (acme, beta, gamma):
+        ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+        spike = await ws.append(AppEvent(name="ops:error_spike"))
+        await ws.append(RunStarted(run_id="run_1", rule="ops:error-spike", action="triage",
+                                   firing_id="fir_1"),
+                        correlation_id=spike.id, causation_id=spike.id)
+        await ws.give_feedback(TriageQuality(correct=True, severity="low", note=tenant),
+                               on=RunTarget(run_id="run_1"))
+    for tenant, standin in projects.items():
+        wait_until(lambda s=standin: len(s.scores()) >= 3, 120, f"{tenant}'s three scores")
+    dead = read_topic(settings, tenant_topics(gamma, settings.topic_prefix).deadletter,
+                      at_least=3, timeout=120)
+    await asyncio.sleep(2.0)  # anything sent to the wrong project would have arrived by now
+    for tenant, standin in projects.items():
+        scores = standin.scores()
+        assert len(scores) == 3, scores
+        assert {s["metadata"]["tenant"] for s in scores} == {tenant}
+        assert [s["stringValue"] for s in scores if s["name"].endswith(".note")] == [tenant]
+    assert len(dead) == 3
+    assert all("has no Langfuse project in STREAMS_LANGFUSE_PROJECTS" in r["reason"]
+               for _m, r in dead), [r["reason"] for _m, r in dead]
+    assert {c["name"] for c in projects[beta].score_configs()} >= {
+        "triage_quality.correct", "triage_quality.severity", "triage_quality.note"}

@@ -125,28 +125,56 @@ def sink_langfuse(
     stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines; 0: none.")]
     = 0.0,
 ) -> None:
-    """Mirror every tenant's scores into Langfuse (LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY,
-    LANGFUSE_SECRET_KEY)."""
+    """Mirror every tenant's scores into Langfuse: one project for all (LANGFUSE_HOST,
+    LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY), or each tenant into its own project
+    (STREAMS_LANGFUSE_PROJECTS; a tenant it lacks has its scores dead-lettered)."""
     import asyncio
 
-    from streams.adapters.langfuse import LangfuseScoreConfigStore, LangfuseScoreSink
+    from streams.adapters.langfuse import (
+        LangfuseScoreConfigStore,
+        LangfuseScoreSink,
+        read_projects,
+    )
     from streams.core.sinks.configs import sync_score_configs
+    from streams.core.sinks.routed import TenantRouted
+    from streams.runtime.root import Runtime
 
     load_types(types)
     config = settings()
-    client = _langfuse_client(config)
     batch = batch_size or config.sink_batch_size
-    sink = LangfuseScoreSink(
-        client, batch_size=batch, timeout=config.langfuse_timeout,
-        concurrency=config.langfuse_concurrency,
-        identity=f"langfuse:{config.langfuse_host or ''}:{config.langfuse_public_key}")
+
+    def sink_of(client: Any, host: str | None, public_key: str | None) -> LangfuseScoreSink:
+        return LangfuseScoreSink(
+            client, batch_size=batch, timeout=config.langfuse_timeout,
+            concurrency=config.langfuse_concurrency,
+            identity=f"langfuse:{host or ''}:{public_key}")
+
+    if config.langfuse_projects:
+        try:
+            projects = read_projects(config.langfuse_projects)
+        except StreamsError as exc:
+            raise fail(exc, ExitCode.CONFIG) from exc
+        runtime = Runtime(config)
+        clients = {tenant: runtime.langfuse(project) for tenant, project in projects.items()}
+        sink: Any = TenantRouted(
+            {tenant: sink_of(clients[tenant], project.host or config.langfuse_host,
+                             project.public_key) for tenant, project in projects.items()},
+            unrouted="tenant {tenant!r} has no Langfuse project in STREAMS_LANGFUSE_PROJECTS "
+                     f"({config.langfuse_projects}): add its keys there and replay the "
+                     "dead letters")
+        console.print(f"Langfuse sink: a project per tenant for {', '.join(sorted(projects))}")
+    else:
+        client = _langfuse_client(config)
+        clients = {"": client}
+        sink = sink_of(client, config.langfuse_host, config.langfuse_public_key)
 
     async def main() -> None:
         if sync_configs:
-            with handled(), _langfuse_reached(config):
-                created = await sync_score_configs(LangfuseScoreConfigStore(client))
-            if created:
-                console.print(f"created score configs: {', '.join(created)}")
+            for client in clients.values():
+                with handled(), _langfuse_reached(config):
+                    created = await sync_score_configs(LangfuseScoreConfigStore(client))
+                if created:
+                    console.print(f"created score configs: {', '.join(created)}")
         await _run_sink(config, sink, cursor=None if no_cursor else cursor, replay=replay,
                         batch_size=batch, stats_interval=stats_interval)
     asyncio.run(main())
