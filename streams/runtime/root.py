@@ -149,7 +149,8 @@ class Runtime:
     def event_log(self) -> EventLog:
         """Appends to the tenants' events topics, on the shared producer and serde."""
         return self._once("event_log", lambda: EventLog(self.settings, self.serde,
-                                                        producer=self.producer))
+                                                        producer=self.producer,
+                                                        broker_answers=self.broker_answers))
 
     @property
     def access(self) -> TenantAccess:

@@ -81,9 +81,13 @@ class EventLog:
     """
 
     def __init__(self, settings: Settings, serde: AvroSerde, *, producer: Producer,
-                 owned: bool = False) -> None:
+                 owned: bool = False, broker_answers: Callable[[], bool] | None = None) -> None:
         self.settings = settings
         self.serde = serde
+        # Asked (in a thread) only when an append times out, to tell a broker that is away
+        # from a producer that cannot reach a broker others reach (the composition root's
+        # fresh-client probe).
+        self._broker_answers = broker_answers
         # The composition root hands in the producer (streams.runtime.root); `owned` says
         # this log flushes it on close rather than the producer's owner.
         self._owned = owned
@@ -225,10 +229,16 @@ class EventLog:
                 async with asyncio.timeout_at(deadline):
                     return await asyncio.shield(done)
             except TimeoutError as exc:
-                raise KafkaUnavailable(
-                    f"append to {topic} not acknowledged within {wait:g} s "
-                    "(STREAMS_FEEDBACK_TIMEOUT); check that the brokers in "
-                    "KAFKA_BOOTSTRAP_SERVERS are up") from exc
+                raise KafkaUnavailable(await self._unacknowledged(topic, wait)) from exc
+
+    async def _unacknowledged(self, topic: str, wait: float) -> str:
+        """Why an append was not acknowledged in time, and what to do about it."""
+        said = f"append to {topic} not acknowledged within {wait:g} s (STREAMS_FEEDBACK_TIMEOUT)"
+        if self._broker_answers is not None and await asyncio.to_thread(self._broker_answers):
+            return (f"{said}, although the brokers answer a new client: this process's "
+                    "producer cannot reach them (seen after a broker restart); retry, and "
+                    "restart the process if it lasts")
+        return f"{said}; check that the brokers in KAFKA_BOOTSTRAP_SERVERS are up"
 
     async def append_encoded(self, tenant: str,
                              records: list[tuple[bytes, bytes, Headers]],
