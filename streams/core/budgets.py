@@ -195,7 +195,8 @@ def with_budgets(rules: Iterable[Rule], actions: Mapping[str, Any], *,
                                    f"{budget}, another action as {known}: one name, one "
                                    "budget")
         if budget.money is not None:
-            table = (prices() if prices is not None else {}) if table is None else table
+            if table is None:  # read once, and only when some budget counts money
+                table = prices() if prices is not None else {}
             action.priced(table)
     out = list(rules)
     if not budgets:

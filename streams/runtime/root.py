@@ -252,14 +252,13 @@ class Runtime:
         stays off: the pipeline sends its own scores."""
         from langfuse import Langfuse  # only the Langfuse surfaces need the SDK
 
+        settings = self.settings
+        public, secret, host = (project.public_key, project.secret_key, project.host) \
+            if project is not None else \
+            (settings.langfuse_public_key, settings.langfuse_secret_key, None)
         # base_url, not host: the SDK lets its own LANGFUSE_BASE_URL variable beat `host`.
-        if project is not None:
-            return Langfuse(public_key=project.public_key, secret_key=project.secret_key,
-                            base_url=project.host or self.settings.langfuse_host or None,
-                            tracing_enabled=False)
-        return Langfuse(public_key=self.settings.langfuse_public_key,
-                        secret_key=self.settings.langfuse_secret_key,
-                        base_url=self.settings.langfuse_host or None, tracing_enabled=False)
+        return Langfuse(public_key=public, secret_key=secret,
+                        base_url=host or settings.langfuse_host or None, tracing_enabled=False)
 
     def on_close(self, close: Callable[[], None]) -> None:
         """Call `close` when the runtime closes, before its shared clients are flushed (a

@@ -21,4 +21,3 @@ def test_a_transactional_producer_retries_after_milliseconds_not_librdkafkas_100
     assert "retry.backoff.ms" not in producer_config(Settings())
     tuned = Settings(kafka_extra={"retry.backoff.ms": "50"})
     assert transactional_producer_config(tuned, "x")["retry.backoff.ms"] == "50"
-
