@@ -47,11 +47,14 @@ WORKDIR /app
 # `streams schemas check | register` read ./schemas by default.
 COPY schemas ./schemas
 # Bytecode was compiled at build time; the root file system can be read-only. The worker's
-# Faust data dir is under $TMPDIR (mount an emptyDir at /tmp).
+# Faust data dir is under $TMPDIR, and every process's local state (views, rule state, the
+# index's store: rebuilt from Kafka when missing) under /tmp too: mount an emptyDir at /tmp.
+# (The default, under $HOME, is the read-only /app: the API failed its first read there.)
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    TMPDIR=/tmp
+    TMPDIR=/tmp \
+    STREAMS_STATE_DIR=/tmp/state
 USER ${UID}:${UID}
 ENTRYPOINT ["streams"]
 CMD ["--help"]

@@ -6,8 +6,13 @@
 #   deploy/image.sh build           build the Dockerfile into $IMAGE_TAG
 #   deploy/image.sh probe           exit 0 when podman can run a container here (installs the
 #                                   tools and makes the base image first); else say why
-#   deploy/image.sh podman ARGS...  podman with this script's flags (runc, cgroupfs, no
+#   deploy/image.sh stack           build Kafka and Apicurio Registry images for
+#                                   docker-compose.yml from the stack's jars
+#                                   (deploy/stack-image/Containerfile): $KAFKA_IMAGE, $REGISTRY_IMAGE
+#   deploy/image.sh podman ARGS...  podman with this script's configuration (runc, cgroupfs, no
 #                                   default ulimits), e.g. `deploy/image.sh podman ps -a`
+#   deploy/image.sh conf            print the path of that configuration: CONTAINERS_CONF=PATH
+#                                   makes a plain `podman` (or podman-compose) run here
 #
 # What it does, and why:
 #   - installs podman, runc and mmdebstrap (Debian's packages) when podman is missing;
@@ -21,7 +26,9 @@
 #     reaches the package index the way pip outside does), at the same paths, read-only.
 # Settings (environment): IMAGE_TAG (default localhost/feedback-streams:local), IMAGE_BASE
 # (default localhost/debian-python:3.11), IMAGE_SUITE (default bookworm), STACK_CACHE (where
-# the base's tarball is kept, default .stack/cache).
+# the base's tarball is kept, default .stack/cache), KAFKA_IMAGE (default
+# localhost/feedback-streams-kafka:local), REGISTRY_IMAGE (default
+# localhost/feedback-streams-registry:local).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -29,6 +36,8 @@ IMAGE_TAG=${IMAGE_TAG:-localhost/feedback-streams:local}
 IMAGE_BASE=${IMAGE_BASE:-localhost/debian-python:3.11}
 IMAGE_SUITE=${IMAGE_SUITE:-bookworm}
 cache=${STACK_CACHE:-$repo/.stack/cache}
+KAFKA_IMAGE=${KAFKA_IMAGE:-localhost/feedback-streams-kafka:local}
+REGISTRY_IMAGE=${REGISTRY_IMAGE:-localhost/feedback-streams-registry:local}
 
 say() { echo "[image] $*" >&2; }
 die() { echo "[image] error: $*" >&2; exit 1; }
@@ -48,13 +57,17 @@ ensure_tools() {
     >/dev/null
 }
 
-conf="$cache/containers.conf"
-pm() {
+# The engine's settings in a file rather than flags, so tools that call podman themselves
+# (podman-compose, `podman kube play`) run with them too: CONTAINERS_CONF=$(deploy/image.sh conf).
+conf="$cache/podman-containers.conf"
+write_conf() {
   mkdir -p "$cache"
-  if [ ! -f "$conf" ]; then
-    printf '[containers]\ndefault_ulimits = []\n' >"$conf"
-  fi
-  CONTAINERS_CONF="$conf" podman --runtime runc --cgroup-manager=cgroupfs "$@"
+  printf '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n' \
+    >"$conf.part" && mv "$conf.part" "$conf"
+}
+pm() {
+  write_conf
+  CONTAINERS_CONF="$conf" podman "$@"
 }
 
 ensure_base() {
@@ -90,6 +103,31 @@ build() {
   say "built $IMAGE_TAG in $((SECONDS - began)) s"
 }
 
+# stack: the Kafka and registry images from the stack's jars. The build context is staged in
+# the cache (hard links where the file system allows): the Containerfile's folder, the jars and
+# the Java runtime the registry needs (21 or newer; deploy/stack.sh finds it).
+stack() {
+  ensure_tools
+  ensure_base
+  STACK_CACHE="$cache" "$here/stack.sh" fetch
+  local java_home ctx="$cache/stack-image"
+  java_home=$(STACK_CACHE="$cache" "$here/stack.sh" java-home)
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  cp -a "$here/stack-image/." "$ctx/"
+  cp -al "$java_home" "$ctx/java" 2>/dev/null || cp -a "$java_home" "$ctx/java"
+  cp -al "$cache/kafka-lib" "$ctx/kafka-lib" 2>/dev/null || cp -a "$cache/kafka-lib" "$ctx/kafka-lib"
+  local apicurio; apicurio=$(find "$cache" -maxdepth 1 -name 'apicurio-*' -type d | sort | tail -n 1)
+  cp -al "$apicurio" "$ctx/apicurio" 2>/dev/null || cp -a "$apicurio" "$ctx/apicurio"
+  local began=$SECONDS target tag
+  for target in kafka registry; do
+    if [ "$target" = kafka ]; then tag=$KAFKA_IMAGE; else tag=$REGISTRY_IMAGE; fi
+    say "building $tag (target $target of deploy/stack-image/Containerfile, Java from $java_home)"
+    pm build --quiet --network=host --build-arg "BASE_IMAGE=$IMAGE_BASE" --target "$target" \
+      -t "$tag" -f "$ctx/Containerfile" "$ctx" >/dev/null
+  done
+  say "built $KAFKA_IMAGE and $REGISTRY_IMAGE in $((SECONDS - began)) s"
+}
+
 probe() {
   ensure_tools
   ensure_base
@@ -99,6 +137,8 @@ probe() {
 case "${1:-}" in
   build) build ;;
   probe) probe ;;
+  stack) stack ;;
   podman) shift; pm "$@" ;;
-  *) die "usage: deploy/image.sh build | probe | podman ARGS..." ;;
+  conf) write_conf; echo "$conf" ;;
+  *) die "usage: deploy/image.sh build | stack | probe | conf | podman ARGS..." ;;
 esac

@@ -3,6 +3,7 @@
 # compatible API), both fetched from Maven Central and bound to 127.0.0.1.
 #
 #   deploy/stack.sh fetch    resolve the jars into the cache (idempotent)
+#   deploy/stack.sh java-home  the Java 21+ home the registry runs on (deploy/image.sh stack)
 #   deploy/stack.sh start    fetch, format storage if needed, start both, wait until ready
 #   deploy/stack.sh stop     stop both by process id (SIGTERM, then SIGKILL after a grace period)
 #   deploy/stack.sh status   say what runs, where
@@ -400,6 +401,7 @@ status() {
 
 case "${1:-}" in
   fetch) fetch ;;
+  java-home) registry_java | sed 's#/bin/java$##' ;;
   start) check_ports; fetch; start_kafka; start_registry; status ;;
   stop) stop_one registry "$DATA/registry.pid"; stop_one kafka "$DATA/kafka.pid" ;;
   status) status ;;

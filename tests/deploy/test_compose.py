@@ -38,7 +38,7 @@ def test_worker_sinks_and_api_run_from_the_image() -> None:
     assert commands["compose:serve"] == ["serve"]
     for name, svc in SERVICES.items():
         assert svc["build"] == ".", name
-        assert svc["image"] == "feedback-streams:dev", name
+        assert interpolate(svc["image"]) == "feedback-streams:dev", name
         assert svc["read_only"] is True and "/tmp" in svc["tmpfs"], name
         assert svc["cap_drop"] == ["ALL"], name
         assert svc["depends_on"]["kafka"]["condition"] == "service_healthy", name

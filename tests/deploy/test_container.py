@@ -6,16 +6,14 @@ the scores topic, the DuckDB file on the mounted folder, and reads back over RES
 
 `deploy/image.sh build` installs podman when it is missing and builds the image (see its
 header); the build is the slow part (minutes: pip installs every dependency in the build
-stage) and is done once per module. Containers are named by this test and removed by name.
+stage) and is done once per session (tests/deploy/conftest.py). Containers are named by this
+test and removed by name.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,39 +28,14 @@ from streams.core.tenancy import tenant_topics
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.root import Runtime
 from streams.settings import Settings
-from tests.conftest import REPO, _free_port, read_topic, unique, wait_until
+from tests.conftest import _free_port, read_topic, unique, wait_until
+from tests.deploy import podman
+from tests.deploy.podman import UID, image_sh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 
-IMAGE = os.environ.get("STREAMS_TEST_IMAGE", "localhost/feedback-streams:test")
-UID = "10001"  # the Dockerfile's user
 RUNS = 5
 SCORES = RUNS * 2  # triage_quality: correct and severity (no note)
-
-
-def image_sh(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """`deploy/image.sh ARGS` (podman with the script's flags)."""
-    return subprocess.run(["bash", str(REPO / "deploy" / "image.sh"), *args],
-                          env={**os.environ, "IMAGE_TAG": IMAGE}, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
-@pytest.fixture(scope="module")
-def image() -> str:
-    """The image, built once for the module (the build prints how long it took). Skipped,
-    with podman's own words, only on a machine where podman cannot be installed or cannot
-    run a container at all (`deploy/image.sh probe`); once it can, every failure counts."""
-    probe = image_sh("probe", timeout=900.0)
-    if probe.returncode != 0:
-        pytest.skip(f"podman cannot run containers on this machine (deploy/image.sh probe "
-                    f"exited {probe.returncode}): {probe.stderr.strip()[-1500:]}")
-    began = time.monotonic()
-    built = image_sh("build", timeout=2100.0)
-    if built.returncode != 0:
-        pytest.fail(f"deploy/image.sh build failed ({built.returncode}):\n"
-                    f"{built.stderr[-6000:]}\n{built.stdout[-2000:]}")
-    print(f"image built in {time.monotonic() - began:.0f} s: {built.stderr.strip()}")
-    return IMAGE
 
 
 @dataclass
@@ -88,21 +61,10 @@ class Containers:
         self.names.append(name)
         return name
 
-    def inspect(self, name: str) -> dict[str, Any]:
-        found = image_sh("podman", "inspect", name)
-        assert found.returncode == 0, found.stderr
-        return json.loads(found.stdout)[0]  # type: ignore[no-any-return]
-
-    def logs(self, name: str) -> str:
-        return image_sh("podman", "logs", name).stdout + image_sh("podman", "logs", name).stderr
-
-    def running(self, name: str) -> bool:
-        return bool(self.inspect(name)["State"]["Running"])
-
-    def stop(self, name: str) -> int:
-        """SIGTERM (then SIGKILL after 30 s); the process's exit code."""
-        image_sh("podman", "stop", "--time", "30", name, timeout=90.0)
-        return int(self.inspect(name)["State"]["ExitCode"])
+    inspect = staticmethod(podman.inspect)
+    logs = staticmethod(podman.logs)
+    running = staticmethod(podman.running)
+    stop = staticmethod(podman.stop)
 
     def remove_all(self) -> None:
         for name in self.names:
@@ -189,11 +151,8 @@ async def test_the_image_runs_worker_sink_and_serve_as_a_non_root_read_only_cont
                f"{SCORES} scores through the DuckDB sink container")
     for name in (worker, sink, serve):
         assert containers.running(name), containers.logs(name)[-4000:]
-        config = containers.inspect(name)
-        assert config["Config"]["User"] == f"{UID}:{UID}"
-        assert config["HostConfig"]["ReadonlyRootfs"] is True
-        uid = image_sh("podman", "exec", name, "id", "-u")
-        assert uid.stdout.strip() == UID, uid.stderr
+        assert containers.inspect(name)["Config"]["User"] == f"{UID}:{UID}"
+        podman.runs_as_the_image_user_read_only(name)
     assert containers.stop(sink) == 0, containers.logs(sink)[-4000:]
     import duckdb
 
