@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The local stack: a single-node KRaft Kafka 4.x broker and an Apicurio Registry (Confluent
-# compatible API), both fetched from Maven Central and bound to 127.0.0.1.
+# The local stack: a KRaft Kafka 4.x broker (one node, or a cluster of STACK_BROKERS) and an
+# Apicurio Registry (Confluent compatible API), both fetched from Maven Central and bound to
+# 127.0.0.1.
 #
 #   deploy/stack.sh fetch    resolve the jars into the cache (idempotent)
 #   deploy/stack.sh java-home  the Java 21+ home the registry runs on (deploy/image.sh stack)
@@ -9,9 +10,11 @@
 #   deploy/stack.sh status   say what runs, where
 #   deploy/stack.sh env      print the export lines a client needs
 #   deploy/stack.sh stop-registry | start-registry | restart-registry
-#   deploy/stack.sh stop-kafka | start-kafka | restart-kafka
-#                            one server only, data kept (for fault tests); start-registry needs
-#                            Kafka up, since the registry keeps its schemas in a Kafka topic
+#   deploy/stack.sh stop-kafka | start-kafka | restart-kafka [NODE]
+#                            one server only (of a cluster: node NODE, default every node),
+#                            data kept (for fault tests); start-registry needs Kafka up, since
+#                            the registry keeps its schemas in a Kafka topic
+#   deploy/stack.sh kill-kafka NODE   SIGKILL one broker (a crash, for fault tests)
 #
 # The registry keeps its schemas durably in the broker (Apicurio KafkaSQL storage: the journal
 # topic REGISTRY_TOPIC), so schema ids survive a restart of the registry or of the stack.
@@ -30,12 +33,18 @@
 #   REGISTRY_MANAGEMENT_PORT  registry health/metrics (default: 8091)
 #   STACK_ADMIN_PASSWORD  SCRAM password of User:admin (default: admin-secret)
 #   STACK_START_TIMEOUT   seconds to wait for readiness (default: 120)
+#   STACK_BROKERS     brokers in the cluster (default: 1). With more, each node is broker and
+#                     controller (a KRaft quorum of them all); node N listens on each port
+#                     above plus (N-1) * STACK_NODE_PORT_STEP (default: 10), keeps its data in
+#                     kafka-N/ and logs to kafka-N.log (node 1: kafka/, kafka.log); topics get
+#                     replication factor min(3, STACK_BROKERS) and min.insync.replicas 2 from
+#                     three brokers up (internal ones too), and `env` says so for clients
 #   REGISTRY_TOPIC    the registry's journal topic   (default: _registry-journal)
 #   REGISTRY_SNAPSHOTS_TOPIC  its snapshots topic    (default: _registry-snapshots)
 #
 # Exit codes: 0 done; 1 a failure (its line says what); 2 an unknown command; 3 one of the six
-# ports above is taken by another process (checked before anything starts; the line names the
-# port and its variable).
+# ports above (or a cluster node's) is taken by another process (checked before anything
+# starts; the line names the port and its variable).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -54,6 +63,12 @@ TIMEOUT=${STACK_START_TIMEOUT:-120}
 REGISTRY_TOPIC=${REGISTRY_TOPIC:-_registry-journal}
 REGISTRY_SNAPSHOTS_TOPIC=${REGISTRY_SNAPSHOTS_TOPIC:-_registry-snapshots}
 APICURIO_VERSION=3.3.3
+
+BROKERS=${STACK_BROKERS:-1}
+NODE_PORT_STEP=${STACK_NODE_PORT_STEP:-10}
+[[ "$BROKERS" =~ ^[1-9]$ ]] || { echo "[stack] error: STACK_BROKERS must be 1 to 9, not '$BROKERS'" >&2; exit 1; }
+REPLICATION=$(( BROKERS < 3 ? BROKERS : 3 ))
+MIN_ISR=$(( BROKERS < 3 ? 1 : 2 ))
 
 KAFKA_LIB=$CACHE/kafka-lib
 APICURIO_DIR=$CACHE/apicurio-$APICURIO_VERSION
@@ -120,6 +135,7 @@ pid_alive() {
   kill -0 "$pid" 2>/dev/null || return 1
   case "$1" in
     */kafka.pid) mark="$DATA/server.properties" ;;
+    */kafka-[0-9].pid) mark="$DATA/server-$(basename "$1" .pid | cut -d- -f2).properties" ;;
     */registry.pid) mark="-Dquarkus.http.port=$REGISTRY_PORT" ;;
     *) return 0 ;;
   esac
@@ -160,9 +176,39 @@ require_free() {
 }
 KAFKA_PORT_VARS=(KAFKA_PORT KAFKA_CONTROLLER_PORT KAFKA_SASL_PORT KAFKA_SSL_PORT)
 REGISTRY_PORT_VARS=(REGISTRY_PORT REGISTRY_MANAGEMENT_PORT)
+
+# A node's files and ports: node 1 keeps the single broker's names (kafka.pid, kafka.log,
+# server.properties, kafka/), node N>1 has kafka-N.pid, kafka-N.log, server-N.properties, kafka-N/.
+node_file() { if [ "$1" = 1 ]; then echo "$DATA/kafka$2"; else echo "$DATA/kafka-$1$2"; fi; }
+node_conf() { if [ "$1" = 1 ]; then echo "$DATA/server.properties"; else echo "$DATA/server-$1.properties"; fi; }
+node_log4j() { if [ "$1" = 1 ]; then echo "$DATA/log4j2.properties"; else echo "$DATA/log4j2-$1.properties"; fi; }
+node_port() { echo $(( $1 + ($2 - 1) * NODE_PORT_STEP )); }  # node_port BASE NODE
+nodes() { seq 1 "$BROKERS"; }
+valid_node() {
+  [[ "$1" =~ ^[1-9]$ ]] && [ "$1" -le "$BROKERS" ] \
+    || die "no node '$1': STACK_BROKERS is $BROKERS (nodes 1 to $BROKERS)"
+}
+bootstrap_list() {
+  local n out=""
+  for n in $(nodes); do out="$out${out:+,}127.0.0.1:$(node_port "$KAFKA_PORT" "$n")"; done
+  echo "$out"
+}
+require_free_node() {  # every port of a node, by the variable it comes from
+  local n=$1 var port of=""
+  if [ "$BROKERS" -gt 1 ]; then of=" of node $n"; fi
+  for var in "${KAFKA_PORT_VARS[@]}"; do
+    port=$(node_port "${!var}" "$n")
+    if port_open "$port"; then
+      printf '[stack] error: port %s (%s%s) is taken by another process: stop it, or set %s to a free port\n' \
+        "$port" "$var" "$of" "$var" >&2
+      exit "$PORT_BUSY"
+    fi
+  done
+}
 # The ports of the parts not running yet (a running part holds its own ports).
 check_ports() {
-  pid_alive "$DATA/kafka.pid" || require_free "${KAFKA_PORT_VARS[@]}"
+  local n
+  for n in $(nodes); do pid_alive "$(node_file "$n" .pid)" || require_free_node "$n"; done
   pid_alive "$DATA/registry.pid" || require_free "${REGISTRY_PORT_VARS[@]}"
 }
 
@@ -209,27 +255,45 @@ extendedKeyUsage=serverAuth,clientAuth"
   chmod 600 "$TLS"/*.key "$TLS/store-password"
 }
 
-write_kafka_config() {
-  mkdir -p "$DATA/kafka"
+# The quorum: one node bootstraps itself (formatted --standalone); a cluster names every voter.
+quorum_line() {
+  if [ "$BROKERS" = 1 ]; then
+    echo "controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT"
+    return
+  fi
+  local n voters=""
+  for n in $(nodes); do
+    voters="$voters${voters:+,}$n@127.0.0.1:$(node_port "$KAFKA_CONTROLLER_PORT" "$n")"
+  done
+  echo "controller.quorum.voters=$voters"
+}
+
+write_kafka_config() {  # write_kafka_config NODE
+  local n=$1 plain sasl ssl ctrl
+  plain=$(node_port "$KAFKA_PORT" "$n"); sasl=$(node_port "$KAFKA_SASL_PORT" "$n")
+  ssl=$(node_port "$KAFKA_SSL_PORT" "$n"); ctrl=$(node_port "$KAFKA_CONTROLLER_PORT" "$n")
+  mkdir -p "$(node_file "$n" "")"
   make_tls
-  cat >"$DATA/server.properties" <<EOF
+  cat >"$(node_conf "$n")" <<EOF
 process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SASL_SSL://127.0.0.1:$KAFKA_SSL_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SASL_SSL://127.0.0.1:$KAFKA_SSL_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+node.id=$n
+$(quorum_line)
+listeners=PLAINTEXT://127.0.0.1:$plain,SASL_PLAINTEXT://127.0.0.1:$sasl,SASL_SSL://127.0.0.1:$ssl,CONTROLLER://127.0.0.1:$ctrl
+advertised.listeners=PLAINTEXT://127.0.0.1:$plain,SASL_PLAINTEXT://127.0.0.1:$sasl,SASL_SSL://127.0.0.1:$ssl,CONTROLLER://127.0.0.1:$ctrl
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
-log.dirs=$DATA/kafka
+log.dirs=$(node_file "$n" "")
 num.partitions=3
-offsets.topic.replication.factor=1
+default.replication.factor=$REPLICATION
+min.insync.replicas=$MIN_ISR
+offsets.topic.replication.factor=$REPLICATION
 offsets.topic.num.partitions=3
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$REPLICATION
+transaction.state.log.min.isr=$MIN_ISR
 transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=$REPLICATION
+share.coordinator.state.topic.min.isr=$MIN_ISR
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 num.network.threads=2
@@ -250,11 +314,11 @@ authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:ANONYMOUS;User:admin
 allow.everyone.if.no.acl.found=false
 EOF
-  cat >"$DATA/log4j2.properties" <<EOF
+  cat >"$(node_log4j "$n")" <<EOF
 status = warn
 appender.file.type = File
 appender.file.name = file
-appender.file.fileName = $DATA/kafka.log
+appender.file.fileName = $(node_file "$n" .log)
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = INFO
@@ -287,7 +351,11 @@ wait_ready() { # name pidfile logfile check...
   done
 }
 
-kafka_ready() { grep -q "Kafka Server started" "$DATA/kafka.log" 2>/dev/null && port_open "$KAFKA_PORT"; }
+kafka_ready() {  # kafka_ready [NODE]: that node (default 1) has started and listens
+  local n=${1:-1}
+  grep -q "Kafka Server started" "$(node_file "$n" .log)" 2>/dev/null \
+    && port_open "$(node_port "$KAFKA_PORT" "$n")"
+}
 
 # Ready once the KafkaSQL storage has bootstrapped (it reads the journal topic up to a marker
 # it wrote itself at start-up, so every schema registered before is loaded: the storage
@@ -297,32 +365,79 @@ registry_ready() {
     && curl -fsS --max-time 5 "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7/subjects" >/dev/null 2>&1
 }
 
-start_kafka() {
-  if pid_alive "$DATA/kafka.pid"; then say "kafka already running (pid $(cat "$DATA/kafka.pid"))"; return; fi
-  require_free "${KAFKA_PORT_VARS[@]}"
-  write_kafka_config
-  if [ ! -f "$DATA/kafka/meta.properties" ]; then
-    local cluster_id
-    cluster_id=$(java -cp "$KAFKA_LIB/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
-    say "formatting storage in $DATA/kafka (cluster $cluster_id)"
-    java -Dlog4j2.configurationFile="$DATA/log4j2.properties" -cp "$KAFKA_LIB/*" \
-      kafka.tools.StorageTool format --standalone -t "$cluster_id" -c "$DATA/server.properties" \
+# spawn_kafka NODE: format the node's storage on its first start, then start it (not waiting).
+spawn_kafka() {
+  local n=$1 dir conf log4j
+  dir=$(node_file "$n" ""); conf=$(node_conf "$n"); log4j=$(node_log4j "$n")
+  write_kafka_config "$n"
+  if [ ! -f "$dir/meta.properties" ]; then
+    # Every node of a cluster formats with the same cluster id, kept beside the data.
+    [ -s "$DATA/cluster-id" ] || java -cp "$KAFKA_LIB/*" kafka.tools.StorageTool random-uuid \
+      2>/dev/null | tail -n 1 >"$DATA/cluster-id"
+    local cluster_id standalone=()
+    cluster_id=$(cat "$DATA/cluster-id")
+    if [ "$BROKERS" = 1 ]; then standalone=(--standalone); fi
+    say "formatting storage in $dir (cluster $cluster_id, node $n)"
+    java -Dlog4j2.configurationFile="$log4j" -cp "$KAFKA_LIB/*" \
+      kafka.tools.StorageTool format "${standalone[@]}" -t "$cluster_id" -c "$conf" \
       --add-scram "SCRAM-SHA-256=[name=admin,password=$ADMIN_PASSWORD]" \
       --add-scram "SCRAM-SHA-512=[name=admin,password=$ADMIN_PASSWORD]" \
-      >"$DATA/format.log" 2>&1 || { cat "$DATA/format.log" >&2; die "storage format failed"; }
+      >"$(node_file "$n" .format.log)" 2>&1 \
+      || { cat "$(node_file "$n" .format.log)" >&2; die "storage format of node $n failed"; }
   fi
   # A fresh log per start (the last five kept, kafka.log.1 the newest: a failure test that
   # restarts the broker several times keeps the start it failed in): readiness looks for this
   # start's "Kafka Server started".
-  keep_logs "$DATA/kafka.log"
-  : >"$DATA/kafka.log"
-  : >"$DATA/kafka.out"
-  say "starting kafka on 127.0.0.1:$KAFKA_PORT (SASL/SCRAM on $KAFKA_SASL_PORT, SASL/SCRAM over TLS on $KAFKA_SSL_PORT), data in $DATA/kafka"
-  spawn "$DATA/kafka.pid" "$DATA/kafka.out" java -Xms256m -Xmx768m -XX:+UseG1GC \
-    -Djava.awt.headless=true -Dlog4j2.configurationFile="$DATA/log4j2.properties" \
-    -cp "$KAFKA_LIB/*" kafka.Kafka "$DATA/server.properties"
-  wait_ready kafka "$DATA/kafka.pid" "$DATA/kafka.log" kafka_ready
-  say "kafka ready"
+  keep_logs "$(node_file "$n" .log)"
+  : >"$(node_file "$n" .log)"
+  : >"$(node_file "$n" .out)"
+  local heap=(-Xms256m -Xmx768m)
+  if [ "$BROKERS" -gt 1 ]; then heap=(-Xms128m -Xmx512m); fi  # several JVMs on one machine
+  say "starting kafka node $n on 127.0.0.1:$(node_port "$KAFKA_PORT" "$n") (SASL/SCRAM on $(node_port "$KAFKA_SASL_PORT" "$n"), SASL/SCRAM over TLS on $(node_port "$KAFKA_SSL_PORT" "$n")), data in $dir"
+  spawn "$(node_file "$n" .pid)" "$(node_file "$n" .out)" java "${heap[@]}" -XX:+UseG1GC \
+    -Djava.awt.headless=true -Dlog4j2.configurationFile="$log4j" \
+    -cp "$KAFKA_LIB/*" kafka.Kafka "$conf"
+}
+
+# start_kafka [NODE]: that node, or every node; the nodes of a cluster start together (a
+# quorum forms only once most voters run), then each is waited for.
+start_kafka() {
+  local n started=()
+  for n in ${1:-$(nodes)}; do
+    valid_node "$n"
+    if pid_alive "$(node_file "$n" .pid)"; then
+      say "kafka node $n already running (pid $(cat "$(node_file "$n" .pid)"))"
+      continue
+    fi
+    require_free_node "$n"
+    spawn_kafka "$n"
+    started+=("$n")
+  done
+  for n in "${started[@]}"; do
+    wait_ready kafka "$(node_file "$n" .pid)" "$(node_file "$n" .log)" kafka_ready "$n"
+    say "kafka node $n ready"
+  done
+}
+
+# stop_kafka [NODE]: that node, or every node (the last first).
+stop_kafka() {
+  local n
+  for n in ${1:-$(nodes | sort -rn)}; do
+    valid_node "$n"
+    stop_one "kafka node $n" "$(node_file "$n" .pid)"
+  done
+}
+
+kill_kafka() {  # kill_kafka NODE: SIGKILL, no shutdown (the crash a fault test wants)
+  local n=$1 pid pidfile
+  valid_node "$n"
+  pidfile=$(node_file "$n" .pid)
+  pid_alive "$pidfile" || die "kafka node $n is not running"
+  pid=$(cat "$pidfile")
+  say "killing kafka node $n (pid $pid, SIGKILL)"
+  kill -KILL "$pid"
+  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  rm -f "$pidfile"
 }
 
 spawn_registry() {
@@ -337,7 +452,7 @@ spawn_registry() {
     -Dquarkus.log.level=WARN -Dquarkus.log.category.\"io.apicurio.registry.storage.impl.kafkasql\".level=INFO \
     -Dapicurio.ccompat.legacy-id-mode.enabled=true \
     -Dapicurio.storage.kind=kafkasql \
-    -Dapicurio.kafkasql.bootstrap.servers="127.0.0.1:$KAFKA_PORT" \
+    -Dapicurio.kafkasql.bootstrap.servers="$(bootstrap_list)" \
     -Dapicurio.kafkasql.topic="$REGISTRY_TOPIC" \
     -Dapicurio.kafkasql.snapshots.topic="$REGISTRY_SNAPSHOTS_TOPIC" \
     -Dapicurio.kafkasql.topic.auto-create=true \
@@ -388,10 +503,13 @@ stop_one() { # name pidfile
 }
 
 status() {
-  local rc=0
-  if pid_alive "$DATA/kafka.pid"; then
-    echo "kafka     running  pid $(cat "$DATA/kafka.pid")  bootstrap 127.0.0.1:$KAFKA_PORT  scram 127.0.0.1:$KAFKA_SASL_PORT  scram+tls 127.0.0.1:$KAFKA_SSL_PORT (CA $TLS/ca.pem)"
-  else echo "kafka     stopped"; rc=1; fi
+  local rc=0 n name
+  for n in $(nodes); do
+    if [ "$BROKERS" = 1 ]; then name="kafka    "; else name="kafka-$n  "; fi
+    if pid_alive "$(node_file "$n" .pid)"; then
+      echo "$name running  pid $(cat "$(node_file "$n" .pid)")  bootstrap 127.0.0.1:$(node_port "$KAFKA_PORT" "$n")  scram 127.0.0.1:$(node_port "$KAFKA_SASL_PORT" "$n")  scram+tls 127.0.0.1:$(node_port "$KAFKA_SSL_PORT" "$n") (CA $TLS/ca.pem)"
+    else echo "$name stopped"; rc=1; fi
+  done
   if pid_alive "$DATA/registry.pid"; then
     echo "registry  running  pid $(cat "$DATA/registry.pid")  url http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
   else echo "registry  stopped"; rc=1; fi
@@ -403,10 +521,13 @@ case "${1:-}" in
   fetch) fetch ;;
   java-home) registry_java | sed 's#/bin/java$##' ;;
   start) check_ports; fetch; start_kafka; start_registry; status ;;
-  stop) stop_one registry "$DATA/registry.pid"; stop_one kafka "$DATA/kafka.pid" ;;
+  stop) stop_one registry "$DATA/registry.pid"; stop_kafka ;;
   status) status ;;
   env)
-    echo "export KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$KAFKA_PORT"
+    echo "export KAFKA_BOOTSTRAP_SERVERS=$(bootstrap_list)"
+    if [ "$BROKERS" -gt 1 ]; then
+      echo "export STREAMS_REPLICATION_FACTOR=$REPLICATION STREAMS_MIN_INSYNC_REPLICAS=$MIN_ISR"
+    fi
     echo "export SCHEMA_REGISTRY_URL=http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
     # The secured listeners, named for tests and operators; not KAFKA_SSL_CA_LOCATION itself,
     # which a PLAINTEXT client's settings refuse.
@@ -415,11 +536,12 @@ case "${1:-}" in
     echo "export STACK_CA_LOCATION=$TLS/ca.pem"
     echo "export STACK_CLIENT_CERTIFICATE=$TLS/client.pem STACK_CLIENT_KEY=$TLS/client.key"
     ;;
-  start-kafka) fetch; start_kafka ;;
-  stop-kafka) stop_one kafka "$DATA/kafka.pid" ;;
-  restart-kafka) fetch; stop_one kafka "$DATA/kafka.pid"; start_kafka ;;
+  start-kafka) fetch; start_kafka "${2:-}" ;;
+  stop-kafka) stop_kafka "${2:-}" ;;
+  restart-kafka) fetch; stop_kafka "${2:-}"; start_kafka "${2:-}" ;;
+  kill-kafka) [ -n "${2:-}" ] || die "usage: deploy/stack.sh kill-kafka NODE"; kill_kafka "$2" ;;
   start-registry) fetch; start_registry ;;
   stop-registry) stop_one registry "$DATA/registry.pid" ;;
   restart-registry) fetch; stop_one registry "$DATA/registry.pid"; start_registry ;;
-  *) sed -n '2,39p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,47p' "$0" >&2; exit 2 ;;
 esac

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from streams.settings import Settings
 from tests.conftest import REPO
 
-__all__ = ["Samples", "get", "health", "scrape", "start_duckdb_sink"]
+__all__ = ["Samples", "get", "health", "mirror_caught_up", "scrape", "sink_caught_up",
+           "start_duckdb_sink"]
 
 
 def start_duckdb_sink(settings: Settings, tmp_path: Path,
@@ -68,3 +69,23 @@ def scrape(port: int) -> Samples | None:
     """The process's metrics now, or None when /metrics does not answer 200."""
     status, body = get(port, "/metrics")
     return Samples(body.decode()) if status == 200 else None
+
+
+def mirror_caught_up(port: int, group: str, topic: str, partitions: int, tenant: str,
+                     at_least: int) -> bool:
+    """The worker on `port` mirrored `at_least` feedback events of `tenant` and its group's
+    lag on `topic` is 0 on every one of its `partitions`."""
+    s = scrape(port)
+    if s is None:
+        return False
+    lag = s.select("streams_consumer_lag", group=group, topic=topic)
+    return (len(lag) == partitions and all(v == 0 for _l, v in lag)
+            and s.total("streams_mirror_feedback_total", tenant=tenant) >= at_least)
+
+
+def sink_caught_up(port: int, topic: str, tenant: str, at_least: int) -> bool:
+    """The sink on `port` delivered `at_least` scores of `tenant` and its lag on `topic` is 0."""
+    s = scrape(port)
+    lag = s.select("streams_consumer_lag", topic=topic) if s else []
+    return bool(s and lag and all(v == 0 for _l, v in lag)
+                and s.total("streams_sink_deliveries_total", tenant=tenant) >= at_least)

@@ -28,6 +28,7 @@ _START_UP = re.compile(r"Transition from|Finished waiting for the broker to be u
                        r"[Tt]imed out transaction|abort")
 # Generous: two JVMs on a shared 2-core machine. stack.sh itself gives up after 120 s a server.
 START_TIMEOUT = 400.0
+NODE_PORT_STEP = 10  # deploy/stack.sh's STACK_NODE_PORT_STEP default
 
 
 @dataclass
@@ -42,8 +43,19 @@ class OwnStack:
         return f"http://127.0.0.1:{self.env['REGISTRY_PORT']}/apis/ccompat/v7"
 
     @property
+    def brokers(self) -> int:
+        """Nodes of the stack's Kafka cluster (STACK_BROKERS, 1 by default)."""
+        return int(self.env.get("STACK_BROKERS", "1"))
+
+    def node_port(self, variable: str, node: int) -> int:
+        """A node's port: the variable's, plus stack.sh's step per node (10)."""
+        return int(self.env[variable]) + (node - 1) * NODE_PORT_STEP
+
+    @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.env['KAFKA_PORT']}"
+        """Every node's PLAINTEXT listener."""
+        return ",".join(f"127.0.0.1:{self.node_port('KAFKA_PORT', n)}"
+                        for n in range(1, self.brokers + 1))
 
     @property
     def sasl_bootstrap(self) -> str:
@@ -65,7 +77,9 @@ class OwnStack:
         of each server's logs (this start's and the one before), so a broker that did not
         come back, or died after it did, says why."""
         told = [self.run("status", timeout=30).stdout.strip()]
-        for name in ("kafka.log", "kafka.log.1", "kafka.out", "registry.log"):
+        nodes = ["kafka"] + [f"kafka-{n}" for n in range(2, self.brokers + 1)]
+        for name in [f"{k}{suffix}" for k in nodes for suffix in (".log", ".log.1", ".out")] \
+                + ["registry.log"]:
             path = self.data / name
             if path.is_file():
                 tail = path.read_text(errors="replace").splitlines()[-lines:]
@@ -116,9 +130,11 @@ class OwnStack:
 
 
 @contextmanager
-def own_stack_in(data: Path, *, start: bool) -> Iterator[OwnStack]:
+def own_stack_in(data: Path, *, start: bool, brokers: int = 1) -> Iterator[OwnStack]:
     """A stack on six free ports with its data in `data` (jars from STACK_CACHE, default the
-    repository's .stack/cache); started when `start`, always stopped on the way out."""
+    repository's .stack/cache), of `brokers` Kafka nodes (node N on each Kafka port plus
+    10 * (N - 1): stack.sh checks those are free); started when `start`, always stopped on
+    the way out."""
     ports: set[int] = set()
     while len(ports) < 6:
         ports.add(_free_port())
@@ -134,6 +150,7 @@ def own_stack_in(data: Path, *, start: bool) -> Iterator[OwnStack]:
         "KAFKA_SSL_PORT": str(tls),
         "REGISTRY_PORT": str(registry),
         "REGISTRY_MANAGEMENT_PORT": str(management),
+        "STACK_BROKERS": str(brokers),
     })
     stack = OwnStack(env, data)
     try:

@@ -27,7 +27,7 @@ from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import Stack, WorkerProcess, _free_port, read_topic, wait_until
 from tests.faults.conftest import OwnStack, assert_alive, check_scores
-from tests.scrape import health, scrape, start_duckdb_sink
+from tests.scrape import health, mirror_caught_up, scrape, sink_caught_up, start_duckdb_sink
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -135,12 +135,8 @@ async def _outage(own_stack: OwnStack, settings: Settings, ws: Workspace, topics
     group = f"{settings.topic_prefix}-feedback-mirror"
 
     def caught_up() -> float | None:
-        s = scrape(port)
-        if s is None:
-            return None
-        lag = s.select("streams_consumer_lag", group=group, topic=topics.events)
-        if len(lag) == settings.partitions and all(v == 0 for _l, v in lag) \
-                and s.total("streams_mirror_feedback_total", tenant=topics.tenant) >= len(given):
+        if mirror_caught_up(port, group, topics.events, settings.partitions, topics.tenant,
+                            len(given)):
             return time.time()
         return None
 
@@ -181,10 +177,7 @@ async def _outage(own_stack: OwnStack, settings: Settings, ws: Workspace, topics
     assert dead == [], [r["reason"] for _m, r in dead]
 
     def delivered() -> float | None:
-        s = scrape(sink_port)
-        lag = s.select("streams_consumer_lag", topic=topics.scores) if s else []
-        if s and lag and all(v == 0 for _l, v in lag) and s.total(
-                "streams_sink_deliveries_total", tenant=topics.tenant) >= len(given) * 3:
+        if sink_caught_up(sink_port, topics.scores, topics.tenant, len(given) * 3):
             return time.time()
         return None
 
