@@ -62,8 +62,12 @@ ensure_tools() {
 conf="$cache/podman-containers.conf"
 write_conf() {
   mkdir -p "$cache"
-  printf '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n' \
-    >"$conf.part" && mv "$conf.part" "$conf"
+  local want part
+  want=$(printf '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n')
+  if [ -f "$conf" ] && [ "$(cat "$conf")" = "$want" ]; then return; fi
+  # A file of its own, then a rename: two scripts writing at once never see half a file.
+  part=$(mktemp "$conf.XXXXXX")
+  printf '%s\n' "$want" >"$part" && mv -f "$part" "$conf"
 }
 pm() {
   write_conf
@@ -103,6 +107,13 @@ build() {
   say "built $IMAGE_TAG in $((SECONDS - began)) s"
 }
 
+# link_or_copy SRC DEST: hard links where the file system allows, else a copy (DEST made anew).
+link_or_copy() {
+  cp -al "$1" "$2" 2>/dev/null && return
+  rm -rf "$2"
+  cp -a "$1" "$2"
+}
+
 # stack: the Kafka and registry images from the stack's jars. The build context is staged in
 # the cache (hard links where the file system allows): the Containerfile's folder, the jars and
 # the Java runtime the registry needs (21 or newer; deploy/stack.sh finds it).
@@ -110,14 +121,16 @@ stack() {
   ensure_tools
   ensure_base
   STACK_CACHE="$cache" "$here/stack.sh" fetch
-  local java_home ctx="$cache/stack-image"
+  local java_home apicurio ctx="$cache/stack-image"
   java_home=$(STACK_CACHE="$cache" "$here/stack.sh" java-home)
+  apicurio=$(STACK_CACHE="$cache" "$here/stack.sh" apicurio-home)
   rm -rf "$ctx" && mkdir -p "$ctx"
   cp -a "$here/stack-image/." "$ctx/"
-  cp -al "$java_home" "$ctx/java" 2>/dev/null || cp -a "$java_home" "$ctx/java"
-  cp -al "$cache/kafka-lib" "$ctx/kafka-lib" 2>/dev/null || cp -a "$cache/kafka-lib" "$ctx/kafka-lib"
-  local apicurio; apicurio=$(find "$cache" -maxdepth 1 -name 'apicurio-*' -type d | sort | tail -n 1)
-  cp -al "$apicurio" "$ctx/apicurio" 2>/dev/null || cp -a "$apicurio" "$ctx/apicurio"
+  # The Java runtime copied with its links followed: some point outside it (a JDK's
+  # cacerts into /etc), where the image has nothing.
+  cp -aL "$java_home" "$ctx/java"
+  link_or_copy "$cache/kafka-lib" "$ctx/kafka-lib"
+  link_or_copy "$apicurio" "$ctx/apicurio"
   local began=$SECONDS target tag
   for target in kafka registry; do
     if [ "$target" = kafka ]; then tag=$KAFKA_IMAGE; else tag=$REGISTRY_IMAGE; fi

@@ -4,7 +4,8 @@
 # 127.0.0.1.
 #
 #   deploy/stack.sh fetch    resolve the jars into the cache (idempotent)
-#   deploy/stack.sh java-home  the Java 21+ home the registry runs on (deploy/image.sh stack)
+#   deploy/stack.sh java-home | apicurio-home   the Java 21+ home the registry runs on, and
+#                            the registry's unpacked release (for deploy/image.sh stack)
 #   deploy/stack.sh start    fetch, format storage if needed, start both, wait until ready
 #   deploy/stack.sh stop     stop both by process id (SIGTERM, then SIGKILL after a grace period)
 #   deploy/stack.sh status   say what runs, where
@@ -64,9 +65,18 @@ REGISTRY_TOPIC=${REGISTRY_TOPIC:-_registry-journal}
 REGISTRY_SNAPSHOTS_TOPIC=${REGISTRY_SNAPSHOTS_TOPIC:-_registry-snapshots}
 APICURIO_VERSION=3.3.3
 
-BROKERS=${STACK_BROKERS:-1}
+# A data dir keeps the broker count it was formatted for: a later command without
+# STACK_BROKERS acts on every node, and one with another count is refused (node 1 of a single
+# broker is formatted standalone, a cluster's with every voter: they cannot be mixed).
+FORMATTED_BROKERS=$(cat "$DATA/brokers" 2>/dev/null || true)
+BROKERS=${STACK_BROKERS:-${FORMATTED_BROKERS:-1}}
 NODE_PORT_STEP=${STACK_NODE_PORT_STEP:-10}
 [[ "$BROKERS" =~ ^[1-9]$ ]] || { echo "[stack] error: STACK_BROKERS must be 1 to 9, not '$BROKERS'" >&2; exit 1; }
+[[ "$NODE_PORT_STEP" =~ ^[1-9][0-9]*$ ]] || { echo "[stack] error: STACK_NODE_PORT_STEP must be a positive number, not '$NODE_PORT_STEP'" >&2; exit 1; }
+if [ -n "$FORMATTED_BROKERS" ] && [ "$FORMATTED_BROKERS" != "$BROKERS" ]; then
+  echo "[stack] error: $DATA was formatted for $FORMATTED_BROKERS broker(s), not $BROKERS: set STACK_BROKERS=$FORMATTED_BROKERS, or use another STACK_DATA_DIR" >&2
+  exit 1
+fi
 REPLICATION=$(( BROKERS < 3 ? BROKERS : 3 ))
 MIN_ISR=$(( BROKERS < 3 ? 1 : 2 ))
 
@@ -372,8 +382,13 @@ spawn_kafka() {
   write_kafka_config "$n"
   if [ ! -f "$dir/meta.properties" ]; then
     # Every node of a cluster formats with the same cluster id, kept beside the data.
-    [ -s "$DATA/cluster-id" ] || java -cp "$KAFKA_LIB/*" kafka.tools.StorageTool random-uuid \
-      2>/dev/null | tail -n 1 >"$DATA/cluster-id"
+    if [ ! -s "$DATA/cluster-id" ]; then
+      local made
+      made=$(java -cp "$KAFKA_LIB/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1) \
+        && [ -n "$made" ] || die "could not make a cluster id (kafka.tools.StorageTool random-uuid)"
+      echo "$made" >"$DATA/cluster-id"
+      echo "$BROKERS" >"$DATA/brokers"
+    fi
     local cluster_id standalone=()
     cluster_id=$(cat "$DATA/cluster-id")
     if [ "$BROKERS" = 1 ]; then standalone=(--standalone); fi
@@ -437,6 +452,7 @@ kill_kafka() {  # kill_kafka NODE: SIGKILL, no shutdown (the crash a fault test 
   say "killing kafka node $n (pid $pid, SIGKILL)"
   kill -KILL "$pid"
   for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  kill -0 "$pid" 2>/dev/null && die "kafka node $n (pid $pid) still runs 10 s after SIGKILL"
   rm -f "$pidfile"
 }
 
@@ -463,7 +479,9 @@ start_registry() {
   if pid_alive "$DATA/registry.pid"; then say "registry already running (pid $(cat "$DATA/registry.pid"))"; return; fi
   require_free "${REGISTRY_PORT_VARS[@]}"
   # The registry keeps its schemas in the broker: without Kafka it cannot load them.
-  kafka_ready || die "kafka is not running on 127.0.0.1:$KAFKA_PORT: start it first (deploy/stack.sh start-kafka)"
+  local n up=""
+  for n in $(nodes); do kafka_ready "$n" && up=1 && break; done
+  [ -n "$up" ] || die "kafka is not running on $(bootstrap_list): start it first (deploy/stack.sh start-kafka)"
   mkdir -p "$DATA"
   keep_logs "$DATA/registry.log"
   say "starting schema registry on 127.0.0.1:$REGISTRY_PORT (schemas in topic $REGISTRY_TOPIC)"
@@ -520,6 +538,7 @@ status() {
 case "${1:-}" in
   fetch) fetch ;;
   java-home) registry_java | sed 's#/bin/java$##' ;;
+  apicurio-home) echo "$APICURIO_DIR" ;;
   start) check_ports; fetch; start_kafka; start_registry; status ;;
   stop) stop_one registry "$DATA/registry.pid"; stop_kafka ;;
   status) status ;;
@@ -543,5 +562,5 @@ case "${1:-}" in
   start-registry) fetch; start_registry ;;
   stop-registry) stop_one registry "$DATA/registry.pid" ;;
   restart-registry) fetch; stop_one registry "$DATA/registry.pid"; start_registry ;;
-  *) sed -n '2,47p' "$0" >&2; exit 2 ;;
+  *) awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "$0" >&2; exit 2 ;;
 esac

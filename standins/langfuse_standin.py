@@ -5,8 +5,8 @@ loopback server instead. It plays the part of the public API that the langfuse P
 uses for scores, score configs and datasets, and it applies the server's rules listed below.
 It was checked against the langfuse 5.0.4 wheel (what the SDK sends, which response models it
 parses) and the langfuse server sources (validation rules, storage key). Anything it does not
-list, it does not do: no traces, no observations, no ingestion of OpenTelemetry spans, no
-reading scores back through the API, no asynchronous worker (rules the real server applies
+list, it does not do: no observations or traces through the ingestion route, no reading
+scores or traces back through the API, no asynchronous worker (rules the real server applies
 later in its worker are applied here at once, in the answer).
 
 Endpoints (standard library only: ``http.server.ThreadingHTTPServer`` on a background thread,
@@ -34,6 +34,14 @@ bound to 127.0.0.1, port 0 = chosen by the OS):
   (status 400, or 404 for a missing config), never a 4xx of the request. A body that is not
   ``{"batch": [...]}`` gets 400; a body over 3,500,000 bytes (Langfuse's 3.5 MB batch limit)
   gets 413.
+- ``POST /api/public/otel/v1/traces``: OpenTelemetry spans over OTLP/HTTP, as Langfuse takes
+  them: an ``ExportTraceServiceRequest`` in binary protobuf (``Content-Type:
+  application/x-protobuf``, what the OTLP HTTP exporter sends) or its JSON mapping
+  (``application/json``), optionally ``Content-Encoding: gzip``. Answers 200 with an empty
+  ``ExportTraceServiceResponse`` (in the request's encoding); a body that does not parse gets
+  400, another content type 415. Every span is kept for this project (``traces()``): trace
+  and span ids in hex, name, attributes and the resource's ``service.name``. One stand-in is
+  one project: its keys are the project's, so two stand-ins are two projects, kept apart.
 - ``POST/GET /api/public/score-configs`` (create; paginated list) and
   ``GET/PATCH /api/public/score-configs/{id}``.
 - Datasets, as SDK 5.0.4 calls them (``api.datasets``, ``api.dataset_items``):
@@ -125,6 +133,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import gzip
 import hmac
 import json
 import math
@@ -176,6 +185,7 @@ _INGESTION: Final = f"{_API}/ingestion"
 _CONFIGS: Final = f"{_API}/score-configs"
 _DATASETS: Final = f"{_API}/v2/datasets"
 _ITEMS: Final = f"{_API}/dataset-items"
+_OTEL_TRACES: Final = f"{_API}/otel/v1/traces"
 ITEM_ID_MAX_LENGTH: Final = 255
 DATASET_STATUSES: Final = frozenset({"ACTIVE", "ARCHIVED"})
 
@@ -219,6 +229,7 @@ class _Answer:
     status: int
     payload: Any
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None  # sent as is (with its Content-Type header) instead of JSON
 
 
 @dataclass(slots=True)
@@ -230,6 +241,44 @@ class _Faults:
     delay: float = 0.0
     reject: ScorePredicate | None = None
     reject_reason: str = "Rejected by the stand-in"
+
+
+_OTLP_ID_BYTES: Final = {"traceId": 16, "spanId": 8, "parentSpanId": 8}
+
+
+def _hex_ids_as_base64(value: Any) -> Any:
+    """OTLP/JSON writes trace and span ids as hex, where protobuf's JSON mapping reads bytes
+    as base64: the ids (in spans and links, at any depth) made base64 for ParseDict.
+    ValueError for an id that is not hex of its length."""
+    if isinstance(value, list):
+        return [_hex_ids_as_base64(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        size = _OTLP_ID_BYTES.get(key)
+        if size is not None and isinstance(item, str) and item:
+            raw = bytes.fromhex(item)
+            if len(raw) != size:
+                raise ValueError(f"{key} {item!r} is not {size} bytes of hex")
+            out[key] = base64.b64encode(raw).decode()
+        else:
+            out[key] = _hex_ids_as_base64(item)
+    return out
+
+
+def _otlp_attributes(attributes: Any) -> dict[str, Any]:
+    """OTLP KeyValues as a plain dict (scalar values; arrays and maps as their JSON form)."""
+    from google.protobuf import json_format
+
+    out: dict[str, Any] = {}
+    for kv in attributes:
+        kind = kv.value.WhichOneof("value")
+        if kind in ("array_value", "kvlist_value"):
+            out[kv.key] = json_format.MessageToDict(getattr(kv.value, kind))
+        else:
+            out[kv.key] = getattr(kv.value, kind) if kind else None
+    return out
 
 
 def _is_number(value: object) -> bool:
@@ -403,10 +452,11 @@ class _Handler(BaseHTTPRequestHandler):
         answer, delay = standin._answer(self.command, self.path, dict(self.headers), body)
         if delay > 0:
             time.sleep(delay)
-        data = json.dumps(answer.payload).encode()
+        data = answer.raw if answer.raw is not None else json.dumps(answer.payload).encode()
         try:
             self.send_response(answer.status)
-            self.send_header("Content-Type", "application/json")
+            if "Content-Type" not in answer.headers:
+                self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             for name, value in answer.headers.items():
                 self.send_header(name, value)
@@ -462,6 +512,7 @@ class LangfuseStandIn(LoopbackService):
         self._config_seq: dict[str, int] = {}
         self._datasets: dict[str, dict[str, Any]] = {}
         self._items: dict[str, dict[str, Any]] = {}
+        self._spans: list[dict[str, Any]] = []
         self._received_total = 0
         self._requests = 0
         self._log: list[RecordedRequest] = []
@@ -510,6 +561,13 @@ class LangfuseStandIn(LoopbackService):
                                   if dataset_name is None
                                   or item["datasetName"] == dataset_name])
 
+    def traces(self) -> list[dict[str, Any]]:
+        """Spans received on the OTLP route, in arrival order (copies): ``trace_id`` and
+        ``span_id`` (hex), ``parent_span_id`` (hex, "" for a root), ``name``, ``attributes``
+        and ``service`` (the resource's service.name)."""
+        with self._lock:
+            return copy.deepcopy(self._spans)
+
     def score_configs(self) -> list[dict[str, Any]]:
         """Stored score configs (copies), in creation order."""
         with self._lock:
@@ -540,6 +598,7 @@ class LangfuseStandIn(LoopbackService):
             self._config_seq.clear()
             self._datasets.clear()
             self._items.clear()
+            self._spans.clear()
             self._received_total = 0
             self._requests = 0
             self._log.clear()
@@ -654,10 +713,10 @@ class LangfuseStandIn(LoopbackService):
         config_id: str | None = None
         dataset_name: str | None = None
         item_id: str | None = None
-        if path in (_PROJECTS, _SCORES, _INGESTION, _CONFIGS, _DATASETS, _ITEMS):
+        if path in (_PROJECTS, _SCORES, _INGESTION, _CONFIGS, _DATASETS, _ITEMS, _OTEL_TRACES):
             allowed = {_PROJECTS: ("GET",), _SCORES: ("POST",), _INGESTION: ("POST",),
                        _CONFIGS: ("GET", "POST"), _DATASETS: ("GET", "POST"),
-                       _ITEMS: ("GET", "POST")}[path]
+                       _ITEMS: ("GET", "POST"), _OTEL_TRACES: ("POST",)}[path]
         elif path.startswith(f"{_CONFIGS}/") and path.count("/") == 4:
             config_id = path.rsplit("/", 1)[1]
             allowed = ("GET", "PATCH")
@@ -690,6 +749,8 @@ class LangfuseStandIn(LoopbackService):
                 if len(raw_body) > MAX_BODY_BYTES:
                     return _Answer(413, {"message": "Request body exceeds 1,000,000 bytes"})
                 return self._post_scores(body, raw_body)
+            if path == _OTEL_TRACES:
+                return self._post_traces(headers, raw_body)
             if path == _INGESTION:
                 if len(raw_body) > MAX_INGESTION_BYTES:
                     return _Answer(413, {"message": "Request body exceeds 3,500,000 bytes"})
@@ -747,6 +808,52 @@ class LangfuseStandIn(LoopbackService):
             "organization": {"id": "standin-org", "name": "Langfuse stand-in"},
             "metadata": {},
         }
+
+    # -- traces (OTLP/HTTP) ----------------------------------------------------------------
+
+    def _post_traces(self, headers: Mapping[str, str], raw_body: bytes) -> _Answer:
+        # The OTLP protobuf classes come with the OpenTelemetry exporter this project uses.
+        from google.protobuf import json_format
+        from google.protobuf.message import DecodeError
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+            ExportTraceServiceResponse,
+        )
+
+        lower = {k.lower(): v for k, v in headers.items()}
+        content_type = lower.get("content-type", "").split(";")[0].strip()
+        body = raw_body
+        if lower.get("content-encoding", "").lower() == "gzip":
+            try:
+                body = gzip.decompress(body)
+            except (OSError, EOFError) as error:
+                return _Answer(400, {"message": f"Invalid gzip body: {error}"})
+        request = ExportTraceServiceRequest()
+        try:
+            if content_type == "application/x-protobuf":
+                request.ParseFromString(body)
+            elif content_type == "application/json":
+                json_format.ParseDict(_hex_ids_as_base64(json.loads(body)), request)
+            else:
+                return _Answer(415, {"message": f"Unsupported content type {content_type!r}: "
+                                                "application/x-protobuf or application/json"})
+        except (DecodeError, json_format.ParseError, ValueError) as error:
+            return _Answer(400, {"message": f"Invalid OTLP request: {error}"})
+        for resource_spans in request.resource_spans:
+            resource = _otlp_attributes(resource_spans.resource.attributes)
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    self._spans.append({
+                        "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
+                        "parent_span_id": span.parent_span_id.hex(), "name": span.name,
+                        "attributes": _otlp_attributes(span.attributes),
+                        "service": resource.get("service.name"),
+                    })
+        response = ExportTraceServiceResponse()
+        if content_type == "application/json":
+            return _Answer(200, json_format.MessageToDict(response))
+        return _Answer(200, None, {"Content-Type": "application/x-protobuf"},
+                       raw=response.SerializeToString())
 
     # -- scores ----------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ this order (the names below are grouped the same way):
 4. Rules: `Rule(name=..., when=on(...), then=run(...))`, `F` for filters; a worker runs them.
 5. Evaluators: `FunctionEvaluator` and friends, run by a rule's `EvaluatorAction`.
 6. Scores and sinks: each feedback becomes `Score`s (`score_configs`); `FeedbackMirror` carries
-   one workspace's scores to a sink in process, `streams sink` every tenant's.
+   one workspace's scores to a sink in process, `streams sink` every tenant's;
+   `configure_telemetry` sends an application's traces to its tenant's Langfuse project.
 7. Errors: every error is a `StreamsError` whose message says what to fix.
 
 Names load on first use, so `from streams import Feedback` costs only the core: Kafka, Faust,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from streams.runtime.client.workspace import Recorded, StreamsClient, Workspace
     from streams.runtime.root import Runtime
     from streams.runtime.sink.mirror import FeedbackMirror
+    from streams.runtime.telemetry import Telemetry, configure_telemetry
     from streams.settings import Settings
 
 _HOMES: dict[str, str] = {
@@ -123,6 +125,8 @@ _HOMES: dict[str, str] = {
     "scores_of": "streams.core.scores",
     "sync_score_configs": "streams.core.sinks.configs",
     "FeedbackMirror": "streams.runtime.sink.mirror",
+    "configure_telemetry": "streams.runtime.telemetry",
+    "Telemetry": "streams.runtime.telemetry",
     # -- Errors: one StreamsError base; each says what to fix
     "StreamsError": "streams.core.errors",
     "ConfigError": "streams.core.errors",
@@ -180,6 +184,7 @@ __all__ = [
     "StreamsClient",
     "StreamsError",
     "SystemActor",
+    "Telemetry",
     "TraceContext",
     "UserActor",
     "ValidationFailed",
@@ -187,6 +192,7 @@ __all__ = [
     "Workspace",
     "app_event_type",
     "chain_events",
+    "configure_telemetry",
     "on",
     "registry",
     "run",

@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO, _free_port
+from tests.conftest import REPO, _free_port, _handed_out
 
 __all__ = ["SCRIPT", "START_TIMEOUT", "OwnStack", "own_stack_in"]
 
@@ -129,16 +130,38 @@ class OwnStack:
                 os.kill(pid, signal.SIGKILL)
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _ports(brokers: int) -> list[int]:
+    """Six free ports (Kafka, controller, SASL, registry, management, TLS); with more than one
+    broker, the other nodes' Kafka ports (each + 10 per node) free too and all distinct."""
+    for _ in range(200):
+        ports = sorted({_free_port() for _ in range(6)})
+        if len(ports) < 6:
+            continue
+        kafka_ports = [ports[i] for i in (0, 1, 2, 5)]
+        derived = [p + n * NODE_PORT_STEP for p in kafka_ports for n in range(1, brokers)]
+        if len(set(derived) | set(ports)) == len(derived) + 6 and all(map(_bindable, derived)):
+            _handed_out.update(derived)
+            return ports
+    raise RuntimeError(f"no free loopback ports for a stack of {brokers} brokers")
+
+
 @contextmanager
 def own_stack_in(data: Path, *, start: bool, brokers: int = 1) -> Iterator[OwnStack]:
     """A stack on six free ports with its data in `data` (jars from STACK_CACHE, default the
     repository's .stack/cache), of `brokers` Kafka nodes (node N on each Kafka port plus
     10 * (N - 1): stack.sh checks those are free); started when `start`, always stopped on
     the way out."""
-    ports: set[int] = set()
-    while len(ports) < 6:
-        ports.add(_free_port())
-    kafka, controller, sasl, registry, management, tls = sorted(ports)
+    ports = _ports(brokers)
+    kafka, controller, sasl, registry, management, tls = ports
     env = {k: v for k, v in os.environ.items()
            if k not in {"REGISTRY_TOPIC", "REGISTRY_SNAPSHOTS_TOPIC"}}
     env.update({
@@ -151,6 +174,7 @@ def own_stack_in(data: Path, *, start: bool, brokers: int = 1) -> Iterator[OwnSt
         "REGISTRY_PORT": str(registry),
         "REGISTRY_MANAGEMENT_PORT": str(management),
         "STACK_BROKERS": str(brokers),
+        "STACK_NODE_PORT_STEP": str(NODE_PORT_STEP),
     })
     stack = OwnStack(env, data)
     try:

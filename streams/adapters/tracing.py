@@ -17,10 +17,13 @@ without one pays nothing per record.
 Export: `configure_tracing(settings.otlp_traces_endpoint, service)` installs an SDK tracer
 provider that sends spans over OTLP/HTTP to that URL (`STREAMS_OTLP_TRACES_ENDPOINT`);
 without one it does nothing, and an application that installed its own provider keeps it.
+`langfuse_exporter` sends them to a Langfuse project's OTLP endpoint instead (or as well:
+`install_exporters`); `streams.runtime.telemetry.configure_telemetry` chooses, per tenant.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -45,6 +48,7 @@ from streams.core.events import Envelope, TraceContext
 __all__ = [
     "HEADER_TRACEPARENT",
     "HEADER_TRACESTATE",
+    "LANGFUSE_OTLP_PATH",
     "MAX_LINKS",
     "TRACER_NAME",
     "batch_span",
@@ -52,7 +56,10 @@ __all__ = [
     "configure_tracing",
     "context_of",
     "current_trace",
+    "install_exporters",
+    "langfuse_exporter",
     "messaging_attributes",
+    "otlp_exporter",
     "span_context_of",
     "traced_as",
     "tracer",
@@ -66,6 +73,8 @@ HEADER_TRACEPARENT = "traceparent"
 HEADER_TRACESTATE = "tracestate"
 MAX_LINKS = 128
 """The most links a batch span gets (OpenTelemetry's default OTEL_SPAN_LINK_COUNT_LIMIT)."""
+LANGFUSE_OTLP_PATH = "/api/public/otel/v1/traces"
+"""Where Langfuse takes OpenTelemetry spans (OTLP/HTTP, protobuf or JSON), under its URL."""
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -236,10 +245,36 @@ def configure_tracing(endpoint: str | None, service: str) -> bool:
     is installed already (an application's own). Returns whether it installed one."""
     if not endpoint:
         return False
-    if tracing_enabled():
-        log.info("a tracer provider is installed already; STREAMS_OTLP_TRACES_ENDPOINT unused")
-        return False
+    return install_exporters(service, [otlp_exporter(endpoint)]) is not None
+
+
+def otlp_exporter(endpoint: str, headers: Mapping[str, str] | None = None) -> Any:
+    """OpenTelemetry's OTLP/HTTP span exporter to `endpoint` (protobuf), with `headers`."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}))
+
+
+def langfuse_exporter(host: str, public_key: str, secret_key: str) -> Any:
+    """An OTLP/HTTP exporter to a Langfuse project: `<host>/api/public/otel/v1/traces`, HTTP
+    Basic auth with the project's keys, and the ingestion-version header Langfuse asks direct
+    exporters to send."""
+    token = base64.b64encode(f"{public_key}:{secret_key}".encode()).decode()
+    return otlp_exporter(f"{host.rstrip('/')}{LANGFUSE_OTLP_PATH}",
+                         {"Authorization": f"Basic {token}",
+                          "x-langfuse-ingestion-version": "4"})
+
+
+def install_exporters(service: str, exporters: Sequence[Any]) -> Any:
+    """Install an SDK tracer provider sending every span to each of `exporters` (batched),
+    with `service` as service.name unless OTEL_SERVICE_NAME says otherwise; returns it, or
+    None when there is no exporter or a provider is installed already (an application's own,
+    which is kept)."""
+    if not exporters:
+        return None
+    if tracing_enabled():
+        log.info("a tracer provider is installed already; the configured exporters are unused")
+        return None
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -247,6 +282,7 @@ def configure_tracing(endpoint: str | None, service: str) -> bool:
     # OTEL_SERVICE_NAME (read by the SDK) names the service when it is set.
     named = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service}
     provider = TracerProvider(resource=Resource.create(named))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    return True
+    return provider

@@ -90,9 +90,10 @@ def project(image: str, stack_images: tuple[str, str], tmp_path: Path
         "HOST_STATE_DIR": str(tmp_path / "state"),
     })
     yield made
-    subprocess.run([str(COMPOSE_BIN), "-p", made.name, "-f", str(COMPOSE), "down", "-v",
-                    "-t", "30"], env={**os.environ, **made.env}, capture_output=True,
-                   timeout=300, check=False)
+    down = subprocess.run([str(COMPOSE_BIN), "-p", made.name, "-f", str(COMPOSE), "down", "-v",
+                           "-t", "30"], env={**os.environ, **made.env}, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert down.returncode == 0, f"podman-compose down left the project behind: {down.stderr}"
 
 
 def _answers(url: str) -> bool:

@@ -12,6 +12,7 @@ docs/operations.md:
   - a Secret in the played file is stored as YAML it then cannot read back for `secretRef`
     (it expects JSON of base64 values), so the rendered Secret's data is made a podman secret
     of that name first;
+  - every name gets a suffix of this run's, so two runs on one machine keep apart;
   - the pods run on the host network (the stack listens on loopback only), where podman
     refuses declared container ports: those are dropped and the probes name their port by
     number;
@@ -27,7 +28,9 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,7 @@ SCORES = RUNS * 2  # triage_quality: correct and severity (no note)
 OVERLAY = REPO / "deploy" / "k8s" / "overlays" / "local"
 PLAYED_KINDS = {"ConfigMap", "Deployment"}
 SECRET = "streams-credentials"
+CONFIG = "streams-config"
 
 
 def render(out: Path) -> list[dict[str, Any]]:
@@ -66,9 +70,10 @@ def render(out: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-def for_podman(objects: list[dict[str, Any]], image: str, config: dict[str, str]
-               ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """(the objects to play, the Secret's data): see the module's docstring for each change."""
+def for_podman(objects: list[dict[str, Any]], image: str, config: dict[str, str],
+               suffix: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """(the objects to play, the Secret's data): see the module's docstring for each change.
+    Every name gets `suffix`, so two runs on one machine never replace each other's pods."""
     played: list[dict[str, Any]] = []
     secret: dict[str, str] = {}
     for obj in objects:
@@ -77,10 +82,16 @@ def for_podman(objects: list[dict[str, Any]], image: str, config: dict[str, str]
             secret = dict(obj["data"])
         if obj["kind"] not in PLAYED_KINDS:
             continue
+        obj["metadata"]["name"] += suffix
         if obj["kind"] == "ConfigMap":
+            assert obj["metadata"]["name"] == CONFIG + suffix
             obj["data"].update(config)
         for container in _containers(obj):
             container["image"] = image
+            for source in container.get("envFrom", []):
+                for ref in ("configMapRef", "secretRef"):
+                    if ref in source:
+                        source[ref]["name"] += suffix
             ports = {p.get("name"): p["containerPort"] for p in container.pop("ports", [])}
             for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
                 http = container.get(probe, {}).get("httpGet")
@@ -96,32 +107,39 @@ def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return obj["spec"]["template"]["spec"]["containers"]  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def kube(tmp_path: Path) -> Iterator[Callable[[list[dict[str, Any]], dict[str, str]], None]]:
-    """Plays objects (after making their Secret a podman secret); takes it all down after."""
-    played = tmp_path / "played.yaml"
+@dataclass
+class Kube:
+    """Plays objects (after making their Secret a podman secret named with `suffix`)."""
 
-    def play(objects: list[dict[str, Any]], secret: dict[str, str]) -> None:
-        podman.image_sh("podman", "secret", "rm", SECRET)
-        data = tmp_path / "secret.json"
+    suffix: str
+    played: Path
+
+    def __call__(self, objects: list[dict[str, Any]], secret: dict[str, str]) -> None:
+        data = self.played.with_name("secret.json")
         data.write_text(json.dumps(secret))
-        made = podman.image_sh("podman", "secret", "create", SECRET, str(data))
+        made = podman.image_sh("podman", "secret", "create", SECRET + self.suffix, str(data))
         assert made.returncode == 0, made.stderr
-        played.write_text(yaml.safe_dump_all(objects))
-        done = podman.image_sh("podman", "kube", "play", "--replace", "--network", "host",
-                               str(played), timeout=300.0)
+        self.played.write_text(yaml.safe_dump_all(objects))
+        done = podman.image_sh("podman", "kube", "play", "--network", "host",
+                               str(self.played), timeout=300.0)
         assert done.returncode == 0, done.stderr
 
-    yield play
-    if played.exists():
-        podman.image_sh("podman", "kube", "down", str(played), timeout=300.0)
-    podman.image_sh("podman", "secret", "rm", SECRET)
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[Kube]:
+    """A Kube of unique names; its pods and secret are removed at the end."""
+    made = Kube(f"-{uuid.uuid4().hex[:8]}", tmp_path / "played.yaml")
+    yield made
+    if made.played.exists():
+        down = podman.image_sh("podman", "kube", "down", str(made.played), timeout=300.0)
+        assert down.returncode == 0, f"podman kube down left pods behind: {down.stderr}"
+    podman.image_sh("podman", "secret", "rm", SECRET + made.suffix)
 
 
 async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
     image: str, stack: Stack, settings: Settings, tenant_factory: Callable[..., str],
     client_factory: Callable[..., Any], tmp_path: Path,
-    kube: Callable[[list[dict[str, Any]], dict[str, str]], None],
+    kube: Kube,
 ) -> None:
     assert stack.sasl_bootstrap_servers, "the test stack has no SASL listener"
     tenant = tenant_factory()
@@ -142,16 +160,19 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
             "STREAMS_SERVE_HOST": "127.0.0.1", "STREAMS_SERVE_PORT": str(port),
             "STREAMS_FEEDBACK_MODULES": "streams.examples.ops",
             "LANGFUSE_HOST": standin.url,
-        })
+        }, kube.suffix)
         assert secret["KAFKA_SASL_USERNAME"], "the overlay's Secret has no SASL user"
         secret["LANGFUSE_PUBLIC_KEY"] = base64.b64encode(standin.public_key.encode()).decode()
         secret["LANGFUSE_SECRET_KEY"] = base64.b64encode(standin.secret_key.encode()).decode()
-        deployments = {o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"}
+        deployments = {o["metadata"]["name"].removesuffix(kube.suffix)
+                       for o in objects if o["kind"] == "Deployment"}
         assert deployments == {"streams-worker", "streams-sink-langfuse", "streams-serve"}
         kube(objects, secret)
 
         base = f"http://127.0.0.1:{port}"
-        serve = "streams-serve-pod-0-serve"  # podman's names: <deployment>-pod-0-<container>
+        # podman's names: <deployment>-pod-0-<container>
+        serve, worker, sink = (f"streams-{d}{kube.suffix}-pod-0-{c}" for d, c in (
+            ("serve", "serve"), ("worker", "worker"), ("sink-langfuse", "sink")))
 
         def ready() -> bool:
             assert podman.running(serve), podman.logs(serve)[-4000:]
@@ -191,7 +212,7 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         wait_until(lambda: len(standin.scores()) >= SCORES, 180,
                    f"{SCORES} scores in Langfuse from the sink pod")
         assert len(standin.scores()) == SCORES
-        for name in (serve, "streams-worker-pod-0-worker", "streams-sink-langfuse-pod-0-sink"):
+        for name in (serve, worker, sink):
             assert podman.running(name), podman.logs(name)[-4000:]
             podman.runs_as_the_image_user_read_only(name)
     finally:

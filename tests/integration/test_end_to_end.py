@@ -1,8 +1,11 @@
 """Feedback to Langfuse: a worker mirrors feedback into scores, a sink carries them into the
-Langfuse stand-in (an HTTP server applying Langfuse's rules; not Langfuse)."""
+Langfuse stand-in (an HTTP server applying Langfuse's rules; not Langfuse); applications'
+traces reach it through configure_telemetry, each tenant's in its own project."""
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from streams.core.targets import ChainTarget, RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import Resolution, TriageQuality
 from streams.settings import Settings
-from tests.conftest import WorkerProcess, read_topic, wait_until
+from tests.conftest import REPO, WorkerProcess, read_topic, wait_until
 from tests.integration.conftest import SinkProcess
 
 TRACE = TraceContext(traceparent=f"00-{'4b' * 16}-{'1c' * 8}-01")
@@ -63,8 +66,8 @@ async def test_feedback_reaches_langfuse_on_its_trace_or_session(
     assert {c["name"] for c in standin.score_configs()} >= set(scores)
 
 
-async def test_each_tenants_scores_reach_its_own_langfuse_project_and_no_other(
-    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+async def test_each_tenants_traces_and_scores_reach_its_own_langfuse_project_and_no_other(
+    settings: Settings, tenant_factory: Callable[..., str],
     worker_factory: Callable[..., WorkerProcess],
     standin_factory: Callable[[], LangfuseStandIn],
     sink_factory: Callable[..., SinkProcess], tmp_path: Path,
@@ -77,14 +80,19 @@ async def test_each_tenants_scores_reach_its_own_langfuse_project_and_no_other(
     worker_factory()
     # The projects file, not LANGFUSE_* (set to acme's stand-in here), decides where scores go.
     sink_factory(projects[acme], "--cursor", "langfuse", STREAMS_LANGFUSE_PROJECTS=str(path))
+    # Each tenant's application: configure_telemetry(tenant=..., langfuse="traces"), a run
+    # appended inside its span, then judged (tests/integration/telemetry_app.py).
+    apps: dict[str, dict[str, Any]] = {}
     for tenant in (acme, beta, gamma):
-        ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
-        spike = await ws.append(AppEvent(name="ops:error_spike"))
-        await ws.append(RunStarted(run_id="run_1", rule="ops:error-spike", action="triage",
-                                   firing_id="fir_1"),
-                        correlation_id=spike.id, causation_id=spike.id)
-        await ws.give_feedback(TriageQuality(correct=True, severity="low", note=tenant),
-                               on=RunTarget(run_id="run_1"))
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "tests.integration.telemetry_app", tenant],
+            env=settings.child_env(STREAMS_LANGFUSE_PROJECTS=str(path)), cwd=REPO,
+            capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr[-4000:]
+        apps[tenant] = json.loads(done.stdout.strip().splitlines()[-1])
+        if tenant == gamma:
+            assert "has no Langfuse project in STREAMS_LANGFUSE_PROJECTS" in done.stderr
+    assert [t for t, app in apps.items() if app["langfuse"]] == [acme, beta]
     for tenant, standin in projects.items():
         wait_until(lambda s=standin: len(s.scores()) >= 3, 120, f"{tenant}'s three scores")
     dead = read_topic(settings, tenant_topics(gamma, settings.topic_prefix).deadletter,
@@ -95,6 +103,12 @@ async def test_each_tenants_scores_reach_its_own_langfuse_project_and_no_other(
         assert len(scores) == 3, scores
         assert {s["metadata"]["tenant"] for s in scores} == {tenant}
         assert [s["stringValue"] for s in scores if s["name"].endswith(".note")] == [tenant]
+        # The scores sit on the run's trace, and that trace is in this project, no other's.
+        assert {s["traceId"] for s in scores} == {apps[tenant]["trace_id"]}
+        traces = {span["trace_id"] for span in standin.traces()}
+        assert apps[tenant]["trace_id"] in traces
+        assert traces.isdisjoint(app["trace_id"] for t, app in apps.items() if t != tenant)
+        assert {span["service"] for span in standin.traces()} == {"triage-app"}
     assert len(dead) == 3
     assert all("has no Langfuse project in STREAMS_LANGFUSE_PROJECTS" in r["reason"]
                for _m, r in dead), [r["reason"] for _m, r in dead]
