@@ -69,6 +69,8 @@ APICURIO_VERSION=3.3.3
 # STACK_BROKERS acts on every node, and one with another count is refused (node 1 of a single
 # broker is formatted standalone, a cluster's with every voter: they cannot be mixed).
 FORMATTED_BROKERS=$(cat "$DATA/brokers" 2>/dev/null || true)
+# (a data dir formatted before the count was kept is a single broker's)
+if [ -z "$FORMATTED_BROKERS" ] && [ -f "$DATA/kafka/meta.properties" ]; then FORMATTED_BROKERS=1; fi
 BROKERS=${STACK_BROKERS:-${FORMATTED_BROKERS:-1}}
 NODE_PORT_STEP=${STACK_NODE_PORT_STEP:-10}
 [[ "$BROKERS" =~ ^[1-9]$ ]] || { echo "[stack] error: STACK_BROKERS must be 1 to 9, not '$BROKERS'" >&2; exit 1; }

@@ -243,6 +243,12 @@ class _Faults:
     reject_reason: str = "Rejected by the stand-in"
 
 
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """A request header by its case-insensitive name."""
+    wanted = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == wanted), None)
+
+
 _OTLP_ID_BYTES: Final = {"traceId": 16, "spanId": 8, "parentSpanId": 8}
 
 
@@ -739,7 +745,8 @@ class LangfuseStandIn(LoopbackService):
                 extra["Retry-After"] = str(self._faults.fail_retry_after)
             return _Answer(status, {"message": HTTPStatus(status).phrase}, extra)
 
-        if not self._authorized(headers.get("Authorization")):
+        # Header names are case-insensitive (OpenTelemetry's exporter sends them lower-case).
+        if not self._authorized(_header(headers, "Authorization")):
             return _Answer(401, {"message": "Invalid credentials", "error": "Unauthorized"})
 
         try:
@@ -820,10 +827,9 @@ class LangfuseStandIn(LoopbackService):
             ExportTraceServiceResponse,
         )
 
-        lower = {k.lower(): v for k, v in headers.items()}
-        content_type = lower.get("content-type", "").split(";")[0].strip()
+        content_type = (_header(headers, "Content-Type") or "").split(";")[0].strip()
         body = raw_body
-        if lower.get("content-encoding", "").lower() == "gzip":
+        if (_header(headers, "Content-Encoding") or "").lower() == "gzip":
             try:
                 body = gzip.decompress(body)
             except (OSError, EOFError) as error:

@@ -61,10 +61,10 @@ if TYPE_CHECKING:
     from streams.core.scores import Score, ScoreConfig, ScoreConfigs, score_configs, scores_of
     from streams.core.sinks.configs import sync_score_configs
     from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+    from streams.runtime.client.telemetry import Telemetry, configure_telemetry
     from streams.runtime.client.workspace import Recorded, StreamsClient, Workspace
     from streams.runtime.root import Runtime
     from streams.runtime.sink.mirror import FeedbackMirror
-    from streams.runtime.telemetry import Telemetry, configure_telemetry
     from streams.settings import Settings
 
 _HOMES: dict[str, str] = {
@@ -125,8 +125,8 @@ _HOMES: dict[str, str] = {
     "scores_of": "streams.core.scores",
     "sync_score_configs": "streams.core.sinks.configs",
     "FeedbackMirror": "streams.runtime.sink.mirror",
-    "configure_telemetry": "streams.runtime.telemetry",
-    "Telemetry": "streams.runtime.telemetry",
+    "configure_telemetry": "streams.runtime.client.telemetry",
+    "Telemetry": "streams.runtime.client.telemetry",
     # -- Errors: one StreamsError base; each says what to fix
     "StreamsError": "streams.core.errors",
     "ConfigError": "streams.core.errors",

@@ -18,7 +18,7 @@ Export: `configure_tracing(settings.otlp_traces_endpoint, service)` installs an 
 provider that sends spans over OTLP/HTTP to that URL (`STREAMS_OTLP_TRACES_ENDPOINT`);
 without one it does nothing, and an application that installed its own provider keeps it.
 `langfuse_exporter` sends them to a Langfuse project's OTLP endpoint instead (or as well:
-`install_exporters`); `streams.runtime.telemetry.configure_telemetry` chooses, per tenant.
+`install_exporters`); `streams.runtime.client.telemetry.configure_telemetry` chooses, per tenant.
 """
 
 from __future__ import annotations

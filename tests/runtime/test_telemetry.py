@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from streams.core.errors import ConfigError
-from streams.runtime.telemetry import configure_telemetry
+from streams.runtime.client.telemetry import configure_telemetry
 from streams.settings import Settings
 
 
@@ -43,7 +43,7 @@ def test_a_tenant_without_a_project_gets_no_client_and_a_warning(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "projects.json"
     path.write_text(json.dumps({"acme": {"public_key": "pk", "secret_key": "sk"}}))
-    with caplog.at_level(logging.WARNING, logger="streams.runtime.telemetry"):
+    with caplog.at_level(logging.WARNING, logger="streams.runtime.client.telemetry"):
         made = configure_telemetry("app", tenant="beta", langfuse="traces",
                                    settings=settings(langfuse_projects=str(path)))
     assert made.langfuse is None and made.destinations == () and made.provider is None

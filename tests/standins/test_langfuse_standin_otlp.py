@@ -51,7 +51,8 @@ def test_spans_from_the_otlp_exporter_are_kept_with_their_ids_and_attributes(
     assert spans["outer"]["attributes"] == {"tenant": "acme", "n": 3}
     assert spans["outer"]["service"] == "unit"
     sent = [r for r in standin.request_log() if r.path == LANGFUSE_OTLP_PATH]
-    assert sent and all(r.headers.get("x-langfuse-ingestion-version") == "4" for r in sent)
+    assert sent and all({k.lower(): v for k, v in r.headers.items()}.get(
+        "x-langfuse-ingestion-version") == "4" for r in sent)
 
 
 def test_wrong_keys_are_refused_and_nothing_is_kept(standin: LangfuseStandIn) -> None:

@@ -235,9 +235,11 @@ class EventLog:
         """Why an append was not acknowledged in time, and what to do about it."""
         said = f"append to {topic} not acknowledged within {wait:g} s (STREAMS_FEEDBACK_TIMEOUT)"
         if self._broker_answers is not None and await asyncio.to_thread(self._broker_answers):
-            return (f"{said}, although the brokers answer a new client: this process's "
-                    "producer cannot reach them (seen after a broker restart); retry, and "
-                    "restart the process if it lasts")
+            return (f"{said}, although the brokers answer a new client: the partition's "
+                    "leader was slow to take the write (a broker just started, or a new "
+                    "topic), or this process's producer cannot reach the brokers (seen after "
+                    "a broker restart); retry, raise STREAMS_FEEDBACK_TIMEOUT if it is short, "
+                    "and restart the process if it lasts")
         return f"{said}; check that the brokers in KAFKA_BOOTSTRAP_SERVERS are up"
 
     async def append_encoded(self, tenant: str,
