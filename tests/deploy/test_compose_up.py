@@ -28,22 +28,24 @@ import pytest
 
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
-from streams.core.events import AppEvent, RunStarted
-from streams.core.tenancy import tenant_topics
-from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.runtime.sink.runner import cursor_group
 from streams.settings import Settings
-from tests.conftest import _free_port, read_topic, unique, wait_until
+from tests.conftest import _free_port, unique, wait_until
 from tests.deploy import podman
+from tests.deploy.flow import (
+    SCORES,
+    append_runs,
+    feedback_over_rest,
+    scores_of_feedback,
+    wait_ready,
+)
 from tests.deploy.manifests import COMPOSE
 from tests.integration.test_feedback_mirror import committed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
-RUNS = 5
-SCORES = RUNS * 2  # triage_quality: correct and severity (no note)
 COMPOSE_BIN = Path(sys.executable).with_name("podman-compose")
 
 
@@ -121,12 +123,7 @@ async def test_compose_up_runs_the_stack_and_the_pipeline(project: ComposeProjec
     TenantAdmin(settings).create_tenant(tenant)
     client = StreamsClient(Runtime(settings))
     try:
-        ws = client.workspace(tenant, "prod", actor=UserActor(id="ada"))
-        for i in range(RUNS):
-            spike = await ws.append(AppEvent(name="ops:error_spike"))
-            await ws.append(RunStarted(run_id=f"run_{i}", rule="ops:error-spike",
-                                       action="triage", firing_id=f"fir_{i}"),
-                            correlation_id=spike.id, causation_id=spike.id)
+        await append_runs(client.workspace(tenant, "prod", actor=UserActor(id="ada")))
     finally:
         client.close()
 
@@ -135,38 +132,12 @@ async def test_compose_up_runs_the_stack_and_the_pipeline(project: ComposeProjec
     serve = project.container("serve")
     base = f"http://127.0.0.1:{project.env['API_PORT']}"
 
-    def ready() -> bool:
+    def alive() -> None:
         assert podman.running(serve), podman.logs(serve)[-4000:]
-        return _answers(f"{base}/readyz")
 
-    wait_until(ready, 180, "the compose API to be ready", every=1.0)
-    store = KeyStore(Runtime(settings))
-    store.start()
-    try:
-        _key, token = store.create(tenant, UserActor(id="ada"), {"give_feedback", "read"})
-    finally:
-        store.close()
-    url = f"{base}/v1/workspaces/{tenant}.prod"
-    given: list[str] = []
-    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {token}"}
-                                 ) as http:
-        for i in range(RUNS):
-            answer = await http.post(f"{url}/commands", json={
-                "type": "command", "command_id": f"fb_{i}",
-                "command": {"type": "give_feedback", "feedback_type": "triage_quality",
-                            "target": {"kind": "run", "run_id": f"run_{i}"},
-                            "value": {"correct": i % 2 == 0, "severity": "high"}}})
-            assert answer.status_code == 200, answer.text
-            given.append(answer.json()["outcome"]["id"])
-        read_back = await http.get(f"{url}/feedback", params={
-            "feedback_type": "triage_quality", "participant": "user:ada"})
-    assert read_back.status_code == 200, read_back.text
-    assert sorted(f["event_id"] for f in read_back.json()["feedback"]) == sorted(given)
-
-    topic = tenant_topics(tenant, settings.topic_prefix).scores
-    scores = read_topic(settings, topic, at_least=SCORES, timeout=180, settle=2.0)
-    assert sorted({r["source"]["feedback_event_id"] for _m, r in scores}) == sorted(given)
-    assert len(scores) == SCORES
+    wait_ready(base, alive, "the compose API to be ready")
+    given = await feedback_over_rest(base, settings, tenant)
+    scores_of_feedback(settings, tenant, given)
 
     services = ("worker", "sink-duckdb", "serve")
     for service in services:

@@ -19,24 +19,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from streams.core.actors import UserActor
-from streams.core.events import AppEvent, RunStarted
-from streams.core.tenancy import tenant_topics
-from streams.runtime.client.keys import KeyStore
-from streams.runtime.root import Runtime
 from streams.settings import Settings
-from tests.conftest import _free_port, read_topic, unique, wait_until
+from tests.conftest import _free_port, unique, wait_until
 from tests.deploy import podman
+from tests.deploy.flow import (
+    SCORES,
+    append_runs,
+    feedback_over_rest,
+    scores_of_feedback,
+    wait_ready,
+)
 from tests.deploy.podman import UID, image_sh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
-
-RUNS = 5
-SCORES = RUNS * 2  # triage_quality: correct and severity (no note)
-
 
 @dataclass
 class Containers:
@@ -95,12 +93,7 @@ async def test_the_image_runs_worker_sink_and_serve_as_a_non_root_read_only_cont
     client_factory: Callable[..., Any], tmp_path: Path,
 ) -> None:
     tenant = tenant_factory()
-    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
-    for i in range(RUNS):
-        spike = await ws.append(AppEvent(name="ops:error_spike"))
-        await ws.append(RunStarted(run_id=f"run_{i}", rule="ops:error-spike",
-                                   action="triage", firing_id=f"fir_{i}"),
-                        correlation_id=spike.id, causation_id=spike.id)
+    await append_runs(client_factory().workspace(tenant, "prod", actor=UserActor(id="ada")))
     data = tmp_path / "data"
     data.mkdir()
     shutil.chown(data, int(UID), int(UID))  # the volume starts out owned by the image's user
@@ -112,40 +105,12 @@ async def test_the_image_runs_worker_sink_and_serve_as_a_non_root_read_only_cont
     serve = containers.run("serve", "serve", "--port", str(port))
     base = f"http://127.0.0.1:{port}"
 
-    def ready() -> bool:
+    def alive() -> None:
         assert containers.running(serve), containers.logs(serve)
-        try:
-            return httpx.get(f"{base}/readyz", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
 
-    wait_until(ready, 180, "the serve container to be ready")
-    store = KeyStore(Runtime(settings))
-    store.start()
-    try:
-        _key, token = store.create(tenant, UserActor(id="ada"), {"give_feedback", "read"})
-    finally:
-        store.close()
-    url = f"{base}/v1/workspaces/{tenant}.prod"
-    given: list[str] = []
-    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {token}"}
-                                 ) as http:
-        for i in range(RUNS):
-            answer = await http.post(f"{url}/commands", json={
-                "type": "command", "command_id": f"fb_{i}",
-                "command": {"type": "give_feedback", "feedback_type": "triage_quality",
-                            "target": {"kind": "run", "run_id": f"run_{i}"},
-                            "value": {"correct": i % 2 == 0, "severity": "high"}}})
-            assert answer.status_code == 200, answer.text
-            given.append(answer.json()["outcome"]["id"])
-        read_back = (await http.get(f"{url}/feedback", params={
-            "feedback_type": "triage_quality", "participant": "user:ada"})).json()
-    assert sorted(f["event_id"] for f in read_back["feedback"]) == sorted(given)
-
-    topic = tenant_topics(tenant, settings.topic_prefix).scores
-    scores = read_topic(settings, topic, at_least=SCORES, timeout=180, settle=2.0)
-    assert sorted({r["source"]["feedback_event_id"] for _m, r in scores}) == sorted(given)
-    assert len(scores) == SCORES
+    wait_ready(base, alive, "the serve container to be ready")
+    given = await feedback_over_rest(base, settings, tenant)
+    scores_of_feedback(settings, tenant, given)
 
     wait_until(lambda: _stats_scores(containers.logs(sink)) >= SCORES, 180,
                f"{SCORES} scores through the DuckDB sink container")

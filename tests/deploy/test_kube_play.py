@@ -34,25 +34,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 from standins.langfuse_standin import LangfuseStandIn
 from streams.core.actors import UserActor
-from streams.core.events import AppEvent, RunStarted
-from streams.core.tenancy import tenant_topics
-from streams.runtime.client.keys import KeyStore
-from streams.runtime.root import Runtime
 from streams.settings import Settings
-from tests.conftest import Stack, _free_port, read_topic, wait_until
+from tests.conftest import Stack, _free_port, wait_until
 from tests.deploy import podman
+from tests.deploy.flow import (
+    SCORES,
+    append_runs,
+    feedback_over_rest,
+    scores_of_feedback,
+    wait_ready,
+)
 from tests.deploy.manifests import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
-RUNS = 5
-SCORES = RUNS * 2  # triage_quality: correct and severity (no note)
 OVERLAY = REPO / "deploy" / "k8s" / "overlays" / "local"
 PLAYED_KINDS = {"ConfigMap", "Deployment"}
 SECRET = "streams-credentials"
@@ -143,12 +143,7 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
 ) -> None:
     assert stack.sasl_bootstrap_servers, "the test stack has no SASL listener"
     tenant = tenant_factory()
-    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
-    for i in range(RUNS):
-        spike = await ws.append(AppEvent(name="ops:error_spike"))
-        await ws.append(RunStarted(run_id=f"run_{i}", rule="ops:error-spike",
-                                   action="triage", firing_id=f"fir_{i}"),
-                        correlation_id=spike.id, causation_id=spike.id)
+    await append_runs(client_factory().workspace(tenant, "prod", actor=UserActor(id="ada")))
     standin = LangfuseStandIn().start()
     try:
         port = _free_port()
@@ -174,41 +169,12 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         serve, worker, sink = (f"streams-{d}{kube.suffix}-pod-0-{c}" for d, c in (
             ("serve", "serve"), ("worker", "worker"), ("sink-langfuse", "sink")))
 
-        def ready() -> bool:
+        def alive() -> None:
             assert podman.running(serve), podman.logs(serve)[-4000:]
-            try:
-                return httpx.get(f"{base}/readyz", timeout=3.0).status_code == 200
-            except httpx.HTTPError:
-                return False
 
-        wait_until(ready, 180, "the API pod to be ready", every=1.0)
-        store = KeyStore(Runtime(settings))
-        store.start()
-        try:
-            _key, token = store.create(tenant, UserActor(id="ada"), {"give_feedback", "read"})
-        finally:
-            store.close()
-        url = f"{base}/v1/workspaces/{tenant}.prod"
-        given: list[str] = []
-        async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {token}"}
-                                     ) as http:
-            for i in range(RUNS):
-                answer = await http.post(f"{url}/commands", json={
-                    "type": "command", "command_id": f"fb_{i}",
-                    "command": {"type": "give_feedback", "feedback_type": "triage_quality",
-                                "target": {"kind": "run", "run_id": f"run_{i}"},
-                                "value": {"correct": i % 2 == 0, "severity": "high"}}})
-                assert answer.status_code == 200, answer.text
-                given.append(answer.json()["outcome"]["id"])
-            read_back = await http.get(f"{url}/feedback", params={
-                "feedback_type": "triage_quality", "participant": "user:ada"})
-        assert read_back.status_code == 200, read_back.text
-        assert sorted(f["event_id"] for f in read_back.json()["feedback"]) == sorted(given)
-
-        topic = tenant_topics(tenant, settings.topic_prefix).scores
-        scores = read_topic(settings, topic, at_least=SCORES, timeout=180, settle=2.0)
-        assert sorted({r["source"]["feedback_event_id"] for _m, r in scores}) == sorted(given)
-        assert len(scores) == SCORES
+        wait_ready(base, alive, "the API pod to be ready")
+        given = await feedback_over_rest(base, settings, tenant)
+        scores_of_feedback(settings, tenant, given)
         wait_until(lambda: len(standin.scores()) >= SCORES, 180,
                    f"{SCORES} scores in Langfuse from the sink pod")
         assert len(standin.scores()) == SCORES
