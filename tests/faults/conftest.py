@@ -15,12 +15,15 @@ import re
 import statistics
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, RunStarted
+from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, unique
 from tests.stacks import OwnStack, own_stack_in
@@ -177,3 +180,16 @@ def repeats_report(settings: Settings, topic: str,
         lines.append(f"worker {n}'s log on transactions and partitions ({len(told)} lines, "
                      "the last 40):\n" + "\n".join(told[-40:]))
     return "\n".join(lines)
+
+
+async def tenant_with_a_run(tenant_factory: Callable[..., str],
+                            client_factory: Callable[..., Any]) -> tuple[str, Workspace]:
+    """A new tenant with `run_1` started (an error spike's triage), and ada's handle on it,
+    whose calls wait out an outage (180 s for their acks) instead of failing."""
+    tenant = tenant_factory()
+    client = client_factory(flush_timeout=180.0, feedback_timeout=180.0)
+    ws = client.workspace(tenant, "prod", actor=UserActor(id="ada"))
+    spike = await ws.append(AppEvent(name="ops:error_spike"))
+    await ws.append(RunStarted(run_id="run_1", rule="r", action="triage", firing_id="f"),
+                    correlation_id=spike.id, causation_id=spike.id)
+    return tenant, ws

@@ -25,15 +25,13 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from streams.core.actors import UserActor
-from streams.core.events import AppEvent, RunStarted
 from streams.core.targets import RunTarget
 from streams.core.tenancy import TenantTopics, tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import Stack, WorkerProcess, _free_port, read_topic, wait_until
-from tests.faults.conftest import assert_alive, check_scores
+from tests.faults.conftest import assert_alive, check_scores, tenant_with_a_run
 from tests.scrape import health, mirror_caught_up, sink_caught_up, start_duckdb_sink
 from tests.stacks import OwnStack, own_stack_in
 
@@ -161,14 +159,8 @@ async def pipeline(settings: Settings, tenant_factory: Callable[..., str],
                    client_factory: Callable[..., Any],
                    worker_factory: Callable[..., WorkerProcess], tmp_path: Path
                    ) -> AsyncIterator[Pipeline]:
-    tenant = tenant_factory()
+    tenant, ws = await tenant_with_a_run(tenant_factory, client_factory)
     topics = tenant_topics(tenant, settings.topic_prefix)
-    # The producer side waits out a failover (its acks) instead of failing the call.
-    ws = client_factory(flush_timeout=180.0, feedback_timeout=180.0).workspace(
-        tenant, "prod", actor=UserActor(id="ada"))
-    spike = await ws.append(AppEvent(name="ops:error_spike"))
-    await ws.append(RunStarted(run_id="run_1", rule="r", action="triage", firing_id="f"),
-                    correlation_id=spike.id, causation_id=spike.id)
     port, sink_port = _free_port(), _free_port()
     worker = worker_factory("--batch-size", "20", STREAMS_HEALTH_PORT=str(port))
     sink = start_duckdb_sink(settings.replace(health_port=sink_port), tmp_path)

@@ -19,15 +19,14 @@ import pytest
 
 from streams.adapters.avro.codec import envelope_to_record
 from streams.adapters.avro.schemas import feedback_given_schema
-from streams.core.actors import UserActor
-from streams.core.events import AppEvent, Envelope, FeedbackGiven, RunStarted
+from streams.core.events import Envelope, FeedbackGiven
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import Stack, WorkerProcess, read_topic, wait_until
-from tests.faults.conftest import OwnStack, assert_alive, check_scores
+from tests.faults.conftest import OwnStack, assert_alive, check_scores, tenant_with_a_run
 from tests.faults.fault_types import WORKER_TYPES, Edges
 
 pytestmark = pytest.mark.timeout(900)
@@ -80,16 +79,6 @@ class Flow:
             await asyncio.sleep(0.05)
 
 
-async def _setup(settings: Settings, tenant_factory: Callable[..., str],
-                 client_factory: Callable[..., Any]) -> tuple[str, Workspace]:
-    tenant = tenant_factory()
-    # The producer side waits out a broker outage (its acks) instead of failing the call.
-    client = client_factory(flush_timeout=180.0, feedback_timeout=180.0)
-    ws = client.workspace(tenant, "prod", actor=UserActor(id="ada"))
-    spike = await ws.append(AppEvent(name="ops:error_spike"))
-    await ws.append(RunStarted(run_id="run_1", rule="r", action="triage", firing_id="f"),
-                    correlation_id=spike.id, causation_id=spike.id)
-    return tenant, ws
 
 
 async def _until(check: Callable[[], Any], seconds: float, what: str) -> None:
@@ -117,7 +106,7 @@ async def test_registry_restart_mid_stream(
     own_stack: OwnStack, settings: Settings, tenant_factory: Callable[..., str],
     client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
 ) -> None:
-    tenant, ws = await _setup(settings, tenant_factory, client_factory)
+    tenant, ws = await tenant_with_a_run(tenant_factory, client_factory)
     topics = tenant_topics(tenant, settings.topic_prefix)
     # Only TriageQuality has been written when the worker starts, so the Edges schema id is
     # one the worker must fetch from the registry: it first sees it during the outage.
@@ -178,7 +167,7 @@ async def test_broker_stop_mid_stream(
     outage: float, own_stack: OwnStack, settings: Settings, tenant_factory: Callable[..., str],
     client_factory: Callable[..., Any], worker_factory: Callable[..., WorkerProcess],
 ) -> None:
-    tenant, ws = await _setup(settings, tenant_factory, client_factory)
+    tenant, ws = await tenant_with_a_run(tenant_factory, client_factory)
     topics = tenant_topics(tenant, settings.topic_prefix)
     worker = worker_factory("--stats-interval", "0.5", "--batch-size", "20", types=WORKER_TYPES)
     flow = Flow(ws)
