@@ -249,7 +249,8 @@ class SinkStats:
     """What a runner has done (`paused`: times the fetch stage paused its partitions while
     the sink or the commits held the next batch back; `broker_errors`: times its consumer
     reported the brokers unreachable, which a commit blocked through a short outage and then
-    accepted does not count in `outage_waits`)."""
+    accepted does not count in `outage_waits`; `consumers_replaced`: consumers found unable
+    to commit while the brokers answered a new client, and replaced)."""
 
     records: int = 0
     scores: int = 0
@@ -262,6 +263,7 @@ class SinkStats:
     broker_errors: int = 0
     already_applied: int = 0
     paused: int = 0
+    consumers_replaced: int = 0
     per_tenant: dict[str, int] = field(default_factory=dict)
 
 
@@ -354,6 +356,12 @@ class _Outage:
         """When the outage began (monotonic), None when there is none."""
         return self._since
 
+    def restart(self) -> None:
+        """Start the clock again at the next failure (a new client replaced the failing
+        one), without logging a recovery."""
+        with self._lock:
+            self._since = None
+
     def over(self) -> None:
         """The thing answered again: log the recovery once."""
         with self._lock:
@@ -435,6 +443,10 @@ class SinkRunner:
         self._threads: set[asyncio.Future[Any]] = set()
         # A synchronous commit that has not answered yet (see _committed_within).
         self._stuck_commit: asyncio.Future[None] | None = None
+        # Why the consumer is to be replaced (see _wedged), for the fetch stage to do it, and
+        # how many times it was: a commit of an earlier consumer failing late is no news.
+        self._replace_for: str | None = None
+        self._generation = 0
         self._consume_errors: dict[int, tuple[float, int]] = {}
         self._commit_wanted = asyncio.Event()
         self._known_ids: set[int] = set()
@@ -712,6 +724,8 @@ class SinkRunner:
         polled with its partitions paused: its rebalances and its membership go on (a
         commit made while the group rejoins waits for them), and nothing more is read."""
         while not self._stopping.is_set():
+            if self._replace_for is not None:
+                await self._replace_consumer()
             messages = await self._in_thread(self._consume)
             if not messages:
                 continue
@@ -1007,10 +1021,14 @@ class SinkRunner:
             return
         rejoin_until: float | None = None
         while True:
+            generation = self._generation
             try:
                 await self._committed_within(offsets)
             except _CommitUnanswered as exc:
-                if await self._pause(self._broker.waiting(str(exc))):
+                pause = self._broker.waiting(str(exc))
+                if await self._wedged(str(exc), generation):
+                    return  # the new consumer hands these on again (see _wedged)
+                if await self._pause(pause):
                     return  # stopping: left uncommitted, sent again after a restart
                 continue
             except KafkaException as exc:
@@ -1034,12 +1052,61 @@ class SinkRunner:
                                                    and error.retriable())
                 if not transient:
                     raise
-                if await self._pause(self._broker.waiting(f"commit failed: {error}")):
+                pause = self._broker.waiting(f"commit failed: {error}")
+                if await self._wedged(f"commit failed: {error}", generation):
+                    return  # the new consumer hands these on again (see _wedged)
+                if await self._pause(pause):
                     return  # stopping: left uncommitted, sent again after a restart
                 continue
             self._broker.over()
             self.stats.commits += 1
             return
+
+    async def _wedged(self, problem: str, generation: int) -> bool:
+        """Whether the consumer is wedged: its commits have failed for the stall timeout
+        (STREAMS_CONSUMER_STALL_TIMEOUT) while a new client reaches the brokers, as a
+        librdkafka consumer can after a broker restart (it never finds its coordinator
+        again: ci64). Then the fetch stage is asked to replace it, and True: the commit is
+        dropped, and the new member starts from the committed offsets (or the file's), so
+        what it covered is handed on again, and the sink takes it once (stored offsets, or
+        replacement by score id). A failure of a consumer replaced since (`generation`) is
+        dropped the same way, without another replacement."""
+        if self._replace_for is not None or generation != self._generation:
+            return True
+        since = self._broker.since
+        failing = time.monotonic() - since if since is not None else 0.0
+        if failing < self.settings.consumer_stall_timeout:
+            return False
+        if not await asyncio.to_thread(self.runtime.broker_answers):
+            return False
+        self._replace_for = (f"could not commit for {failing:.0f} s while the brokers "
+                             f"answered a new client ({problem})")
+        return True
+
+    async def _replace_consumer(self) -> None:
+        """Close the wedged consumer (on a thread of its own, waiting at most
+        STREAMS_ADMIN_TIMEOUT: a wedged one may never close) and subscribe a new one."""
+        why, self._replace_for = self._replace_for, None
+        self._generation += 1
+        self._broker.restart()  # the new consumer's failures are its own
+        self.stats.consumers_replaced += 1
+        log.error("the sink's consumer %s: replacing it with a new one", why,
+                  extra={"event": "consumer_replaced", "cursor": self.name})
+        old, self._consumer = self._consumer, None
+        self._stuck_commit = None  # a commit of the old consumer: nobody waits for it now
+        self._paused, self._held = False, []
+        if old is not None:
+            closing = _in_daemon_thread(old.close)
+            try:
+                await asyncio.wait_for(asyncio.shield(closing),
+                                       timeout=self.settings.admin_timeout)
+            except TimeoutError:
+                log.error("the replaced consumer did not close within %g s; left to its "
+                          "thread (the group expels it after its session timeout)",
+                          self.settings.admin_timeout)
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("closing the replaced consumer failed (%s)", exc)
+        self.consumer.subscribe(self.subscription(), on_assign=self._on_assign)
 
     async def _committed_within(self, offsets: list[TopicPartition]) -> None:
         """A synchronous commit of `offsets`, each wait at most STREAMS_ADMIN_TIMEOUT.
@@ -1059,8 +1126,9 @@ class SinkRunner:
             # Its outcome does not matter: the commit below covers its offsets too.
             with contextlib.suppress(KafkaException):
                 await self._answered(earlier)
+        consumer = self.consumer  # this one's, even if it is replaced meanwhile
         self._stuck_commit = _in_daemon_thread(
-            lambda: self.consumer.commit(offsets=offsets, asynchronous=False))
+            lambda: consumer.commit(offsets=offsets, asynchronous=False))
         await self._answered(self._stuck_commit)
 
     async def _answered(self, call: asyncio.Future[None]) -> None:

@@ -265,3 +265,56 @@ async def test_a_stopping_runner_does_not_wait_again_on_a_commit_that_never_answ
         assert consumer.commits == 1
     finally:
         consumer.answer.set()
+
+
+class _CoordinatorlessConsumer(PausingConsumer):
+    """A consumer wedged after a broker restart (ci64): every commit fails with
+    `Waiting for coordinator`, however long the brokers have been back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits = 0
+        self.closed = False
+        self.subscribed = 0
+
+    def subscribe(self, topics: list[str], on_assign: Any) -> None:
+        self.subscribed += 1
+        on_assign(self, self.assignment())
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        self.commits += 1
+        raise KafkaException(KafkaError(KafkaError._WAIT_COORD))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _CommittingConsumer(_CoordinatorlessConsumer):
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        self.commits += 1
+
+
+@pytest.mark.parametrize("brokers_answer", [True, False])
+async def test_a_consumer_that_cannot_commit_while_the_brokers_answer_is_replaced(
+    brokers_answer: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wedged, fresh = _CoordinatorlessConsumer(), _CommittingConsumer()
+    runner = fake_runner(wedged, Settings(topic_prefix="fs", consumer_stall_timeout=0.3))
+    monkeypatch.setattr(runner.runtime, "broker_answers", lambda: brokers_answer)
+    monkeypatch.setattr(runner.runtime, "consumer", lambda group, **extra: fresh)
+    running = asyncio.ensure_future(runner.run())
+    try:
+        if brokers_answer:
+            # The stall timeout passes with the brokers answering a new client: the fetch
+            # stage closes the wedged consumer and subscribes a new one, whose commits land.
+            await until(lambda: runner.stats.commits >= 1, "a commit by the new consumer")
+            assert wedged.closed and fresh.subscribed == 1 and fresh.commits >= 1
+            assert runner.stats.consumers_replaced == 1 and not runner.in_outage
+        else:
+            # The brokers do not answer anyone: an outage, waited out with the same consumer.
+            await until(lambda: wedged.commits >= 4, "commits retried through the outage")
+            assert runner.in_outage and runner.stats.consumers_replaced == 0
+            assert not wedged.closed and fresh.subscribed == 0
+    finally:
+        runner.stop()
+        await asyncio.wait_for(running, timeout=10)
