@@ -46,13 +46,18 @@ if TYPE_CHECKING:
     from streams.settings import Settings
 
 __all__ = ["LangfuseUse", "Telemetry", "configure_telemetry", "feedback_counter",
-           "tracer"]
+           "langfuse_skipped", "tracer"]
 
 log = logging.getLogger(__name__)
 
 feedback_counter = metrics.get_meter("streams").create_counter(
     "streams.feedback", description="feedback given, by tenant, type and participant")
 """Feedback recorded, by tenant, workspace, type and participant."""
+
+langfuse_skipped = metrics.get_meter("streams").create_counter(
+    "streams.langfuse.skipped",
+    description="configure_telemetry calls for a tenant without a Langfuse project")
+"""configure_telemetry calls for a tenant the projects file lacks, by tenant and signal."""
 
 
 def tracer() -> trace.Tracer:
@@ -115,7 +120,6 @@ def configure_telemetry(service: str, *, tenant: str | None = None,
         raise ConfigError(f"configure_telemetry(langfuse={langfuse!r}) needs the Langfuse SDK: "
                           "pip install 'feedback-streams[langfuse]'")
     settings = settings if settings is not None else Settings.from_env()
-    runtime = Runtime(settings)
     project = _project(settings, tenant, langfuse) if langfuse is not None else None
     exporters: list[Any] = []
     destinations: list[str] = []
@@ -133,7 +137,7 @@ def configure_telemetry(service: str, *, tenant: str | None = None,
         for exporter in exporters:
             exporter.shutdown()
         destinations.clear()
-    client = runtime.langfuse(project) if project is not None else None
+    client = Runtime(settings).langfuse(project) if project is not None else None
     return Telemetry(langfuse=client, destinations=tuple(destinations), provider=provider)
 
 
@@ -151,7 +155,7 @@ def _project(settings: Settings, tenant: str | None, use: str) -> LangfuseProjec
             log.warning("tenant %r has no Langfuse project in STREAMS_LANGFUSE_PROJECTS (%s): "
                         "its %s are not sent to Langfuse", tenant, settings.langfuse_projects,
                         use)
-            _skipped().add(1, {"tenant": tenant, "signal": use})
+            langfuse_skipped.add(1, {"tenant": tenant, "signal": use})
             return None
         return projects[tenant]
     if settings.langfuse_projects and tenant is None:
@@ -162,11 +166,3 @@ def _project(settings: Settings, tenant: str | None, use: str) -> LangfuseProjec
                           "LANGFUSE_SECRET_KEY (or STREAMS_LANGFUSE_PROJECTS and a tenant)")
     return LangfuseProject(public_key=settings.langfuse_public_key,
                            secret_key=settings.langfuse_secret_key, host=settings.langfuse_host)
-
-
-def _skipped() -> Any:
-    from opentelemetry import metrics
-
-    return metrics.get_meter("streams").create_counter(
-        "streams.langfuse.skipped",
-        description="configure_telemetry calls for a tenant without a Langfuse project")
