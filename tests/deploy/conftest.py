@@ -20,15 +20,22 @@ def podman_runs() -> None:
                     f"exited {probe.returncode}): {probe.stderr.strip()[-1500:]}")
 
 
+def _build(command: str, timeout: float) -> None:
+    """`deploy/image.sh COMMAND`, failing the test with its output when it fails; prints how
+    long it took."""
+    began = time.monotonic()
+    built = image_sh(command, timeout=timeout)
+    if built.returncode != 0:
+        pytest.fail(f"deploy/image.sh {command} failed ({built.returncode}):\n"
+                    f"{built.stderr[-6000:]}\n{built.stdout[-2000:]}")
+    print(f"deploy/image.sh {command}: {time.monotonic() - began:.0f} s: "
+          f"{built.stderr.strip()}")
+
+
 @pytest.fixture(scope="session")
 def image(podman_runs: None) -> str:
-    """The project's image from the Dockerfile (the build prints how long it took)."""
-    began = time.monotonic()
-    built = image_sh("build", timeout=2100.0)
-    if built.returncode != 0:
-        pytest.fail(f"deploy/image.sh build failed ({built.returncode}):\n"
-                    f"{built.stderr[-6000:]}\n{built.stdout[-2000:]}")
-    print(f"image built in {time.monotonic() - began:.0f} s: {built.stderr.strip()}")
+    """The project's image from the Dockerfile."""
+    _build("build", timeout=2100.0)
     return IMAGE
 
 
@@ -36,10 +43,5 @@ def image(podman_runs: None) -> str:
 def stack_images(podman_runs: None) -> tuple[str, str]:
     """Kafka and the registry as images (deploy/stack-image), for the compose file and the
     manifests: (kafka image, registry image)."""
-    began = time.monotonic()
-    built = image_sh("stack", timeout=1200.0)
-    if built.returncode != 0:
-        pytest.fail(f"deploy/image.sh stack failed ({built.returncode}):\n"
-                    f"{built.stderr[-6000:]}")
-    print(f"stack images built in {time.monotonic() - began:.0f} s: {built.stderr.strip()}")
+    _build("stack", timeout=1200.0)
     return KAFKA_IMAGE, REGISTRY_IMAGE

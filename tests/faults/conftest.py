@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 import statistics
+import subprocess
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,8 @@ from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
-from tests.conftest import WorkerProcess, unique
+from tests.conftest import WorkerProcess, _free_port, unique
+from tests.scrape import start_duckdb_sink
 from tests.stacks import OwnStack, own_stack_in
 
 
@@ -193,3 +196,21 @@ async def tenant_with_a_run(tenant_factory: Callable[..., str],
     await ws.append(RunStarted(run_id="run_1", rule="r", action="triage", firing_id="f"),
                     correlation_id=spike.id, causation_id=spike.id)
     return tenant, ws
+
+
+@contextmanager
+def watched_worker_and_sink(settings: Settings, worker_factory: Callable[..., WorkerProcess],
+                            tmp_path: Path) -> Iterator[tuple[WorkerProcess,
+                                                              subprocess.Popen[bytes], int, int]]:
+    """A worker and a DuckDB sink (its log in tmp_path/sink.log), each serving its health and
+    metrics on a port of its own: (worker, sink, worker port, sink port). The sink is stopped
+    on the way out (the worker by its factory)."""
+    port, sink_port = _free_port(), _free_port()
+    worker = worker_factory("--batch-size", "20", STREAMS_HEALTH_PORT=str(port))
+    sink = start_duckdb_sink(settings.replace(health_port=sink_port), tmp_path)
+    try:
+        yield worker, sink, port, sink_port
+    finally:
+        if sink.poll() is None:
+            sink.terminate()
+            sink.wait(30)

@@ -30,9 +30,14 @@ from streams.core.tenancy import TenantTopics, tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
-from tests.conftest import Stack, WorkerProcess, _free_port, read_topic, wait_until
-from tests.faults.conftest import assert_alive, check_scores, tenant_with_a_run
-from tests.scrape import health, mirror_caught_up, sink_caught_up, start_duckdb_sink
+from tests.conftest import Stack, WorkerProcess, read_topic, wait_until
+from tests.faults.conftest import (
+    assert_alive,
+    check_scores,
+    tenant_with_a_run,
+    watched_worker_and_sink,
+)
+from tests.scrape import health, mirror_caught_up, sink_caught_up
 from tests.stacks import OwnStack, own_stack_in
 
 pytestmark = pytest.mark.timeout(1200)
@@ -161,16 +166,10 @@ async def pipeline(settings: Settings, tenant_factory: Callable[..., str],
                    ) -> AsyncIterator[Pipeline]:
     tenant, ws = await tenant_with_a_run(tenant_factory, client_factory)
     topics = tenant_topics(tenant, settings.topic_prefix)
-    port, sink_port = _free_port(), _free_port()
-    worker = worker_factory("--batch-size", "20", STREAMS_HEALTH_PORT=str(port))
-    sink = start_duckdb_sink(settings.replace(health_port=sink_port), tmp_path)
-    try:
+    with watched_worker_and_sink(settings, worker_factory, tmp_path) as (worker, sink, port,
+                                                                          sink_port):
         yield Pipeline(settings, topics, ws, worker, sink, port, sink_port,
                        tmp_path / "sink.log")
-    finally:
-        if sink.poll() is None:
-            sink.terminate()
-            sink.wait(30)
 
 
 async def test_the_leader_of_events_and_scores_killed_and_restarted(

@@ -23,9 +23,15 @@ from streams.examples.ops import TriageQuality
 from streams.runtime.batch import EXACTLY_ONCE
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
-from tests.conftest import Stack, WorkerProcess, _free_port, read_topic, wait_until
-from tests.faults.conftest import OwnStack, assert_alive, check_scores, tenant_with_a_run
-from tests.scrape import health, mirror_caught_up, scrape, sink_caught_up, start_duckdb_sink
+from tests.conftest import Stack, WorkerProcess, read_topic, wait_until
+from tests.faults.conftest import (
+    OwnStack,
+    assert_alive,
+    check_scores,
+    tenant_with_a_run,
+    watched_worker_and_sink,
+)
+from tests.scrape import health, mirror_caught_up, scrape, sink_caught_up
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -70,16 +76,10 @@ async def test_broker_outage_not_ready_alive_and_recovers(
 ) -> None:
     tenant, ws = await tenant_with_a_run(tenant_factory, client_factory)
     topics = tenant_topics(tenant, settings.topic_prefix)
-    port, sink_port = _free_port(), _free_port()
-    worker = worker_factory("--batch-size", "20", STREAMS_HEALTH_PORT=str(port))
-    sink = start_duckdb_sink(settings.replace(health_port=sink_port), tmp_path)
-    try:
+    with watched_worker_and_sink(settings, worker_factory, tmp_path) as (worker, sink, port,
+                                                                          sink_port):
         await _outage(own_stack, settings, ws, topics, worker, sink, port, sink_port,
                       tmp_path / "sink.log")
-    finally:
-        if sink.poll() is None:
-            sink.terminate()
-            sink.wait(30)
 
 
 async def _outage(own_stack: OwnStack, settings: Settings, ws: Workspace, topics: TenantTopics,
