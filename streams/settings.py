@@ -357,6 +357,21 @@ class Settings:
         "is in STREAMS_STATE_DIR (it removes the file first): a pause that surely catches a "
         "transaction open", choices=("", "stop_in_transaction"))
 
+    # -- the registry proxy (streams registry-proxy) -----------------------------------------
+    registry_proxy_port: int = _setting(
+        8781, "STREAMS_REGISTRY_PROXY_PORT", "port `streams registry-proxy` listens on (on "
+        "STREAMS_REGISTRY_PROXY_HOST); it forwards to SCHEMA_REGISTRY_URL", minimum=1)
+    registry_proxy_host: str = _setting(
+        "127.0.0.1", "STREAMS_REGISTRY_PROXY_HOST", "address `streams registry-proxy` binds "
+        "to: loopback by default; 0.0.0.0 in a container, behind a Service")
+    registry_operators: tuple[str, ...] = _setting(
+        (), "STREAMS_REGISTRY_OPERATORS", "comma-separated broker users the registry proxy "
+        "lets do anything (the broker's super users, whose rights no ACL shows); the proxy's "
+        "own KAFKA_SASL_USERNAME always may")
+    registry_auth_ttl: float = _setting(
+        60.0, "STREAMS_REGISTRY_AUTH_TTL", "seconds the registry proxy trusts a checked "
+        "password and a principal's ACLs before asking the broker again (a rotated password "
+        "or a revoked ACL takes effect within it)", positive=True)
     # -- traces -------------------------------------------------------------------------------
     otlp_traces_endpoint: str | None = _setting(
         None, "STREAMS_OTLP_TRACES_ENDPOINT", "OTLP/HTTP traces URL (e.g. "

@@ -39,7 +39,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from streams.adapters.avro.fast import FastCodec
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka import config
-from streams.adapters.kafka.access import TenantAccess
+from streams.adapters.kafka.access import TenantAccess, authenticates
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.delivery import Delivery
 from streams.adapters.kafka.index import EntriesOf, TenantIndex, fast_entries
@@ -132,7 +132,8 @@ class Runtime:
     @property
     def serde(self) -> AvroSerde:
         """The Avro serde on the shared registry client."""
-        return self._once("serde", lambda: AvroSerde(self.registry, types=self.types))
+        return self._once("serde", lambda: AvroSerde(
+            self.registry, types=self.types, prefix=self.settings.topic_prefix))
 
     @property
     def admin(self) -> TenantAdmin:
@@ -143,7 +144,7 @@ class Runtime:
     def codec(self) -> FastCodec:
         """The batch path's codec (fastavro, writer schemas cached per id) on the shared
         registry client."""
-        return self._once("codec", lambda: FastCodec(self.registry))
+        return self._once("codec", lambda: FastCodec(self.registry, self.settings.topic_prefix))
 
     @property
     def event_log(self) -> EventLog:
@@ -187,6 +188,12 @@ class Runtime:
         except KafkaException:
             return False
         return True
+
+    def authenticates(self, user: str, password: str, timeout: float | None = None) -> bool:
+        """Whether the broker accepts `user` and `password` on this process's SASL listener
+        and mechanism (a fresh client made for the asking; see access.authenticates)."""
+        return authenticates(self.settings, user, password,
+                             self.settings.admin_timeout if timeout is None else timeout)
 
     def consumer(self, group: str, **extra: Any) -> Consumer:
         """A new consumer-group member (each caller owns and closes its own)."""

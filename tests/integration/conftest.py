@@ -19,6 +19,9 @@ from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import REPO, Stack
 from tests.conftest import _free_port as free_port
+from tests.integration.principals import admin, tenants
+
+__all__ = ["admin", "tenants"]  # fixtures of every integration test
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -2,7 +2,6 @@
 handle's producer and readers, the worker's Faust app and producer, the registry) is built
 from the same settings, and the SASL port speaks nothing else."""
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -17,20 +16,17 @@ from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.settings import Settings
-from tests.conftest import Stack, WorkerProcess, read_topic, unique
+from tests.conftest import WorkerProcess, read_topic, unique
 
 SECURITY = ("KAFKA_BOOTSTRAP_SERVERS", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM",
             "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD")
 
 
 @pytest.fixture
-def sasl_settings(stack: Stack, settings: Settings) -> Settings:
-    if stack.sasl_bootstrap_servers is None:
-        pytest.skip("this stack has no SASL listener (set KAFKA_SASL_PORT)")
-    return settings.replace(
-        bootstrap_servers=stack.sasl_bootstrap_servers, security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-512", sasl_username="admin",
-        sasl_password=os.environ.get("STACK_ADMIN_PASSWORD", "admin-secret"))
+def sasl_settings(admin: Settings, settings: Settings) -> Settings:
+    """The operator on the SASL listener, with the session's own timeouts."""
+    return admin.replace(feedback_timeout=settings.feedback_timeout,
+                         admin_timeout=settings.admin_timeout)
 
 
 async def test_feedback_is_mirrored_over_sasl(

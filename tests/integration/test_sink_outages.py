@@ -80,7 +80,8 @@ def _produce(settings: Settings, tenant: str, values: list[tuple[Score, bytes]])
 
 def _encoded(codec: FastCodec, schema: dict[str, Any], scores: list[Score],
              **extra: Any) -> list[tuple[Score, bytes]]:
-    writer = codec.registered(schema)
+    # One subject for every test here (which tenant's it is does not matter to the sink).
+    writer = codec.registered(schema, "fs.sink-outages.scores")
     out = []
     for score in scores:
         record = score_to_record(score)

@@ -7,16 +7,12 @@ ACLs cover its own topics and groups only; a worker runs as the service principa
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
-from typer.testing import CliRunner
 
 from streams.adapters.kafka.access import TenantAccess, denied
 from streams.adapters.kafka.admin import TenantAdmin
@@ -24,51 +20,17 @@ from streams.adapters.kafka.config import consumer_config, reader_config
 from streams.adapters.kafka.log import TopicReader
 from streams.core.actors import UserActor
 from streams.core.errors import AccessDenied, StreamsError
-from streams.core.events import AppEvent, RunStarted
+from streams.core.events import AppEvent
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.settings import Settings
-from streams.surfaces.cli.app import app
-from tests.conftest import Stack, WorkerProcess, read_topic, unique, wait_until
+from tests.conftest import WorkerProcess, read_topic, unique, wait_until
+from tests.integration.principals import as_user, cli, first_feedback
 
 pytestmark = pytest.mark.timeout(600)
-runner = CliRunner()
-
-
-@pytest.fixture
-def admin(stack: Stack, settings: Settings) -> Settings:
-    """The operator: the stack's super user `admin` on the SASL listener."""
-    if stack.sasl_bootstrap_servers is None:
-        pytest.skip("this stack has no SASL listener (set KAFKA_SASL_PORT)")
-    return settings.replace(
-        bootstrap_servers=stack.sasl_bootstrap_servers, security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-512", sasl_username="admin",
-        sasl_password=os.environ.get("STACK_ADMIN_PASSWORD", "admin-secret"),
-        feedback_timeout=15.0, admin_timeout=10.0)
-
-
-def cli(settings: Settings, *args: str) -> list[dict[str, Any]]:
-    """Run `streams ...` with these settings; its JSON lines."""
-    result = runner.invoke(app, list(args), env=settings.to_env())
-    assert result.exit_code == 0, result.output
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-
-
-def as_user(admin: Settings, user: str, password: str) -> Settings:
-    return admin.replace(sasl_username=user, sasl_password=password,
-                         sasl_mechanism="SCRAM-SHA-256")
-
-
-@pytest.fixture
-def tenants(admin: Settings) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for name in made:  # also when a test failed half-way
-        TenantAdmin(admin).delete_tenant(name)
-        TenantAccess(admin).delete_principal(name)
 
 
 def _join(settings: Settings, group: str, topic: str) -> Any:
@@ -86,20 +48,6 @@ def _join(settings: Settings, group: str, topic: str) -> Any:
         consumer.close()
 
 
-async def _feedback(settings: Settings, tenant: str, run_id: str) -> str:
-    client = StreamsClient(Runtime(settings))
-    try:
-        ws = client.workspace(tenant, "prod", actor=UserActor(id="ada"))
-        spike = await ws.append(AppEvent(name="ops:error_spike"))
-        await ws.append(RunStarted(run_id=run_id, rule="r", action="a", firing_id="f"),
-                        correlation_id=spike.id, causation_id=spike.id)
-        given = await ws.give_feedback(TriageQuality(correct=True, severity="low"),
-                                       on=RunTarget(run_id=run_id))
-        return given.id
-    finally:
-        client.close()
-
-
 async def test_a_tenants_principal_uses_its_own_resources_and_nothing_of_another(
     admin: Settings, tenants: list[str],
 ) -> None:
@@ -112,7 +60,7 @@ async def test_a_tenants_principal_uses_its_own_resources_and_nothing_of_another
     topics_a, topics_b = (tenant_topics(t, admin.topic_prefix) for t in (a, b))
 
     # Its own: give feedback (appends, index look-ups), read it back, join its own group.
-    await _feedback(alice, a, "run_a")
+    await first_feedback(alice, a, "run_a")
     client = StreamsClient(Runtime(alice))
     try:
         envelopes = await client.workspace(a, "prod").read()
@@ -170,20 +118,20 @@ async def test_rotation_needs_no_worker_restart_and_delete_removes_everything(
                                tmp_path / "worker.log").start()
         try:
             scores = tenant_topics(a, admin.topic_prefix).scores
-            first = await _feedback(as_user(admin, made["user"], made["password"]), a, "r1")
+            first = await first_feedback(as_user(admin, made["user"], made["password"]), a, "r1")
             read_topic(admin, scores, at_least=2, timeout=120)
 
             [rotated] = cli(admin, "tenant", "rotate-password", a)
             assert rotated["password"] != made["password"]
             old = as_user(admin, made["user"], made["password"])
             with pytest.raises(AccessDenied, match="did not authenticate"):
-                await _feedback(old, a, "r2")
+                await first_feedback(old, a, "r2")
             # The new password, from a file, as an application would be given it.
             secret = tmp_path / "tenant-password"
             secret.write_text(rotated["password"] + "\n")
             new = admin.replace(sasl_username=made["user"], sasl_password=None,
                                 sasl_password_file=str(secret))
-            second = await _feedback(new, a, "r3")
+            second = await first_feedback(new, a, "r3")
             found = read_topic(admin, scores, at_least=4, timeout=120)
             assert {r["source"]["feedback_event_id"] for _m, r in found} == {first, second}
             assert worker.proc is not None and worker.proc.poll() is None, worker.log()[-3000:]
@@ -196,7 +144,7 @@ async def test_rotation_needs_no_worker_restart_and_delete_removes_everything(
         assert access.acls(f"User:{made['user']}") == set()
         assert a not in TenantAdmin(admin).tenants()
         with pytest.raises(AccessDenied, match="did not authenticate"):
-            await _feedback(new, a, "r4")
+            await first_feedback(new, a, "r4")
     finally:
         access = TenantAccess(admin)
         access.revoke(f"User:{service}")

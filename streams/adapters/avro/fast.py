@@ -7,8 +7,9 @@ does the per-record work with fastavro:
 
 - `decode` reads the 5-byte Confluent frame (magic 0, big-endian schema id), fetches the
   writer's schema from the registry once per id, and reads the body with fastavro against it.
-- `encode` writes a record with a schema registered once (record subject-name strategy, as
-  the registry serde does) behind the same frame.
+- `encode` writes a record with a schema registered once per subject (the tenant's subject of
+  the record's full name, streams.core.subjects, as the registry serde does) behind the same
+  frame.
 
 Timestamps stay epoch milliseconds on the mirror's path (logicalType is dropped from the
 parsed schemas): converting to datetime and back costs more than the rest of the mapping, and
@@ -36,9 +37,11 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from streams.adapters.avro.schemas import Schema, fullname
-from streams.core.errors import KafkaUnavailable, SchemaError
+from streams.core.errors import AccessDenied, KafkaUnavailable, SchemaError
+from streams.core.subjects import subject_of
 
-__all__ = ["FastCodec", "RegistryUnavailable", "WriterSchema", "frame", "without_logical_types"]
+__all__ = ["FastCodec", "RegistryUnavailable", "WriterSchema", "frame", "registry_refusal",
+           "without_logical_types"]
 
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
@@ -89,7 +92,29 @@ class WriterSchema:
         return self._logical
 
 
+def registry_refusal(exc: Exception, what: str) -> AccessDenied | None:
+    """An AccessDenied when the registry refused these credentials (401) or this principal
+    (403), naming the settings to check; None for any other error."""
+    if not isinstance(exc, SchemaRegistryError):
+        return None
+    if exc.http_status_code == 401:
+        return AccessDenied(
+            f"{what}: the schema registry did not accept the credentials "
+            f"({exc.error_message}); check SCHEMA_REGISTRY_USERNAME and "
+            "SCHEMA_REGISTRY_PASSWORD (behind `streams registry-proxy` they are the principal's "
+            "broker user and password)")
+    if exc.http_status_code == 403:
+        return AccessDenied(
+            f"{what}: the schema registry refused this principal ({exc.error_message}); "
+            "check SCHEMA_REGISTRY_USERNAME, or have an operator grant the topic ACLs the "
+            "subject needs")
+    return None
+
+
 def _registry_error(exc: Exception, what: str) -> Exception:
+    refused = registry_refusal(exc, what)
+    if refused is not None:
+        return refused
     status = getattr(exc, "http_status_code", None)
     if isinstance(exc, SchemaRegistryError) and status is not None and 400 <= status < 500:
         return SchemaError(f"{what}: the registry does not know it ({exc})")
@@ -104,8 +129,9 @@ class FastCodec:
     Construction does no I/O: schemas are fetched or registered on first use.
     """
 
-    def __init__(self, client: SchemaRegistryClient) -> None:
+    def __init__(self, client: SchemaRegistryClient, prefix: str = "fs") -> None:
         self.client = client
+        self.prefix = prefix
         self._writers: dict[int, WriterSchema] = {}
         self._registered: dict[str, WriterSchema] = {}
         self._lock = threading.Lock()
@@ -131,10 +157,12 @@ class FastCodec:
             self._writers[schema_id] = writer
         return writer
 
-    def registered(self, schema: Schema) -> WriterSchema:
-        """`schema` registered under its full name (once), ready to encode with."""
+    def registered(self, schema: Schema, topic: str) -> WriterSchema:
+        """`schema` registered (once) under its subject for records written on `topic`
+        (streams.core.subjects.subject_of), ready to encode with."""
         name = fullname(schema)
-        found = self._registered.get(name)
+        subject = subject_of(topic, name, self.prefix)
+        found = self._registered.get(subject)
         if found is not None:
             return found
         try:  # a schema Avro refuses is no registry outage: say so before asking
@@ -142,13 +170,13 @@ class FastCodec:
         except (ValueError, fastavro.schema.SchemaParseException) as exc:
             raise SchemaError(f"{name} is not a valid Avro schema: {exc}") from exc
         try:
-            schema_id = self.client.register_schema(name, RegistrySchema(json.dumps(schema),
-                                                                           "AVRO"))
+            schema_id = self.client.register_schema(
+                subject, RegistrySchema(json.dumps(schema), "AVRO"))
         except Exception as exc:
-            raise _registry_error(exc, f"registering {name}") from exc
+            raise _registry_error(exc, f"registering {subject}") from exc
         writer = WriterSchema(schema_id, name, parsed, schema)
         with self._lock:
-            self._registered[name] = writer
+            self._registered[subject] = writer
             self._writers.setdefault(schema_id, writer)
         return writer
 

@@ -1,7 +1,8 @@
 """Registry-backed Avro serde: confluent-kafka's serializers, Confluent wire format.
 
-Records are registered under their full name (record subject-name strategy, set explicitly),
-so one topic carries many event types. Decoding uses the writer's schema from the registry,
+Records are registered under the subject of their full name for the topic's tenant
+(`<prefix>.<tenant>.<full name>`, streams.core.subjects), so one topic carries many event types
+and tenants' schemas evolve apart. Decoding uses the writer's schema from the registry,
 so a reader needs no compiled-in schema and sees every field the writer wrote.
 """
 
@@ -14,16 +15,13 @@ from typing import Any
 from confluent_kafka.schema_registry import (
     Schema as RegistrySchema,
 )
-from confluent_kafka.schema_registry import (
-    SchemaRegistryClient,
-    record_subject_name_strategy,
-)
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
 from streams.adapters.avro.codec import envelope_to_record, record_kind
-from streams.adapters.avro.fast import RegistryUnavailable
+from streams.adapters.avro.fast import RegistryUnavailable, registry_refusal
 from streams.adapters.avro.schemas import (
     Schema,
     all_schemas,
@@ -37,6 +35,8 @@ from streams.adapters.kafka.config import registry_config
 from streams.core.errors import KafkaUnavailable, SchemaError
 from streams.core.events import Envelope, FeedbackGiven
 from streams.core.feedback import FeedbackRegistry, registry
+from streams.core.subjects import subject_of
+from streams.core.tenancy import EVENTS, tenant_topic
 from streams.settings import Settings
 
 WIRE_MAGIC = 0
@@ -63,11 +63,12 @@ class AvroSerde:
 
     def __init__(
         self, client: SchemaRegistryClient | Settings | str, *,
-        types: FeedbackRegistry | None = None,
+        types: FeedbackRegistry | None = None, prefix: str | None = None,
     ) -> None:
         self.client = client if isinstance(client, SchemaRegistryClient) else \
             registry_client(client)
         self.types = types or registry
+        self.prefix = prefix or (client.topic_prefix if isinstance(client, Settings) else "fs")
         self._serializers: dict[str, AvroSerializer] = {}
         self._deserializer = AvroDeserializer(self.client)
         self._events = event_schemas()
@@ -79,11 +80,14 @@ class AvroSerde:
             ser = AvroSerializer(
                 self.client, json.dumps(schema), conf={
                     "auto.register.schemas": True,
-                    "subject.name.strategy": record_subject_name_strategy,
+                    "subject.name.strategy": self._subject,
                 },
             )
             self._serializers[name] = ser
         return ser
+
+    def _subject(self, ctx: SerializationContext | None, record_name: str) -> str:
+        return subject_of(ctx.topic if ctx is not None else "", record_name, self.prefix)
 
     def envelope_schema_for(self, envelope: Envelope) -> Schema:
         """The record schema an envelope is written with."""
@@ -110,6 +114,9 @@ class AvroSerde:
         try:
             out = self._serializer(schema)(record, ctx)
         except SchemaRegistryError as exc:
+            refused = registry_refusal(exc, f"registering {fullname(schema)} for {topic}")
+            if refused is not None:
+                raise refused from exc
             if exc.http_status_code is None or exc.http_status_code >= 500:
                 raise _unavailable(exc, f"registering {fullname(schema)}") from exc
             raise KafkaUnavailable(f"schema registry refused {fullname(schema)}: {exc}") from exc
@@ -130,6 +137,9 @@ class AvroSerde:
         try:
             out = self._deserializer(data, None)
         except SchemaRegistryError as exc:
+            refused = registry_refusal(exc, "fetching a writer schema")
+            if refused is not None:
+                raise refused from exc
             if exc.http_status_code and 400 <= exc.http_status_code < 500:
                 raise SchemaError(f"unknown schema id: {exc}") from exc
             raise _unavailable(exc, "fetching a writer schema") from exc
@@ -141,26 +151,34 @@ class AvroSerde:
             raise SchemaError("record is not an Avro record")
         return out
 
-    def register_all(self, compatibility: str = "BACKWARD") -> list[str]:
-        """Register every known schema under its full name, the registry checking each
-        subject's compatibility level (BACKWARD by default); returns the subjects."""
-        return self.register_schemas(all_schemas(self.types), compatibility)
+    def register_all(self, compatibility: str = "BACKWARD",
+                     tenant: str | None = None) -> list[str]:
+        """Register every known schema (see `register_schemas`); returns the subjects."""
+        return self.register_schemas(all_schemas(self.types), compatibility, tenant)
 
     def register_schemas(self, schemas: Mapping[str, Schema],
-                         compatibility: str = "BACKWARD") -> list[str]:
-        """Register schemas under their full names with the given compatibility level;
-        returns the subjects.
+                         compatibility: str = "BACKWARD",
+                         tenant: str | None = None) -> list[str]:
+        """Register schemas with the given compatibility level, under the tenant's subjects
+        (`<prefix>.<tenant>.<full name>`, as its records are written) or, without a tenant,
+        under their full names (shared subjects); returns the subjects.
 
         A schema the registry refuses as incompatible with the subject's registered versions
-        (or as invalid) raises SchemaError naming the subject; a registry that cannot be
-        reached raises KafkaUnavailable.
+        (or as invalid) raises SchemaError naming the subject; refused credentials or
+        principal raise AccessDenied; a registry that cannot be reached raises
+        KafkaUnavailable.
         """
+        topic = tenant_topic(tenant, EVENTS, self.prefix) if tenant else None
         subjects = []
-        for name, schema in schemas.items():
+        for full_name, schema in schemas.items():
+            name = subject_of(topic, full_name, self.prefix) if topic else full_name
             try:
                 self.client.set_compatibility(subject_name=name, level=compatibility)
                 self.client.register_schema(name, RegistrySchema(json.dumps(schema), "AVRO"))
             except SchemaRegistryError as exc:
+                refused = registry_refusal(exc, f"registering {name}")
+                if refused is not None:
+                    raise refused from exc
                 if exc.http_status_code in (409, 422):
                     raise SchemaError(
                         f"the schema registry refused {name}: {exc.error_message}; it is not "

@@ -12,6 +12,7 @@ principal was refused what, and what to check.
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +31,14 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from streams.adapters.kafka.config import admin_config, authentication_failure
+from streams.adapters.kafka.config import admin_config, authentication_failure, client_config
 from streams.core.access import Grant, service_grants, tenant_grants, tenant_principal
 from streams.core.errors import AccessDenied, KafkaUnavailable, ValidationFailed
+from streams.core.subjects import TopicAcl
 from streams.settings import Settings
 
-__all__ = ["AUTHORIZATION_CODES", "PrincipalInfo", "TenantAccess", "bindings", "denied",
-           "new_password"]
+__all__ = ["AUTHORIZATION_CODES", "PrincipalInfo", "TenantAccess", "authenticates", "bindings",
+           "denied", "new_password"]
 
 # Kafka's refusals: the principal may not do this (authorization), or is not who it claims
 # (authentication). Neither goes away by retrying.
@@ -91,6 +93,39 @@ def denied(error: KafkaError | KafkaException | Any, settings: Settings,
             "check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE, e.g. "
             "after a rotation) and KAFKA_SASL_MECHANISM")
     return None
+
+
+def authenticates(settings: Settings, user: str, password: str, timeout: float) -> bool:
+    """Whether the broker accepts `user` and `password` on the settings' SASL listener (with
+    their mechanism): a fresh admin client asks for metadata. False as soon as the broker
+    refuses them; KafkaUnavailable when it neither accepts nor refuses within `timeout`."""
+    if not settings.security_protocol.startswith("SASL_"):
+        raise ValidationFailed(
+            "credentials can only be checked on a SASL listener: set KAFKA_SECURITY_PROTOCOL "
+            "to SASL_PLAINTEXT or SASL_SSL and KAFKA_SASL_MECHANISM to SCRAM-SHA-256/512")
+    refused: list[str] = []
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() in AUTHENTICATION_CODES:
+            refused.append(error.str())
+
+    trial = settings.replace(sasl_username=user, sasl_password=password,
+                             sasl_password_file=None)
+    client = AdminClient(client_config(trial, on_error=on_error))
+    deadline = time.monotonic() + timeout
+    while not refused:
+        try:
+            client.list_topics(timeout=0.25)
+            return True
+        except KafkaException as exc:
+            client.poll(0)  # serves the error callback, where a refusal shows first
+            if exc.args[0].code() in AUTHENTICATION_CODES:
+                return False
+            if time.monotonic() >= deadline:
+                raise KafkaUnavailable(
+                    f"the broker at {settings.bootstrap_servers} did not answer within "
+                    f"{timeout:g} s while checking the credentials of {user}") from exc
+    return False
 
 
 @dataclass(frozen=True)
@@ -218,16 +253,28 @@ class TenantAccess:
                 return  # no authorizer: no ACLs to remove
             raise self._fail(exc, f"delete the ACLs of {principal}") from exc
 
-    def acls(self, principal: str) -> set[tuple[str, str, str, str]]:
-        """(resource type, prefix, pattern type, operation) of each ALLOW ACL of `principal`."""
-        query = AclBindingFilter(ResourceType.ANY, _ANY, ResourcePatternType.ANY, principal,
+    def _describe(self, principal: str, resource: ResourceType) -> list[Any]:
+        # Any: the library's stubs type a binding's fields as unions with str and int.
+        query = AclBindingFilter(resource, _ANY, ResourcePatternType.ANY, principal,
                                  _ANY, AclOperation.ANY, AclPermissionType.ANY)
         try:
-            found = self.client.describe_acls(query, request_timeout=self.timeout).result()
+            found: list[Any] = self.client.describe_acls(
+                query, request_timeout=self.timeout).result()
         except KafkaException as exc:
             raise self._fail(exc, f"describe the ACLs of {principal}") from exc
+        return found
+
+    def acls(self, principal: str) -> set[tuple[str, str, str, str]]:
+        """(resource type, prefix, pattern type, operation) of each ACL of `principal`."""
         return {(b.restype.name, b.name, b.resource_pattern_type.name, b.operation.name)
-                for b in found}
+                for b in self._describe(principal, ResourceType.ANY)}
+
+    def topic_acls(self, principal: str) -> list[TopicAcl]:
+        """Every topic ACL of `principal` (e.g. `User:fs.acme`), allowing or denying."""
+        return [TopicAcl("PREFIXED" if b.resource_pattern_type == ResourcePatternType.PREFIXED
+                         else "LITERAL", b.name, b.operation.name,
+                         b.permission_type == AclPermissionType.ALLOW)
+                for b in self._describe(principal, ResourceType.TOPIC)]
 
     def _create_acls(self, grants: list[Grant], what: str) -> None:
         wanted = [binding for grant in grants for binding in bindings(grant)]

@@ -49,6 +49,7 @@ from streams.core.events import FeedbackGiven, Seq, TraceContext
 from streams.core.feedback import Feedback, FeedbackRegistry, validate_feedback, value_record
 from streams.core.ids import command_event_id, new_id
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
+from streams.core.tenancy import tenant_topics
 from streams.core.view import Located
 from streams.runtime.client.ledger import CommandLedger
 from streams.runtime.client.telemetry import feedback_counter, tracer
@@ -186,7 +187,10 @@ async def _writer(ws: Handle, cls: type[Feedback], deadline: float) -> WriterSch
     loop = asyncio.get_running_loop()
     while True:
         try:
-            return ws.client.runtime.codec.registered(feedback_given_schema(cls))
+            settings = ws.client.settings
+            return ws.client.runtime.codec.registered(
+                feedback_given_schema(cls),
+                tenant_topics(ws.tenant, settings.topic_prefix).events)
         except RegistryUnavailable as exc:
             if loop.time() + 0.5 >= deadline:
                 raise RegistryUnavailable(f"{exc}; gave up (STREAMS_FEEDBACK_TIMEOUT)") from exc

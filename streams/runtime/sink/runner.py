@@ -1149,13 +1149,14 @@ class SinkRunner:
         """A DeadLetter of a consumed record, for its tenant (RegistryUnavailable when the
         dead-letter schema cannot be registered now)."""
         topic = msg.topic() or ""
-        writer = self.codec.registered(dead_letter_schema())
+        letters = dead_letter_topic(self.settings.topic_prefix, topic)
+        writer = self.codec.registered(dead_letter_schema(), letters)
         record = dead_letter_record(topic=topic, partition=msg.partition() or 0,
                                     offset=msg.offset() or 0, key=msg.key(), value=msg.value(),
                                     reason=reason, stage=f"sink:{self.cursor or '-'}",
                                     time=int(time.time() * 1000))
-        return Output(dead_letter_topic(self.settings.topic_prefix, topic), msg.key(),
-                      self.codec.encode(writer, record), reason_headers(reason))
+        return Output(letters, msg.key(), self.codec.encode(writer, record),
+                      reason_headers(reason))
 
 
 def serve_sink(runner: SinkRunner) -> HealthServer | None:

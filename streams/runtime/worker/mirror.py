@@ -34,7 +34,7 @@ from streams.adapters.kafka.outputs import (
     reason_headers,
 )
 from streams.core.actors import participant_of
-from streams.core.errors import SchemaError, ValidationFailed
+from streams.core.errors import AccessDenied, SchemaError, ValidationFailed
 from streams.core.events import FEEDBACK_GIVEN
 from streams.core.feedback import Feedback, FeedbackRegistry, check_plain_value, registry
 from streams.core.scores import ScoreConfigs, score_configs
@@ -88,7 +88,7 @@ class MirrorStep:
         self.stats = MirrorStats()
         self._types: dict[str, tuple[type[Feedback], ScoreConfigs] | None] = {}
         self._routes: dict[str, tuple[str, str] | None] = {}
-        self._writer: WriterSchema | None = None
+        self._writers: dict[str, WriterSchema] = {}
 
     def _route(self, topic: str) -> tuple[str, str] | None:
         """(tenant, scores topic) of an events topic, remembered per topic."""
@@ -124,7 +124,7 @@ class MirrorStep:
             try:
                 out += self.handle(msg.topic(), msg.partition(), msg.offset(), msg.key(),
                                    msg.value(), event_type, trace)
-            except RegistryUnavailable:
+            except (RegistryUnavailable, AccessDenied):  # not the record's fault: stop here
                 raise
             except Exception as exc:  # a bug must not stop the mirror or skip the record
                 log.exception("mirror step failed on %s[%s]@%s", msg.topic(), msg.partition(),
@@ -146,12 +146,12 @@ class MirrorStep:
             if not mapped:
                 return []
             head, scores = mapped
-            writer = self._score_writer()
         except BAD_DATA as exc:
             return [self.dead_letter(topic, partition, offset, key, value, f"{exc}")]
         route = self._route(topic)
         assert route is not None  # _mapped refused a record of another topic
         tenant, scores_topic = route
+        writer = self._score_writer(scores_topic)
         feedback_key = head["event_id"].encode()
         encode = self.codec.encode
         out = [Output(scores_topic, feedback_key, encode(writer, s), trace) for s in scores]
@@ -238,11 +238,13 @@ class MirrorStep:
             seconds = sent.timestamp() if isinstance(sent, datetime) else sent / 1000
             self.on_delay(tenant, time.time() - seconds)
 
-    def _score_writer(self) -> WriterSchema:
-        # Registered once (the codec remembers it too; this spares the look-up per record).
-        if self._writer is None:
-            self._writer = self.codec.registered(score_schema())
-        return self._writer
+    def _score_writer(self, topic: str) -> WriterSchema:
+        # Registered once per tenant's topic (the codec remembers it too; this spares its
+        # subject look-up per record).
+        writer = self._writers.get(topic)
+        if writer is None:
+            writer = self._writers[topic] = self.codec.registered(score_schema(), topic)
+        return writer
 
     def dead_letter(self, topic: str, partition: int, offset: int, key: bytes | None,
                     value: bytes | None, reason: str, stage: str = "mirror") -> Output:
@@ -255,5 +257,6 @@ class MirrorStep:
                                     value=value, reason=reason, stage=stage,
                                     time=int(time.time() * 1000))
         return Output(dead_letter_topic(self.prefix, topic), key,
-                      self.codec.encode(self.codec.registered(dead_letter_schema()), record),
+                      self.codec.encode(self.codec.registered(
+                          dead_letter_schema(), dead_letter_topic(self.prefix, topic)), record),
                       reason_headers(reason))

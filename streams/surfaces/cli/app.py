@@ -22,6 +22,7 @@ from streams.surfaces.cli.index import index_app
 from streams.surfaces.cli.keys import keys_app
 from streams.surfaces.cli.mcp import mcp
 from streams.surfaces.cli.queues import queues_app
+from streams.surfaces.cli.registry import registry_proxy
 from streams.surfaces.cli.report import report
 from streams.surfaces.cli.rules import rules_app
 from streams.surfaces.cli.schemas import schemas_app
@@ -84,6 +85,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(views_app, name="views")
 app.command("serve")(serve)
 app.command("mcp")(mcp)
+app.command("registry-proxy")(registry_proxy)
 
 
 def main() -> None:

@@ -9,7 +9,13 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from streams.core.errors import KafkaUnavailable, SchemaError, StreamsError
+from streams.core.errors import (
+    AccessDenied,
+    KafkaUnavailable,
+    SchemaError,
+    StreamsError,
+    ValidationFailed,
+)
 from streams.surfaces.cli.base import (
     ExitCode,
     RegistryUnreachable,
@@ -84,10 +90,16 @@ def schemas_check(
 
 
 @schemas_app.command("register")
-def schemas_register(types: SchemaTypesOption = None) -> None:
+def schemas_register(
+    types: SchemaTypesOption = None,
+    tenant: Annotated[str | None, typer.Option(
+        help="Register under this tenant's subjects (`<prefix>.<tenant>.<record>`, as its "
+        "records are written). Default: under the records' full names, shared by all.")] = None,
+) -> None:
     """Register the schemas in the schema registry (SCHEMA_REGISTRY_URL), with BACKWARD
     compatibility."""
     # Lazy: the composition root loads the registry and Kafka clients.
+    from streams.adapters.avro.fast import registry_refusal
     from streams.runtime.root import Runtime
 
     schemas = _schemas_of(types)
@@ -96,13 +108,17 @@ def schemas_register(types: SchemaTypesOption = None) -> None:
     try:
         # A quick probe first (no retries): a registry that is down fails in seconds.
         runtime.probe_registry().get_subjects()
-        subjects = runtime.serde.register_schemas(schemas)
-    except SchemaError as exc:  # the registry answered: an incompatible or invalid schema
+        subjects = runtime.serde.register_schemas(schemas, tenant=tenant)
+    except (SchemaError, ValidationFailed, AccessDenied) as exc:
+        # The registry answered no: an incompatible or invalid schema, refused credentials.
         raise fail(exc, ExitCode.FAILED) from exc
     except KafkaUnavailable as exc:
         raise fail(RegistryUnreachable(
             f"the schema registry at {config.schema_registry_url} failed: {exc}")) from exc
     except Exception as exc:
+        refused = registry_refusal(exc, "listing the subjects")
+        if refused is not None:
+            raise fail(refused, ExitCode.FAILED) from exc
         if not is_transport_error(exc):
             raise
         # The registry client's transport errors come through unwrapped: say where it

@@ -28,13 +28,15 @@ class OneSchemaRegistry:
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
+        self.subjects: list[str] = []
 
     def get_schema(self, schema_id: int) -> _Registered:
         if schema_id != 7:
             raise KeyError(schema_id)
         return _Registered(json.dumps(self.schema))
 
-    def register_schema(self, _subject: str, _schema: Any) -> int:
+    def register_schema(self, subject: str, _schema: Any) -> int:
+        self.subjects.append(subject)
         return 7
 
 
@@ -70,7 +72,7 @@ def test_score_records_equal_the_records_of_score_objects(
     assert fast == slow
     # And the bytes: the fast path writes epoch millis where the slow one had a datetime.
     codec = _codec()
-    writer = codec.registered(score_schema())
+    writer = codec.registered(score_schema(), "fs.acme.scores")
     millis = int(when.timestamp() * 1000)
     fast_ms = score_records(score_configs(cls), value, timestamp=millis, **common)
     parsed = fastavro.parse_schema(score_schema())
@@ -82,7 +84,7 @@ def test_score_records_equal_the_records_of_score_objects(
 
 def test_decode_round_trip_and_framing_errors() -> None:
     codec = _codec()
-    writer = codec.registered(score_schema())
+    writer = codec.registered(score_schema(), "fs.acme.scores")
     [record] = score_records(score_configs(Resolution), {"resolved": True},
                              feedback_event_id="e", timestamp=1_700_000_000_000,
                              tenant="t", workspace="w", target_kind="chain", target_id="c",
@@ -121,3 +123,13 @@ def test_logical_mode_reads_timestamps_as_aware_datetimes_and_the_default_as_mil
     assert plain["envelope"]["time"] == int(when.timestamp() * 1000)
     assert {k: v for k, v in logical.items() if k != "envelope"} == \
         {k: v for k, v in plain.items() if k != "envelope"}
+
+
+def test_a_schema_is_registered_once_under_each_tenants_subject() -> None:
+    registry = OneSchemaRegistry(score_schema())
+    codec = FastCodec(registry, "fs")  # type: ignore[arg-type]
+    for topic in ("fs.acme.scores", "fs.acme.scores", "fs.globex.scores", "elsewhere"):
+        codec.registered(score_schema(), topic)
+    assert registry.subjects == ["fs.acme.streams.scores.Score",
+                                 "fs.globex.streams.scores.Score",
+                                 "fs._shared.streams.scores.Score"]

@@ -16,13 +16,13 @@ def serde() -> AvroSerde:
     return AvroSerde(SchemaRegistryClient.new_client({"url": "mock://serde-tests"}))
 
 
-def test_confluent_wire_format_and_record_subject(serde: AvroSerde) -> None:
+def test_confluent_wire_format_and_the_tenants_record_subject(serde: AvroSerde) -> None:
     envelope = Envelope.new(AppEvent(name="x", data={"a": 1}), tenant="acme", workspace="w")
     data = serde.encode_envelope(envelope, "fs.acme.events")
     assert data[0] == 0
     schema_id = struct.unpack(">I", data[1:5])[0]
     assert schema_id >= 1
-    assert "streams.events.AppEvent" in serde.client.get_subjects()
+    assert serde.client.get_subjects() == ["fs.acme.streams.events.AppEvent"]  # the tenant's
     assert envelope_from_record(serde.decode(data, "fs.acme.events")) == envelope
 
 

@@ -1,0 +1,164 @@
+"""The registry proxy's gate (checked logins and ACLs kept for a TTL) and its request
+handling, with a fake broker check and a fake registry behind it (the real ones:
+tests/integration/test_registry_access.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from streams.core.errors import KafkaUnavailable
+from streams.core.subjects import TopicAcl
+from streams.runtime.root import Runtime
+from streams.settings import Settings
+from streams.surfaces.http.registry import RegistryGate, registry_proxy_app
+
+PASSWORDS = {"fs.acme": "acme-pw", "fs.globex": "globex-pw", "admin": "admin-pw"}
+ACLS = {f"User:fs.{t}": [TopicAcl("PREFIXED", f"fs.{t}.", op) for op in ("READ", "WRITE")]
+        for t in ("acme", "globex")}
+# The registry behind the proxy: id 1 is acme's, id 2 globex's, id 3 shared.
+SUBJECTS = {1: "fs.acme.streams.scores.Score", 2: "fs.globex.streams.scores.Score",
+            3: "streams.scores.Score"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Broker:
+    """What the gate asks the broker, counted."""
+
+    def __init__(self) -> None:
+        self.logins = 0
+        self.acl_reads = 0
+        self.down = False
+
+    def authenticate(self, user: str, password: str) -> bool:
+        self.logins += 1
+        if self.down:
+            raise KafkaUnavailable("the broker did not answer")
+        return PASSWORDS.get(user) == password
+
+    def acls_of(self, principal: str) -> list[TopicAcl]:
+        self.acl_reads += 1
+        return ACLS.get(principal, [])
+
+
+def _gate(broker: Broker, clock: Clock | None = None) -> RegistryGate:
+    return RegistryGate(broker.authenticate, broker.acls_of, prefix="fs",
+                        operators=("admin",), ttl=60.0, clock=clock or Clock())
+
+
+def _registry(request: httpx.Request) -> httpx.Response:
+    path = request.url.path.removeprefix("/apis/ccompat/v7")
+    if path == "/subjects":
+        return httpx.Response(200, json=list(SUBJECTS.values()))
+    if path.startswith("/schemas/ids/"):
+        schema_id = int(path.split("/")[3])
+        if schema_id not in SUBJECTS:
+            return httpx.Response(404, json={"error_code": 40403, "message": "not found"})
+        if path.endswith("/versions"):
+            return httpx.Response(200, json=[{"subject": SUBJECTS[schema_id], "version": 1}])
+        return httpx.Response(200, json={"schema": '"string"'})
+    return httpx.Response(200, json={"path": path, "method": request.method,
+                                     "body": request.content.decode()})
+
+
+@pytest.fixture
+def proxy() -> Iterator[Callable[..., TestClient]]:
+    made: list[TestClient] = []
+
+    def make(broker: Broker, handler: Callable[[httpx.Request], httpx.Response] = _registry,
+             ) -> TestClient:
+        runtime = Runtime(Settings(schema_registry_url="http://registry/apis/ccompat/v7"))
+        app = registry_proxy_app(runtime, gate=_gate(broker), upstream=lambda: httpx.AsyncClient(
+            base_url="http://registry/apis/ccompat/v7/", transport=httpx.MockTransport(handler)))
+        client = TestClient(app).__enter__()
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.__exit__(None, None, None)
+
+
+def _auth(user: str, password: str | None = None) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password or PASSWORDS[user]}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+async def test_a_checked_login_and_acls_are_kept_for_the_ttl_and_a_refusal_never() -> None:
+    broker, clock = Broker(), Clock()
+    gate = _gate(broker, clock)
+    assert await gate.login("fs.acme", "acme-pw") and await gate.login("fs.acme", "acme-pw")
+    assert broker.logins == 1
+    assert not await gate.login("fs.acme", "wrong") and not await gate.login("fs.acme", "wrong")
+    assert broker.logins == 3
+    clock.now = 61.0  # expired: the broker is asked again (a rotation lands within the TTL)
+    assert await gate.login("fs.acme", "acme-pw") and broker.logins == 4
+    assert await gate.may("fs.acme", "write", "fs.acme.x")
+    assert not await gate.may("fs.acme", "read", "fs.globex.x")
+    assert broker.acl_reads == 1
+    clock.now = 200.0
+    assert await gate.may("fs.acme", "read", "streams.x") and broker.acl_reads == 2
+    assert await gate.may("admin", "write", "anything") and broker.acl_reads == 2
+
+
+def test_requests_without_good_credentials_are_401_with_the_settings_to_fix(
+    proxy: Callable[..., TestClient],
+) -> None:
+    client = proxy(Broker())
+    missing = client.get("/subjects")
+    assert missing.status_code == 401 and missing.json()["error_code"] == 40101
+    assert "SCHEMA_REGISTRY_USERNAME" in missing.json()["message"]
+    assert missing.headers["www-authenticate"].startswith("Basic")
+    wrong = client.get("/subjects", headers=_auth("fs.acme", "nope"))
+    assert wrong.status_code == 401 and "fs.acme" in wrong.json()["message"]
+    garbled = client.get("/subjects", headers={"Authorization": "Basic !!!"})
+    assert garbled.status_code == 401
+
+
+def test_a_tenant_sees_its_own_and_shared_subjects_and_ids_only(
+    proxy: Callable[..., TestClient],
+) -> None:
+    client = proxy(Broker())
+    acme = _auth("fs.acme")
+    assert client.get("/subjects", headers=acme).json() == [
+        "fs.acme.streams.scores.Score", "streams.scores.Score"]
+    assert client.get("/schemas/ids/1", headers=acme).status_code == 200
+    assert client.get("/schemas/ids/3", headers=acme).status_code == 200
+    refused = client.get("/schemas/ids/2", headers=acme)
+    assert refused.status_code == 403 and refused.json()["error_code"] == 40301
+    assert client.get("/schemas/ids/9", headers=acme).status_code == 404  # the registry's
+    written = client.post("/subjects/fs.acme.x/versions?normalize=true", headers=acme,
+                          json={"schema": "{}"})
+    assert written.status_code == 200
+    assert written.json() == {"path": "/subjects/fs.acme.x/versions", "method": "POST",
+                              "body": json.dumps({"schema": "{}"}, separators=(",", ":"))}
+    assert client.post("/subjects/fs.globex.x/versions", headers=acme,
+                       json={"schema": "{}"}).status_code == 403
+    assert client.get("/schemas", headers=acme).status_code == 403
+    assert client.get("/schemas", headers=_auth("admin")).status_code == 200
+
+
+def test_a_broker_or_registry_that_does_not_answer_is_503_or_502(
+    proxy: Callable[..., TestClient],
+) -> None:
+    broker = Broker()
+    broker.down = True
+    assert proxy(broker).get("/subjects", headers=_auth("fs.acme")).status_code == 503
+
+    def down(_request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    answer = proxy(Broker(), down).get("/subjects", headers=_auth("fs.acme"))
+    assert answer.status_code == 502 and answer.json()["error_code"] == 50201
