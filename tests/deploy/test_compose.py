@@ -13,6 +13,7 @@ import pytest
 
 from streams.settings import Settings
 from tests.deploy.manifests import compose, compose_image_services, image_commands
+from tests.deploy.matrix import claims
 
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 
@@ -29,6 +30,8 @@ def env(service: dict[str, Any]) -> dict[str, str]:
 SERVICES = compose_image_services()
 
 
+@claims("`docker-compose.yml`", "validated",
+        "parsed: worker, sinks and API run from the image with their commands")
 def test_worker_sinks_and_api_run_from_the_image() -> None:
     assert set(SERVICES) == {"worker", "sink-duckdb", "sink-langfuse", "serve"}
     commands = image_commands()
@@ -46,6 +49,8 @@ def test_worker_sinks_and_api_run_from_the_image() -> None:
     assert SERVICES["sink-langfuse"]["profiles"] == ["langfuse"]
 
 
+@claims("`docker-compose.yml`", "validated",
+        "each service's settings are valid and reach the `kafka` and `registry` services")
 @pytest.mark.parametrize("name", sorted(SERVICES))
 def test_each_service_reaches_the_broker_and_registry_containers(name: str) -> None:
     services = compose()["services"]
@@ -61,6 +66,8 @@ def test_each_service_reaches_the_broker_and_registry_containers(name: str) -> N
     assert settings.schema_registry_url == f"http://registry:{registry_port}/apis/ccompat/v7"
 
 
+@claims("`docker-compose.yml`", "validated",
+        "loopback-only published ports")
 def test_only_loopback_ports_are_published_and_the_api_port_is_its_setting() -> None:
     for name, svc in compose()["services"].items():
         for port in svc.get("ports", []):
@@ -72,6 +79,8 @@ def test_only_loopback_ports_are_published_and_the_api_port_is_its_setting() -> 
     assert f"http://127.0.0.1:{env(serve)['STREAMS_SERVE_PORT']}/readyz" in check
 
 
+@claims("`docker-compose.yml`", "validated",
+        "the DuckDB file on a volume")
 def test_the_duckdb_file_is_on_a_volume() -> None:
     svc = SERVICES["sink-duckdb"]
     args = svc["command"]

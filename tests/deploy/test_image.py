@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.manifests import REPO, image_commands
+from tests.deploy.matrix import claims
 
 DOCKERFILE = REPO / "Dockerfile"
 
@@ -44,6 +45,8 @@ def stages() -> list[list[tuple[str, str]]]:
     return out
 
 
+@claims("`Dockerfile`", "validated",
+        "multi-stage on `python:3.11-slim`")
 def test_the_image_is_multi_stage_on_slim_python() -> None:
     args = dict(a.split("=", 1) for w, a in instructions() if w == "ARG" and "=" in a)
     base = args["PYTHON_IMAGE"]
@@ -59,6 +62,8 @@ def test_the_image_is_multi_stage_on_slim_python() -> None:
     assert not any("pip install" in a for w, a in final if w == "RUN")
 
 
+@claims("`Dockerfile`", "validated",
+        "non-root uid 10001")
 def test_the_image_runs_as_a_user_that_is_not_root() -> None:
     final = stages()[-1]
     users = [a for w, a in final if w == "USER"]
@@ -72,6 +77,8 @@ def test_the_image_runs_as_a_user_that_is_not_root() -> None:
         assert f"runAsUser: {user}" in manifest, name
 
 
+@claims("`Dockerfile`", "validated",
+        "`ENTRYPOINT [\"streams\"]`")
 def test_the_entrypoint_is_the_projects_console_script() -> None:
     final = stages()[-1]
     entry = [a for w, a in final if w == "ENTRYPOINT"]
@@ -82,6 +89,8 @@ def test_the_entrypoint_is_the_projects_console_script() -> None:
     assert "PATH=/opt/venv/bin:$PATH" in env
 
 
+@claims("`Dockerfile`", "validated",
+        "only what `.dockerignore` admits is copied, and all the copies need")
 def test_the_build_context_holds_what_the_copies_need() -> None:
     allowed = {line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
                if line.startswith("!")}
@@ -111,6 +120,9 @@ def test_the_image_installs_the_extras_of_its_commands() -> None:
     assert set(image_extras()) <= set(declared)
 
 
+@claims("`Dockerfile`", "validated",
+        "every dependency resolves to a linux/amd64 wheel for Python 3.11 (pip's resolver, "
+        "`--only-binary=:all:`)")
 def test_every_dependency_installs_from_a_linux_amd64_wheel(tmp_path: Path) -> None:
     # The build stage's `pip install --only-binary=:all: '.[extras]'`, resolved (not
     # installed) for the image's platform and Python: a dependency without a wheel there
@@ -155,6 +167,9 @@ def test_the_deployments_run_worker_sinks_and_serve() -> None:
     assert ("serve",) in {c[:1] for c in commands}
 
 
+@claims("the commands the manifests and compose run", "run",
+        "`python -m streams <args> --help` for each (`worker`, `sink langfuse`, `sink duckdb`, "
+        "`serve`), with the options they pass")
 @pytest.mark.parametrize("args", _cases())
 def test_each_command_the_deployments_run_exists_with_its_options(args: list[str]) -> None:
     # The options go before --help, so an option the CLI does not have fails the parse.

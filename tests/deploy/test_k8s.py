@@ -22,6 +22,7 @@ import yaml
 
 from streams.settings import Settings, declared
 from tests.deploy.manifests import REPO
+from tests.deploy.matrix import claims
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -48,6 +49,10 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[st
             for path in out.glob("*.yaml")}
 
 
+@claims("`deploy/k8s` (kustomize)", "validated",
+        "`kustomize build` of the base and every overlay, each rendered object against the "
+        "Kubernetes 1.34 schemas and KEDA 2.21's CRDs, `kubeconform -strict` "
+        "(`deploy/k8s/validate.sh`)")
 def test_the_base_and_every_overlay_render_and_match_their_schemas(
         rendered: dict[str, list[dict[str, Any]]]) -> None:
     overlays = {p.name for p in (REPO / "deploy" / "k8s" / "overlays").iterdir() if p.is_dir()}
@@ -101,6 +106,8 @@ def containers(objects: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], 
             yield deployment, container
 
 
+@claims("`deploy/k8s` (kustomize)", "validated",
+        "KEDA's ScaledObject against the worker's group and partitions")
 @pytest.mark.parametrize("name", ["base", "overlay-local"])
 def test_keda_scales_the_mirror_group_up_to_the_partition_count(
         rendered: dict[str, list[dict[str, Any]]], name: str) -> None:
@@ -131,6 +138,8 @@ def test_keda_scales_the_mirror_group_up_to_the_partition_count(
                     "password": (secret_name, "KAFKA_SASL_PASSWORD")}
 
 
+@claims("`deploy/k8s` (kustomize)", "validated",
+        "the ConfigMap and Secret make valid `Settings`")
 @pytest.mark.parametrize("name", ["base", "overlay-local"])
 def test_the_configmap_and_secret_make_valid_settings(
         rendered: dict[str, list[dict[str, Any]]], name: str) -> None:
@@ -154,6 +163,8 @@ def test_secrets_are_in_the_secret_and_every_key_is_a_setting(
     assert secret - secret_vars <= CREDENTIAL_NAMES
 
 
+@claims("`deploy/k8s` (kustomize)", "validated",
+        "every pod non-root, read-only, sized, its probes on the ports the settings name")
 @pytest.mark.parametrize("name", ["base", "overlay-local"])
 def test_every_pod_is_non_root_read_only_sized_and_probed_on_its_port(
         rendered: dict[str, list[dict[str, Any]]], name: str) -> None:

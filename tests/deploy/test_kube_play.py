@@ -50,6 +50,7 @@ from tests.deploy.flow import (
     wait_ready,
 )
 from tests.deploy.manifests import REPO
+from tests.deploy.matrix import claims
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -136,6 +137,18 @@ def kube(tmp_path: Path) -> Iterator[Kube]:
     podman.image_sh("podman", "secret", "rm", SECRET + made.suffix)
 
 
+@claims("`deploy/k8s` (kustomize)", "run",
+        "the local overlay's ConfigMap, Secret and three Deployments (worker, Langfuse sink, "
+        "API) played as pods with `podman kube play` from the project's image against the test "
+        "stack's SASL/SCRAM listener with the Secret's credentials, the sink writing to a "
+        "Langfuse stand-in: feedback given over REST to the API pod becomes scores in the topic"
+        " and in Langfuse and reads back; each pod runs as uid 10001 on a read-only root (9 s "
+        "alone once the image is built, 22 s in a full CI run). What podman 4.3 cannot take as "
+        "rendered, the test changes and says: kinds it has no counterpart for are left out "
+        "(Namespace, ServiceAccount, Service, PodDisruptionBudget, ScaledObject, "
+        "TriggerAuthentication); the Secret is made a podman secret first; the pods use the "
+        "host network, where podman refuses declared container ports, so those are dropped and "
+        "the probes name their port by number")
 async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
     image: str, stack: Stack, settings: Settings, tenant_factory: Callable[..., str],
     client_factory: Callable[..., Any], tmp_path: Path,

@@ -31,6 +31,7 @@ from streams.examples.ops import TriageQuality
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import Stack, WorkerProcess, read_topic, wait_until
+from tests.deploy.matrix import claims
 from tests.faults.conftest import (
     assert_alive,
     check_scores,
@@ -172,6 +173,10 @@ async def pipeline(settings: Settings, tenant_factory: Callable[..., str],
                        tmp_path / "sink.log")
 
 
+@claims("a three-broker cluster (`STACK_BROKERS=3 deploy/stack.sh start`)", "run",
+        "replication factor 3, `min.insync.replicas` 2: the leader of the events and scores "
+        "partitions SIGKILLed mid-stream and restarted; 0 feedback lost, worker and sink never "
+        "exit, lag back to 0")
 async def test_the_leader_of_events_and_scores_killed_and_restarted(
     cluster: OwnStack, pipeline: Pipeline,
 ) -> None:
@@ -223,6 +228,8 @@ async def test_the_leader_of_events_and_scores_killed_and_restarted(
           f"{said}")
 
 
+@claims("a three-broker cluster (`STACK_BROKERS=3 deploy/stack.sh start`)", "run",
+        "every broker stopped and started in turn mid-stream; 0 feedback lost, lag back to 0")
 async def test_a_rolling_restart_of_every_broker(
     cluster: OwnStack, pipeline: Pipeline,
 ) -> None:

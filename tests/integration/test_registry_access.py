@@ -25,6 +25,7 @@ from streams.core.tenancy import tenant_topics
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 from tests.conftest import REPO, WorkerProcess, read_topic, unique, wait_until
+from tests.deploy.matrix import claims
 from tests.integration.conftest import free_port
 from tests.integration.principals import as_user, cli, first_feedback
 
@@ -69,6 +70,9 @@ def _envelope(tenant: str) -> Envelope:
                         tenant=tenant, workspace="prod")
 
 
+@claims("`streams registry-proxy`", "run",
+        "in front of the stack's registry, broker SCRAM logins: a tenant's principal uses its "
+        "own subjects and reads shared ones, and nothing of another tenant's")
 def test_a_tenants_principal_uses_its_own_subjects_reads_shared_ones_and_nothing_else(
     admin: Settings, tenants: list[str], proxy: str,
 ) -> None:
@@ -116,6 +120,9 @@ def test_a_tenants_principal_uses_its_own_subjects_reads_shared_ones_and_nothing
         AvroSerde(alice, prefix=admin.topic_prefix).decode(data_b, events_b)
 
 
+@claims("`streams registry-proxy`", "run",
+        "missing or wrong credentials are one `AccessDenied` naming the settings; a rotated "
+        "password is refused after the TTL")
 def test_missing_or_wrong_registry_credentials_are_one_typed_error_naming_the_settings(
     admin: Settings, tenants: list[str], proxy: str,
 ) -> None:
@@ -145,6 +152,9 @@ def test_missing_or_wrong_registry_credentials_are_one_typed_error_naming_the_se
     fresh.encode_envelope(_envelope(a), events)
 
 
+@claims("`streams registry-proxy`", "run",
+        "a worker as the service principal and a tenant's client through it: feedback becomes "
+        "scores")
 async def test_a_tenant_and_the_service_run_the_pipeline_through_the_proxy(
     admin: Settings, tenants: list[str], proxy: str, tmp_path: Path,
 ) -> None:
