@@ -34,6 +34,7 @@ from streams.adapters.avro.fast import without_logical_types
 from streams.adapters.avro.schemas import score_schema
 from streams.adapters.kafka.config import TRANSACTION_RETRY_BACKOFF_MS
 from streams.core.scores import ScoreConfigs, score_id
+from streams.core.subjects import subject_of
 
 __all__ = ["run_floor"]
 
@@ -69,8 +70,11 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
     (e.g. SASL_SSL); `transactional`: exactly once (see the module)."""
     registry = SchemaRegistryClient({"url": registry_url})
     schema = score_schema()
+    # Under the subject the mirror registers for this topic (its tenant's), so both write
+    # the same schema id and their outputs compare byte for byte.
     score_id_num = registry.register_schema(
-        "streams.scores.Score", RegistrySchema(json.dumps(schema), "AVRO"))
+        subject_of(out_topic, "streams.scores.Score", out_topic.split(".")[0]),
+        RegistrySchema(json.dumps(schema), "AVRO"))
     score_parsed = fastavro.parse_schema(without_logical_types(schema))
     header = _FRAME.pack(0, score_id_num)
     writers: dict[int, Any] = {}

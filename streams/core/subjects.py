@@ -9,11 +9,13 @@ and the registry can keep tenants apart with the rule the broker already applies
 
 acme's principal holds `topic PREFIXED fs.acme. READ, WRITE` (streams.core.access), so it may
 read and register `fs.acme.*` subjects and no other tenant's; the service principal's
-`topic PREFIXED fs.` covers every tenant's subjects. Subjects outside `<prefix>.` (the shipped
-`streams.*` schemas registered under their full names before subjects were per tenant, or
-by an operator) are **shared**: every authenticated principal may read them, and registering
-one needs a WRITE ACL on that name (or an operator). Records of a topic that belongs to no
-tenant get `<prefix>._shared.<record>` (tenant names cannot start with `_`).
+`topic PREFIXED fs.` covers every tenant's subjects. Two kinds of subject are **shared**,
+readable by every authenticated principal: the project's records under their full names
+(`streams.*`, as registered before subjects were per tenant, or by an operator) and
+`<prefix>._shared.<record>`, where the service registers records of a topic that belongs to
+no tenant, and a tenant's dead letters when its own subject refuses them (tenant names
+cannot start with `_`, so no tenant's ACLs cover it). Registering a shared subject needs a
+WRITE ACL on that name (the service's `fs.` covers `_shared`) or an operator.
 
 A schema id carries no subject: reading one is allowed when any subject that holds it may be
 read. Operations this module does not classify are left to operators.
@@ -28,7 +30,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import unquote
 
 from streams.core.tenancy import parse_topic
 
@@ -39,11 +40,13 @@ __all__ = [
     "TopicAcl",
     "may",
     "route_of",
+    "shared",
     "subject_of",
 ]
 
 Access = Literal["read", "write"]
 SHARED = "_shared"
+SHIPPED = "streams."  # the namespace of every record the project defines
 
 
 def subject_of(topic: str, record: str, prefix: str = "fs") -> str:
@@ -75,17 +78,28 @@ class TopicAcl:
         return self.operation in ("ALL", "READ" if access == "read" else "WRITE")
 
 
+def shared(subject: str, prefix: str = "fs") -> bool:
+    """Whether every principal may read `subject`: the project's records under their full
+    names (`streams.*`, as registered before subjects were per tenant) and the service's
+    `<prefix>._shared.*`."""
+    return subject.startswith((SHIPPED, f"{prefix}.{SHARED}."))
+
+
 def may(access: Access, subject: str, acls: Iterable[TopicAcl], *, prefix: str = "fs",
         operator: bool = False) -> bool:
     """Whether a principal with these topic ACLs may `access` the subject: an operator may
-    do anything; a shared subject (outside `<prefix>.`) may be read by anyone; otherwise the
-    ACLs decide as for a topic of that name (a matching DENY wins over any ALLOW)."""
+    do anything; a shared subject may be read by anyone; otherwise the ACLs decide as for a
+    topic of that name (a matching DENY wins over any ALLOW). A subject naming a registry
+    context (`:.ctx:name`) or with surrounding spaces is an operator's only: it can alias
+    another subject."""
     if operator:
         return True
+    if ":" in subject or subject != subject.strip():
+        return False
     matching = [acl for acl in acls if acl.covers(subject) and acl.grants(access)]
     if any(not acl.allow for acl in matching):
         return False
-    if access == "read" and not subject.startswith(f"{prefix}."):
+    if access == "read" and shared(subject, prefix):
         return True
     return any(acl.allow for acl in matching)
 
@@ -102,7 +116,10 @@ class Route:
     filtered: bool = False  # the answer lists subjects: keep the readable ones
 
 
-_SUBJECT = r"(?P<subject>[^/]+)"
+# Subjects the pipeline makes are record names under a prefix: anything else in a subject's
+# place (a context, an encoded slash, a space) is for operators, so what is authorized is
+# exactly what the registry is asked.
+_SUBJECT = r"(?P<subject>[A-Za-z0-9._-]+)"
 _ROUTES: tuple[tuple[frozenset[str], re.Pattern[str], str], ...] = tuple(
     (frozenset(methods.split()), re.compile(pattern), kind) for methods, pattern, kind in (
         ("GET", r"/subjects/?", "list"),
@@ -120,13 +137,14 @@ _ROUTES: tuple[tuple[frozenset[str], re.Pattern[str], str], ...] = tuple(
 
 
 def route_of(method: str, path: str) -> Route:
-    """Classify a Confluent-compatible registry request (its path below the API's base)."""
+    """Classify a Confluent-compatible registry request (its path below the API's base,
+    already percent-decoded)."""
     for methods, pattern, kind in _ROUTES:
         found = pattern.fullmatch(path) if method.upper() in methods else None
         if found is None:
             continue
         if kind in ("read", "write"):
-            return Route("subject", subject=unquote(found["subject"]),
+            return Route("subject", subject=found["subject"],
                          access="read" if kind == "read" else "write")
         if kind in ("id", "id-list"):
             return Route("id", schema_id=int(found["id"]), filtered=kind == "id-list")

@@ -36,12 +36,12 @@ from confluent_kafka.schema_registry import Schema as RegistrySchema
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from streams.adapters.avro.schemas import Schema, fullname
+from streams.adapters.avro.schemas import Schema, dead_letter_schema, fullname
 from streams.core.errors import AccessDenied, KafkaUnavailable, SchemaError
 from streams.core.subjects import subject_of
 
-__all__ = ["FastCodec", "RegistryUnavailable", "WriterSchema", "frame", "registry_refusal",
-           "without_logical_types"]
+__all__ = ["FastCodec", "RegistryUnavailable", "WriterSchema", "frame", "letter_writer",
+           "registry_refusal", "without_logical_types"]
 
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
@@ -216,3 +216,13 @@ class FastCodec:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
         return out.getvalue()
+
+
+def letter_writer(codec: FastCodec, letters: str) -> WriterSchema:
+    """The dead-letter schema registered for the letters topic `letters`: under its
+    tenant's subject, or, when that subject refuses it (a tenant may evolve or lock its own
+    subjects), under the shared one the service owns, so a letter can always be written."""
+    try:
+        return codec.registered(dead_letter_schema(), letters)
+    except SchemaError:
+        return codec.registered(dead_letter_schema(), "")

@@ -1,9 +1,9 @@
 """Avro schemas of every record the pipeline writes, generated from the domain types.
 
 Each event type is its own top-level record, `{"envelope": Envelope, ...payload}`, registered
-under its full name (record subject-name strategy), so one topic carries many event types and
-each evolves on its own. A feedback type's `feedback_given` record is generated from its
-Pydantic model: its value is a typed record with real fields, not a JSON string.
+under its full name in its tenant's subject (streams.core.subjects), so one topic carries
+many event types and each evolves on its own. A feedback type's `feedback_given` record is
+generated from its Pydantic model: its value is a typed record with real fields, not a JSON string.
 """
 
 from __future__ import annotations

@@ -73,21 +73,20 @@ class AvroSerde:
         self._deserializer = AvroDeserializer(self.client)
         self._events = event_schemas()
 
-    def _serializer(self, schema: Schema) -> AvroSerializer:
-        name = fullname(schema)
-        ser = self._serializers.get(name)
+    def _serializer(self, schema: Schema, topic: str) -> AvroSerializer:
+        # One per subject, not per record: a serializer keeps the one schema id it
+        # registered, and each tenant's subject has its own.
+        subject = subject_of(topic, fullname(schema), self.prefix)
+        ser = self._serializers.get(subject)
         if ser is None:
             ser = AvroSerializer(
                 self.client, json.dumps(schema), conf={
                     "auto.register.schemas": True,
-                    "subject.name.strategy": self._subject,
+                    "subject.name.strategy": lambda _ctx, _name: subject,
                 },
             )
-            self._serializers[name] = ser
+            self._serializers[subject] = ser
         return ser
-
-    def _subject(self, ctx: SerializationContext | None, record_name: str) -> str:
-        return subject_of(ctx.topic if ctx is not None else "", record_name, self.prefix)
 
     def envelope_schema_for(self, envelope: Envelope) -> Schema:
         """The record schema an envelope is written with."""
@@ -112,7 +111,7 @@ class AvroSerde:
         """Encode `record` with `schema`, registering the schema on first use."""
         ctx = SerializationContext(topic, MessageField.VALUE)
         try:
-            out = self._serializer(schema)(record, ctx)
+            out = self._serializer(schema, topic)(record, ctx)
         except SchemaRegistryError as exc:
             refused = registry_refusal(exc, f"registering {fullname(schema)} for {topic}")
             if refused is not None:

@@ -270,11 +270,15 @@ class TenantAccess:
                 for b in self._describe(principal, ResourceType.ANY)}
 
     def topic_acls(self, principal: str) -> list[TopicAcl]:
-        """Every topic ACL of `principal` (e.g. `User:fs.acme`), allowing or denying."""
+        """Every topic ACL that applies to `principal` (e.g. `User:fs.acme`), its own and
+        those of every user (`User:*`), allowing or denying."""
+        found = self._describe(principal, ResourceType.TOPIC)
+        if principal != "User:*":
+            found += self._describe("User:*", ResourceType.TOPIC)
         return [TopicAcl("PREFIXED" if b.resource_pattern_type == ResourcePatternType.PREFIXED
                          else "LITERAL", b.name, b.operation.name,
                          b.permission_type == AclPermissionType.ALLOW)
-                for b in self._describe(principal, ResourceType.TOPIC)]
+                for b in found]
 
     def _create_acls(self, grants: list[Grant], what: str) -> None:
         wanted = [binding for grant in grants for binding in bindings(grant)]

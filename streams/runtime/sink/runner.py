@@ -72,8 +72,8 @@ from confluent_kafka import (
 from opentelemetry import trace
 
 from streams.adapters.avro.codec import score_from_record
-from streams.adapters.avro.fast import FastCodec, RegistryUnavailable
-from streams.adapters.avro.schemas import dead_letter_schema, fullname, score_schema
+from streams.adapters.avro.fast import FastCodec, RegistryUnavailable, letter_writer
+from streams.adapters.avro.schemas import fullname, score_schema
 from streams.adapters.kafka.delivery import Delivery
 from streams.adapters.kafka.lag import LagTracker
 from streams.adapters.kafka.outputs import (
@@ -1150,7 +1150,7 @@ class SinkRunner:
         dead-letter schema cannot be registered now)."""
         topic = msg.topic() or ""
         letters = dead_letter_topic(self.settings.topic_prefix, topic)
-        writer = self.codec.registered(dead_letter_schema(), letters)
+        writer = letter_writer(self.codec, letters)
         record = dead_letter_record(topic=topic, partition=msg.partition() or 0,
                                     offset=msg.offset() or 0, key=msg.key(), value=msg.value(),
                                     reason=reason, stage=f"sink:{self.cursor or '-'}",

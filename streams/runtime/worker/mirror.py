@@ -25,8 +25,13 @@ from datetime import datetime
 from typing import Any
 
 from streams.adapters.avro.codec import score_records
-from streams.adapters.avro.fast import FastCodec, RegistryUnavailable, WriterSchema
-from streams.adapters.avro.schemas import dead_letter_schema, score_schema
+from streams.adapters.avro.fast import (
+    FastCodec,
+    RegistryUnavailable,
+    WriterSchema,
+    letter_writer,
+)
+from streams.adapters.avro.schemas import score_schema
 from streams.adapters.kafka.log import Headers
 from streams.adapters.kafka.outputs import (
     Output,
@@ -151,7 +156,13 @@ class MirrorStep:
         route = self._route(topic)
         assert route is not None  # _mapped refused a record of another topic
         tenant, scores_topic = route
-        writer = self._score_writer(scores_topic)
+        try:
+            writer = self._score_writer(scores_topic)
+        except SchemaError as exc:
+            # The tenant's own Score subject refused the service (a tenant may evolve or
+            # lock its subjects): this feedback waits as a dead letter, other tenants go on.
+            return [self.dead_letter(topic, partition, offset, key, value,
+                                     f"the scores' schema cannot be registered: {exc}")]
         feedback_key = head["event_id"].encode()
         encode = self.codec.encode
         out = [Output(scores_topic, feedback_key, encode(writer, s), trace) for s in scores]
@@ -256,7 +267,6 @@ class MirrorStep:
         record = dead_letter_record(topic=topic, partition=partition, offset=offset, key=key,
                                     value=value, reason=reason, stage=stage,
                                     time=int(time.time() * 1000))
-        return Output(dead_letter_topic(self.prefix, topic), key,
-                      self.codec.encode(self.codec.registered(
-                          dead_letter_schema(), dead_letter_topic(self.prefix, topic)), record),
+        letters = dead_letter_topic(self.prefix, topic)
+        return Output(letters, key, self.codec.encode(letter_writer(self.codec, letters), record),
                       reason_headers(reason))

@@ -43,7 +43,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as HttpRoute
 
-from streams.core.errors import StreamsError
+from streams.core.errors import AccessDenied, StreamsError
 from streams.core.subjects import Access, Route, TopicAcl, may, route_of
 from streams.runtime.root import Runtime
 
@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 __all__ = ["RegistryGate", "registry_proxy_app"]
 
 log = logging.getLogger("streams.registry_proxy")
+
+CHECKS_AT_ONCE = 4  # broker logins the proxy runs at once
+REFUSAL_PAUSE = 1.0  # seconds a refused password is answered without asking again
 
 # Answer headers worth handing back from the registry (the body is handed back decoded, so
 # not its content-encoding; hop-by-hop headers never).
@@ -91,6 +94,11 @@ class RegistryGate:
         self._key = secrets.token_bytes(32)
         self._logins: dict[tuple[str, bytes], float] = {}
         self._acls: dict[str, tuple[float, list[TopicAcl]]] = {}
+        # A refused password is answered from here for REFUSAL_PAUSE (a client retrying it
+        # costs no broker login), and at most CHECKS_AT_ONCE logins run at a time. Not a
+        # lock-out per user: anyone could then keep a user out by sending wrong passwords.
+        self._refused: dict[tuple[str, bytes], float] = {}
+        self._checks = asyncio.Semaphore(CHECKS_AT_ONCE)
 
     def _digest(self, password: str) -> bytes:
         return hmac.new(self._key, password.encode(), hashlib.sha256).digest()
@@ -101,8 +109,16 @@ class RegistryGate:
         now = self._clock()
         if self._logins.get(key, 0.0) > now:
             return True
-        if not await asyncio.to_thread(self._authenticate, user, password):
+        if self._refused.get(key, 0.0) > now:
+            return False  # this very password was refused a moment ago
+        async with self._checks:
+            accepted = await asyncio.to_thread(self._authenticate, user, password)
+        now = self._clock()
+        for stale in [k for k, until in self._refused.items() if until <= now]:
+            del self._refused[stale]
+        if not accepted:
             self._logins.pop(key, None)
+            self._refused[key] = now + REFUSAL_PAUSE
             return False
         self._logins[key] = now + self.ttl
         return True
@@ -143,8 +159,9 @@ class _Proxy:
         self.gate = gate
         self._make_upstream = upstream
         self.upstream: httpx.AsyncClient | None = None
-        # Which subjects hold an id: ids are immutable, so a found answer is kept.
-        self._id_subjects: dict[int, list[str]] = {}
+        # Which subjects hold an id, kept for the gate's TTL: an id's subjects can grow (a
+        # registry that shares ids between equal schemas) or shrink (deletions).
+        self._id_subjects: dict[int, tuple[float, list[str]]] = {}
 
     @asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -153,7 +170,8 @@ class _Proxy:
             yield
         self.upstream = None
 
-    async def _send(self, method: str, path: str, request: Request | None = None) -> Any:
+    async def _send(self, method: str, path: str, request: Request | None = None,
+                    params: dict[str, str] | None = None) -> Any:
         import httpx
 
         assert self.upstream is not None, "the proxy's lifespan has not started"
@@ -161,21 +179,28 @@ class _Proxy:
                    if request is not None and name in request.headers}
         try:
             return await self.upstream.request(
-                method, path.lstrip("/"), params=request.query_params if request else None,
+                method, path.lstrip("/"),
+                params=request.query_params if request is not None else params,
                 content=await request.body() if request is not None else None, headers=headers)
         except httpx.HTTPError as exc:
             raise _RegistryDown(f"the schema registry did not answer: {exc!r}") from exc
 
-    async def _subjects_of(self, schema_id: int) -> list[str]:
+    async def _subjects_of(self, schema_id: int) -> list[str] | None:
+        """The subjects holding `schema_id` (deleted versions too), or None when the
+        registry does not know the id; _RegistryDown when it cannot say."""
+        now = time.monotonic()
         found = self._id_subjects.get(schema_id)
-        if found is not None:
-            return found
-        answer = await self._send("GET", f"/schemas/ids/{schema_id}/versions")
+        if found is not None and found[0] > now:
+            return found[1]
+        answer = await self._send("GET", f"/schemas/ids/{schema_id}/versions",
+                                  params={"deleted": "true"})
+        if answer.status_code == 404:
+            return None
         if answer.status_code != 200:
-            return []
+            raise _RegistryDown(f"the schema registry answered {answer.status_code} for the "
+                                f"subjects of schema id {schema_id}")
         subjects = [str(item["subject"]) for item in answer.json()]
-        if subjects:
-            self._id_subjects[schema_id] = subjects
+        self._id_subjects[schema_id] = (now + self.gate.ttl, subjects)
         return subjects
 
     async def _allowed(self, user: str, route: Route) -> str | None:
@@ -191,9 +216,9 @@ class _Proxy:
                     f"('{gate.prefix}.<its tenant>.'), and read shared ones")
         if route.kind == "id":
             subjects = await self._subjects_of(route.schema_id)
-            if not subjects:
+            if subjects is None:
                 return None  # unknown to the registry: let it say so (404)
-            for subject in subjects:
+            for subject in subjects:  # none at all: closed, as for a subject of another
                 if await gate.may(user, "read", subject):
                     return None
             return (f"User:{user} may not read schema id {route.schema_id}: none of its "
@@ -226,12 +251,19 @@ class _Proxy:
                 return _unauthorized(f"the broker did not accept the password of {user}")
             route = route_of(request.method, path)
             why = await self._allowed(user, route)
+            if why is None and route.kind == "subject" and user not in self.gate.operators:
+                why = await _references(request, user)
             if why is not None:
                 log.info("registry proxy: %s %s refused: %s", request.method, path, why)
                 return _error(403, 40301, why)
             answer = await self._send(request.method, path, request)
         except _RegistryDown as exc:
             return _error(502, 50201, str(exc))
+        except AccessDenied as exc:  # the proxy's own user: a misconfiguration, not an outage
+            log.error("registry proxy: cannot read ACLs: %s", exc)
+            return _error(500, 50001, f"the registry proxy cannot check access: {exc}; give "
+                          "its KAFKA_SASL_USERNAME DESCRIBE on the cluster (or make it a "
+                          "super user)")
         except StreamsError as exc:  # the broker could not be asked (credentials, ACLs)
             return _error(503, 50301, f"cannot check access now: {exc}")
         if route.filtered and answer.status_code == 200:
@@ -239,6 +271,22 @@ class _Proxy:
         headers = {name: answer.headers[name] for name in _PASSED_HEADERS
                    if name in answer.headers}
         return Response(answer.content, status_code=answer.status_code, headers=headers)
+
+
+async def _references(request: Request, user: str) -> str | None:
+    """Why a tenant's body may not be forwarded: schema references name other subjects the
+    registry would resolve for it (the pipeline's schemas have none)."""
+    body = await request.body()
+    if not body:
+        return None
+    try:
+        references = json.loads(body).get("references")
+    except (ValueError, AttributeError):
+        return None  # not a JSON object: the registry refuses it itself
+    if references:
+        return (f"User:{user} may not send schema references: they name other subjects, so "
+                "they are for registry operators")
+    return None
 
 
 def registry_proxy_app(runtime: Runtime, *, gate: RegistryGate | None = None,

@@ -12,11 +12,11 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from streams.core.errors import KafkaUnavailable
+from streams.core.errors import AccessDenied, KafkaUnavailable
 from streams.core.subjects import TopicAcl
 from streams.runtime.root import Runtime
 from streams.settings import Settings
-from streams.surfaces.http.registry import RegistryGate, registry_proxy_app
+from streams.surfaces.http.registry import REFUSAL_PAUSE, RegistryGate, registry_proxy_app
 
 PASSWORDS = {"fs.acme": "acme-pw", "fs.globex": "globex-pw", "admin": "admin-pw"}
 ACLS = {f"User:fs.{t}": [TopicAcl("PREFIXED", f"fs.{t}.", op) for op in ("READ", "WRITE")]
@@ -64,6 +64,11 @@ def _registry(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json=list(SUBJECTS.values()))
     if path.startswith("/schemas/ids/"):
         schema_id = int(path.split("/")[3])
+        if schema_id == 4:  # known, but in no version the proxy is told of
+            return httpx.Response(200, json=[] if path.endswith("/versions") else
+                                  {"schema": '"string"'})
+        if schema_id == 5:
+            return httpx.Response(500, json={"error_code": 50001, "message": "broken"})
         if schema_id not in SUBJECTS:
             return httpx.Response(404, json={"error_code": 40403, "message": "not found"})
         if path.endswith("/versions"):
@@ -101,10 +106,17 @@ async def test_a_checked_login_and_acls_are_kept_for_the_ttl_and_a_refusal_never
     gate = _gate(broker, clock)
     assert await gate.login("fs.acme", "acme-pw") and await gate.login("fs.acme", "acme-pw")
     assert broker.logins == 1
-    assert not await gate.login("fs.acme", "wrong") and not await gate.login("fs.acme", "wrong")
-    assert broker.logins == 3
+    assert not await gate.login("fs.acme", "wrong")
+    # The same refused password again, within the pause: answered without a broker login.
+    assert not await gate.login("fs.acme", "wrong") and broker.logins == 2
+    # No lock-out: another password is checked, and a good one opens at once.
+    assert not await gate.login("fs.acme", "guess") and broker.logins == 3
+    assert await gate.login("fs.globex", "globex-pw") and broker.logins == 4
+    clock.now = REFUSAL_PAUSE + 0.1  # the pause is over: the broker is asked again
+    assert not await gate.login("fs.acme", "wrong") and broker.logins == 5
+    assert await gate.login("fs.acme", "acme-pw") and broker.logins == 5  # still trusted
     clock.now = 61.0  # expired: the broker is asked again (a rotation lands within the TTL)
-    assert await gate.login("fs.acme", "acme-pw") and broker.logins == 4
+    assert await gate.login("fs.acme", "acme-pw") and broker.logins == 6
     assert await gate.may("fs.acme", "write", "fs.acme.x")
     assert not await gate.may("fs.acme", "read", "fs.globex.x")
     assert broker.acl_reads == 1
@@ -148,6 +160,28 @@ def test_a_tenant_sees_its_own_and_shared_subjects_and_ids_only(
                        json={"schema": "{}"}).status_code == 403
     assert client.get("/schemas", headers=acme).status_code == 403
     assert client.get("/schemas", headers=_auth("admin")).status_code == 200
+    assert client.get("/schemas/ids/4", headers=acme).status_code == 403  # closed, not open
+    assert client.get("/schemas/ids/5", headers=acme).status_code == 502
+    # References name other subjects, which the registry would resolve: operators only.
+    referencing = {"schema": "{}", "references": [
+        {"name": "x", "subject": "fs.globex.streams.scores.Score", "version": 1}]}
+    assert client.post("/subjects/fs.acme.x/versions", headers=acme,
+                       json=referencing).status_code == 403
+    assert client.post("/subjects/fs.acme.x/versions", headers=_auth("admin"),
+                       json=referencing).status_code == 200
+
+
+def test_a_proxy_user_that_may_not_read_acls_is_a_500_naming_the_fix(
+    proxy: Callable[..., TestClient],
+) -> None:
+    broker = Broker()
+
+    def refused(principal: str) -> list[TopicAcl]:
+        raise AccessDenied("the broker refused User:proxy to describe the ACLs")
+
+    broker.acls_of = refused  # type: ignore[method-assign]
+    answer = proxy(broker).get("/subjects/fs.acme.x/versions", headers=_auth("fs.acme"))
+    assert answer.status_code == 500 and "DESCRIBE on the cluster" in answer.json()["message"]
 
 
 def test_a_broker_or_registry_that_does_not_answer_is_503_or_502(
