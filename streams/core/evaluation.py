@@ -61,8 +61,8 @@ from streams.core.prices import ModelPrice
 from streams.core.runs import ActingWorkspace, Reaction, RunRecord, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
 
-__all__ = ["VERDICT_RECORD", "EvaluatorAction", "chain_events", "recorded_verdict",
-           "run_record", "verdict_key"]
+__all__ = ["VERDICT_RECORD", "EvaluatorAction", "chain_events", "promoted_name",
+           "recorded_verdict", "run_record", "verdict_key", "with_promotions"]
 
 In = TypeVar("In")
 
@@ -247,6 +247,19 @@ class EvaluatorAction(Generic[In]):
             output["shadow"] = await self._shadow(self.shadow, judged, target, reaction)
         return output
 
+    def promoted(self) -> EvaluatorAction[In]:
+        """This action with its shadow version as the evaluator and no shadow: the same
+        input, target, reuse, budget, cost and model. ValueError without a shadow."""
+        if self.shadow is None:
+            raise ValueError(f"action {self.name!r} has no shadow version to promote")
+        promoted = EvaluatorAction(
+            self.shadow, input=self.input, target=self.target,
+            name=promoted_name(self.name, self.shadow.version), reuse=self.reuse,
+            budget=None, cost=None, model=self.model)
+        # Bound as they are (the constructor would claim a fixed cost over again).
+        promoted.budget, promoted.cost, promoted.price = self.budget, self.cost, self.price
+        return promoted
+
     def _claim_of(self, judged: In, reaction: Reaction) -> dict[str, Any]:
         """The claim data of one evaluation of `judged` (ValidationFailed as Budget.claim)."""
         assert self.budget is not None
@@ -281,6 +294,24 @@ class EvaluatorAction(Generic[In]):
         await _record(reaction, key, checked,
                       shadow=True, target={"kind": target.kind, "id": target.id})
         return {**checked.as_output(), "verdict_key": key, "reused": False}
+
+
+def promoted_name(action: str, version: str) -> str:
+    """The registry name of an evaluator action promoted to its shadow's `version`:
+    `<action>@<version>`."""
+    return f"{action}@{version}"
+
+
+def with_promotions(actions: Mapping[str, Any]) -> dict[str, Any]:
+    """The action registry with, for each EvaluatorAction that has a shadow version, its
+    promoted form under `promoted_name` (unless the registry names that already): what
+    `streams rules promote` points an installed rule at, so a rule switches to the new
+    version as data, and back, while every worker keeps its code."""
+    out = dict(actions)
+    for name, action in actions.items():
+        if isinstance(action, EvaluatorAction) and action.shadow is not None:
+            out.setdefault(promoted_name(name, action.shadow.version), action.promoted())
+    return out
 
 
 async def _reusable(reaction: Reaction, key: str,

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from streams.core.actors import UserActor
+from streams.core.budgets import Budget
 from streams.core.errors import IndexBehind
 from streams.core.evaluation import (
     VERDICT_RECORD,
     EvaluatorAction,
+    promoted_name,
     recorded_verdict,
     verdict_key,
+    with_promotions,
 )
 from streams.core.evaluators import FunctionEvaluator, HandOff
 from streams.core.events import AppEvent, Envelope, FeedbackGiven
@@ -220,8 +224,28 @@ async def test_a_shadow_version_judges_the_same_inputs_apart_and_never_gives_fee
                 and e.event.data.get("shadow") is True]
     assert shadow.event.data["target"] == {"kind": "run", "id": "run_1"}  # type: ignore
     # Promoted (the candidate becomes the action's evaluator), it reuses its shadow verdicts.
-    promoted = await action_for(candidate)(reaction_in(log, "run_3"))
+    promoted = await action.promoted()(reaction_in(log, "run_3"))
     assert promoted["reused"] is True and candidate_calls == ["good answer"]
+    assert "shadow" not in promoted and promoted["version"] == "2"
+    assert {e.actor.participant for e in log.feedback()} == {"evaluator:grader@1",
+                                                             "evaluator:grader@2"}
+
+
+def test_each_shadowed_action_is_also_registered_promoted_under_its_versions_name() -> None:
+    current, _ = counting_judge("1")
+    candidate, _ = counting_judge("2")
+    judges = Budget("judges", tokens=10_000, per=timedelta(hours=1))
+    shadowed = action_for(current, shadow=candidate, budget=judges, cost=100)
+    plain = action_for(current)
+    registry = with_promotions({"grade": shadowed, "plain": plain, "grade@2": plain,
+                                "other": plain, "fn": len})
+    assert set(registry) == {"grade", "plain", "grade@2", "other", "fn"}
+    assert registry["grade@2"] is plain  # a name the registry gives is never replaced
+    promoted = with_promotions({"grade": shadowed})[promoted_name("grade", "2")]
+    assert promoted.evaluator is candidate and promoted.shadow is None
+    assert (promoted.budget, promoted.cost) == (judges, 100)  # the same budget, same cost
+    with pytest.raises(ValueError, match="no shadow version to promote"):
+        plain.promoted()
 
 
 async def test_a_shadow_share_picks_the_same_inputs_every_time_and_a_shadow_never_fails_a_run(

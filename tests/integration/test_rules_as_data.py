@@ -385,3 +385,58 @@ async def test_a_shadow_version_judges_half_the_inputs_apart_and_gives_no_feedba
     records = [e.event.data for e in log if isinstance(e.event, AppEvent)
                and e.event.name == VERDICT_RECORD and e.event.data.get("shadow") is True]
     assert sorted(r["key"] for r in records) == sorted(s["verdict_key"] for s in shadows)
+
+
+async def test_promoting_the_shadow_version_is_one_command_and_rolling_back_another(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    answers = 20
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    worker_factory("--rules", MODULE, types=TYPES)
+    await warm(ws)
+    install(settings, tmp_path, tenant, rule_json("t:promoted", "grade-shadowed", on="t:answer"))
+    texts = [f"right answer {i}" for i in range(answers)]
+    first = [await ws.append(AppEvent(name="t:answer", data={"text": text})) for text in texts]
+    log = await wait_log(ws, lambda es: len(graded(es, "t:promoted")) >= answers, 120,
+                         "the shadowed runs")
+    shadowed = {o["shadow"]["verdict_key"] for o in graded(log, "t:promoted") if "shadow" in o}
+    assert shadowed
+
+    promoted = json.loads(cli(settings, "promote", "t:promoted", "--tenant", tenant,
+                              "--rules", MODULE).stdout)
+    assert (promoted["from"], promoted["to"], promoted["evaluator"]) == \
+        ("grade-shadowed", "grade-shadowed@2", "grader@2")
+    entry = json.loads(cli(settings, "list", "--tenant", tenant).stdout)
+    assert [e["action"] for e in entry if e["rule"] == "t:promoted"] == ["grade-shadowed@2"]
+    await asyncio.sleep(PICKUP)  # the promise: running workers follow the rulebook in 10 s
+    # The same inputs again: version 2 judges them, reusing the verdicts it gave as a shadow.
+    second = [await ws.append(AppEvent(name="t:answer", data={"text": text})) for text in texts]
+    log = await wait_log(ws, lambda es: len(graded(es, "t:promoted")) >= 2 * answers, 120,
+                         "the promoted runs")
+    await asyncio.sleep(2)  # and no more: the answers judged before are not judged again
+    log = await ws.read()
+    runs = of(log, RunSucceeded, rule="t:promoted")
+    assert len(runs) == 2 * answers
+    after = [e for e in runs if e.event.action == "grade-shadowed@2"]  # type: ignore[attr-defined]
+    assert {e.correlation_id for e in after} == {g.envelope.correlation_id for g in second}
+    assert {e.correlation_id for e in runs if e not in after} == \
+        {g.envelope.correlation_id for g in first}
+    outputs = [e.event.output for e in after]  # type: ignore[attr-defined]
+    assert {o["version"] for o in outputs} == {"2"} and not any("shadow" in o for o in outputs)
+    assert {o["verdict_key"] for o in outputs if o["reused"]} == shadowed  # paid once
+    given = {o["feedback_id"] for o in outputs}
+    assert {e.actor.participant for e in log if e.event_id in given} == {"evaluator:grader@2"}
+
+    back = json.loads(cli(settings, "promote", "t:promoted", "--tenant", tenant, "--rules",
+                          MODULE, "--rollback").stdout)
+    assert (back["from"], back["to"]) == ("grade-shadowed@2", "grade-shadowed")
+    # Refused, saying why: a rule whose action has no shadow, and a rule that is not there.
+    install(settings, tmp_path, tenant, rule_json("t:plain", "grade", on="t:answer"))
+    plain = cli(settings, "promote", "t:plain", "--tenant", tenant, "--rules", MODULE,
+                check=False)
+    assert plain.returncode == 2 and "no shadow version to promote" in plain.stderr
+    missing = cli(settings, "promote", "t:nope", "--tenant", tenant, "--rules", MODULE,
+                  check=False)
+    assert missing.returncode == 5 and "no live rule 't:nope'" in missing.stderr

@@ -168,6 +168,39 @@ class Rulebook:
             if backfill else None
         return Installed(entry, repeat, done)
 
+    async def switch_action(self, tenant: str, name: str, action: str, *,
+                            actions: Collection[str], types: AppEventTypes | None = None,
+                            actor: Actor | None = None) -> tuple[RulebookEntry, str]:
+        """Point a live rule at another action of the registry (a promotion to an
+        evaluator's next version, or back), keeping its installation point, so the events
+        it has not reacted to yet go to the new action: a `rule_installed` with the new
+        definition and the same start, then the entry. Returns the new entry and the action
+        it replaced. NotFound when the tenant has no live rule of that name; InvalidRule
+        when the action is not in `actions`."""
+        entries = await asyncio.to_thread(self.entries, tenant)
+        current = entries.get(name)
+        if current is None or not current.live:
+            live = sorted(n for n, e in entries.items() if e.live)
+            raise NotFound(f"tenant {tenant!r} has no live rule {name!r}; live rules: {live} "
+                           f"(streams rules list --tenant {tenant})")
+        before = str(current.definition["then"]["action"])
+        definition = {**current.definition,
+                      "then": {**current.definition["then"], "action": action}}
+        rule_from_dict(definition, actions=actions, types=types)  # InvalidRule, saying why
+        if before == action:
+            return current, before
+        who = actor or SystemActor()
+        ws = self.client.workspace(tenant, current.workspace, actor=who)
+        recorded = await ws.append(RuleInstalled(
+            rule=name, artifact_id=current.artifact_id,
+            definition=json.dumps(definition, sort_keys=True),
+            start_offsets={str(p): o for p, o in current.start.items()}))
+        assert recorded.envelope is not None
+        entry = replace(current, definition=definition, installed_event_id=recorded.id,
+                        installed_at=recorded.envelope.time, installed_by=who.participant)
+        await asyncio.to_thread(self._write, tenant, entry)
+        return entry, before
+
     async def archive(self, tenant: str, workspace: str, name: str, *,
                       actor: Actor | None = None) -> RulebookEntry:
         """Archive a live rule: `rule_archived`, then its entry as archived. NotFound when

@@ -247,8 +247,11 @@ class Reactor:
         for tenant in set(live) | self._live_tenants:
             new = live.get(tenant, {})
             old = self.matcher.live(tenant)
+            # New, or live again from another installation point. A rule pointed at another
+            # action with its installation point kept (`streams rules promote`) is not: the
+            # events this step took went to the old action already, the rest go to the new.
             added = [found for name, found in new.items() if name not in old
-                     or old[name].entry.installed_event_id != found.entry.installed_event_id]
+                     or old[name].entry.start != found.entry.start]
             self.matcher.set_live(tenant, new)
             for found in added:
                 out += self._catch_up(tenant, found)

@@ -256,7 +256,10 @@ def with_proposal_outcome(modules: list[str] | None, enabled: bool | None) -> li
 
 
 def load_rules(modules: list[str] | None) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
-    """Rules, actions and deps from modules exposing RULES, ACTIONS and DEPS."""
+    """Rules, actions and deps from modules exposing RULES, ACTIONS and DEPS; the actions
+    with each evaluator action's promoted form (`<name>@<shadow version>`, see
+    streams.core.evaluation.with_promotions)."""
+    from streams.core.evaluation import with_promotions
     from streams.core.rules import RuleSet
 
     names = list(modules or settings().rule_modules)
@@ -274,7 +277,7 @@ def load_rules(modules: list[str] | None) -> tuple[list[Any], dict[str, Any], di
         RuleSet(rules).check_event_types()
     except ValidationFailed as exc:
         raise fail(ModuleFailed(f"rules in {', '.join(names)}: {exc}")) from exc
-    return rules, actions, deps
+    return rules, with_promotions(actions), deps
 
 
 def no_such_tenant(tenant: str, tenants: list[str], prefix: str) -> NoReturn:

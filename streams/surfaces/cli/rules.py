@@ -1,6 +1,7 @@
 """`streams rules ...`: rules as data. Draft a rule as a proposal (`propose`), resolve it
 (`resolve`), install it (`install FILE.json` or `install --from-artifact ID`, optionally
-`--backfill`), archive it (`archive NAME`), list a tenant's installed rules (`list`), and
+`--backfill`), archive it (`archive NAME`), promote its evaluator's shadow version
+(`promote NAME`, `--rollback`), list a tenant's installed rules (`list`), and
 ask what a rule did with an event, and why (`why NAME EVENT_ID`).
 Each command prints one JSON object on stdout; a failure is one line naming what to fix and
 its kind's exit code (streams.surfaces.cli.base.ExitCode: 2 a refusal, 5 an unknown
@@ -212,6 +213,61 @@ def rules_archive(
         entry = await Rulebook(runtime).archive(tenant, workspace, name)
         return {"rule": entry.rule, "state": entry.state,
                 "archived_event_id": entry.archived_event_id}
+
+    _print(run_for_tenant(main, tenant))
+
+
+@rules_app.command("promote")
+def rules_promote(
+    name: Annotated[str, typer.Argument(help="The installed rule's name.")],
+    tenant: TenantOption,
+    rollback: Annotated[bool, typer.Option(
+        "--rollback", help="Point the rule back at the action it promoted from (the "
+        "earlier version judges again).")] = False,
+    rules: RulesOption = None,
+    types: TypesOption = None,
+) -> None:
+    """Promote the shadow version of an installed rule's evaluator action: from now on the
+    new version judges and gives feedback, reusing the verdicts it recorded as a shadow
+    (the rule is pointed at `<action>@<version>`; running workers switch within seconds).
+    Recorded as rule_installed by the system, the installation point kept."""
+    from streams.core.evaluation import EvaluatorAction, promoted_name
+    from streams.core.rules import InvalidRule
+    from streams.runtime.jobs.rules import Rulebook
+
+    load_types(types)
+    _found, actions, _deps = load_rules(rules)
+
+    def target_of(current: str) -> str:
+        base, promoted, version = current.partition("@")
+        if rollback:
+            if not promoted:
+                raise InvalidRule(f"rule {name!r} runs {current!r}, no promoted version: "
+                                  "nothing to roll back")
+            return base
+        if promoted:
+            raise InvalidRule(f"rule {name!r} runs {current!r}, already promoted to version "
+                              f"{version}; roll it back first (--rollback)")
+        action = actions.get(current)
+        if not isinstance(action, EvaluatorAction) or action.shadow is None:
+            raise InvalidRule(f"rule {name!r} runs action {current!r}, which has no shadow "
+                              "version to promote: give its EvaluatorAction a shadow= "
+                              "evaluator in the --rules module")
+        return promoted_name(current, action.shadow.version)
+
+    async def main(runtime: Any) -> dict[str, Any]:
+        rulebook = Rulebook(runtime)
+        entries = await asyncio.to_thread(rulebook.entries, tenant)
+        entry = entries.get(name)
+        current = str(entry.definition["then"]["action"]) if entry is not None else ""
+        # switch_action refuses a rule that is not live, naming the live ones.
+        wanted = target_of(current) if entry is not None and entry.live else current
+        done, before = await rulebook.switch_action(tenant, name, wanted, actions=set(actions))
+        action = actions.get(wanted)
+        evaluator = getattr(action, "evaluator", None)
+        return {"rule": name, "from": before, "to": wanted,
+                "evaluator": f"{evaluator.name}@{evaluator.version}" if evaluator else None,
+                "installed_event_id": done.installed_event_id, "start": done.start}
 
     _print(run_for_tenant(main, tenant))
 
