@@ -175,6 +175,10 @@ def own_stack_in(data: Path, *, start: bool, brokers: int = 1) -> Iterator[OwnSt
         "REGISTRY_MANAGEMENT_PORT": str(management),
         "STACK_BROKERS": str(brokers),
         "STACK_NODE_PORT_STEP": str(NODE_PORT_STEP),
+        # A broker reloading a few dozen partitions took over 120 s (stack.sh's default) on a
+        # loaded CI machine (ci68: every one of 47 logs about 1 s): a test's own stack waits
+        # longer before it calls the start a failure.
+        "STACK_START_TIMEOUT": os.environ.get("STACK_START_TIMEOUT", "300"),
     })
     stack = OwnStack(env, data)
     try:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.log import watermarks
@@ -29,6 +29,11 @@ from streams.settings import Settings
 __all__ = ["OnRecord", "TopicTail"]
 
 log = logging.getLogger(__name__)
+
+# What a partition's leader answers for a moment while it moves (a topic just created, a
+# broker restarting): worth asking again.
+_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION,
+                            KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 OnRecord = Callable[[int, int, bytes, bytes | None], None]
 """Called as (partition, offset, key, value) for each record; value None is a tombstone."""
@@ -208,18 +213,31 @@ class TopicTail:
         if consumer is None:
             raise RuntimeError("start() the tail first")
         wait = self.settings.admin_timeout if timeout is None else timeout
-        try:
-            marks = {p: consumer.get_watermark_offsets(TopicPartition(self.topic, p),
-                                                       timeout=wait)
-                     for p in list(self._positions)}
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"cannot read the end of {self.topic}: {exc}") from exc
         deadline = time.monotonic() + wait
+        marks = {p: self._end_of(consumer, p, deadline) for p in list(self._positions)}
         for partition, (low, end) in marks.items():
             if end > low and not self.wait_past(partition, end - 1,
                                               max(0.0, deadline - time.monotonic())):
                 raise KafkaUnavailable(f"reading {self.topic} did not reach its end within "
                                        f"{wait:g} s; check that the brokers are up")
+
+    def _end_of(self, consumer: Consumer, partition: int, deadline: float) -> tuple[int, int]:
+        """A partition's watermarks, asked again while the broker answers with a retriable
+        error (a leader moving: a topic just created, a broker restarting) until `deadline`."""
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, partition),
+                    timeout=max(0.1, deadline - time.monotonic()))
+                return int(low), int(high)
+            except KafkaException as exc:
+                error = exc.args[0]
+                moving = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in _LEADER_MOVING)
+                if not moving or time.monotonic() >= deadline:
+                    raise KafkaUnavailable(
+                        f"cannot read the end of {self.topic}: {exc}") from exc
+                time.sleep(0.1)
 
     def close(self) -> None:
         """Stop following and leave the broker."""
