@@ -168,6 +168,17 @@ class Rulebook:
             if backfill else None
         return Installed(entry, repeat, done)
 
+    async def _live_entry(self, tenant: str, name: str, purpose: str) -> RulebookEntry:
+        """The tenant's live entry of rule `name`; NotFound naming the live ones when there
+        is none (`purpose`, e.g. " to archive", says what it was wanted for)."""
+        entries = await asyncio.to_thread(self.entries, tenant)
+        current = entries.get(name)
+        if current is None or not current.live:
+            live = sorted(n for n, e in entries.items() if e.live)
+            raise NotFound(f"tenant {tenant!r} has no live rule {name!r}{purpose}; live "
+                           f"rules: {live} (streams rules list --tenant {tenant})")
+        return current
+
     async def switch_action(self, tenant: str, name: str, action: str, *,
                             actions: Collection[str], types: AppEventTypes | None = None,
                             actor: Actor | None = None) -> tuple[RulebookEntry, str]:
@@ -177,12 +188,7 @@ class Rulebook:
         definition and the same start, then the entry. Returns the new entry and the action
         it replaced. NotFound when the tenant has no live rule of that name; InvalidRule
         when the action is not in `actions`."""
-        entries = await asyncio.to_thread(self.entries, tenant)
-        current = entries.get(name)
-        if current is None or not current.live:
-            live = sorted(n for n, e in entries.items() if e.live)
-            raise NotFound(f"tenant {tenant!r} has no live rule {name!r}; live rules: {live} "
-                           f"(streams rules list --tenant {tenant})")
+        current = await self._live_entry(tenant, name, "")
         before = str(current.definition["then"]["action"])
         definition = {**current.definition,
                       "then": {**current.definition["then"], "action": action}}
@@ -205,12 +211,7 @@ class Rulebook:
                       actor: Actor | None = None) -> RulebookEntry:
         """Archive a live rule: `rule_archived`, then its entry as archived. NotFound when
         the tenant has no live rule of that name."""
-        entries = await asyncio.to_thread(self.entries, tenant)
-        current = entries.get(name)
-        if current is None or not current.live:
-            live = sorted(n for n, e in entries.items() if e.live)
-            raise NotFound(f"tenant {tenant!r} has no live rule {name!r} to archive; live "
-                           f"rules: {live} (streams rules list --tenant {tenant})")
+        current = await self._live_entry(tenant, name, " to archive")
         who = actor or SystemActor()
         ws = self.client.workspace(tenant, workspace, actor=who)
         recorded = await ws.append(RuleArchived(rule=name))
