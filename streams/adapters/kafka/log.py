@@ -294,6 +294,13 @@ def missing_topic(topic: str) -> NotFound:
                     f"(streams tenant create)")
 
 
+LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION,
+                           KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART})
+"""What a partition's leader answers for a moment while it moves, or while a topic just
+created reaches every broker of a cluster (one broker's metadata names it, its leader does not
+know it yet): worth asking again until the caller's deadline."""
+
+
 def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
                settings: Settings | None = None) -> dict[int, tuple[int, int]]:
     """(low, high) offsets of every partition of a topic (for a read_committed consumer,
@@ -324,7 +331,7 @@ def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
             }
         except (KafkaException, KafkaUnavailable) as exc:
             retriable = isinstance(exc, KafkaUnavailable) or exc.args[0].retriable() or \
-                exc.args[0].code() == KafkaError.NOT_LEADER_FOR_PARTITION
+                exc.args[0].code() in LEADER_MOVING
             if not retriable or time.monotonic() > deadline:
                 raise KafkaUnavailable(f"cannot read offsets of {topic}: {exc}") from exc
             time.sleep(0.2)
@@ -496,6 +503,7 @@ def decode_envelopes(serde: AvroSerde, messages: Iterator[Message],
 __all__ = [
     "HEADER_EVENT_TYPE",
     "HEADER_TRACEPARENT",
+    "LEADER_MOVING",
     "MISSING_TOPIC_GRACE",
     "POLL_INTERVAL",
     "WRITTEN_ENDS",

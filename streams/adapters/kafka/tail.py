@@ -20,7 +20,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.adapters.kafka.config import reader_config
-from streams.adapters.kafka.log import watermarks
+from streams.adapters.kafka.log import LEADER_MOVING, watermarks
 from streams.adapters.kafka.reports import settle
 from streams.core.errors import KafkaUnavailable
 from streams.core.tenancy import tail_group
@@ -29,11 +29,6 @@ from streams.settings import Settings
 __all__ = ["OnRecord", "TopicTail"]
 
 log = logging.getLogger(__name__)
-
-# What a partition's leader answers for a moment while it moves (a topic just created, a
-# broker restarting): worth asking again.
-_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION,
-                            KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 OnRecord = Callable[[int, int, bytes, bytes | None], None]
 """Called as (partition, offset, key, value) for each record; value None is a tombstone."""
@@ -233,7 +228,7 @@ class TopicTail:
             except KafkaException as exc:
                 error = exc.args[0]
                 moving = isinstance(error, KafkaError) and (
-                    error.retriable() or error.code() in _LEADER_MOVING)
+                    error.retriable() or error.code() in LEADER_MOVING)
                 if not moving or time.monotonic() >= deadline:
                     raise KafkaUnavailable(
                         f"cannot read the end of {self.topic}: {exc}") from exc

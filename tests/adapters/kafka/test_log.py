@@ -1,13 +1,16 @@
-"""The event log's errors (streams.adapters.kafka.log.EventLog): an append not acknowledged
-in time says whether the brokers answer a new client, so the caller knows what to fix."""
+"""The event log's errors (streams.adapters.kafka.log): an append not acknowledged in time
+says whether the brokers answer a new client, so the caller knows what to fix; an offsets read
+asks again while a topic's leaders settle, and only then."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from streams.adapters.kafka.log import EventLog
+from streams.adapters.kafka.log import LEADER_MOVING, EventLog, watermarks
+from streams.core.errors import KafkaUnavailable
 from streams.settings import Settings
 
 
@@ -26,3 +29,55 @@ async def test_an_unacknowledged_append_says_whether_the_brokers_answer_others(
     assert said.startswith("append to fs.acme.events not acknowledged within 3 s "
                            "(STREAMS_FEEDBACK_TIMEOUT)")
     assert says in said
+
+
+class _Partition:
+    error = None
+
+
+class _Topic:
+    error = None
+    partitions = {0: _Partition(), 1: _Partition()}
+
+
+class _Metadata:
+    def __init__(self, topic: str) -> None:
+        self.topics = {topic: _Topic()}
+
+
+class NotYetEverywhere:
+    """A consumer whose metadata names the topic while its leaders do not know it yet (a topic
+    just created on a three-broker cluster, ci70): `refusals` watermark reads fail first."""
+
+    def __init__(self, refusals: int, code: int = KafkaError.UNKNOWN_TOPIC_OR_PART) -> None:
+        self.refusals = refusals
+        self.code = code
+        self.asked = 0
+
+    def list_topics(self, topic: str, timeout: float) -> _Metadata:
+        return _Metadata(topic)
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        self.asked += 1
+        if self.asked <= self.refusals:
+            raise KafkaException(KafkaError(self.code))
+        return 0, tp.partition * 10
+
+
+@pytest.mark.parametrize("code", sorted(LEADER_MOVING))
+def test_watermarks_ask_again_while_a_new_topic_reaches_its_leaders(code: int) -> None:
+    consumer = NotYetEverywhere(refusals=2, code=code)
+    assert watermarks(cast(Any, consumer), "fs.acme.index", timeout=5.0) == {0: (0, 0),
+                                                                            1: (0, 10)}
+    assert consumer.asked == 4
+
+
+def test_watermarks_give_up_at_the_deadline_or_on_an_error_that_is_not_a_move() -> None:
+    stuck = NotYetEverywhere(refusals=10**6)
+    with pytest.raises(KafkaUnavailable, match=r"cannot read offsets of fs\.acme\.index"):
+        watermarks(cast(Any, stuck), "fs.acme.index", timeout=0.5)
+    assert stuck.asked > 1
+    refused = NotYetEverywhere(refusals=1, code=KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaUnavailable):
+        watermarks(cast(Any, refused), "fs.acme.index", timeout=5.0)
+    assert refused.asked == 1
