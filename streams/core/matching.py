@@ -34,7 +34,7 @@ from streams.core.rules import Fire, Rule, RuleSet, RuleState, Throttled, evalua
 from streams.core.rules.compiled import compile_path, compile_trigger
 from streams.core.rules.predicates import MISSING, UNKNOWN, Compare, Path
 from streams.core.rules.triggers import conjuncts
-from streams.core.runs import fire_envelopes, throttle_envelope
+from streams.core.runs import Cause, fire_envelopes, throttle_envelope
 
 __all__ = ["Decision", "Forward", "Hit", "Matcher", "ReactorStats", "is_stateful"]
 
@@ -51,9 +51,11 @@ def _any_app(envelope: Envelope) -> bool:
 
 
 def is_stateful(rule: Rule) -> bool:
-    """Whether a rule's decision depends on other events (count, rate limit, scope)."""
+    """Whether a rule's decision depends on other events (count, rate limit, scope, a
+    chain's completion)."""
     when = rule.when
-    return when.counting is not None or when.rate_limit is not None or when.scope_by is not None
+    return when.counting is not None or when.rate_limit is not None or \
+        when.scope_by is not None or when.completion is not None
 
 
 @dataclass
@@ -100,6 +102,8 @@ _INDEXABLE: Final = (str, int, float, bool, type(None))
 def _keys(rule: Rule) -> dict[Path, tuple[object, ...]]:
     """The values a rule requires at a path (`eq`, `isin`): no other value there matches."""
     found: dict[Path, tuple[object, ...]] = {}
+    if rule.when.completion is not None:
+        return found  # its terminal events need not pass its filters: not indexed by them
     for p in conjuncts(rule.when.predicates):
         if isinstance(p, Compare) and p.op in ("eq", "isin") and p.path not in found:
             values = (p.operand,) if p.op == "eq" else p.operand
@@ -185,11 +189,11 @@ class _PlainRules:
         by_type: dict[str, list[tuple[Rule, bool]]] = {}
         any_app: list[tuple[Rule, bool]] = []
         for rule, stateful in rules:
-            name = rule.when.event_type_name
-            if name is None:
-                any_app.append((rule, stateful))
-            else:
-                by_type.setdefault(name, []).append((rule, stateful))
+            for name in rule.when.watched_types:
+                if name is None:
+                    any_app.append((rule, stateful))
+                else:
+                    by_type.setdefault(name, []).append((rule, stateful))
         self.by_type = {name: _TypeIndex(name, found) for name, found in by_type.items()}
         self.any_app = _TypeIndex(None, any_app) if any_app else None
 
@@ -209,11 +213,11 @@ class _Live:
         self.by_type: dict[str, list[LiveRule]] = {}
         self.any_app_event: list[LiveRule] = []
         for found in self.rules.values():
-            name = found.rule.when.event_type_name
-            if name is None:
-                self.any_app_event.append(found)
-            else:
-                self.by_type.setdefault(name, []).append(found)
+            for name in found.rule.when.watched_types:
+                if name is None:
+                    self.any_app_event.append(found)
+                else:
+                    self.by_type.setdefault(name, []).append(found)
         self.wanted = frozenset(t.encode() for t in self.by_type)
         self.alone = {name: RuleSet([found.rule]) for name, found in self.rules.items()}
         self.stateful_names = {name for name, found in self.rules.items()
@@ -241,13 +245,13 @@ class Matcher:
         # Each rule alone, for the engine: built once, not per event.
         self._alone = {rule.name: RuleSet([rule]) for rule in rules}
         self._stateful = {rule.name for rule in rules if is_stateful(rule)}
+        self._completes = [rule for rule in rules if rule.when.completion is not None]
         for rule in rules:
-            source = rule.when.source
-            if source is AppEvent:
-                self._any_app_event.append(rule)
-            else:
-                name = source if isinstance(source, str) else source.event_type
-                self._by_type.setdefault(name, []).append(rule)
+            for name in rule.when.watched_types:
+                if name is None:
+                    self._any_app_event.append(rule)
+                else:
+                    self._by_type.setdefault(name, []).append(rule)
         self._wanted = {t.encode() for t in self._by_type} | {b"run_started"}
         self._plain = _PlainRules((rule, rule.name in self._stateful) for rule in rules)
         # Rules installed as data, per tenant (streams.core.rulebook), replaced as a whole by
@@ -257,6 +261,21 @@ class Matcher:
         self._live_wanted: frozenset[bytes] = frozenset()
         self._live_any_app_event = False
         self.fallback: Callable[[str, str], LiveRule | None] | None = None
+
+    def completion_rules(self, tenant: str) -> list[Rule]:
+        """The tenant's rules that judge chains when they end (streams.core.rules.chains)."""
+        live = self._live.get(tenant)
+        if live is None:
+            return self._completes
+        return self._completes + [found.rule for found in live.rules.values()
+                                  if found.rule.when.completion is not None]
+
+    def moves_clock(self, envelope: Envelope) -> bool:
+        """Whether the envelope's time moves its tenant's completion clock: a completion
+        rule watches its type or ends chains with it (the pipeline's own records, stamped
+        when written, do not, unless a completion rule watches them)."""
+        return any(rule.when.watches(envelope) or rule.when.ends_chain(envelope)
+                   for rule in self.completion_rules(envelope.tenant))
 
     @property
     def has_stateful(self) -> bool:
@@ -344,7 +363,9 @@ class Matcher:
     def match_live(self, found: LiveRule, envelope: Envelope) -> list[Forward | Decision]:
         """`match` for one live rule alone (a catch-up over events the rule was installed
         before this process had it); events before its installation point do not match."""
-        if not found.rule.when.watches(envelope) or not found.is_live_at(envelope.seq):
+        when = found.rule.when
+        if not (when.watches(envelope) or when.ends_chain(envelope)) or \
+                not found.is_live_at(envelope.seq):
             return []
         return self._match_one(found.rule, is_stateful(found.rule), envelope)
 
@@ -378,7 +399,7 @@ class Matcher:
             alone = RuleSet([found.rule])
         return list(evaluate(alone, envelope, state))
 
-    def fired(self, decision: Decision, cause: Envelope) -> list[Envelope]:
+    def fired(self, decision: Decision, cause: Cause) -> list[Envelope]:
         """The envelopes a decision writes: `rule_fired` and `run_started` for a firing,
         the throttle's record for a throttle (counted either way)."""
         if isinstance(decision, Throttled):

@@ -36,6 +36,7 @@ import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from streams.core.actors import Actor, SystemActor
@@ -64,7 +65,7 @@ from streams.core.feedback import (
     value_record,
 )
 from streams.core.matching import Forward, Matcher, ReactorStats
-from streams.core.rules import Rule, RuleSet, RuleState
+from streams.core.rules import Rule, RuleSet, RuleState, chain_due
 from streams.core.rules.why import THROTTLED_RECORD
 from streams.core.runs import ActionFn, Reaction, RunRecord, latest_runs, rule_actor
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
@@ -94,6 +95,9 @@ tenant and workspace)."""
 
 # The app events the rules write themselves (a throttle's record, an evaluator's verdict):
 # accepted without a declaration.
+_STORY_GRACE = timedelta(hours=1)
+"""How long a replay remembers an ended chain (the worker's STREAMS_RULE_STATE_GRACE default)."""
+
 _OWN_RECORDS = frozenset({THROTTLED_RECORD, VERDICT_RECORD})
 
 
@@ -374,7 +378,22 @@ class Replayer:
                                         actor=publisher.actor)
             published.append(log.append(envelope).envelope)
         steps = 0
-        while log.pending:
+        clock: datetime | None = None  # a completion rule's: its matches' newest time
+        ended = False
+
+        async def chains_due(at: datetime) -> None:
+            for fire in chain_due(self.rule, state, at, _STORY_GRACE):
+                window = state.chains[(self.rule.name, fire.correlation_id)]
+                await emit(matcher.fired(fire, window.cause(self.tenant)))
+
+        while log.pending or not ended:
+            if not log.pending:
+                # The story is over: a completion rule's chains still open end now (their
+                # quiet periods pass), and their runs are made like any other.
+                ended = True
+                if clock is not None:
+                    await chains_due(datetime.max.replace(tzinfo=UTC))
+                continue
             if steps >= self.step_limit:
                 raise ReplayError(f"{where}: did not settle within {self.step_limit} events "
                                   f"(a rule that fires on what its own runs emit?); raise "
@@ -382,10 +401,16 @@ class Replayer:
             envelope = log.pending.popleft()
             steps += 1
             for item in matcher.match(envelope):
+                if isinstance(item, Forward) and item.rule.when.completion is not None \
+                        and (clock is None or envelope.time > clock):
+                    clock = envelope.time
+                    await chains_due(clock)
                 decisions = matcher.decide(item.rule.name, item.envelope, state) \
                     if isinstance(item, Forward) else [item]
                 for decision in decisions:
                     await emit(matcher.fired(decision, envelope))
+            if clock is not None:  # a chain its event made due on the clock ends now
+                await chains_due(clock)
             if executor.runs_here(envelope):
                 await executor.execute(envelope)
         runs = list(reversed(latest_runs(log.envelopes, rule=self.rule.name)))

@@ -25,6 +25,7 @@ from streams.core.events import (
     RunRetried,
     RunStarted,
     RunSucceeded,
+    TraceContext,
 )
 from streams.core.ids import (
     fired_event_id,
@@ -38,12 +39,30 @@ from streams.core.rules import Fire, Throttled
 from streams.core.rules.why import THROTTLED_RECORD, throttle_data
 
 
+class Cause(Protocol):
+    """What a firing's envelopes take from the event that caused it: an Envelope, or a
+    chain's newest event when a quiet period ended it (streams.core.rules.chains)."""
+
+    @property
+    def tenant(self) -> str:
+        """The tenant the firing is recorded for."""
+    @property
+    def workspace(self) -> str:
+        """The workspace the firing is recorded in."""
+    @property
+    def event_id(self) -> str:
+        """The causing event's id."""
+    @property
+    def trace(self) -> TraceContext | None:
+        """The trace the firing continues."""
+
+
 def rule_actor(rule: str) -> AgentActor:
     """The actor a rule's firings and runs are recorded as."""
     return AgentActor(id=f"rule:{rule}")
 
 
-def fire_envelopes(fire: Fire, cause: Envelope) -> list[Envelope]:
+def fire_envelopes(fire: Fire, cause: Cause) -> list[Envelope]:
     """The `rule_fired` and `run_started` envelopes of a firing, in the causing event's chain
     (for a counting rule: the chain of the event that completed the count)."""
     firing = fire.firing_id
@@ -62,7 +81,7 @@ def fire_envelopes(fire: Fire, cause: Envelope) -> list[Envelope]:
     return [fired, started]
 
 
-def throttle_envelope(throttled: Throttled, cause: Envelope) -> Envelope:
+def throttle_envelope(throttled: Throttled, cause: Cause) -> Envelope:
     """The record of a match a rule's rate limit held back (`streams:throttled`), in the
     causing event's chain, by an id derived from the firing it would have been: what
     `Workspace.why` finds for that event."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -28,6 +27,7 @@ from streams.core.actors import UserActor
 from streams.core.evaluators import HandOff
 from streams.core.events import AppEvent, Envelope, TraceContext
 from streams.core.judges import ChatModel, RetrievalInput
+from tests.kafka_fakes import FakeMessage
 from tests.spans import named, spans
 
 __all__ = ["spans"]  # the fixture, imported for the tests below
@@ -36,30 +36,15 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
 
 
-@dataclass
-class FakeMessage:
-    """What batch_span reads of a confluent-kafka message."""
-
-    trace: str | None = None
-    topic_: str = "fs.acme.events"
-    partition_: int = 0
-    offset_: int = 0
-    extra: list[tuple[str, bytes]] = field(default_factory=list)
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        headers = [("event_type", b"feedback_given"), *self.extra]
-        if self.trace is not None:
-            headers.append(("traceparent", self.trace.encode()))
-        return headers
+def feedback_message(trace: str | None = None, topic_: str = "fs.acme.events",
+                     partition_: int = 0, offset_: int = 0,
+                     extra: list[tuple[str, bytes]] | None = None) -> FakeMessage:
+    """What batch_span reads of a confluent-kafka message: a feedback event's headers,
+    with `trace` as its traceparent when given."""
+    headers = [("event_type", b"feedback_given"), *(extra or [])]
+    if trace is not None:
+        headers.append(("traceparent", trace.encode()))
+    return FakeMessage(topic_, partition_, offset_, headers_=headers)
 
 
 def traceparent(trace_id: str = TRACE, span_id: str = PARENT) -> str:
@@ -110,7 +95,7 @@ def test_a_child_span_continues_an_envelopes_trace_and_traced_as_carries_it_on(
 
 def test_one_traced_record_makes_the_batch_span_its_child(
         spans: InMemorySpanExporter) -> None:
-    with batch_span([FakeMessage(traceparent(), partition_=2, offset_=41)],
+    with batch_span([feedback_message(traceparent(), partition_=2, offset_=41)],
                     group="fs-mirror") as span:
         assert span is not None
     [done] = named(spans, "process fs.acme.events")
@@ -128,7 +113,7 @@ def test_one_traced_record_makes_the_batch_span_its_child(
 
 def test_records_of_one_trace_share_the_parent(spans: InMemorySpanExporter) -> None:
     # One feedback's three scores: three records, one trace context.
-    with batch_span([FakeMessage(traceparent(), offset_=i) for i in range(3)]):
+    with batch_span([feedback_message(traceparent(), offset_=i) for i in range(3)]):
         pass
     [done] = named(spans, "process fs.acme.events")
     assert f"{done.context.trace_id:032x}" == TRACE and not done.links
@@ -139,10 +124,10 @@ def test_records_of_one_trace_share_the_parent(spans: InMemorySpanExporter) -> N
 def test_a_batch_of_many_traces_links_each_once_up_to_the_limit(
         spans: InMemorySpanExporter) -> None:
     traces = [f"{i + 1:032x}" for i in range(MAX_LINKS + 20)]
-    messages = [FakeMessage(traceparent(t), topic_=f"fs.t{i % 2}.events")
+    messages = [feedback_message(traceparent(t), topic_=f"fs.t{i % 2}.events")
                 for i, t in enumerate(traces)]
-    messages += [FakeMessage(traceparent(traces[0])), FakeMessage(None),
-                 FakeMessage("not-a-traceparent")]
+    messages += [feedback_message(traceparent(traces[0])), feedback_message(None),
+                 feedback_message("not-a-traceparent")]
     with batch_span(messages, group="g"):
         pass
     [done] = named(spans, "process")  # two topics: no single destination
@@ -157,7 +142,7 @@ def test_a_batch_of_many_traces_links_each_once_up_to_the_limit(
 def test_no_tracer_provider_no_batch_span(spans: InMemorySpanExporter,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracing, "tracing_enabled", lambda: False)
-    with batch_span([FakeMessage(traceparent())]) as span:
+    with batch_span([feedback_message(traceparent())]) as span:
         assert span is None
     with batch_span([]) as span:
         assert span is None

@@ -177,6 +177,32 @@ async def test_sampling_and_throttles_decide_as_the_engine_does() -> None:
     assert [r.run.scope["service"] for r in replay.runs] == ["api", "api", "web", "web"]
 
 
+async def test_a_completion_rule_judges_each_chain_once_and_the_storys_end_ends_the_rest(
+) -> None:
+    from datetime import UTC, datetime
+
+    from streams.core.events import Envelope
+
+    whole = Rule(name="t:whole", when=on(ServiceError).completes(quiet=timedelta(minutes=5)),
+                 then=run("act"))
+
+    async def act(reaction: Reaction) -> dict[str, int]:
+        return {"seen": len(reaction.events)}
+
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def error(chain: str, minutes: int) -> Envelope:
+        return Envelope.new(ServiceError(service="api", severity=1).to_event(), tenant="t",
+                            workspace="w", correlation_id=chain,
+                            time=t0 + timedelta(minutes=minutes))
+
+    story = [error("a", 0), error("a", 1), error("b", 10), error("c", 11)]
+    replay = await _replay(whole, act, story)
+    # a ends when b's time passes its quiet period; b and c when the story ends.
+    assert [(r.run.scope["chain"], len(r.matched)) for r in replay.runs] == \
+        [("a", 2), ("b", 1), ("c", 1)]
+
+
 async def test_retries_are_the_rules_policy_and_their_delays_are_not_waited() -> None:
     attempts: list[int] = []
 

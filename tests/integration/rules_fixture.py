@@ -89,7 +89,7 @@ retrieval = EvaluatorAction(RetrievalEvaluator(_model()), input=question, target
 # The app event types the rules watch: a worker refuses rules naming undeclared types.
 APP_EVENT_TYPES = [app_event_type(name) for name in (
     "t:item", "t:flaky", "t:broken", "t:tick", "t:sample", "t:judge", "t:judge-many",
-    "t:question", "t:hit", "t:budget-judge")]
+    "t:question", "t:hit", "t:budget-judge", "t:step", "t:step-done", "t:qstep")]
 
 RULES = [
     Rule(name="t:limited", when=on("t:item").at_most(20, per=timedelta(hours=1)),
@@ -110,6 +110,13 @@ RULES = [
          .scope(F.data.host), then=run("noop")),
     Rule(name="t:host-count", when=on("t:hit").count(4, within=timedelta(days=1))
          .scope(F.data.host), then=run("noop")),
+    # Completion rules (tests/integration/test_chain_completion.py): a chain judged once on
+    # its terminal event (late events ignored), and one judged after 5 minutes of event time
+    # without its events (late events judged again).
+    Rule(name="t:chain-end", when=on("t:step").where(F.data.kind.ne("noise"))
+         .completes(terminal="t:step-done"), then=run("noop")),
+    Rule(name="t:chain-quiet", when=on("t:qstep").completes(
+        quiet=timedelta(minutes=5), late="rejudge"), then=run("noop")),
 ]
 ACTIONS = {"noop": noop, "flaky": flaky, "broken": broken, judge.name: judge,
            budgeted.name: budgeted,

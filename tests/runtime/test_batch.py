@@ -32,39 +32,9 @@ from streams.runtime import batch
 from streams.runtime.batch import BatchLoop, abort_reason
 from streams.runtime.root import Runtime
 from streams.settings import Settings
+from tests.kafka_fakes import FakeMessage
 
 TOPIC = "fs.acme.events"
-
-
-@dataclass
-class Msg:
-    """What the loop reads of a confluent-kafka Message."""
-
-    _topic: str
-    _partition: int
-    _offset: int
-    _value: bytes
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def key(self) -> bytes:
-        return b"k"
-
-    def headers(self) -> list[Any]:
-        return []
-
-    def error(self) -> None:
-        return None
 
 
 @dataclass
@@ -140,7 +110,7 @@ class FakeConsumer:
             return 0
         return offset if offset >= 0 else self.broker.committed.get(p, 0)
 
-    def consume(self, n: int, _timeout: float) -> list[Msg]:
+    def consume(self, n: int, _timeout: float) -> list[FakeMessage]:
         self._join()
         if self.stall == "lost":
             if self.joined and self.callbacks and self.at:
@@ -150,11 +120,11 @@ class FakeConsumer:
             return []
         if isinstance(self.stall, int) and self.handed >= self.stall:
             return []  # fetches nothing more, for good
-        out: list[Msg] = []
+        out: list[FakeMessage] = []
         for p, values in self.broker.log.items():
             while len(out) < n and self.at[p] < len(values):
                 at = self.at[p]
-                out.append(Msg(TOPIC, p, at, values[at]))
+                out.append(FakeMessage(TOPIC, p, at, b"k", values[at]))
                 self.at[p] = at + 1
         self.handed += len(out)
         if isinstance(self.stall, int) and self.handed > self.stall:  # hand on `stall` only
@@ -165,7 +135,7 @@ class FakeConsumer:
             out, self.handed = out[:-extra], self.stall
         return out
 
-    def poll(self, timeout: float) -> Msg | None:
+    def poll(self, timeout: float) -> FakeMessage | None:
         got = self.consume(1, 0)
         if not got:
             time.sleep(min(timeout, 0.01))

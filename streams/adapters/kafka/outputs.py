@@ -38,6 +38,20 @@ def rule_forward(rules_topic: str, rule: str, scope_key: str | None, event_type:
                   [(HEADER_RULE, rule.encode()), ("event_type", event_type.encode())])
 
 
+TICK_KEY = b"__tick__"
+"""The key of a tick: a record of a tenant's rules topic carrying no match, only the newest
+event time the reactor saw (microseconds since the epoch, as text), so every partition's
+clock moves on even when its keys' events have stopped (completion rules' quiet periods)."""
+
+_TICK_HEADERS: Headers = [("event_type", b"streams:tick")]
+
+
+def rule_tick(rules_topic: str, partition: int, time_us: int) -> Output:
+    """A tick for one partition of a tenant's rules topic (see TICK_KEY)."""
+    return Output(rules_topic, TICK_KEY, str(time_us).encode(), list(_TICK_HEADERS),
+                  partition=partition)
+
+
 def dead_letter_record(*, topic: str, partition: int, offset: int, key: bytes | None,
                        value: bytes | None, reason: str, stage: str,
                        time: datetime | int) -> dict[str, Any]:

@@ -23,8 +23,9 @@ tables under `count_key` and `rate_key`. Every decision depends on event time an
 ids only, never on the wall clock, so a replay decides what the live run decided.
 
 The package splits by concept: `predicates` (paths and predicates), `triggers` (triggers,
-counts, rate limits, scopes), `engine` (rules, rule sets, state, decisions), `actions`
-(actions and retry policies), `checks` (`InvalidRule`); derived ids and keys (`firing_id`,
+counts, rate limits, scopes), `chains` (completion: judging a chain when it ends), `engine`
+(rules, rule sets, state, decisions), `actions` (actions and retry policies), `checks`
+(`InvalidRule`); derived ids and keys (`firing_id`,
 `sample_point`, `count_key`, `rate_key`) live in `streams.core.ids`. Everything public is
 importable from here.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 from streams.core.ids import count_key, firing_id, rate_key, sample_point
 from streams.core.rules.actions import Action, NamedAction, RetryPolicy, run
+from streams.core.rules.chains import ChainWindow, Completion
 from streams.core.rules.checks import InvalidRule
 from streams.core.rules.engine import (
     Decision,
@@ -46,6 +48,7 @@ from streams.core.rules.engine import (
     RuleSet,
     RuleState,
     Throttled,
+    chain_due,
     evaluate,
 )
 from streams.core.rules.predicates import (
@@ -83,6 +86,8 @@ __all__ = [
     "MISSING",
     "RULE_SCHEMA",
     "Action",
+    "ChainWindow",
+    "Completion",
     "Count",
     "CountState",
     "CountWindow",
@@ -107,6 +112,7 @@ __all__ = [
     "Trigger",
     "all_of",
     "any_of",
+    "chain_due",
     "count_key",
     "evaluate",
     "firing_id",

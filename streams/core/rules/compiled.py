@@ -185,6 +185,10 @@ def compile_predicate(pred: Predicate, layout: Layout) -> PlainTest:
 def compile_trigger(trigger: Trigger, rule: str) -> PlainTest:
     """`trigger.matches_plain(event, rule=rule)` for events of the type it watches (the
     caller checks the type; an `on(AppEvent)` trigger takes any app event)."""
+    if trigger.completion is not None:
+        # Its terminal events skip its filters and its chains are sampled by correlation id:
+        # only the envelope tells (Trigger.matches_plain says the same).
+        return lambda event: None
     name = trigger.event_type_name
     layout = _APP_LAYOUT if name is None else layout_of(name)
     # The trigger's conjunction, AllOf taken apart at the top: there a sure False after an

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Final
 
 from streams.core.app_events import (
@@ -24,6 +24,7 @@ from streams.core.events import EVENT_TYPES, Envelope, RuleFired
 from streams.core.ids import firing_id
 from streams.core.plain import PlainEvent
 from streams.core.rules.actions import Action
+from streams.core.rules.chains import ChainWindow
 from streams.core.rules.checks import InvalidRule
 from streams.core.rules.triggers import CountState, RateLimit, RateState, Scope, Trigger
 
@@ -36,6 +37,7 @@ __all__ = [
     "RuleSet",
     "RuleState",
     "Throttled",
+    "chain_due",
     "evaluate",
 ]
 
@@ -125,8 +127,12 @@ class RuleSet:
         """
         known = types if types is not None else app_event_types
         unknown = [
-            f"{rule.name!r} watches {name!r}" for rule in self
-            if (name := rule.when.event_type_name) is not None
+            f"{rule.name!r} {what} {name!r}" for rule in self
+            for what, name in (("watches", rule.when.event_type_name),
+                               ("completes(terminal=) names",
+                                rule.when.completion.terminal if rule.when.completion
+                                else None))
+            if name is not None
             and name not in EVENT_TYPES and name not in known and not own_record(name)
         ]
         if unknown:
@@ -183,11 +189,13 @@ Decision = Fire | Throttled
 
 
 class RuleState:
-    """The counts and rate windows of rules, in memory, keyed by rule name."""
+    """The counts, rate windows and chains of rules, in memory, keyed by rule name (a
+    completion rule's state is one chain: the decider holds a RuleState per key)."""
 
     def __init__(self) -> None:
         self.counts: dict[str, CountState] = {}
         self.rates: dict[str, RateState] = {}
+        self.chains: dict[tuple[str, str], ChainWindow] = {}  # by (rule, chain)
 
     def counter(self, rule: Rule) -> CountState:
         """The rule's count state (a new one if the rule's count changed)."""
@@ -217,10 +225,77 @@ class RuleState:
             rate.expire(now)
 
 
+def _gathers(rule: Rule, envelope: Envelope) -> bool:
+    """Whether a completion rule gathers the envelope into its chain (its watched type and
+    filters; a terminal event of another type is not gathered)."""
+    trigger = rule.when
+    try:
+        return trigger.watches(envelope) and all(p.test(envelope) for p in trigger.predicates)
+    except Exception:  # a rule's own predicate failed: not gathered, as in matching
+        return False
+
+
+def _chain_fire(rule: Rule, window: ChainWindow, cause: str) -> Fire:
+    scope = {"chain": window.chain}
+    return Fire(rule, window.event_ids, Scope.key_of(scope), window.chain, cause, scope)
+
+
+def _decide_chain(rule: Rule, envelope: Envelope, state: RuleState) -> Decision | None:
+    """A completion rule's decision (streams.core.rules.chains): gather, end, or judge a
+    late event again; a firing carries the whole gathered chain."""
+    completion = rule.when.completion
+    assert completion is not None
+    at = (rule.name, envelope.correlation_id)
+    window = state.chains.get(at) or ChainWindow(envelope.correlation_id)
+    cause: str | None = None
+    if _gathers(rule, envelope) and not window.holds(envelope.event_id):
+        if window.ended is None:
+            window = window.gather(envelope)
+        elif completion.late == "rejudge":
+            window = window.gather(envelope)
+            if completion.quiet is None:
+                cause = envelope.event_id
+                window = window.end(envelope.time, None)
+            else:  # judged again once the late events have been quiet for the period
+                window = replace(window, pending=True)
+        # late == "ignore": the chain was judged as it stood
+    if rule.when.ends_chain(envelope) and window.ended is None:
+        if window.events:
+            cause = envelope.event_id
+        window = window.end(envelope.time, envelope.event_id)
+    state.chains[at] = window
+    return None if cause is None else _chain_fire(rule, window, cause)
+
+
+def chain_due(rule: Rule, state: RuleState, clock: datetime,
+              grace: timedelta) -> list[Fire]:
+    """A completion rule's chains on the partition's clock (event time): the firings of
+    chains (or of late events) quiet for the rule's period. A chain grace past its last
+    event (ended, or never ended on a rule without a quiet period) is forgotten. Nothing
+    changes for a chain not yet due."""
+    completion = rule.when.completion
+    if completion is None:
+        return []
+    fires: list[Fire] = []
+    for at, window in [(at, w) for at, w in state.chains.items() if at[0] == rule.name]:
+        deadline = window.deadline(completion, grace)
+        if deadline is None or clock < deadline:
+            continue
+        if completion.quiet is not None and window.events and (window.ended is None or
+                                                               window.pending):
+            state.chains[at] = window.end(deadline, None)
+            fires.append(_chain_fire(rule, window, window.last_id))
+        else:
+            del state.chains[at]
+    return fires
+
+
 def _decide(rule: Rule, envelope: Envelope, state: RuleState) -> Decision | None:
     if not rule.matches(envelope):
         return None
     trigger = rule.when
+    if trigger.completion is not None:
+        return _decide_chain(rule, envelope, state)
     scope = trigger.scope_values(envelope)
     key = Scope.key_of(scope) if trigger.scope_by is not None else None
     matched: tuple[str, ...] = (envelope.event_id,)
@@ -270,3 +345,9 @@ class RuleEngine:
     def replay(self, envelopes: Iterable[Envelope]) -> list[Decision]:
         """The decisions about envelopes taken in order."""
         return [d for envelope in envelopes for d in self.evaluate(envelope)]
+
+    def due(self, clock: datetime, grace: timedelta = timedelta(hours=1)) -> list[Fire]:
+        """The firings of completion rules' chains quiet at event time `clock` (see
+        `chain_due`; the decider calls it as its partition's clock moves)."""
+        return [fire for rule in self.rules for fire in chain_due(rule, self.state, clock,
+                                                                  grace)]

@@ -104,6 +104,14 @@ RULE_SCHEMA: Final[dict[str, Any]] = {
                                            "per_seconds": _SECONDS}},
                 "scope": {"type": "object", "minProperties": 1,
                           "additionalProperties": {"$ref": "#/$defs/path"}},
+                "completes": {
+                    "type": "object", "additionalProperties": False, "minProperties": 1,
+                    "description": "Fire once per chain when it ends: on its terminal event, "
+                                   "or after quiet_seconds of event time without its events "
+                                   "(streams.core.rules.chains).",
+                    "properties": {"terminal": {"type": "string", "minLength": 1},
+                                   "quiet_seconds": _SECONDS,
+                                   "late": {"enum": ["ignore", "rejudge"]}}},
             },
         },
         "then": {
@@ -236,6 +244,15 @@ def rule_to_dict(rule: Rule) -> dict[str, Any]:
                               "per_seconds": _seconds(when.rate_limit.per)}
     if when.scope_by is not None:
         trigger["scope"] = _scope_to_dict(when.scope_by, rule.name)
+    if when.completion is not None:
+        completes: dict[str, Any] = {}
+        if when.completion.terminal is not None:
+            completes["terminal"] = when.completion.terminal
+        if when.completion.quiet is not None:
+            completes["quiet_seconds"] = _seconds(when.completion.quiet)
+        if when.completion.late != "ignore":
+            completes["late"] = when.completion.late
+        trigger["completes"] = completes
     retry = rule.then.retry
     out: dict[str, Any] = {"name": rule.name}
     if rule.description is not None:
@@ -353,6 +370,22 @@ def rule_from_dict(
                 name: _path_from_list(parts, f"$.when.scope.{name}")
                 for name, parts in when["scope"].items()}
             trigger = trigger.scope(**named)
+        if "completes" in when:
+            completes = when["completes"]
+            terminal = completes.get("terminal")
+            if terminal == ANY_APP_EVENT:
+                raise InvalidRule(f"rule JSON at $.when.completes.terminal: name one event "
+                                  f"type that ends a chain, not {terminal!r}")
+            try:
+                terminal_type = None if terminal is None else _source(terminal, known)
+            except InvalidRule as exc:
+                raise InvalidRule(str(exc).replace("$.when.on", "$.when.completes.terminal")
+                                  ) from None
+            trigger = trigger.completes(
+                terminal=terminal_type,
+                quiet=_seconds_of(completes["quiet_seconds"])
+                if "quiet_seconds" in completes else None,
+                late=completes.get("late", "ignore"))
     except InvalidRule as exc:
         text = str(exc)
         raise (exc if text.startswith("rule JSON at") else

@@ -16,12 +16,14 @@ Pure: no storage, no Kafka; the store (`streams.adapters.state`) and the decider
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from streams.core.rules.chains import ChainWindow
 from streams.core.rules.engine import RuleState
 from streams.core.rules.predicates import Path
 from streams.core.rules.triggers import (
@@ -34,6 +36,7 @@ from streams.core.rules.triggers import (
 )
 
 __all__ = [
+    "CLOCK_KEY",
     "POSITION_KEY",
     "PartitionState",
     "decode_position",
@@ -48,6 +51,10 @@ __all__ = [
 
 POSITION_KEY: Final = "__position__"
 """The key of a partition's position record (no rule name starts with `_`)."""
+
+CLOCK_KEY: Final = "__clock__"
+"""The key of a partition's clock record: the newest event time its records carried (a
+completion rule's quiet periods are measured on it), in microseconds since the epoch."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
@@ -96,6 +103,9 @@ def to_record(state: RuleState, rule: str, scope_key: str | None,
             if weight is not None:  # a budget's: the limit is restored as it was
                 record["rate"]["weight"] = ["envelope" if weight.on_envelope else "event",
                                             *weight.names]
+    for (name, _chain), chain in state.chains.items():
+        if name == rule:  # a completion rule's key holds its one chain
+            record["chain"] = chain.as_record()
     return record if len(record) > 1 else None
 
 
@@ -122,6 +132,10 @@ def from_record(record: dict[str, Any], rule: str, scope_key: str | None,
             limiter = state.rates[rule] = RateState(limit)
         for number, admitted in rate["windows"].items():
             limiter.windows[(scope_key, int(number))] = RateWindow(int(number), int(admitted))
+    chain = record.get("chain")
+    if chain is not None:
+        window = ChainWindow.from_record(chain)
+        state.chains[(rule, window.chain)] = window
     return state, int(record["upto"])
 
 
@@ -171,6 +185,40 @@ class PartitionState:
     position: int = 0
     dirty: set[str] = field(default_factory=set)
     empty: dict[str, int] = field(default_factory=dict)
+    clock: datetime | None = None
+    """The newest event time the partition's records carried (matches and the reactor's
+    ticks): completion rules' quiet periods are measured on it."""
+    clock_dirty: bool = False
+    deadlines: list[tuple[datetime, str]] = field(default_factory=list)
+    """A heap of (when, key): keys whose chains may be due then (an entry may be stale: the
+    chain is asked again when it comes up)."""
+
+    def advance(self, time: datetime) -> bool:
+        """Move the clock to event time `time` if that is later; whether it moved."""
+        if self.clock is not None and time <= self.clock:
+            return False
+        self.clock = time
+        self.clock_dirty = True
+        return True
+
+    def schedule(self, key: str, when: datetime | None) -> None:
+        """Ask about the key's chains again once the clock reaches `when` (None: never)."""
+        if when is not None:
+            heapq.heappush(self.deadlines, (when, key))
+
+    def has_due(self) -> bool:
+        """Whether a scheduled time is at or before the clock."""
+        return bool(self.deadlines) and self.clock is not None and \
+            self.deadlines[0][0] <= self.clock
+
+    def due(self) -> list[str]:
+        """The keys whose scheduled time the clock has reached, each once, taken off."""
+        found: list[str] = []
+        while self.deadlines and self.clock is not None and self.deadlines[0][0] <= self.clock:
+            key = heapq.heappop(self.deadlines)[1]
+            if key not in found:
+                found.append(key)
+        return found
 
     def state_of(self, key: str) -> RuleState:
         """The key's state (a new, empty one when it has none)."""
@@ -211,6 +259,11 @@ class PartitionState:
             if value is not None:
                 self.position = max(self.position, decode_position(value))
             return
+        if key == CLOCK_KEY:
+            if value is not None:
+                self.advance(_time(decode_position(value)))
+                self.clock_dirty = False
+            return
         if value is None:
             self.states.pop(key, None)
             self.upto.pop(key, None)
@@ -223,7 +276,7 @@ class PartitionState:
         state, upto = from_record(record, rule, scope)
         self.states[key] = state
         self.upto[key] = upto
-        if "count" in record or "rate" in record:
+        if "count" in record or "rate" in record or "chain" in record:
             self.empty.pop(key, None)
         else:
             self.empty[key] = upto
@@ -237,19 +290,20 @@ class PartitionState:
         times). Returns the records that give the same state when stored (a key's tombstone,
         then its kept record; the highest position), and the keys whose kept record could
         not be read: such a key keeps the newest of its earlier records that reads."""
-        position: tuple[int, bytes] | None = None
+        newest: dict[str, tuple[int, bytes]] = {}  # the position's and the clock's
         kept: dict[str, tuple[bool, list[tuple[int, bytes]]]] = {}
         unreadable: list[str] = []
         for key, value in records:
-            if key == POSITION_KEY:
+            if key in (POSITION_KEY, CLOCK_KEY):
                 if value is not None:
                     try:
                         at = decode_position(value)
                     except ValueError:
                         unreadable.append(key)
                         continue
-                    if position is None or at > position[0]:
-                        position = (at, value)
+                    seen = newest.get(key)
+                    if seen is None or at > seen[0]:
+                        newest[key] = (at, value)
                 continue
             if value is None:
                 kept[key] = (True, [])
@@ -277,9 +331,9 @@ class PartitionState:
                     continue
                 out.append((key, value))
                 break
-        if position is not None:
-            self.load(POSITION_KEY, position[1])
-            out.append((POSITION_KEY, position[1]))
+        for key, (_at, value) in sorted(newest.items()):
+            self.load(key, value)
+            out.append((key, value))
         return out, unreadable
 
     def snapshot(self, durable_position: int) -> list[tuple[str, bytes | None]]:
@@ -304,5 +358,8 @@ class PartitionState:
                 self.empty.pop(key, None)
             out.append((key, json.dumps(record, separators=(",", ":")).encode()))
         self.dirty.clear()
+        if self.clock_dirty and self.clock is not None:
+            out.append((CLOCK_KEY, encode_position(_micros(self.clock))))
+            self.clock_dirty = False
         out.append((POSITION_KEY, encode_position(self.position)))
         return out

@@ -29,6 +29,7 @@ from streams.core.app_events import (
 from streams.core.events import EVENT_TYPES, AppEvent, Envelope, Event
 from streams.core.ids import sample_point, scope_key
 from streams.core.plain import PlainEvent
+from streams.core.rules.chains import Completion, LateRule
 from streams.core.rules.checks import InvalidRule, check_count, check_positive, utc
 from streams.core.rules.predicates import (
     ENVELOPE_NAMES,
@@ -314,9 +315,25 @@ class Trigger:
     counting: Count | None = None
     rate_limit: RateLimit | None = None
     scope_by: Scope | None = None
+    completion: Completion | None = None
 
     def __post_init__(self) -> None:
         _check_source(self.source)
+
+    @property
+    def watched_types(self) -> tuple[str | None, ...]:
+        """The event types the trigger's rule must see: the watched type (None: every app
+        event) and a completion's terminal type."""
+        terminal = self.completion.terminal if self.completion is not None else None
+        if terminal is None or terminal == self.event_type_name:
+            return (self.event_type_name,)
+        return (self.event_type_name, terminal)
+
+    def ends_chain(self, envelope: Envelope) -> bool:
+        """Whether the envelope is a terminal event of a completion trigger (of any chain:
+        `matches` samples the chain)."""
+        return self.completion is not None and self.completion.terminal is not None and \
+            envelope.event_type == self.completion.terminal
 
     @property
     def event_type_name(self) -> str | None:
@@ -384,6 +401,7 @@ class Trigger:
         """
         if self.counting is not None:
             raise InvalidRule("count() was already given for this trigger")
+        self._not_with_completion("count()")
         return replace(self, counting=Count(n, within))
 
     def at_most(self, n: int, *, per: timedelta, weight: Path | None = None) -> Trigger:
@@ -393,6 +411,7 @@ class Trigger:
         is held back."""
         if self.rate_limit is not None:
             raise InvalidRule("at_most() was already given for this trigger")
+        self._not_with_completion("at_most()")
         if weight is not None:
             if not isinstance(weight, Path) or not weight.names:
                 raise InvalidRule(f"at_most(weight=) takes a path such as F.data.tokens, "
@@ -408,6 +427,7 @@ class Trigger:
         """
         if self.scope_by is not None:
             raise InvalidRule("scope() was already given for this trigger")
+        self._not_with_completion("scope()")
         if not by and not named:
             raise InvalidRule("scope() needs at least one path or function")
         parts: list[tuple[str, ScopeSource]] = []
@@ -429,6 +449,39 @@ class Trigger:
                 )
         return replace(self, scope_by=Scope(tuple(parts)))
 
+    def completes(self, *, terminal: type[Event] | type[AppEventType] | str | None = None,
+                  quiet: timedelta | None = None, late: LateRule = "ignore") -> Trigger:
+        """Fire once per chain (correlation id), when it ends: on its `terminal` event (an
+        event type's name, an Event or AppEventType class), or after `quiet` of event time
+        without the chain's matched events, whichever first; with the whole gathered chain
+        as the matched events. `late` ("ignore" or "rejudge") says what an event gathered
+        after the end does. See streams.core.rules.chains."""
+        if self.completion is not None:
+            raise InvalidRule("completes() was already given for this trigger")
+        for given, what in ((self.counting, "count()"), (self.rate_limit, "at_most()"),
+                            (self.scope_by, "scope()")):
+            if given is not None:
+                raise InvalidRule(f"completes() and {what} do not go together: a completion "
+                                  f"rule decides per chain, and its key is the chain")
+        name: str | None = None
+        if terminal is not None:
+            if isinstance(terminal, type) and issubclass(terminal, AppEventType):
+                terminal = terminal.app_event_name
+            if terminal is AppEvent:
+                raise InvalidRule("completes(terminal=AppEvent): name one event type that "
+                                  "ends a chain, not every app event")
+            try:
+                _check_source(terminal)
+            except InvalidRule as exc:
+                raise InvalidRule(f"completes(terminal=): {exc}") from None
+            name = terminal if isinstance(terminal, str) else terminal.event_type
+        return replace(self, completion=Completion(name, quiet, late))
+
+    def _not_with_completion(self, what: str) -> None:
+        if self.completion is not None:
+            raise InvalidRule(f"{what} and completes() do not go together: a completion rule "
+                              f"decides per chain, and its key is the chain")
+
     @staticmethod
     def _scope_name(source: object) -> str:
         if isinstance(source, Path):
@@ -448,7 +501,16 @@ class Trigger:
         return envelope.event_type == wanted
 
     def matches(self, envelope: Envelope, *, rule: str = "") -> bool:
-        """Type, filters, scope and sampling (salted with `rule`); not counts or limits."""
+        """Type, filters, scope and sampling (salted with `rule`); not counts or limits.
+        A completion trigger samples whole chains, and matches its chains' terminal events
+        (unfiltered) too."""
+        if self.completion is not None:
+            fraction = self.sample_fraction
+            if fraction is not None and sample_point(rule, envelope.correlation_id) >= fraction:
+                return False
+            if self.ends_chain(envelope):
+                return True
+            return self.watches(envelope) and all(p.test(envelope) for p in self.predicates)
         if not self.watches(envelope):
             return False
         if not all(p.test(envelope) for p in self.predicates):
@@ -462,6 +524,8 @@ class Trigger:
     def matches_plain(self, event: PlainEvent, *, rule: str = "") -> bool | None:
         """`matches` on a plain event where the plain form tells exactly (the same answer
         as `matches` on the event's envelope), None where only the envelope can tell."""
+        if self.completion is not None:
+            return None  # chains are sampled by correlation id, which the envelope holds
         if self.source is AppEvent:
             if not event.app or own_record(event.event_type):
                 return False
@@ -490,13 +554,19 @@ class Trigger:
         return None if unsure else True
 
     def scope_values(self, envelope: Envelope) -> dict[str, str]:
-        """The envelope's scope values; empty when the trigger has no scope."""
+        """The envelope's scope values; empty when the trigger has no scope. A completion
+        trigger's scope is its chain: `{"chain": <correlation id>}`."""
+        if self.completion is not None:
+            return {"chain": envelope.correlation_id}
         if self.scope_by is None:
             return {}
         return self.scope_by.values(envelope) or {}
 
     def scope_key(self, envelope: Envelope) -> str | None:
-        """The envelope's scope key; None when the trigger has no scope or a value is missing."""
+        """The envelope's scope key; None when the trigger has no scope or a value is missing.
+        A completion trigger's is its chain's (`chain=<correlation id>`)."""
+        if self.completion is not None:
+            return Scope.key_of(self.scope_values(envelope))
         return None if self.scope_by is None else self.scope_by.key(envelope)
 
 

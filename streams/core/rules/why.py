@@ -33,6 +33,7 @@ from typing import Any, Final, Literal
 from streams.core.events import (
     AppEvent,
     Envelope,
+    RuleFired,
     RunDeadLettered,
     RunFailed,
     RunSucceeded,
@@ -60,9 +61,9 @@ __all__ = [
     "throttled_why",
 ]
 
-Outcome = Literal["not_watched", "filtered_out", "sampled_out", "counting", "throttled",
-                  "undecided", "judged", "handed_off", "over_budget", "running", "retrying",
-                  "dead_lettered"]
+Outcome = Literal["not_watched", "filtered_out", "sampled_out", "counting", "gathered",
+                  "throttled", "undecided", "judged", "handed_off", "over_budget", "running",
+                  "retrying", "dead_lettered"]
 OUTCOMES: Final[tuple[str, ...]] = Outcome.__args__  # type: ignore[attr-defined]
 """Every outcome, in the order a decision reaches it."""
 
@@ -100,9 +101,20 @@ class Why:
 def considered(rule: Rule, envelope: Envelope) -> Why | None:
     """The stateless part of a decision: why the rule let the event go (not watched,
     filtered out, sampled out), or None when it matched, so counts, limits and firings
-    decide. Exactly `rule.matches(envelope)`, with the reason."""
+    decide. Exactly `rule.matches(envelope)`, with the reason. A completion rule samples
+    whole chains (by correlation id) and takes a chain's terminal event whatever its
+    filters say."""
     trigger = rule.when
     name, event_id = rule.name, envelope.event_id
+    in_chain = trigger.completion is not None
+    fraction = trigger.sample_fraction
+    if in_chain and fraction is not None:
+        sampled = _sampled_out(name, event_id, fraction, envelope.correlation_id, "chain")
+        if sampled is not None:
+            return sampled
+        fraction = None
+    if in_chain and trigger.ends_chain(envelope):
+        return None
     if not trigger.watches(envelope):
         watched = trigger.event_type_name or "app events"
         return Why(name, event_id, "not_watched",
@@ -114,14 +126,19 @@ def considered(rule: Rule, envelope: Envelope) -> Why | None:
         names = ", ".join(n for n, _ in trigger.scope_by.parts)
         return Why(name, event_id, "filtered_out",
                    f"a scope value ({names}) is missing or null")
-    fraction = trigger.sample_fraction
     if fraction is not None:
-        point = sample_point(name, event_id)
-        if point >= fraction:
-            return Why(name, event_id, "sampled_out",
-                       f"sample({fraction:g}) keeps points below {fraction:g}; this event's "
-                       f"is {point:.4f}")
+        return _sampled_out(name, event_id, fraction, event_id, "event")
     return None
+
+
+def _sampled_out(rule: str, event_id: str, fraction: float, by: str,
+                 what: str) -> Why | None:
+    point = sample_point(rule, by)
+    if point < fraction:
+        return None
+    return Why(rule, event_id, "sampled_out",
+               f"sample({fraction:g}) keeps points below {fraction:g}; this {what}'s "
+               f"is {point:.4f}")
 
 
 def throttle_data(throttled: Throttled) -> dict[str, Any]:
@@ -183,6 +200,21 @@ def decided_why(rule: Rule, event_id: str, find: Callable[[str], Envelope | None
     """What the stateful part decided for an event the rule's checks let through: fired
     (with its run's state from `run_events`), throttled, counting or undecided, from the
     records `find` gives by their derived ids (the event's chain, or a whole log)."""
+    completion = rule.when.completion
+    if completion is not None:
+        # A chain's firing lists every gathered event as matched: its newest judgement.
+        judged = [e.event for e in run_events if isinstance(e.event, RuleFired)
+                  and e.event.rule == rule.name and event_id in e.event.matched]
+        if judged:
+            firing = judged[-1].firing_id
+            return run_outcome(rule, event_id, firing, run_id_of(firing), run_events)
+        target = find(event_id)
+        if target is not None and rule.when.ends_chain(target):
+            return Why(rule.name, event_id, "undecided",
+                       "it ends its chain; no judgement of the chain is recorded yet: it "
+                       "gathered no event of the rule, or the decider is behind")
+        return Why(rule.name, event_id, "gathered",
+                   f"gathered into its chain, judged when the chain ends ({_ending(rule)})")
     firing = firing_id(rule.name, event_id)
     if find(fired_event_id(firing)) is not None:
         return run_outcome(rule, event_id, firing, run_id_of(firing), run_events)
@@ -199,6 +231,15 @@ def decided_why(rule: Rule, event_id: str, find: Callable[[str], Envelope | None
                "is behind, or the rule was not live when the event came")
 
 
+def _ending(rule: Rule) -> str:
+    completion = rule.when.completion
+    assert completion is not None
+    parts = [f"on {completion.terminal}"] if completion.terminal else []
+    if completion.quiet is not None:
+        parts.append(f"after {completion.quiet} of event time without its events")
+    return " or ".join(parts)
+
+
 def fold_why(rules: Iterable[Rule], envelopes: Sequence[Envelope],
              chosen: Iterable[Envelope] | None = None) -> dict[str, dict[str, int]]:
     """Per rule, how many of the events it watches (of `chosen`, by default all of
@@ -213,6 +254,14 @@ def fold_why(rules: Iterable[Rule], envelopes: Sequence[Envelope],
         if isinstance(run_id, str) and isinstance(
                 envelope.event, RunSucceeded | RunFailed | RunDeadLettered):
             runs[run_id].append(envelope)
+    # A completion rule's firing names every event of its chain: per rule, each event's
+    # newest firing envelope (folded in log order).
+    chain_fired: dict[tuple[str, str], tuple[Envelope, str]] = {}
+    for envelope in envelopes:
+        if isinstance(envelope.event, RuleFired):
+            for matched in envelope.event.matched:
+                chain_fired[(envelope.event.rule, matched)] = (envelope,
+                                                              envelope.event.firing_id)
     counts: dict[str, Counter[str]] = {}
     targets = list(envelopes if chosen is None else chosen)
     for rule in rules:
@@ -221,9 +270,14 @@ def fold_why(rules: Iterable[Rule], envelopes: Sequence[Envelope],
             if not rule.when.watches(envelope):
                 continue
             event_id = envelope.event_id
-            why = considered(rule, envelope) or decided_why(
-                rule, event_id, by_id.get,
-                runs.get(run_id_of(firing_id(rule.name, event_id)), []))
+            if rule.when.completion is not None:
+                fired = chain_fired.get((rule.name, event_id))
+                run_events = [] if fired is None else [
+                    fired[0], *runs.get(run_id_of(fired[1]), [])]
+            else:
+                run_events = runs.get(run_id_of(firing_id(rule.name, event_id)), [])
+            why = considered(rule, envelope) or decided_why(rule, event_id, by_id.get,
+                                                            run_events)
             tally[why.outcome] += 1
     return {name: {o: tally[o] for o in OUTCOMES if tally[o]} for name, tally in counts.items()}
 

@@ -32,18 +32,20 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from streams.adapters.kafka.log import header_value, reached_end
-from streams.adapters.kafka.outputs import Output
+from streams.adapters.kafka.outputs import TICK_KEY, Output
 from streams.adapters.state import StateStore, open_store
 from streams.core.events import Envelope
 from streams.core.matching import Matcher
 from streams.core.rules import Rule
-from streams.core.rules.snapshots import PartitionState, entity_key
+from streams.core.rules.checks import utc
+from streams.core.rules.engine import chain_due
+from streams.core.rules.snapshots import PartitionState, entity_key, parse_entity_key
 from streams.core.tenancy import (
     RULES,
     decider_group,
@@ -67,6 +69,19 @@ POSITION = "position"
 """The store's named integer: the rules offset its state reflects."""
 
 
+def _tick_time(value: bytes | None) -> datetime | None:
+    """A tick's event time (see streams.adapters.kafka.outputs.TICK_KEY), or None when the
+    value is not one (logged)."""
+    try:
+        return _EPOCH + timedelta(microseconds=int(value or b""))
+    except (ValueError, OverflowError):
+        log.warning("rule-decider: a tick without a time: %r", (value or b"")[:40])
+        return None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def store_path(settings: Settings, tenant: str, partition: int) -> Path:
     """Where a rules partition's local store lives: `STREAMS_STATE_DIR/rules/<prefix>/
     <tenant>/<partition>/state.sqlite` (the prefix too: two deployments on one machine may
@@ -87,6 +102,8 @@ class DeciderStats:
     legacy_replayed: int = 0
     skipped: int = 0
     stores_rebuilt: int = 0
+    ticks: int = 0
+    chains_ended: int = 0
 
 
 @dataclass
@@ -147,7 +164,7 @@ class RuleDecider:
         decoded before any state changes, so a registry outage (RegistryUnavailable)
         leaves the state as it was for the loop's retry."""
         self._sync()
-        decoded: list[tuple[_Owned, int, Rule | None, Envelope | None]] = []
+        decoded: list[tuple[_Owned, int, Rule | None, Envelope | None, datetime | None]] = []
         for msg in messages:
             if msg.error() is not None:
                 continue
@@ -155,16 +172,37 @@ class RuleDecider:
             if owned is None:
                 continue
             offset = msg.offset() or 0
+            if msg.key() == TICK_KEY:
+                decoded.append((owned, offset, None, None, _tick_time(msg.value())))
+                continue
             name = (header_value(msg.headers(), HEADER_RULE) or b"").decode()
             rule = self.matcher.rule(owned.tenant, name) if name else None
             envelope = None if rule is None else self.records.decode(
                 msg.value(), owned.topic, owned.partition, offset)
-            decoded.append((owned, offset, rule, envelope))
+            # Only completion rules' matches move the clock (other matches and budget
+            # claims may be stamped when written, not when their events happened).
+            moves = envelope is not None and rule is not None and \
+                rule.when.completion is not None
+            decoded.append((owned, offset, rule, envelope,
+                            utc(envelope.time) if moves and envelope is not None else None))
         outputs: list[Output] = []
-        for owned, offset, rule, envelope in decoded:
+        for owned, offset, rule, envelope, at in decoded:
+            if envelope is None and at is not None:
+                self.stats.ticks += 1
+            # The clock moves first: a chain quiet up to this record's time ends before
+            # the record is decided (an event of that chain is then late). After it, a
+            # chain it made due on a clock already past (its events behind the clock by
+            # more than the quiet period, or late events of an ended chain) ends at once.
+            part = owned.part
+            if at is not None:
+                part.advance(at)
+            if part.has_due():
+                outputs += self._ended(owned, offset, emit=True)
             if rule is not None and envelope is not None:
-                outputs += self._decide(owned.part, offset, rule, envelope, emit=True)
-            owned.part.passed(offset)
+                outputs += self._decide(part, offset, rule, envelope, emit=True)
+                if part.has_due():
+                    outputs += self._ended(owned, offset, emit=True)
+            part.passed(offset)
         return outputs
 
     def _decide(self, part: PartitionState, offset: int, rule: Rule, envelope: Envelope,
@@ -174,13 +212,53 @@ class RuleDecider:
             self.stats.skipped += 1  # reflected in the key's state already
             return []
         out: list[Output] = []
-        for decision in self.matcher.decide(rule.name, envelope, part.state_of(key)):
+        state = part.state_of(key)
+        for decision in self.matcher.decide(rule.name, envelope, state):
             if emit:
                 out += firing_outputs(self.records, self.matcher, decision, envelope,
                                       stage="decider")
         part.applied(key, offset)
         part.expire(key, envelope.time - self.grace)
+        completion = rule.when.completion
+        if completion is not None:
+            window = state.chains.get((rule.name, envelope.correlation_id))
+            if window is not None:
+                part.schedule(key, window.deadline(completion, self.grace))
         return out
+
+    def _ended(self, owned: _Owned, offset: int, *, emit: bool) -> list[Output]:
+        """The firings of the chains the partition's clock has made due (quiet periods
+        over), as of the record at `offset`; chains grace past their end are forgotten."""
+        part = owned.part
+        clock = part.clock
+        out: list[Output] = []
+        if clock is None:
+            return out
+        for key in part.due():
+            state = part.states.get(key)
+            rule = self.matcher.rule(owned.tenant, parse_entity_key(key)[0])
+            if state is None or rule is None or rule.when.completion is None:
+                continue
+            before = dict(state.chains)
+            for fire in chain_due(rule, state, clock, self.grace):
+                self.stats.chains_ended += 1
+                window = state.chains[(rule.name, fire.correlation_id)]
+                if emit:
+                    out += firing_outputs(self.records, self.matcher, fire,
+                                          window.cause(owned.tenant), stage="decider")
+            if state.chains != before:  # ended or forgotten: the key's record changes
+                part.applied(key, offset)
+            for (_name, _chain), window in state.chains.items():
+                part.schedule(key, window.deadline(rule.when.completion, self.grace))
+        return out
+
+    def _schedule_all(self, owned: _Owned) -> None:
+        """Put every chain a restored partition holds on its clock's schedule."""
+        for key, state in owned.part.states.items():
+            for (name, _chain), window in state.chains.items():
+                rule = self.matcher.rule(owned.tenant, name)
+                if rule is not None and rule.when.completion is not None:
+                    owned.part.schedule(key, window.deadline(rule.when.completion, self.grace))
 
     # -- the changelog -------------------------------------------------------------------
 
@@ -195,7 +273,8 @@ class RuleDecider:
             if owned is None:
                 continue
             part = owned.part
-            if not part.dirty and not part.empty and part.position == owned.durable:
+            if not part.dirty and not part.empty and part.position == owned.durable \
+                    and not part.clock_dirty:
                 continue
             records = part.snapshot(owned.durable)
             out += [Output(owned.changelog, key.encode(), value, partition=owned.partition)
@@ -224,6 +303,7 @@ class RuleDecider:
             for owned in self.owned.values():
                 owned.pending = None
                 owned.part = self._from_store(owned.store)
+                self._schedule_all(owned)
                 log.info("rule-decider: %s[%d] back to its stored state at %d after a rewind",
                          owned.topic, owned.partition, owned.part.position)
 
@@ -280,6 +360,7 @@ class RuleDecider:
             if owned.part.position == 0 and not owned.part.states and done > 0:
                 self._legacy_replay(owned, done)
             owned.durable = owned.part.position
+            self._schedule_all(owned)
             self.owned[(owned.topic, owned.partition)] = owned
             assign.append(TopicPartition(owned.topic, owned.partition,
                                          max(done, owned.part.position)))

@@ -31,18 +31,20 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
 from streams.adapters.kafka.index import IndexWriter
 from streams.adapters.kafka.log import header_value
-from streams.adapters.kafka.outputs import Output
+from streams.adapters.kafka.outputs import Output, rule_tick
 from streams.core.errors import StreamsError
 from streams.core.events import RUN_STARTED, Envelope
 from streams.core.matching import Forward, Hit, Matcher, ReactorStats, is_stateful
 from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
+from streams.core.rules.checks import utc
 from streams.core.runs import ActionFn
 from streams.core.tenancy import EVENTS, parse_topic, rules_catch_up_group, tenant_topics
 from streams.runtime.client.workspace import StreamsClient
@@ -55,6 +57,12 @@ from streams.runtime.worker.records import RuleRecords, firing_outputs
 __all__ = ["Reactor", "ReactorStats", "is_stateful"]
 
 log = logging.getLogger(__name__)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_TICK_STEP_US = 1_000_000
+"""A tenant's ticks go out when its newest event time moved this much (a second): quiet
+periods are minutes, and a tick is one record per rules partition."""
 
 
 class Reactor:
@@ -85,6 +93,10 @@ class Reactor:
         # Per events partition, the offset after the last record this step took: where a
         # catch-up of a newly live rule stops.
         self.taken: dict[tuple[str, int], int] = {}
+        # Per tenant, the event time (µs) of the last ticks sent to its rules partitions,
+        # and the partitions' count per rules topic (see `_ticks`).
+        self._ticked: dict[str, int] = {}
+        self._rules_partitions: dict[str, int] = {}
         self._lock = threading.Lock()
         prefix = settings.topic_prefix
 
@@ -155,6 +167,7 @@ class Reactor:
     def _handle_batch(self, messages: Sequence[Message]) -> list[Output]:
         outputs: list[Output] = self._apply_live()
         runs: list[Envelope] = []
+        newest: dict[str, datetime] = {}
         wants = self.matcher.wants
         taken = self.taken
         index = self.index_writer
@@ -185,9 +198,15 @@ class Reactor:
             envelope = self.records.envelope_of(record, partition, offset)
             if envelope is None:
                 continue
+            if self.matcher.moves_clock(envelope):
+                seen = newest.get(envelope.tenant)
+                if seen is None or envelope.time > seen:
+                    newest[envelope.tenant] = envelope.time
             if self.executor.runs_here(envelope):
                 runs.append(envelope)
             outputs += self.outputs(envelope, raw, hits)
+        if newest:
+            outputs += self._ticks(newest)
         if runs:
             if self.loop is None:
                 raise RuntimeError("Reactor.bind(loop) was not called before runs arrived")
@@ -198,6 +217,24 @@ class Reactor:
 
             asyncio.run_coroutine_threadsafe(run_all(), self.loop).result()
         return outputs
+
+    def _ticks(self, newest: Mapping[str, datetime]) -> list[Output]:
+        """Ticks to every partition of the rules topic of each tenant whose newest event
+        time (of the events its completion rules watch: `Matcher.moves_clock`) moved a
+        second or more since its last ticks: the decider's clocks move on when a
+        partition's own keys have gone quiet."""
+        out: list[Output] = []
+        for tenant, at in newest.items():
+            micros = (utc(at) - _EPOCH) // _US
+            if micros - self._ticked.get(tenant, -_TICK_STEP_US) < _TICK_STEP_US:
+                continue
+            topic = tenant_topics(tenant, self.settings.topic_prefix).rules
+            count = self._rules_partitions.get(topic)
+            if not count:
+                count = self._rules_partitions[topic] = self.runtime.admin.partitions_of(topic)
+            out += [rule_tick(topic, p, micros) for p in range(count)]
+            self._ticked[tenant] = micros
+        return out
 
     def before_commit(self, partitions: set[tuple[str, int]]) -> list[Output]:
         """The loop's hook before it commits `partitions`: advance their index cursors over

@@ -18,6 +18,7 @@ from streams.core.events import Envelope, Seq
 from streams.core.matching import Decision, Forward, Matcher, ReactorStats
 from streams.core.plain import PlainEvent
 from streams.core.rules import Fire
+from streams.core.runs import Cause
 from streams.core.tenancy import tenant_topics
 
 __all__ = ["HEADER_RULE", "RuleRecords", "firing_outputs"]
@@ -85,7 +86,7 @@ class RuleRecords:
                             envelope.event_type, raw or b"")
 
 
-def firing_outputs(records: RuleRecords, matcher: Matcher, decision: Decision, cause: Envelope,
+def firing_outputs(records: RuleRecords, matcher: Matcher, decision: Decision, cause: Cause,
                    *, stage: str) -> list[Output]:
     """The records a decision writes (`rule_fired`, `run_started`; a throttle's record).
     With tracing on, a firing is a span `fire <rule>`, child of the causing event's trace
