@@ -97,7 +97,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -112,6 +112,7 @@ from confluent_kafka import (
 from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.kafka.lag import LagTracker
 from streams.adapters.kafka.outputs import Output
+from streams.adapters.kafka.stall import StallWatch
 from streams.adapters.tracing import batch_span
 from streams.core.errors import ConfigError, KafkaUnavailable
 from streams.core.tenancy import transactional_id
@@ -337,10 +338,7 @@ class BatchLoop:
         # How long the consumer may hand on nothing while records wait (see the module).
         self.stall_timeout = runtime.settings.consumer_stall_timeout \
             if stall_timeout is None else stall_timeout
-        self._received_at = time.monotonic()  # the last batch with records, or assignment
-        self._lost_at: float | None = None  # partitions lost and no assignment since
-        self._suspect: tuple[float, dict[tuple[str, int], tuple[int, int]]] | None = None
-        self._stall_looked_at = 0.0  # when the broker was last asked for the ends
+        self._stall = StallWatch(self.stall_timeout, lambda: runtime.broker_answers())
         self.stats = BatchStats()
         self.assigned: set[tuple[str, int]] = set()
         self._done: dict[tuple[str, int], int] = {}
@@ -692,13 +690,12 @@ class BatchLoop:
         if self._replaced(consumer):
             return
         self._rebalances += 1
-        self._lost_at = self._suspect = None
         log.info("%s: assigned %s", self.name, _named(partitions))
         starts = self._committed_starts(consumer, partitions)
         chosen = self.on_assigned(consumer, starts) if self.on_assigned is not None else None
         consumer.assign(starts if chosen is None else chosen)
         # The stall clock starts once assigned: reading the offsets may wait out a hold.
-        self._received_at = time.monotonic()
+        self._stall.assigned()
         self.assigned |= {(tp.topic, tp.partition) for tp in partitions}
         self.topics_seen |= {tp.topic for tp in partitions}
         self._ready.set()
@@ -755,7 +752,7 @@ class BatchLoop:
         if self._replaced(consumer):
             return
         self._rebalances += 1
-        self._lost_at = time.monotonic()
+        self._stall.lost()
         log.warning("%s: lost %s", self.name, _named(partitions))
         lost = {(tp.topic, tp.partition) for tp in partitions}
         self.assigned -= lost
@@ -798,13 +795,11 @@ class BatchLoop:
                     else:
                         self._rewind(consumer)
                     continue
-                if not messages and now - self._received_at >= self.stall_timeout \
-                        and self._stalled(consumer, now):
+                if not messages and self._stall.stalled(consumer, self.assigned, now):
                     self._replace_consumer(consumer)
                     continue
                 if messages:
-                    self._received_at = now
-                    self._suspect = None
+                    self._stall.fed(now)
                 if messages and not self._process(consumer, messages):
                     continue
                 if messages:
@@ -832,85 +827,18 @@ class BatchLoop:
         consumer = self.runtime.consumer(self.group)
         consumer.subscribe(self.subscription, on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
-        self._received_at = time.monotonic()
+        self._stall.fed()
         return consumer
 
-    # -- a consumer that stops handing on records ------------------------------------------
-
-    def _waiting(self, consumer: Consumer) -> dict[tuple[str, int], tuple[int, int]] | None:
-        """The owned partitions whose read_committed end, asked of the broker now, is past
-        the consumer's position: (position, end) each; None when the broker does not answer
-        (an outage is waited out elsewhere, not taken for a stall)."""
-        owned = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
-        if not owned:
-            return {}
-        try:
-            positions = consumer.position(owned)
-            unknown = [TopicPartition(tp.topic, tp.partition) for tp in positions
-                       if tp.offset < 0]
-            starts = {(tp.topic, tp.partition): tp.offset
-                      for tp in (consumer.committed(unknown, timeout=5.0) if unknown else [])}
-            waiting: dict[tuple[str, int], tuple[int, int]] = {}
-            for tp in positions:
-                key = (tp.topic, tp.partition)
-                # A read_committed consumer's ListOffsets answers the last stable offset, so
-                # an open transaction's records do not count as waiting.
-                low, end = consumer.get_watermark_offsets(TopicPartition(*key), timeout=5.0,
-                                                          cached=False)
-                at = tp.offset if tp.offset >= 0 else starts.get(key, -1)
-                at = at if at >= 0 else low
-                if end > at:
-                    waiting[key] = (at, end)
-            return waiting
-        except KafkaException:
-            return None
-
-    def _stalled(self, consumer: Consumer, now: float) -> bool:
-        """Whether the consumer is stuck: it lost its partitions `stall_timeout` ago and has
-        not been assigned any since, or records have waited past its position on owned
-        partitions, unchanged, across two looks a few seconds apart (so a fetch in flight is
-        not taken for a stall). Asks the broker at most every few seconds."""
-        lost = self._lost_at is not None and not self.assigned
-        if lost and now - cast(float, self._lost_at) < self.stall_timeout:
-            return False
-        apart = min(10.0, max(0.05, self.stall_timeout / 6))
-        if now - self._stall_looked_at < apart:
-            return False  # an idle loop asks the broker every few seconds, not every poll
-        self._stall_looked_at = now
-        if lost:  # not while the broker is away: rejoining waits for it
-            # Asked of a fresh client: a consumer that cannot rejoin may be unable to reach
-            # the broker at all while it answers everyone else.
-            return self.runtime.broker_answers()
-        waiting = self._waiting(consumer)
-        if waiting == {}:
-            # Nothing waits: the loop is idle, not stuck. Look again a whole stall timeout
-            # later (one ListOffsets per owned partition a minute on an idle worker).
-            self._suspect = None
-            self._stall_looked_at = now + self.stall_timeout - apart
-            return False
-        if waiting is None:  # the broker did not answer: an outage, waited out elsewhere
-            return False
-        if self._suspect is None:
-            self._suspect = (now, waiting)
-            return False
-        before = self._suspect[1]
-        self._suspect = (now, waiting)
-        return any(key in before and before[key][0] == at for key, (at, _end) in waiting.items())
+    # -- a consumer that stops handing on records (streams.adapters.kafka.stall) -----------
 
     def _replace_consumer(self, consumer: Consumer, what: str | None = None) -> None:
         """Close the stalled consumer (its revocation commits or aborts the open work, as
         any does) and subscribe a new one, which starts from the committed offsets. `what`
         it did wrong, when not a stall `_stalled` found."""
         self.stats.consumers_replaced += 1
-        waiting = self._suspect[1] if self._suspect else {}
-        if what is None and self._lost_at is not None and not self.assigned:
-            what = (f"lost its partitions {time.monotonic() - self._lost_at:.0f} s ago and has "
-                    "not rejoined")
-        elif what is None:
-            what = ("has handed on nothing while records waited on "
-                    + ", ".join(f"{t}[{p}] ({at} < {end})"
-                                for (t, p), (at, end) in sorted(waiting.items()))
-                    + f" for {self.stall_timeout:.0f} s (librdkafka #4916)")
+        if what is None:
+            what = self._stall.describe(self.assigned)
         log.error("%s: the consumer %s: replacing it with a new one", self.name, what,
                   extra={"event": "consumer_replaced", "loop": self.name})
         closed, raised = _on_own_thread(f"{self.name}: closing a stalled consumer",
@@ -928,7 +856,7 @@ class BatchLoop:
             self.on_revoked([TopicPartition(t, p) for t, p in sorted(self.assigned)])
         self.assigned.clear()
         self._done.clear()
-        self._lost_at = self._suspect = None
+        self._stall.reset()
         self._consumer = self._subscribed()
 
     def _current_producer(self) -> Producer:

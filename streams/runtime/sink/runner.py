@@ -81,6 +81,7 @@ from streams.adapters.kafka.outputs import (
     dead_letter_record,
     reason_headers,
 )
+from streams.adapters.kafka.stall import StallWatch
 from streams.adapters.tracing import batch_span, tracing_enabled
 from streams.core.errors import SchemaError, SinkError, ValidationFailed
 from streams.core.scores import Score
@@ -447,6 +448,10 @@ class SinkRunner:
         # how many times it was: a commit of an earlier consumer failing late is no news.
         self._replace_for: str | None = None
         self._generation = 0
+        # A consumer that stops fetching while records wait for it (librdkafka #4916, seen
+        # after a broker restart under load: ci69) is replaced as a wedged one is.
+        self._stall = StallWatch(settings.consumer_stall_timeout,
+                                 lambda: runtime.broker_answers())
         self._consume_errors: dict[int, tuple[float, int]] = {}
         self._commit_wanted = asyncio.Event()
         self._known_ids: set[int] = set()
@@ -574,6 +579,7 @@ class SinkRunner:
                 consumer.pause(partitions)
         except KafkaException as exc:
             self._error = exc
+        self._stall.assigned()
         self._assigned.set()
 
     def hands_full(self, sending: int) -> bool:
@@ -771,6 +777,7 @@ class SinkRunner:
         if self._paused:
             self.consumer.resume(self.consumer.assignment())
             self._paused = False
+            self._stall.fed()  # held back by the sink, not by the consumer
         self.lag.update(self.consumer)  # every turn, held records or not
         if self._held:
             # What a paused poll was handed, of partitions still assigned, before anything
@@ -780,6 +787,7 @@ class SinkRunner:
                     if (m.topic() or "", m.partition() or 0) in assigned]
             self._held = []
             if held:
+                self._stall.fed()
                 return held
         messages = self._consumed(self.batch_wait)
         good: list[Message] = []
@@ -789,6 +797,12 @@ class SinkRunner:
                 self._note_consume_error(error, error)
                 continue
             good.append(msg)
+        if good:
+            self._stall.fed()
+        elif self._replace_for is None:
+            owned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+            if self._stall.stalled(self.consumer, owned):
+                self._replace_for = self._stall.describe(owned)  # the fetch stage does it
         return good
 
     def _consumed(self, timeout: float) -> list[Message]:
@@ -1089,6 +1103,7 @@ class SinkRunner:
         why, self._replace_for = self._replace_for, None
         self._generation += 1
         self._broker.restart()  # the new consumer's failures are its own
+        self._stall.reset()
         self.stats.consumers_replaced += 1
         log.error("the sink's consumer %s: replacing it with a new one", why,
                   extra={"event": "consumer_replaced", "cursor": self.name})

@@ -318,3 +318,48 @@ async def test_a_consumer_that_cannot_commit_while_the_brokers_answer_is_replace
     finally:
         runner.stop()
         await asyncio.wait_for(running, timeout=10)
+
+
+class _FetchlessConsumer(_CommittingConsumer):
+    """A consumer that stopped fetching after a broker restart (ci69: no score reached the
+    sink for 300 s after the broker came back): records wait past its positions, it hands
+    on none. `answers`: whether the broker answers its offset look-ups (an outage if not)."""
+
+    def __init__(self, answers: bool) -> None:
+        super().__init__()
+        self.answers = answers
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        time.sleep(min(timeout, 0.01))
+        return []
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0.0,
+                              cached: bool = False) -> tuple[int, int]:
+        if not self.answers:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        return 0, 100
+
+
+@pytest.mark.parametrize("answers", [True, False])
+async def test_a_consumer_that_stops_fetching_while_records_wait_is_replaced(
+    answers: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stuck, fresh = _FetchlessConsumer(answers), _CommittingConsumer()
+    runner = fake_runner(stuck, Settings(topic_prefix="fs", consumer_stall_timeout=0.3))
+    monkeypatch.setattr(runner.runtime, "consumer", lambda group, **extra: fresh)
+    running = asyncio.ensure_future(runner.run())
+    try:
+        if answers:
+            # No record for the stall timeout while 100 wait on each partition, unchanged
+            # across two looks: the fetch stage closes it and a new one reads them all.
+            await until(lambda: fresh.positions == {0: 100, 1: 100}, "the new consumer's reads")
+            assert stuck.closed and fresh.subscribed == 1
+            assert runner.stats.consumers_replaced == 1
+        else:
+            # The broker answers no offset look-up: an outage, never taken for a stall.
+            await asyncio.sleep(1.0)
+            assert not stuck.closed and fresh.subscribed == 0
+            assert runner.stats.consumers_replaced == 0
+    finally:
+        runner.stop()
+        await asyncio.wait_for(running, timeout=10)
