@@ -384,7 +384,7 @@ class Replayer:
         async def chains_due(at: datetime) -> None:
             for fire in chain_due(self.rule, state, at, _STORY_GRACE):
                 window = state.chains[(self.rule.name, fire.correlation_id)]
-                await emit(matcher.fired(fire, window.cause(self.tenant)))
+                await emit(matcher.fired(fire, window.cause(self.tenant, fire.causation_id)))
 
         while log.pending or not ended:
             if not log.pending:
@@ -400,11 +400,12 @@ class Replayer:
                                   f"step_limit= if the story is that long")
             envelope = log.pending.popleft()
             steps += 1
+            # The clock moves as the reactor's ticks move a decider's: on every event a
+            # completion rule watches, before the event is decided.
+            if matcher.moves_clock(envelope) and (clock is None or envelope.time > clock):
+                clock = envelope.time
+                await chains_due(clock)
             for item in matcher.match(envelope):
-                if isinstance(item, Forward) and item.rule.when.completion is not None \
-                        and (clock is None or envelope.time > clock):
-                    clock = envelope.time
-                    await chains_due(clock)
                 decisions = matcher.decide(item.rule.name, item.envelope, state) \
                     if isinstance(item, Forward) else [item]
                 for decision in decisions:

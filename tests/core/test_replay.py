@@ -383,3 +383,28 @@ async def test_an_action_past_its_timeout_is_a_failed_attempt() -> None:
     with pytest.raises(ReplayError, match=r"dead-lettered after 3 attempt\(s\): TimeoutError"):
         await _replay(error_spike, slow, [ServiceError(service="api", severity=1)] * 3,
                       action_timeout=0.01)
+
+
+async def test_a_replays_clock_moves_on_every_watched_event_as_the_reactors_ticks_do() -> None:
+    from datetime import UTC, datetime
+
+    from streams.core.events import Envelope
+
+    only_high = Rule(name="t:high", when=on(ServiceError).where(F.data.severity.ge(5))
+                     .completes(quiet=timedelta(minutes=5)), then=run("act"))
+
+    async def act(reaction: Reaction) -> dict[str, int]:
+        return {"seen": len(reaction.events)}
+
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def error(chain: str, minutes: int, severity: int) -> Envelope:
+        return Envelope.new(ServiceError(service="api", severity=severity).to_event(),
+                            tenant="t", workspace="w", correlation_id=chain,
+                            time=t0 + timedelta(minutes=minutes))
+
+    # The low-severity event is filtered out, yet it moves the clock past a's quiet period
+    # (as the reactor's ticks do in a worker): a's late event is then ignored.
+    story = [error("a", 0, 9), error("x", 10, 1), error("a", 11, 9)]
+    replay = await _replay(only_high, act, story)
+    assert [(r.run.scope["chain"], len(r.matched)) for r in replay.runs] == [("a", 1)]

@@ -43,10 +43,27 @@ from typing import Final, Literal, cast
 from streams.core.events import Envelope, TraceContext
 from streams.core.rules.checks import InvalidRule, check_positive, utc
 
-__all__ = ["LATE_RULES", "ChainCause", "ChainWindow", "Completion", "LateRule"]
+__all__ = ["FUTURE_SKEW", "LATE_RULES", "MAX_CHAIN_EVENTS", "ChainCause", "ChainWindow",
+           "Completion", "LateRule", "clock_time"]
 
 LateRule = Literal["ignore", "rejudge"]
 LATE_RULES: Final[tuple[LateRule, ...]] = ("ignore", "rejudge")
+
+MAX_CHAIN_EVENTS: Final = 1_000
+"""The most events a chain gathers: the event that fills it ends it (judged at once), and
+events after it are ignored whatever `late` says, so a chain that never goes quiet has a
+bounded state record and `rule_fired` (a changelog record and an event stay far below the
+broker's message size)."""
+
+FUTURE_SKEW: Final = timedelta(minutes=5)
+"""How far past the wall clock an event's time may move a clock: an event stamped further in
+the future moves it only that far, so one bad timestamp cannot end every quiet chain."""
+
+
+def clock_time(time: datetime, now: datetime) -> datetime:
+    """The time an event moves a completion clock to: its own, at most FUTURE_SKEW past
+    `now` (the wall clock)."""
+    return min(utc(time), utc(now) + FUTURE_SKEW)
 
 
 @dataclass(frozen=True)
@@ -84,8 +101,9 @@ class ChainCause:
 @dataclass(frozen=True)
 class ChainWindow:
     """The state of one chain of one completion rule: its gathered events, oldest first,
-    and whether (and when) it ended. `pending` is a late event waiting for its quiet period
-    (late="rejudge" with a quiet period)."""
+    and whether (and when) it ended. `pending`: late events wait for their quiet period
+    (late="rejudge" with a quiet period), measured from `late_at`, the newest late event's
+    time; `late_id` is that event, the cause of the judgement they make."""
 
     chain: str
     events: tuple[tuple[datetime, str], ...] = ()
@@ -96,6 +114,8 @@ class ChainWindow:
     ended: datetime | None = None
     ended_by: str | None = None
     pending: bool = False
+    late_at: datetime | None = None
+    late_id: str = ""
 
     @property
     def event_ids(self) -> tuple[str, ...]:
@@ -118,26 +138,48 @@ class ChainWindow:
                        workspace=envelope.workspace if newer else self.workspace,
                        trace=envelope.trace if newer else self.trace)
 
+    @property
+    def full(self) -> bool:
+        """Whether the chain holds MAX_CHAIN_EVENTS events: it gathers no more."""
+        return len(self.events) >= MAX_CHAIN_EVENTS
+
     def end(self, at: datetime, by: str | None) -> ChainWindow:
         """The window ended at event time `at` (by a terminal event's id, or None)."""
         return replace(self, ended=utc(at), ended_by=by if by is not None else self.ended_by,
-                       pending=False)
+                       pending=False, late_at=None, late_id="")
+
+    def late(self, envelope: Envelope) -> ChainWindow:
+        """A late event gathered (its window has ended), waiting for its quiet period."""
+        time = utc(envelope.time)
+        newer = self.late_at is None or time >= self.late_at
+        return replace(self, pending=True, late_at=time if newer else self.late_at,
+                       late_id=envelope.event_id if newer else self.late_id)
+
+    @property
+    def newest(self) -> datetime | None:
+        """The newest time the window holds (an event's or its end's)."""
+        return max((t for t in (self.last, self.ended, self.late_at) if t is not None),
+                   default=None)
+
+    def forget_at(self, grace: timedelta) -> datetime | None:
+        """When the window is forgotten: `grace` after its newest time."""
+        newest = self.newest
+        return None if newest is None else newest + grace
 
     def deadline(self, completion: Completion, grace: timedelta) -> datetime | None:
         """When (on the partition's clock) the window is due: an open chain's or a pending
         late event's quiet end, or when it is forgotten (grace after its last event)."""
-        newest = max((t for t in (self.last, self.ended) if t is not None), default=None)
-        if newest is None:
-            return None
-        if completion.quiet is not None and self.events and (self.ended is None or
-                                                             self.pending):
-            assert self.last is not None
-            return self.last + completion.quiet
-        return newest + grace
+        if completion.quiet is not None:
+            if self.pending and self.late_at is not None:
+                return self.late_at + completion.quiet
+            if self.ended is None and self.events and self.last is not None:
+                return self.last + completion.quiet
+        return self.forget_at(grace)
 
-    def cause(self, tenant: str) -> ChainCause:
-        """The cause of a quiet end's firing: the chain's newest gathered event."""
-        return ChainCause(tenant, self.workspace, self.last_id, self.trace)
+    def cause(self, tenant: str, event_id: str) -> ChainCause:
+        """The cause of a quiet end's firing (`event_id`: its causation id), in the
+        workspace and trace of the chain's newest gathered event."""
+        return ChainCause(tenant, self.workspace, event_id, self.trace)
 
     def as_record(self) -> dict[str, object]:
         """The window as plain data (a changelog record's `chain`), times in microseconds."""
@@ -147,14 +189,16 @@ class ChainWindow:
                 "trace": None if self.trace is None else [self.trace.traceparent,
                                                           self.trace.tracestate],
                 "ended": None if self.ended is None else _us(self.ended),
-                "by": self.ended_by, "pending": self.pending}
+                "by": self.ended_by, "pending": self.pending,
+                "late_at": None if self.late_at is None else _us(self.late_at),
+                "late_id": self.late_id}
 
     @staticmethod
     def from_record(data: dict[str, object]) -> ChainWindow:
         """The window `as_record` gave; ValueError, KeyError or TypeError otherwise."""
         events = cast(list[list[object]], data["events"])
         trace = cast(list[str | None] | None, data["trace"])
-        last, ended = data["last"], data["ended"]
+        last, ended, late_at = data["last"], data["ended"], data.get("late_at")
         return ChainWindow(
             chain=str(data["chain"]),
             events=tuple((_time(cast(int, t)), str(eid)) for t, eid in events),
@@ -164,7 +208,9 @@ class ChainWindow:
                                                           tracestate=trace[1]),
             ended=None if ended is None else _time(cast(int, ended)),
             ended_by=None if data["by"] is None else str(data["by"]),
-            pending=bool(data["pending"]))
+            pending=bool(data["pending"]),
+            late_at=None if late_at is None else _time(cast(int, late_at)),
+            late_id=str(data.get("late_id") or ""))
 
 
 _UTC_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -248,16 +248,19 @@ def _decide_chain(rule: Rule, envelope: Envelope, state: RuleState) -> Decision 
     at = (rule.name, envelope.correlation_id)
     window = state.chains.get(at) or ChainWindow(envelope.correlation_id)
     cause: str | None = None
-    if _gathers(rule, envelope) and not window.holds(envelope.event_id):
+    if _gathers(rule, envelope) and not window.holds(envelope.event_id) and not window.full:
         if window.ended is None:
             window = window.gather(envelope)
+            if window.full:  # the chain is as long as a chain may be: judged now
+                cause = envelope.event_id
+                window = window.end(envelope.time, None)
         elif completion.late == "rejudge":
             window = window.gather(envelope)
-            if completion.quiet is None:
+            if completion.quiet is None or window.full:
                 cause = envelope.event_id
                 window = window.end(envelope.time, None)
             else:  # judged again once the late events have been quiet for the period
-                window = replace(window, pending=True)
+                window = window.late(envelope)
         # late == "ignore": the chain was judged as it stood
     if rule.when.ends_chain(envelope) and window.ended is None:
         if window.events:
@@ -281,8 +284,10 @@ def chain_due(rule: Rule, state: RuleState, clock: datetime,
         deadline = window.deadline(completion, grace)
         if deadline is None or clock < deadline:
             continue
-        if completion.quiet is not None and window.events and (window.ended is None or
-                                                               window.pending):
+        if completion.quiet is not None and window.pending:
+            state.chains[at] = window.end(deadline, None)
+            fires.append(_chain_fire(rule, window, window.late_id))
+        elif completion.quiet is not None and window.ended is None and window.events:
             state.chains[at] = window.end(deadline, None)
             fires.append(_chain_fire(rule, window, window.last_id))
         else:

@@ -237,6 +237,13 @@ class PartitionState:
         self.dirty.add(key)
         self.position = max(self.position, offset + 1)
 
+    def swept(self, key: str, offset: int) -> None:
+        """The key's chains were ended or forgotten by the clock as the record at `offset`
+        moved it, before that record is decided: the key's state reflects the records
+        before `offset` (a restore decides the record at `offset` again, once)."""
+        self.upto[key] = max(self.upto.get(key, 0), offset)
+        self.dirty.add(key)
+
     def expire(self, key: str, before: datetime) -> None:
         """Forget the key's count entries and rate windows no match at or after `before`
         (event time) can be decided with: a key's state stays its current windows, not the

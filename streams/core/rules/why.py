@@ -45,6 +45,7 @@ from streams.core.ids import (
     sample_point,
     throttled_event_id,
 )
+from streams.core.rules.chains import MAX_CHAIN_EVENTS
 from streams.core.rules.engine import Rule, Throttled
 from streams.core.rules.triggers import conjuncts
 
@@ -62,8 +63,8 @@ __all__ = [
 ]
 
 Outcome = Literal["not_watched", "filtered_out", "sampled_out", "counting", "gathered",
-                  "throttled", "undecided", "judged", "handed_off", "over_budget", "running",
-                  "retrying", "dead_lettered"]
+                  "late", "throttled", "undecided", "judged", "handed_off", "over_budget",
+                  "running", "retrying", "dead_lettered"]
 OUTCOMES: Final[tuple[str, ...]] = Outcome.__args__  # type: ignore[attr-defined]
 """Every outcome, in the order a decision reaches it."""
 
@@ -213,6 +214,12 @@ def decided_why(rule: Rule, event_id: str, find: Callable[[str], Envelope | None
             return Why(rule.name, event_id, "undecided",
                        "it ends its chain; no judgement of the chain is recorded yet: it "
                        "gathered no event of the rule, or the decider is behind")
+        sizes = [len(e.event.matched) for e in run_events
+                 if isinstance(e.event, RuleFired) and e.event.rule == rule.name]
+        if sizes and (completion.late == "ignore" or max(sizes) >= MAX_CHAIN_EVENTS):
+            return Why(rule.name, event_id, "late",
+                       "it came after its chain was judged (or was full), and the rule "
+                       "ignores late events")
         return Why(rule.name, event_id, "gathered",
                    f"gathered into its chain, judged when the chain ends ({_ending(rule)})")
     firing = firing_id(rule.name, event_id)

@@ -43,7 +43,7 @@ from streams.adapters.state import StateStore, open_store
 from streams.core.events import Envelope
 from streams.core.matching import Matcher
 from streams.core.rules import Rule
-from streams.core.rules.checks import utc
+from streams.core.rules.chains import clock_time
 from streams.core.rules.engine import chain_due
 from streams.core.rules.snapshots import PartitionState, entity_key, parse_entity_key
 from streams.core.tenancy import (
@@ -164,6 +164,7 @@ class RuleDecider:
         decoded before any state changes, so a registry outage (RegistryUnavailable)
         leaves the state as it was for the loop's retry."""
         self._sync()
+        now = datetime.now(UTC)  # bounds how far past it an event moves a clock
         decoded: list[tuple[_Owned, int, Rule | None, Envelope | None, datetime | None]] = []
         for msg in messages:
             if msg.error() is not None:
@@ -173,7 +174,9 @@ class RuleDecider:
                 continue
             offset = msg.offset() or 0
             if msg.key() == TICK_KEY:
-                decoded.append((owned, offset, None, None, _tick_time(msg.value())))
+                tick = _tick_time(msg.value())
+                decoded.append((owned, offset, None, None,
+                                None if tick is None else clock_time(tick, now)))
                 continue
             name = (header_value(msg.headers(), HEADER_RULE) or b"").decode()
             rule = self.matcher.rule(owned.tenant, name) if name else None
@@ -184,7 +187,8 @@ class RuleDecider:
             moves = envelope is not None and rule is not None and \
                 rule.when.completion is not None
             decoded.append((owned, offset, rule, envelope,
-                            utc(envelope.time) if moves and envelope is not None else None))
+                            clock_time(envelope.time, now) if moves and envelope is not None
+                            else None))
         outputs: list[Output] = []
         for owned, offset, rule, envelope, at in decoded:
             if envelope is None and at is not None:
@@ -228,7 +232,8 @@ class RuleDecider:
 
     def _ended(self, owned: _Owned, offset: int, *, emit: bool) -> list[Output]:
         """The firings of the chains the partition's clock has made due (quiet periods
-        over), as of the record at `offset`; chains grace past their end are forgotten."""
+        over), as of the record at `offset`; chains grace past their last event are
+        forgotten, also those of a rule this process does not have (now or any more)."""
         part = owned.part
         clock = part.clock
         out: list[Output] = []
@@ -236,29 +241,44 @@ class RuleDecider:
             return out
         for key in part.due():
             state = part.states.get(key)
-            rule = self.matcher.rule(owned.tenant, parse_entity_key(key)[0])
-            if state is None or rule is None or rule.when.completion is None:
+            if state is None or not state.chains:
                 continue
+            rule = self.matcher.rule(owned.tenant, parse_entity_key(key)[0])
             before = dict(state.chains)
-            for fire in chain_due(rule, state, clock, self.grace):
-                self.stats.chains_ended += 1
-                window = state.chains[(rule.name, fire.correlation_id)]
-                if emit:
-                    out += firing_outputs(self.records, self.matcher, fire,
-                                          window.cause(owned.tenant), stage="decider")
-            if state.chains != before:  # ended or forgotten: the key's record changes
-                part.applied(key, offset)
-            for (_name, _chain), window in state.chains.items():
-                part.schedule(key, window.deadline(rule.when.completion, self.grace))
+            if rule is None or rule.when.completion is None:
+                # Not (yet) known here: kept until grace past its last event, then dropped.
+                for at, window in before.items():
+                    forget = window.forget_at(self.grace)
+                    if forget is not None and forget <= clock:
+                        del state.chains[at]
+                    else:
+                        part.schedule(key, forget)
+            else:
+                for fire in chain_due(rule, state, clock, self.grace):
+                    self.stats.chains_ended += 1
+                    window = state.chains[(rule.name, fire.correlation_id)]
+                    if emit:
+                        out += firing_outputs(
+                            self.records, self.matcher, fire,
+                            window.cause(owned.tenant, fire.causation_id), stage="decider")
+                for window in state.chains.values():
+                    part.schedule(key, window.deadline(rule.when.completion, self.grace))
+            if state.chains != before:
+                # Ended or forgotten as of the records before `offset`: the record at
+                # `offset` itself is still to be decided against it (and after a restore
+                # it is, once).
+                part.swept(key, offset)
         return out
 
     def _schedule_all(self, owned: _Owned) -> None:
-        """Put every chain a restored partition holds on its clock's schedule."""
+        """Put every chain a restored partition holds on its clock's schedule (a rule this
+        process does not have yet: at its forgetting time, when it is looked up again)."""
         for key, state in owned.part.states.items():
             for (name, _chain), window in state.chains.items():
                 rule = self.matcher.rule(owned.tenant, name)
-                if rule is not None and rule.when.completion is not None:
-                    owned.part.schedule(key, window.deadline(rule.when.completion, self.grace))
+                completion = rule.when.completion if rule is not None else None
+                owned.part.schedule(key, window.forget_at(self.grace) if completion is None
+                                    else window.deadline(completion, self.grace))
 
     # -- the changelog -------------------------------------------------------------------
 

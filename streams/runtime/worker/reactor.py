@@ -44,7 +44,7 @@ from streams.core.events import RUN_STARTED, Envelope
 from streams.core.matching import Forward, Hit, Matcher, ReactorStats, is_stateful
 from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
-from streams.core.rules.checks import utc
+from streams.core.rules.chains import clock_time
 from streams.core.runs import ActionFn
 from streams.core.tenancy import EVENTS, parse_topic, rules_catch_up_group, tenant_topics
 from streams.runtime.client.workspace import StreamsClient
@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
+_PARTITIONS_TTL = 60.0
 _TICK_STEP_US = 1_000_000
 """A tenant's ticks go out when its newest event time moved this much (a second): quiet
 periods are minutes, and a tick is one record per rules partition."""
@@ -93,10 +94,13 @@ class Reactor:
         # Per events partition, the offset after the last record this step took: where a
         # catch-up of a newly live rule stops.
         self.taken: dict[tuple[str, int], int] = {}
-        # Per tenant, the event time (µs) of the last ticks sent to its rules partitions,
-        # and the partitions' count per rules topic (see `_ticks`).
+        # Per tenant, the event time (µs) of the last ticks committed to its rules
+        # partitions and of those sent since (taken as committed by `before_commit`: a batch
+        # redone after a rewind or an abort sends its ticks again), and per rules topic its
+        # partitions' count and when it was looked up (see `_ticks`).
         self._ticked: dict[str, int] = {}
-        self._rules_partitions: dict[str, int] = {}
+        self._ticks_sent: dict[str, int] = {}
+        self._rules_partitions: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
         prefix = settings.topic_prefix
 
@@ -220,25 +224,37 @@ class Reactor:
 
     def _ticks(self, newest: Mapping[str, datetime]) -> list[Output]:
         """Ticks to every partition of the rules topic of each tenant whose newest event
-        time (of the events its completion rules watch: `Matcher.moves_clock`) moved a
-        second or more since its last ticks: the decider's clocks move on when a
-        partition's own keys have gone quiet."""
+        time (of the events its completion rules watch: `Matcher.moves_clock`; at most
+        FUTURE_SKEW past the wall clock) moved a second or more since its last committed
+        ticks: the decider's clocks move on when a partition's own keys have gone quiet."""
         out: list[Output] = []
+        now = datetime.now(UTC)
         for tenant, at in newest.items():
-            micros = (utc(at) - _EPOCH) // _US
+            micros = (clock_time(at, now) - _EPOCH) // _US
             if micros - self._ticked.get(tenant, -_TICK_STEP_US) < _TICK_STEP_US:
                 continue
             topic = tenant_topics(tenant, self.settings.topic_prefix).rules
-            count = self._rules_partitions.get(topic)
-            if not count:
-                count = self._rules_partitions[topic] = self.runtime.admin.partitions_of(topic)
+            count = self._partitions_of(topic)
             out += [rule_tick(topic, p, micros) for p in range(count)]
-            self._ticked[tenant] = micros
+            self._ticks_sent[tenant] = max(micros, self._ticks_sent.get(tenant, micros))
         return out
+
+    def _partitions_of(self, topic: str) -> int:
+        """A rules topic's partition count, looked up again after a minute (partitions
+        added to it get ticks too) and until the topic answers with some."""
+        count, when = self._rules_partitions.get(topic, (0, 0.0))
+        if not count or time.monotonic() - when > _PARTITIONS_TTL:
+            count = self.runtime.admin.partitions_of(topic)
+            self._rules_partitions[topic] = (count, time.monotonic())
+        return count
 
     def before_commit(self, partitions: set[tuple[str, int]]) -> list[Output]:
         """The loop's hook before it commits `partitions`: advance their index cursors over
         the entries this step wrote (delivered first). Produces nothing of the loop's."""
+        with self._lock:  # the ticks sent are about to be committed with the batches
+            for tenant, micros in self._ticks_sent.items():
+                self._ticked[tenant] = max(micros, self._ticked.get(tenant, micros))
+            self._ticks_sent.clear()
         if self.index_writer is not None:
             with self._lock:
                 self.index_writer.checkpoint(partitions)

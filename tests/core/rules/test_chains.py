@@ -245,7 +245,7 @@ def test_a_chains_state_round_trips_through_its_record() -> None:
     back, upto = from_record(json.loads(json.dumps(record)), r.name, "chain=c1")
     assert upto == 7 and back.chains == state.chains
     window = back.chains[(r.name, "c1")]
-    assert window.trace is not None and window.cause("acme").event_id == traced.event_id
+    assert window.trace is not None and window.cause("acme", "x").workspace == "prod"
     assert ChainWindow.from_record(window.as_record()) == window
 
 
@@ -329,3 +329,60 @@ def test_why_answers_for_a_chains_events_before_and_after_its_judgement() -> Non
     left = [considered(sampled, step(f"c{i}", T0)) for i in range(50)]
     out = [w for w in left if w is not None]
     assert out and all(w.outcome == "sampled_out" and "this chain's" in w.detail for w in out)
+
+
+def test_each_late_burst_is_judged_under_its_own_id_after_its_own_quiet_period() -> None:
+    quiet = timedelta(minutes=5)
+    engine = RuleEngine([rule(quiet=quiet, late="rejudge")])
+    a, b = step("c1", T0), step("c1", T0 + timedelta(minutes=3))
+    engine.replay([a, b])
+    [first] = engine.due(T0 + timedelta(minutes=8), GRACE)
+    # Late events older than the chain's newest (b): each burst still has a cause of its
+    # own, and its quiet period runs from the burst's newest event.
+    old1 = step("c1", T0 + timedelta(minutes=1))
+    engine.evaluate(old1)
+    assert engine.due(T0 + timedelta(minutes=5, seconds=59), GRACE) == []
+    [second] = engine.due(T0 + timedelta(minutes=6), GRACE)
+    old2 = step("c1", T0 + timedelta(minutes=2))
+    engine.evaluate(old2)
+    [third] = engine.due(T0 + timedelta(minutes=7), GRACE)
+    assert [f.causation_id for f in (first, second, third)] == \
+        [b.event_id, old1.event_id, old2.event_id]
+    assert len({f.firing_id for f in (first, second, third)}) == 3
+    assert third.matched_event_ids == (a.event_id, old1.event_id, old2.event_id, b.event_id)
+
+
+def test_a_chain_is_judged_when_full_and_gathers_nothing_after() -> None:
+    from streams.core.rules.chains import MAX_CHAIN_EVENTS
+
+    for late in ("ignore", "rejudge"):
+        engine = RuleEngine([rule(quiet=timedelta(minutes=5), late=late)])
+        steps = [step("long", T0 + timedelta(seconds=i)) for i in range(MAX_CHAIN_EVENTS + 5)]
+        fired = engine.replay(steps)
+        assert len(fired) == 1 and len(fired[0].matched_event_ids) == MAX_CHAIN_EVENTS
+        assert fired[0].causation_id == steps[MAX_CHAIN_EVENTS - 1].event_id
+        assert engine.due(T0 + timedelta(hours=2, minutes=30), GRACE) == []
+
+
+def test_an_event_moves_a_clock_at_most_a_little_past_the_wall_clock() -> None:
+    from streams.core.rules.chains import FUTURE_SKEW, clock_time
+
+    assert clock_time(T0, T0 + timedelta(days=1)) == T0
+    assert clock_time(T0 + timedelta(days=365), T0) == T0 + FUTURE_SKEW
+
+
+def test_why_says_late_for_an_event_gathered_after_its_chain_was_judged() -> None:
+    from streams.core.rules.why import decided_why
+    from streams.core.runs import fire_envelopes
+
+    r = rule(terminal="agent:done")
+    a, end = step("c1", T0), done("c1", T0 + timedelta(seconds=1))
+    engine = RuleEngine([r])
+    engine.evaluate(a)
+    [fire] = fires(engine.evaluate(end))
+    late = step("c1", T0 + timedelta(seconds=2))
+    log = [a, end, *fire_envelopes(fire, end), late]
+    by_id = {e.event_id: e for e in log}
+    assert decided_why(r, late.event_id, by_id.get, log).outcome == "late"
+    again = rule(terminal="agent:done", late="rejudge")
+    assert decided_why(again, late.event_id, by_id.get, log).outcome == "gathered"

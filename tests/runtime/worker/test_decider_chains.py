@@ -119,3 +119,29 @@ def test_ignored_late_events_and_the_clock_survive_a_restore_from_the_store(
     owned.part = restored
     stage.decider._schedule_all(owned)
     assert _matched(stage, stage.match("r", 7), stage.tick(30)) == []  # late: ignored
+
+
+def test_a_record_whose_own_time_ends_its_chain_is_still_decided(tmp_path: Path) -> None:
+    stage = Stage(tmp_path)
+    q1, q2 = stage.match("q", 0), stage.match("q", 1)
+    ids = tuple(stage.records.by_value[m.value()].event_id for m in (q1, q2))
+    assert _matched(stage, q1, q2) == []
+    # Minute 7 moves the clock past q's quiet end: q is judged as it stood, then this
+    # event of q is decided (late, judged again after its own quiet period), not skipped.
+    late = stage.match("q", 7)
+    late_id = stage.records.by_value[late.value()].event_id
+    assert _matched(stage, late) == [ids]
+    assert stage.decider.stats.skipped == 0
+    assert _matched(stage, stage.tick(12)) == [(*ids, late_id)]
+
+
+def test_chains_of_a_rule_this_process_lacks_are_forgotten_after_grace(tmp_path: Path) -> None:
+    stage = Stage(tmp_path)
+    stage.decider.handle_batch(cast(Any, [stage.match("gone", 0)]))
+    owned = stage.decider.owned[(TOPIC, 0)]
+    assert any(s.chains for s in owned.part.states.values())
+    stage.decider.matcher = Matcher(RuleSet([]))  # the rule was removed (or not loaded yet)
+    stage.decider.handle_batch(cast(Any, [stage.tick(10)]))
+    assert any(s.chains for s in owned.part.states.values())  # kept within grace
+    stage.decider.handle_batch(cast(Any, [stage.tick(61)]))
+    assert not any(s.chains for s in owned.part.states.values())
