@@ -186,8 +186,26 @@ def backfill_firings(rule: Rule, history: Iterable[Envelope],
     firings in `fired` and returns nothing."""
     engine = RuleEngine([rule])
     out: list[tuple[Fire, Envelope]] = []
+    # A completion rule's quiet periods pass on the history's event time, as a decider's
+    # clock moves on the events its rules watch: a quiet end's cause is the chain's event
+    # the firing names, found among the history's.
+    when = rule.when
+    watched: dict[str, Envelope] = {}
+    clock: datetime | None = None
+
+    def ended() -> None:
+        if clock is not None:
+            out.extend((fire, watched[fire.causation_id]) for fire in engine.due(clock)
+                       if fire.firing_id not in fired)
+
     for envelope in history:
+        if when.completion is not None and (when.watches(envelope) or when.ends_chain(envelope)):
+            watched[envelope.event_id] = envelope
+            if clock is None or envelope.time > clock:
+                clock = envelope.time
+                ended()
         for decision in engine.evaluate(envelope):
             if isinstance(decision, Fire) and decision.firing_id not in fired:
                 out.append((decision, envelope))
+        ended()
     return out

@@ -123,6 +123,20 @@ def test_a_backfill_fires_over_history_once() -> None:
     assert again == []
 
 
+def test_a_backfill_of_a_completion_rule_ends_chains_on_the_historys_event_time() -> None:
+    whole = Rule(name="ops:whole-spike", when=on("ops:error_spike").completes(
+        quiet=timedelta(minutes=5)), then=run("triage"))
+    a1 = spike("api", at=T0, correlation_id="a")
+    a2 = spike("api", at=T0 + timedelta(minutes=1), correlation_id="a")
+    b = spike("db", at=T0 + timedelta(minutes=10), correlation_id="b")
+    history = [a1, a2, b]
+    firings = backfill_firings(whole, history, fired=())
+    # a is quiet by b's time; b is still open where the history ends: not judged here.
+    assert [(f.matched_event_ids, cause.event_id) for f, cause in firings] == \
+        [((a1.event_id, a2.event_id), a2.event_id)]
+    assert backfill_firings(whole, history, fired={firings[0][0].firing_id}) == []
+
+
 def test_the_matcher_matches_a_tenants_live_rules_from_their_installation_point() -> None:
     matcher = Matcher(RuleSet([]))
     assert not matcher.wants(b"feedback_given")

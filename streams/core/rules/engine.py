@@ -8,6 +8,7 @@ offline replays; the Kafka layer runs the same `evaluate`.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -270,19 +271,22 @@ def _decide_chain(rule: Rule, envelope: Envelope, state: RuleState) -> Decision 
     return None if cause is None else _chain_fire(rule, window, cause)
 
 
-def chain_due(rule: Rule, state: RuleState, clock: datetime,
-              grace: timedelta) -> list[Fire]:
-    """A completion rule's chains on the partition's clock (event time): the firings of
-    chains (or of late events) quiet for the rule's period. A chain grace past its last
-    event (ended, or never ended on a rule without a quiet period) is forgotten. Nothing
-    changes for a chain not yet due."""
+def chain_due(rule: Rule, state: RuleState, clock: datetime, grace: timedelta,
+              chain: str | None = None) -> list[Fire]:
+    """A completion rule's chains (`chain` alone, when given) on the partition's clock
+    (event time): the firings of chains (or of late events) quiet for the rule's period. A
+    chain grace past its last event (ended, or never ended on a rule without a quiet period)
+    is forgotten. Nothing changes for a chain not yet due."""
     completion = rule.when.completion
     if completion is None:
         return []
     fires: list[Fire] = []
-    for at, window in [(at, w) for at, w in state.chains.items() if at[0] == rule.name]:
-        deadline = window.deadline(completion, grace)
-        if deadline is None or clock < deadline:
+    chosen = [(rule.name, chain)] if chain is not None else \
+        [at for at in state.chains if at[0] == rule.name]
+    for at in chosen:
+        window = state.chains.get(at)
+        deadline = None if window is None else window.deadline(completion, grace)
+        if window is None or deadline is None or clock < deadline:
             continue
         if completion.quiet is not None and window.pending:
             state.chains[at] = window.end(deadline, None)
@@ -339,20 +343,48 @@ def evaluate(
 class RuleEngine:
     """Rules and their state in memory: for tests and offline replays of a log."""
 
-    def __init__(self, rules: RuleSet | Iterable[Rule], state: RuleState | None = None) -> None:
+    def __init__(self, rules: RuleSet | Iterable[Rule], state: RuleState | None = None,
+                 *, grace: timedelta = timedelta(hours=1)) -> None:
         self.rules = rules if isinstance(rules, RuleSet) else RuleSet(rules)
         self.state = state if state is not None else RuleState()
+        self.grace = grace
+        # When completion rules' chains may be due: (when, rule, chain), stale entries
+        # asked again and dropped, so `due` costs the chains it ends, not every chain.
+        self._deadlines: list[tuple[datetime, str, str]] = []
 
     def evaluate(self, envelope: Envelope) -> list[Decision]:
         """The decisions about one envelope."""
-        return evaluate(self.rules, envelope, self.state)
+        decisions = evaluate(self.rules, envelope, self.state)
+        for rule in self.rules:
+            completion = rule.when.completion
+            if completion is not None:
+                self._schedule(rule, envelope.correlation_id)
+        return decisions
+
+    def _schedule(self, rule: Rule, chain: str) -> None:
+        window = self.state.chains.get((rule.name, chain))
+        completion = rule.when.completion
+        if window is not None and completion is not None:
+            when = window.deadline(completion, self.grace)
+            if when is not None:
+                heapq.heappush(self._deadlines, (when, rule.name, chain))
 
     def replay(self, envelopes: Iterable[Envelope]) -> list[Decision]:
         """The decisions about envelopes taken in order."""
         return [d for envelope in envelopes for d in self.evaluate(envelope)]
 
-    def due(self, clock: datetime, grace: timedelta = timedelta(hours=1)) -> list[Fire]:
+    def due(self, clock: datetime, grace: timedelta | None = None) -> list[Fire]:
         """The firings of completion rules' chains quiet at event time `clock` (see
-        `chain_due`; the decider calls it as its partition's clock moves)."""
-        return [fire for rule in self.rules for fire in chain_due(rule, self.state, clock,
-                                                                  grace)]
+        `chain_due`; the decider calls it as its partition's clock moves). `grace`: how long
+        an ended chain is remembered (the engine's, by default)."""
+        if grace is not None:
+            self.grace = grace
+        fires: list[Fire] = []
+        while self._deadlines and self._deadlines[0][0] <= clock:
+            _when, name, chain = heapq.heappop(self._deadlines)
+            rule = self.rules.get(name)
+            if rule is None:
+                continue
+            fires += chain_due(rule, self.state, clock, self.grace, chain)
+            self._schedule(rule, chain)
+        return fires
