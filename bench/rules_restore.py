@@ -9,6 +9,10 @@ printed too. Every decider is a child process (`--decide`) running the worker's
 
     eval "$(deploy/stack.sh env)"
     .venv/bin/python -m bench.rules_restore --records 1000000 --workers 1,2
+
+`--kind chains` decides a completion rule instead (`completes(quiet=60 s)`): every record a
+distinct event, one second of event time after the one before, in chains of `--chain`
+events each; a chain ends (is judged) once the partition's clock is 60 s past its last.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,8 @@ __all__ = ["main"]
 
 REPO = Path(__file__).resolve().parent.parent
 app_event_type("bench:hit")
+CHAINS = [Rule(name="bench:chain", when=on("bench:hit").completes(quiet=timedelta(seconds=60)),
+               then=run("noop"))]
 RULES = [
     Rule(name="bench:limited", when=on("bench:hit").at_most(3, per=timedelta(days=3650))
          .scope(F.data.host), then=run("noop")),
@@ -53,13 +59,34 @@ RULES = [
 ]
 
 
-def fill(settings: Settings, tenant: str, records: int, hosts: int) -> float:
-    """Produce `records` rule records (two rules by `hosts` hosts); seconds taken."""
+def _chain_records(runtime: Runtime, tenant: str, records: int,
+                   chain: int) -> list[tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]]:
+    """`records` distinct events, a second apart, in chains of `chain` (encoded first)."""
+    events = tenant_topics(tenant, runtime.settings.topic_prefix).events
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    out: list[tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]] = []
+    rule = CHAINS[0]
+    for i in range(records):
+        envelope = Envelope.new(AppEvent(name="bench:hit", data={"i": i}), tenant=tenant,
+                                workspace="bench", actor=UserActor(id="b"),
+                                correlation_id=f"c{i // chain}", time=t0 + timedelta(seconds=i))
+        out.append((entity_key(rule.name, rule.scope_key(envelope)).encode(),
+                    runtime.serde.encode_envelope(envelope, events),
+                    [("rule", rule.name.encode()), ("event_type", b"bench:hit")]))
+    return out
+
+
+def fill(settings: Settings, tenant: str, records: int, hosts: int, kind: str = "stateful",
+         chain: int = 10) -> float:
+    """Produce `records` rule records (two rules by `hosts` hosts, or chains of `chain`
+    events); seconds taken (encoding the chains' distinct events not counted)."""
     runtime = Runtime(settings)
     topic = tenant_topics(tenant, settings.topic_prefix).rules
     events = tenant_topics(tenant, settings.topic_prefix).events
     pool: list[tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]] = []
-    for i in range(2000):  # distinct events, reused: a count ignores an id it has
+    if kind == "chains":
+        pool = _chain_records(runtime, tenant, records, chain)
+    for i in range(0 if pool else 2000):  # distinct events, reused: a count ignores an id
         host = f"h{i % hosts}"
         envelope = Envelope.new(AppEvent(name="bench:hit", data={"host": host, "i": i}),
                                 tenant=tenant, workspace="bench", actor=UserActor(id="b"))
@@ -98,14 +125,15 @@ def committed(settings: Settings, tenant: str) -> int:
     return sum(tp.offset for tp in result.topic_partitions if tp.topic == rules and tp.offset > 0)
 
 
-def decide(settings: Settings, tenant: str, records: int, restore_only: bool) -> None:
+def decide(settings: Settings, tenant: str, records: int, restore_only: bool,
+           kind: str = "stateful") -> None:
     """A child: run a decider until the group committed `records` (or, `restore_only`, until
     its first assignment is restored); print a JSON line of what it measured."""
     runtime = Runtime(settings)
     from streams.runtime.worker.decider import RuleDecider
 
     stats = ReactorStats()
-    matcher = Matcher(RuleSet(RULES), stats)
+    matcher = Matcher(RuleSet(CHAINS if kind == "chains" else RULES), stats)
     records_of = RuleRecords(runtime.serde, settings.topic_prefix, stats, codec=runtime.codec)
     decider = RuleDecider(runtime, matcher, records_of)
     loop = decider.batch_loop()
@@ -133,11 +161,11 @@ def decide(settings: Settings, tenant: str, records: int, restore_only: bool) ->
 
 
 def _child(settings: Settings, tenant: str, records: int, state: Path, *,
-           restore_only: bool = False) -> subprocess.Popen[str]:
+           restore_only: bool = False, kind: str = "stateful") -> subprocess.Popen[str]:
     env = settings.child_env(STREAMS_STATE_DIR=str(state))
     return subprocess.Popen(
         [sys.executable, "-m", "bench.rules_restore", "--decide", tenant, "--records",
-         str(records), *(["--restore-only"] if restore_only else [])],
+         str(records), "--kind", kind, *(["--restore-only"] if restore_only else [])],
         env=env, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
 
 
@@ -151,18 +179,19 @@ def _result(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 
 def run_one(base: Settings, records: int, hosts: int, workers: int,
-            partitions: int) -> None:
+            partitions: int, kind: str = "stateful", chain: int = 10) -> None:
     """Fill a fresh tenant, decide it with `workers` processes, then time two restores."""
     settings = base.replace(topic_prefix=f"rb{uuid.uuid4().hex[:6]}")
     tenant = "bench"
     from streams.adapters.kafka.admin import TenantAdmin
 
     TenantAdmin(settings).create_tenant(tenant, partitions)
-    filled = fill(settings, tenant, records, hosts)
+    filled = fill(settings, tenant, records, hosts, kind, chain)
     print(f"{records:,} rule records produced in {filled:.1f} s "
           f"({records / filled:,.0f}/s, batched producer)")
     root = Path(tempfile.mkdtemp(prefix="rules-restore-"))
-    children = [_child(settings, tenant, records, root / f"w{i}") for i in range(workers)]
+    children = [_child(settings, tenant, records, root / f"w{i}", kind=kind)
+                for i in range(workers)]
     results = [_result(c) for c in children]
     cpu = sum(r["cpu"] for r in results)
     wall = max(r["seconds"] for r in results)
@@ -172,7 +201,8 @@ def run_one(base: Settings, records: int, hosts: int, workers: int,
           f"throttled {sum(r['throttled'] for r in results)}")
     for label, state in (("restart (its own store)", root / "w0"),
                          ("another machine (no store)", root / "fresh")):
-        result = _result(_child(settings, tenant, records, state, restore_only=True))
+        result = _result(_child(settings, tenant, records, state, restore_only=True,
+                                kind=kind))
         print(f"restore, {label}: {result['restore_seconds']:.2f} s for "
               f"{result['restored_keys']} keys, {result['changelog_records_read']} changelog "
               f"records read, over {records:,} rule records of history")
@@ -187,13 +217,17 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2", help="comma-separated process counts")
     parser.add_argument("--decide", metavar="TENANT", help=argparse.SUPPRESS)
     parser.add_argument("--restore-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", choices=["stateful", "chains"], default="stateful",
+                        help="rate limit and count by host, or a completion rule's chains")
+    parser.add_argument("--chain", type=int, default=10, help="events per chain (--kind chains)")
     args = parser.parse_args()
     settings = Settings.from_env()
     if args.decide:
-        decide(settings, args.decide, args.records, args.restore_only)
+        decide(settings, args.decide, args.records, args.restore_only, args.kind)
         return
     for workers in (int(w) for w in args.workers.split(",")):
-        run_one(settings, args.records, args.hosts, workers, args.partitions)
+        run_one(settings, args.records, args.hosts, workers, args.partitions, args.kind,
+                args.chain)
 
 
 if __name__ == "__main__":
