@@ -15,9 +15,9 @@ nobody) is never a stall: it is waited out elsewhere.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 __all__ = ["StallWatch"]
 
@@ -35,17 +35,24 @@ class StallWatch:
         self.lost_at: float | None = None  # partitions lost and no assignment since
         self.suspect: tuple[float, Waiting] | None = None
         self.looked_at = 0.0  # when the broker was last asked for the ends
+        # Where each assigned partition was started (see `assigned`).
+        self.starts: dict[tuple[str, int], int] = {}
 
     def fed(self, now: float | None = None) -> None:
         """Records were handed on: nothing is stalled."""
         self.received_at = time.monotonic() if now is None else now
         self.suspect = None
 
-    def assigned(self) -> None:
+    def assigned(self, starts: Mapping[tuple[str, int], int] | None = None) -> None:
         """Partitions were assigned: the clock starts again (reading the committed offsets
-        may have waited out a hold)."""
+        may have waited out a hold). `starts`: the offsets they were assigned at, where the
+        loop chose them (a sink's stored offsets, a replay's beginning): until a partition
+        hands on a record its position is unknown, and its start, not its committed offset,
+        is where records wait from."""
         self.lost_at = self.suspect = None
         self.received_at = time.monotonic()
+        if starts is not None:
+            self.starts.update(starts)
 
     def lost(self) -> None:
         """The consumer lost its partitions (not revoked)."""
@@ -77,7 +84,7 @@ class StallWatch:
             # Asked of a fresh client: a consumer that cannot rejoin may be unable to reach
             # the broker at all while it answers everyone else.
             return self.broker_answers()
-        waiting = _waiting(consumer, owned)
+        waiting = _waiting(consumer, owned, self.starts)
         if waiting == {}:
             # Nothing waits: the loop is idle, not stuck. Look again a whole stall timeout
             # later (one ListOffsets per owned partition a minute on an idle loop).
@@ -105,16 +112,23 @@ class StallWatch:
                 + f" for {self.stall_timeout:.0f} s (librdkafka #4916)")
 
 
-def _waiting(consumer: Consumer, owned: Collection[tuple[str, int]]) -> Waiting | None:
+def _waiting(consumer: Consumer, owned: Collection[tuple[str, int]],
+             assigned_at: Mapping[tuple[str, int], int]) -> Waiting | None:
     """The owned partitions whose read_committed end, asked of the broker now, is past the
-    consumer's position: (position, end) each; None when the broker does not answer (an
-    outage is waited out elsewhere, not taken for a stall)."""
+    consumer's position (or, before its first record, where it was assigned: `assigned_at`,
+    else its committed offset, else the beginning): (position, end) each; None when the
+    broker does not answer (an outage is waited out elsewhere, not taken for a stall)."""
     partitions = [TopicPartition(t, p) for t, p in sorted(owned)]
     if not partitions:
         return {}
     try:
         positions = consumer.position(partitions)
-        unknown = [TopicPartition(tp.topic, tp.partition) for tp in positions if tp.offset < 0]
+        for tp in positions:
+            start = assigned_at.get((tp.topic, tp.partition), -1)
+            if tp.offset < 0 and start >= 0:
+                tp.offset = start
+        unknown = [TopicPartition(tp.topic, tp.partition) for tp in positions if tp.offset < 0
+                   and assigned_at.get((tp.topic, tp.partition)) != OFFSET_BEGINNING]
         starts = {(tp.topic, tp.partition): tp.offset
                   for tp in (consumer.committed(unknown, timeout=5.0) if unknown else [])}
         waiting: Waiting = {}

@@ -579,7 +579,7 @@ class SinkRunner:
                 consumer.pause(partitions)
         except KafkaException as exc:
             self._error = exc
-        self._stall.assigned()
+        self._stall.assigned({(tp.topic, tp.partition): tp.offset for tp in partitions})
         self._assigned.set()
 
     def hands_full(self, sending: int) -> bool:
@@ -738,6 +738,7 @@ class SinkRunner:
             batch = await self._decoded(messages)
             if batch is None:
                 return
+            self._stall.fed()  # a registry outage waited out in decoding is no stall
             batch.seq = self._ledger.open(batch.ends)
             put = asyncio.ensure_future(ready.put(batch))
             done, _ = await asyncio.wait({put}, timeout=_HOLD_BEFORE_PAUSING)
@@ -800,7 +801,10 @@ class SinkRunner:
         if good:
             self._stall.fed()
         elif self._replace_for is None:
-            owned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+            try:
+                owned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+            except (KafkaException, RuntimeError):  # no member now: looked at next time
+                return good
             if self._stall.stalled(self.consumer, owned):
                 self._replace_for = self._stall.describe(owned)  # the fetch stage does it
         return good

@@ -72,3 +72,27 @@ def test_an_unanswered_look_is_an_outage_and_lost_partitions_not_rejoined_a_stal
     assert unreachable.lost_at is not None
     unreachable.lost_at -= 61.0
     assert not unreachable.stalled(cast(Any, Positions(0, 0)), set())
+
+
+class Unstarted(Positions):
+    """A consumer assigned where its loop chose (a sink's stored offsets) that has handed on
+    nothing yet: no position, a committed offset behind the start."""
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, -1001) for tp in partitions]
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[Any]:
+        return [TopicPartition(tp.topic, tp.partition, 3) for tp in partitions]
+
+
+def test_before_its_first_record_a_partition_waits_from_where_it_was_assigned() -> None:
+    idle = _watch()
+    idle.assigned({("fs.acme.events", 0): 9})
+    idle.received_at = 0.0
+    consumer = cast(Any, Unstarted(at=0, end=9))
+    # The committed offset (3) is behind the start (9), the end: nothing waits.
+    assert not any(idle.stalled(consumer, OWNED, now=t) for t in (61.0, 72.0, 140.0))
+    behind = _watch()  # no start known: from the committed offset, as before
+    assert not behind.stalled(consumer, OWNED, now=61.0)
+    assert behind.stalled(consumer, OWNED, now=72.0)
+    assert "(3 < 9)" in behind.describe(OWNED)
