@@ -8,6 +8,7 @@ from typing import Any
 
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.log import Headers
+from streams.core.rules.checks import from_micros, micros
 from streams.core.rules.snapshots import entity_key
 from streams.core.tenancy import dead_letter_topic
 
@@ -46,10 +47,18 @@ clock moves on even when its keys' events have stopped (completion rules' quiet 
 _TICK_HEADERS: Headers = [("event_type", b"streams:tick")]
 
 
-def rule_tick(rules_topic: str, partition: int, time_us: int) -> Output:
+def rule_tick(rules_topic: str, partition: int, time: datetime) -> Output:
     """A tick for one partition of a tenant's rules topic (see TICK_KEY)."""
-    return Output(rules_topic, TICK_KEY, str(time_us).encode(), list(_TICK_HEADERS),
+    return Output(rules_topic, TICK_KEY, str(micros(time)).encode(), list(_TICK_HEADERS),
                   partition=partition)
+
+
+def tick_time(value: bytes | None) -> datetime | None:
+    """The event time a tick carries (see `rule_tick`), or None when the value is not one."""
+    try:
+        return from_micros(int(value or b""))
+    except (ValueError, OverflowError):
+        return None
 
 
 def dead_letter_record(*, topic: str, partition: int, offset: int, key: bytes | None,

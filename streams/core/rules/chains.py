@@ -37,11 +37,11 @@ Pure: the state of one chain is a value (`ChainWindow`); the decider keeps one p
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Final, Literal, cast
 
 from streams.core.events import Envelope, TraceContext
-from streams.core.rules.checks import InvalidRule, check_positive, utc
+from streams.core.rules.checks import InvalidRule, check_positive, from_micros, micros, utc
 
 __all__ = ["FUTURE_SKEW", "LATE_RULES", "MAX_CHAIN_EVENTS", "ChainCause", "ChainWindow",
            "Completion", "LateRule", "clock_time"]
@@ -183,14 +183,14 @@ class ChainWindow:
 
     def as_record(self) -> dict[str, object]:
         """The window as plain data (a changelog record's `chain`), times in microseconds."""
-        return {"chain": self.chain, "events": [[_us(t), eid] for t, eid in self.events],
-                "last": None if self.last is None else _us(self.last), "last_id": self.last_id,
+        return {"chain": self.chain, "events": [[micros(t), eid] for t, eid in self.events],
+                "last": None if self.last is None else micros(self.last), "last_id": self.last_id,
                 "ws": self.workspace,
                 "trace": None if self.trace is None else [self.trace.traceparent,
                                                           self.trace.tracestate],
-                "ended": None if self.ended is None else _us(self.ended),
+                "ended": None if self.ended is None else micros(self.ended),
                 "by": self.ended_by, "pending": self.pending,
-                "late_at": None if self.late_at is None else _us(self.late_at),
+                "late_at": None if self.late_at is None else micros(self.late_at),
                 "late_id": self.late_id}
 
     @staticmethod
@@ -201,24 +201,13 @@ class ChainWindow:
         last, ended, late_at = data["last"], data["ended"], data.get("late_at")
         return ChainWindow(
             chain=str(data["chain"]),
-            events=tuple((_time(cast(int, t)), str(eid)) for t, eid in events),
-            last=None if last is None else _time(cast(int, last)),
+            events=tuple((from_micros(cast(int, t)), str(eid)) for t, eid in events),
+            last=None if last is None else from_micros(cast(int, last)),
             last_id=str(data["last_id"]), workspace=str(data["ws"]),
             trace=None if trace is None else TraceContext(traceparent=str(trace[0]),
                                                           tracestate=trace[1]),
-            ended=None if ended is None else _time(cast(int, ended)),
+            ended=None if ended is None else from_micros(cast(int, ended)),
             ended_by=None if data["by"] is None else str(data["by"]),
             pending=bool(data["pending"]),
-            late_at=None if late_at is None else _time(cast(int, late_at)),
+            late_at=None if late_at is None else from_micros(cast(int, late_at)),
             late_id=str(data.get("late_id") or ""))
-
-
-_UTC_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _us(time: datetime) -> int:
-    return (utc(time) - _UTC_EPOCH) // timedelta(microseconds=1)
-
-
-def _time(micros: int) -> datetime:
-    return _UTC_EPOCH + timedelta(microseconds=int(micros))

@@ -10,7 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 from streams.core.errors import ValidationFailed
 
-__all__ = ["InvalidRule", "check_count", "check_positive", "utc"]
+__all__ = ["InvalidRule", "check_count", "check_positive", "from_micros", "micros", "utc"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
 
 
 class InvalidRule(ValidationFailed, ValueError):
@@ -21,6 +24,16 @@ def utc(time: datetime) -> datetime:
     """`time` as an aware UTC time."""
     # Naive times are taken as UTC, so they can be compared with the aware ones the wire keeps.
     return time if time.tzinfo is not None else time.replace(tzinfo=UTC)
+
+
+def micros(time: datetime) -> int:
+    """`time` as microseconds since the epoch (how rule state records and ticks keep it)."""
+    return (utc(time) - _EPOCH) // _US
+
+
+def from_micros(value: int) -> datetime:
+    """The aware UTC time `micros` gave."""
+    return _EPOCH + int(value) * _US
 
 
 def check_positive(what: str, value: timedelta) -> None:

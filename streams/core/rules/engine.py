@@ -373,12 +373,10 @@ class RuleEngine:
         """The decisions about envelopes taken in order."""
         return [d for envelope in envelopes for d in self.evaluate(envelope)]
 
-    def due(self, clock: datetime, grace: timedelta | None = None) -> list[Fire]:
+    def due(self, clock: datetime) -> list[Fire]:
         """The firings of completion rules' chains quiet at event time `clock` (see
-        `chain_due`; the decider calls it as its partition's clock moves). `grace`: how long
-        an ended chain is remembered (the engine's, by default)."""
-        if grace is not None:
-            self.grace = grace
+        `chain_due`; the decider calls it as its partition's clock moves); an ended chain is
+        remembered for the engine's `grace`."""
         fires: list[Fire] = []
         while self._deadlines and self._deadlines[0][0] <= clock:
             _when, name, chain = heapq.heappop(self._deadlines)

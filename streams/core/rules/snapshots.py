@@ -20,10 +20,11 @@ import heapq
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from streams.core.rules.chains import ChainWindow
+from streams.core.rules.checks import from_micros, micros
 from streams.core.rules.engine import RuleState
 from streams.core.rules.predicates import Path
 from streams.core.rules.triggers import (
@@ -56,7 +57,6 @@ CLOCK_KEY: Final = "__clock__"
 """The key of a partition's clock record: the newest event time its records carried (a
 completion rule's quiet periods are measured on it), in microseconds since the epoch."""
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
 
 
@@ -72,14 +72,6 @@ def parse_entity_key(key: str) -> tuple[str, str | None]:
     return rule, scope or None
 
 
-def _micros(time: datetime) -> int:
-    return (time.astimezone(UTC) - _EPOCH) // _US
-
-
-def _time(micros: int) -> datetime:
-    return _EPOCH + micros * _US
-
-
 def to_record(state: RuleState, rule: str, scope_key: str | None,
               upto: int) -> dict[str, Any] | None:
     """The plain record of one key's state (held in `state` under `rule`), or None when it
@@ -91,7 +83,7 @@ def to_record(state: RuleState, rule: str, scope_key: str | None,
         if window is not None and window.entries:
             record["count"] = {
                 "n": count.count.n, "within_us": count.count.within // _US,
-                "entries": [[_micros(t), eid] for t, eid in window.entries]}
+                "entries": [[micros(t), eid] for t, eid in window.entries]}
     rate = state.rates.get(rule)
     if rate is not None:
         windows = {str(number): w.admitted for (key, number), w in rate.windows.items()
@@ -121,7 +113,7 @@ def from_record(record: dict[str, Any], rule: str, scope_key: str | None,
         if held is None or held.count != config:
             held = state.counts[rule] = CountState(config)
         held.windows[scope_key] = CountWindow(tuple(
-            (_time(int(t)), str(eid)) for t, eid in count["entries"]))
+            (from_micros(int(t)), str(eid)) for t, eid in count["entries"]))
     rate = record.get("rate")
     if rate is not None:
         weight = rate.get("weight")
@@ -214,7 +206,7 @@ class PartitionState:
     def due(self) -> list[str]:
         """The keys whose scheduled time the clock has reached, each once, taken off."""
         found: list[str] = []
-        while self.deadlines and self.clock is not None and self.deadlines[0][0] <= self.clock:
+        while self.has_due():
             key = heapq.heappop(self.deadlines)[1]
             if key not in found:
                 found.append(key)
@@ -268,7 +260,7 @@ class PartitionState:
             return
         if key == CLOCK_KEY:
             if value is not None:
-                self.advance(_time(decode_position(value)))
+                self.advance(from_micros(decode_position(value)))
                 self.clock_dirty = False
             return
         if value is None:
@@ -366,7 +358,7 @@ class PartitionState:
             out.append((key, json.dumps(record, separators=(",", ":")).encode()))
         self.dirty.clear()
         if self.clock_dirty and self.clock is not None:
-            out.append((CLOCK_KEY, encode_position(_micros(self.clock))))
+            out.append((CLOCK_KEY, encode_position(micros(self.clock))))
             self.clock_dirty = False
         out.append((POSITION_KEY, encode_position(self.position)))
         return out

@@ -38,7 +38,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from streams.adapters.kafka.log import header_value, reached_end
-from streams.adapters.kafka.outputs import TICK_KEY, Output
+from streams.adapters.kafka.outputs import TICK_KEY, Output, tick_time
 from streams.adapters.state import StateStore, open_store
 from streams.core.events import Envelope
 from streams.core.matching import Matcher
@@ -67,19 +67,6 @@ CHECKPOINT = "checkpoint"
 """The store's named integer: the changelog offset up to which it holds every record."""
 POSITION = "position"
 """The store's named integer: the rules offset its state reflects."""
-
-
-def _tick_time(value: bytes | None) -> datetime | None:
-    """A tick's event time (see streams.adapters.kafka.outputs.TICK_KEY), or None when the
-    value is not one (logged)."""
-    try:
-        return _EPOCH + timedelta(microseconds=int(value or b""))
-    except (ValueError, OverflowError):
-        log.warning("rule-decider: a tick without a time: %r", (value or b"")[:40])
-        return None
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def store_path(settings: Settings, tenant: str, partition: int) -> Path:
@@ -174,7 +161,10 @@ class RuleDecider:
                 continue
             offset = msg.offset() or 0
             if msg.key() == TICK_KEY:
-                tick = _tick_time(msg.value())
+                tick = tick_time(msg.value())
+                if tick is None:
+                    log.warning("rule-decider: a tick without a time: %r",
+                                (msg.value() or b"")[:40])
                 decoded.append((owned, offset, None, None,
                                 None if tick is None else clock_time(tick, now)))
                 continue
@@ -184,11 +174,10 @@ class RuleDecider:
                 msg.value(), owned.topic, owned.partition, offset)
             # Only completion rules' matches move the clock (other matches and budget
             # claims may be stamped when written, not when their events happened).
-            moves = envelope is not None and rule is not None and \
-                rule.when.completion is not None
-            decoded.append((owned, offset, rule, envelope,
-                            clock_time(envelope.time, now) if moves and envelope is not None
-                            else None))
+            at = None
+            if envelope is not None and rule is not None and rule.when.completion is not None:
+                at = clock_time(envelope.time, now)
+            decoded.append((owned, offset, rule, envelope, at))
         outputs: list[Output] = []
         for owned, offset, rule, envelope, at in decoded:
             if envelope is None and at is not None:

@@ -58,10 +58,8 @@ __all__ = ["Reactor", "ReactorStats", "is_stateful"]
 
 log = logging.getLogger(__name__)
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 _PARTITIONS_TTL = 60.0
-_TICK_STEP_US = 1_000_000
+_TICK_STEP = timedelta(seconds=1)
 """A tenant's ticks go out when its newest event time moved this much (a second): quiet
 periods are minutes, and a tick is one record per rules partition."""
 
@@ -94,12 +92,12 @@ class Reactor:
         # Per events partition, the offset after the last record this step took: where a
         # catch-up of a newly live rule stops.
         self.taken: dict[tuple[str, int], int] = {}
-        # Per tenant, the event time (µs) of the last ticks committed to its rules
+        # Per tenant, the event time of the last ticks committed to its rules
         # partitions and of those sent since (taken as committed by `before_commit`: a batch
         # redone after a rewind or an abort sends its ticks again), and per rules topic its
         # partitions' count and when it was looked up (see `_ticks`).
-        self._ticked: dict[str, int] = {}
-        self._ticks_sent: dict[str, int] = {}
+        self._ticked: dict[str, datetime] = {}
+        self._ticks_sent: dict[str, datetime] = {}
         self._rules_partitions: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
         prefix = settings.topic_prefix
@@ -230,13 +228,14 @@ class Reactor:
         out: list[Output] = []
         now = datetime.now(UTC)
         for tenant, at in newest.items():
-            micros = (clock_time(at, now) - _EPOCH) // _US
-            if micros - self._ticked.get(tenant, -_TICK_STEP_US) < _TICK_STEP_US:
+            at = clock_time(at, now)
+            ticked = self._ticked.get(tenant)
+            if ticked is not None and at - ticked < _TICK_STEP:
                 continue
             topic = tenant_topics(tenant, self.settings.topic_prefix).rules
             count = self._partitions_of(topic)
-            out += [rule_tick(topic, p, micros) for p in range(count)]
-            self._ticks_sent[tenant] = max(micros, self._ticks_sent.get(tenant, micros))
+            out += [rule_tick(topic, p, at) for p in range(count)]
+            self._ticks_sent[tenant] = max(at, self._ticks_sent.get(tenant, at))
         return out
 
     def _partitions_of(self, topic: str) -> int:
@@ -252,8 +251,8 @@ class Reactor:
         """The loop's hook before it commits `partitions`: advance their index cursors over
         the entries this step wrote (delivered first). Produces nothing of the loop's."""
         with self._lock:  # the ticks sent are about to be committed with the batches
-            for tenant, micros in self._ticks_sent.items():
-                self._ticked[tenant] = max(micros, self._ticked.get(tenant, micros))
+            for tenant, at in self._ticks_sent.items():
+                self._ticked[tenant] = max(at, self._ticked.get(tenant, at))
             self._ticks_sent.clear()
         if self.index_writer is not None:
             with self._lock:

@@ -123,7 +123,7 @@ def test_a_completion_rule_round_trips_as_data_and_bad_json_names_its_path() -> 
 
 
 def test_a_terminal_event_judges_the_whole_chain_once() -> None:
-    engine = RuleEngine([rule(terminal="agent:done")])
+    engine = RuleEngine([rule(terminal="agent:done")], grace=GRACE)
     a2 = step("c1", T0 + timedelta(seconds=2))
     a1 = step("c1", T0 + timedelta(seconds=1))
     noise = step("c1", T0 + timedelta(seconds=3), kind="noise")  # filtered out
@@ -139,7 +139,7 @@ def test_a_terminal_event_judges_the_whole_chain_once() -> None:
 
 
 def test_a_terminal_event_of_a_chain_with_nothing_gathered_judges_nothing() -> None:
-    engine = RuleEngine([rule(terminal="agent:done")])
+    engine = RuleEngine([rule(terminal="agent:done")], grace=GRACE)
     assert engine.evaluate(done("c1", T0)) == []
     assert engine.evaluate(step("c1", T0 + timedelta(seconds=1))) == []  # late: ignored
 
@@ -165,50 +165,50 @@ def test_late_events_are_ignored_or_judged_again_at_once_without_a_quiet_period(
 
 def test_a_quiet_period_in_event_time_ends_a_chain_at_its_newest_event() -> None:
     quiet = timedelta(minutes=5)
-    engine = RuleEngine([rule(quiet=quiet)])
+    engine = RuleEngine([rule(quiet=quiet)], grace=GRACE)
     a = step("c1", T0)
     b = step("c1", T0 + timedelta(minutes=2))
     engine.replay([b, a])
-    assert engine.due(T0 + timedelta(minutes=6), GRACE) == []  # b + 5 min not reached
-    [fire] = engine.due(T0 + timedelta(minutes=7), GRACE)
+    assert engine.due(T0 + timedelta(minutes=6)) == []  # b + 5 min not reached
+    [fire] = engine.due(T0 + timedelta(minutes=7))
     assert fire.matched_event_ids == (a.event_id, b.event_id)
     assert fire.causation_id == b.event_id
-    assert engine.due(T0 + timedelta(minutes=30), GRACE) == []  # ended: once
+    assert engine.due(T0 + timedelta(minutes=30)) == []  # ended: once
     assert engine.evaluate(step("c1", T0 + timedelta(minutes=8))) == []  # late: ignored
-    assert engine.due(T0 + timedelta(minutes=30), GRACE) == []
+    assert engine.due(T0 + timedelta(minutes=30)) == []
 
 
 def test_a_terminal_before_the_quiet_period_ends_the_chain_and_no_second_firing() -> None:
-    engine = RuleEngine([rule(terminal="agent:done", quiet=timedelta(minutes=5))])
+    engine = RuleEngine([rule(terminal="agent:done", quiet=timedelta(minutes=5))], grace=GRACE)
     engine.evaluate(step("c1", T0))
     assert len(engine.evaluate(done("c1", T0 + timedelta(minutes=1)))) == 1
-    assert engine.due(T0 + timedelta(minutes=20), GRACE) == []
+    assert engine.due(T0 + timedelta(minutes=20)) == []
 
 
 def test_late_events_with_a_quiet_period_are_judged_once_they_are_quiet() -> None:
     quiet = timedelta(minutes=5)
-    engine = RuleEngine([rule(quiet=quiet, late="rejudge")])
+    engine = RuleEngine([rule(quiet=quiet, late="rejudge")], grace=GRACE)
     a = step("c1", T0)
     engine.evaluate(a)
-    [first] = engine.due(T0 + quiet, GRACE)
+    [first] = engine.due(T0 + quiet)
     late1 = step("c1", T0 + timedelta(minutes=10))
     late2 = step("c1", T0 + timedelta(minutes=11))
     assert engine.evaluate(late1) == [] and engine.evaluate(late2) == []  # a burst
-    assert engine.due(T0 + timedelta(minutes=15), GRACE) == []
-    [again] = engine.due(T0 + timedelta(minutes=16), GRACE)
+    assert engine.due(T0 + timedelta(minutes=15)) == []
+    [again] = engine.due(T0 + timedelta(minutes=16))
     assert again.matched_event_ids == (a.event_id, late1.event_id, late2.event_id)
     assert again.causation_id == late2.event_id != first.causation_id
 
 
 def test_chains_are_forgotten_grace_after_their_last_event_ended_or_not() -> None:
-    engine = RuleEngine([rule(terminal="agent:done")])
+    engine = RuleEngine([rule(terminal="agent:done")], grace=GRACE)
     engine.evaluate(step("open", T0))  # its terminal never comes
     engine.evaluate(step("ended", T0))
     engine.evaluate(done("ended", T0 + timedelta(seconds=1)))
     assert len(engine.state.chains) == 2
-    assert engine.due(T0 + GRACE - timedelta(seconds=1), GRACE) == []
+    assert engine.due(T0 + GRACE - timedelta(seconds=1)) == []
     assert len(engine.state.chains) == 2
-    assert engine.due(T0 + GRACE + timedelta(seconds=1), GRACE) == []  # unjudged, dropped
+    assert engine.due(T0 + GRACE + timedelta(seconds=1)) == []  # unjudged, dropped
     assert engine.state.chains == {}
     # Past that, an event of the chain starts a new one.
     engine.evaluate(step("ended", T0 + 2 * GRACE))
@@ -218,7 +218,7 @@ def test_chains_are_forgotten_grace_after_their_last_event_ended_or_not() -> Non
 def test_sampling_keeps_or_drops_whole_chains() -> None:
     sampled = Rule(name="judge:some", when=on("agent:step").sample(0.5).completes(
         terminal="agent:done"), then=run("judge"))
-    engine = RuleEngine([sampled])
+    engine = RuleEngine([sampled], grace=GRACE)
     judged = 0
     for i in range(200):
         chain = f"c{i}"
@@ -314,7 +314,7 @@ def test_why_answers_for_a_chains_events_before_and_after_its_judgement() -> Non
     assert decided_why(r, a.event_id, by_id.get, before).outcome == "gathered"
     assert "on agent:done" in decided_why(r, a.event_id, by_id.get, before).detail
     assert decided_why(r, end.event_id, by_id.get, before).outcome == "undecided"
-    engine = RuleEngine([r])
+    engine = RuleEngine([r], grace=GRACE)
     engine.replay([a, b])
     [fire] = fires(engine.evaluate(end))
     fired, started = fire_envelopes(fire, end)
@@ -333,19 +333,19 @@ def test_why_answers_for_a_chains_events_before_and_after_its_judgement() -> Non
 
 def test_each_late_burst_is_judged_under_its_own_id_after_its_own_quiet_period() -> None:
     quiet = timedelta(minutes=5)
-    engine = RuleEngine([rule(quiet=quiet, late="rejudge")])
+    engine = RuleEngine([rule(quiet=quiet, late="rejudge")], grace=GRACE)
     a, b = step("c1", T0), step("c1", T0 + timedelta(minutes=3))
     engine.replay([a, b])
-    [first] = engine.due(T0 + timedelta(minutes=8), GRACE)
+    [first] = engine.due(T0 + timedelta(minutes=8))
     # Late events older than the chain's newest (b): each burst still has a cause of its
     # own, and its quiet period runs from the burst's newest event.
     old1 = step("c1", T0 + timedelta(minutes=1))
     engine.evaluate(old1)
-    assert engine.due(T0 + timedelta(minutes=5, seconds=59), GRACE) == []
-    [second] = engine.due(T0 + timedelta(minutes=6), GRACE)
+    assert engine.due(T0 + timedelta(minutes=5, seconds=59)) == []
+    [second] = engine.due(T0 + timedelta(minutes=6))
     old2 = step("c1", T0 + timedelta(minutes=2))
     engine.evaluate(old2)
-    [third] = engine.due(T0 + timedelta(minutes=7), GRACE)
+    [third] = engine.due(T0 + timedelta(minutes=7))
     assert [f.causation_id for f in (first, second, third)] == \
         [b.event_id, old1.event_id, old2.event_id]
     assert len({f.firing_id for f in (first, second, third)}) == 3
@@ -356,12 +356,12 @@ def test_a_chain_is_judged_when_full_and_gathers_nothing_after() -> None:
     from streams.core.rules.chains import MAX_CHAIN_EVENTS
 
     for late in ("ignore", "rejudge"):
-        engine = RuleEngine([rule(quiet=timedelta(minutes=5), late=late)])
+        engine = RuleEngine([rule(quiet=timedelta(minutes=5), late=late)], grace=GRACE)
         steps = [step("long", T0 + timedelta(seconds=i)) for i in range(MAX_CHAIN_EVENTS + 5)]
         fired = engine.replay(steps)
         assert len(fired) == 1 and len(fired[0].matched_event_ids) == MAX_CHAIN_EVENTS
         assert fired[0].causation_id == steps[MAX_CHAIN_EVENTS - 1].event_id
-        assert engine.due(T0 + timedelta(hours=2, minutes=30), GRACE) == []
+        assert engine.due(T0 + timedelta(hours=2, minutes=30)) == []
 
 
 def test_an_event_moves_a_clock_at_most_a_little_past_the_wall_clock() -> None:
@@ -377,7 +377,7 @@ def test_why_says_late_for_an_event_gathered_after_its_chain_was_judged() -> Non
 
     r = rule(terminal="agent:done")
     a, end = step("c1", T0), done("c1", T0 + timedelta(seconds=1))
-    engine = RuleEngine([r])
+    engine = RuleEngine([r], grace=GRACE)
     engine.evaluate(a)
     [fire] = fires(engine.evaluate(end))
     late = step("c1", T0 + timedelta(seconds=2))

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from streams.adapters.kafka.outputs import HEADER_RULE, TICK_KEY, Output
+from streams.adapters.kafka.outputs import HEADER_RULE, Output, rule_tick
 from streams.adapters.state import open_store
 from streams.core.events import AppEvent, Envelope, RuleFired
 from streams.core.matching import Matcher
@@ -66,10 +66,9 @@ class Stage:
                            value, [(HEADER_RULE, RULE.encode())])
 
     def tick(self, minutes: float) -> FakeMessage:
-        at = T0 + timedelta(minutes=minutes)
         self.offset += 1
-        micros = (at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-        return FakeMessage(TOPIC, 0, self.offset, TICK_KEY, str(micros).encode())
+        tick = rule_tick(TOPIC, 0, T0 + timedelta(minutes=minutes))
+        return FakeMessage(TOPIC, 0, self.offset, tick.key, tick.value)
 
 
 def _matched(stage: Stage, *messages: FakeMessage) -> list[tuple[str, ...]]:
