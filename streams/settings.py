@@ -28,6 +28,7 @@ from streams.core.tenancy import PREFIX_PATTERN
 
 if TYPE_CHECKING:
     from streams.core.judges import ChatModel
+    from streams.core.measures.calibration import CalibrationPolicy
     from streams.core.measures.costs import ModelPrice
 
 __all__ = [
@@ -314,6 +315,23 @@ class Settings:
         "", "STREAMS_LLM_PRICES", "JSON price table of the judges' models in money per "
         'million tokens, `{"<model>": {"prompt": 0.15, "completion": 0.6}}` keyed by the '
         "model a response names: the report's cost per verdict (docs/measures.md)")
+    # -- calibration (how far judges agree with people lately) ---------------------------------
+    calibration_thresholds: str = _setting(
+        "", "STREAMS_CALIBRATION_THRESHOLDS", "JSON object of the lowest agreement with people "
+        'each evaluator may fall to before an alarm, `{"<evaluator>": 0.6, '
+        '"<evaluator>@<version>": 0.5}`: kappa for categories, Spearman\'s rho for numbers, '
+        "over each version's newest pairs (docs/measures.md); an evaluator not named is "
+        "measured, never alarmed")
+    calibration_window: int = _setting(
+        200, "STREAMS_CALIBRATION_WINDOW", "newest (evaluator, person) verdict pairs per "
+        "evaluator version and feedback type that online calibration measures", minimum=1)
+    calibration_min_pairs: int = _setting(
+        30, "STREAMS_CALIBRATION_MIN_PAIRS", "pairs a version needs in its window before its "
+        "calibration can raise or clear an alarm", minimum=1)
+    calibration_margin: float = _setting(
+        0.05, "STREAMS_CALIBRATION_MARGIN", "how far above its threshold an alarmed measure "
+        "must come back to clear the alarm (so a measure wavering at the threshold raises "
+        "one alarm)", minimum=0)
     # -- the service (streams serve) -----------------------------------------------------------
     serve_port: int = _setting(8700, "STREAMS_SERVE_PORT", "port `streams serve` listens on "
                                "(on STREAMS_SERVE_HOST)", minimum=1)
@@ -433,6 +451,7 @@ class Settings:
                 raise ConfigError(f"{_var(name).env} must be an http(s) URL, got {url!r}")
         if self.llm_prices:
             self.llm_price_table()  # refused here, at start, naming the model and field
+        self.calibration_policy()  # refused here, at start, naming the entry
         if self.heartbeat_interval >= self.session_timeout:
             raise ConfigError("STREAMS_HEARTBEAT_INTERVAL must be less than "
                               f"STREAMS_SESSION_TIMEOUT ({self.heartbeat_interval:g} >= "
@@ -485,6 +504,23 @@ class Settings:
             return parse_prices(self.llm_prices)
         except ValidationFailed as exc:
             raise ConfigError(f"STREAMS_LLM_PRICES: {exc}") from exc
+
+    def calibration_policy(self) -> CalibrationPolicy:
+        """Online calibration's policy from the STREAMS_CALIBRATION_* settings; ConfigError
+        naming the variable and the entry that is wrong."""
+        from streams.core.measures.calibration import CalibrationPolicy, parse_thresholds
+
+        try:
+            thresholds = parse_thresholds(self.calibration_thresholds)
+        except ValidationFailed as exc:
+            raise ConfigError(f"STREAMS_CALIBRATION_THRESHOLDS: {exc}") from exc
+        try:
+            return CalibrationPolicy(thresholds=thresholds, window=self.calibration_window,
+                                     min_pairs=self.calibration_min_pairs,
+                                     margin=self.calibration_margin)
+        except ValidationFailed as exc:
+            raise ConfigError(f"STREAMS_CALIBRATION_MIN_PAIRS / _WINDOW / _MARGIN: {exc}") \
+                from exc
 
     def chat_model(self, **overrides: Any) -> ChatModel:
         """The LLM judges' ChatModel from the STREAMS_LLM_* settings; `overrides` win (field

@@ -232,3 +232,15 @@ def test_the_registry_ca_must_be_a_file(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("pem")
     assert Settings(schema_registry_ca_location=str(ca)).schema_registry_ca_location == str(ca)
+
+
+def test_calibration_settings_give_the_policy_and_a_bad_one_is_refused_at_start() -> None:
+    policy = Settings.from_env({"STREAMS_CALIBRATION_THRESHOLDS": '{"judge": 0.4}',
+                                "STREAMS_CALIBRATION_WINDOW": "50",
+                                "STREAMS_CALIBRATION_MIN_PAIRS": "10"}).calibration_policy()
+    assert (policy.thresholds, policy.window, policy.min_pairs) == ({"judge": 0.4}, 50, 10)
+    with pytest.raises(ConfigError, match=r"STREAMS_CALIBRATION_THRESHOLDS: .*'judge' is 2"):
+        Settings.from_env({"STREAMS_CALIBRATION_THRESHOLDS": '{"judge": 2}'})
+    with pytest.raises(ConfigError, match="min_pairs must be between 1 and the window"):
+        Settings.from_env({"STREAMS_CALIBRATION_WINDOW": "10",
+                           "STREAMS_CALIBRATION_MIN_PAIRS": "20"})

@@ -22,6 +22,12 @@ from streams.core.measures.answers import (
     fold_answers,
     fold_trends,
 )
+from streams.core.measures.calibration import (
+    Calibration,
+    CalibrationAlarm,
+    CalibrationPolicy,
+    calibrate,
+)
 from streams.core.measures.costs import JudgeCost, ModelPrice, fold_judge_costs, parse_prices
 from streams.core.measures.outcomes import RuleOutcome, fold_rule_outcomes, rule_outcomes
 from streams.core.measures.quality import QualitySeries, fold_quality, quality
@@ -34,6 +40,9 @@ from streams.core.measures.source import LogSource, Readable, envelopes_of
 
 __all__ = [
     "PERIODS",
+    "Calibration",
+    "CalibrationAlarm",
+    "CalibrationPolicy",
     "CategoricalAgreement",
     "FieldAgreement",
     "FieldAnswers",
@@ -47,6 +56,7 @@ __all__ = [
     "QualitySeries",
     "Readable",
     "RuleOutcome",
+    "calibrate",
     "cohen_kappa",
     "envelopes_of",
     "fold_answers",
