@@ -47,7 +47,7 @@ __all__ = ["LAYOUT_VERSION", "RawEvent", "RunParts", "ViewCorrupt", "ViewStore"]
 
 log = logging.getLogger(__name__)
 
-LAYOUT_VERSION = "2"
+LAYOUT_VERSION = "3"
 """Bumped when the tables change: a file of another layout is rebuilt from the topic (2 added
 the firings' rule and time, the chains and the verdicts)."""
 
@@ -84,6 +84,9 @@ CREATE INDEX verdicts_by_evaluator ON verdicts (workspace, feedback_type, target
                                                 evaluator, time_ms, pos);
 CREATE INDEX verdicts_by_participant ON verdicts (workspace, feedback_type, target_kind,
                                                   participant, time_ms, pos);
+CREATE INDEX verdicts_by_person ON verdicts (workspace, person, time_ms, pos);
+CREATE INDEX alarms_by_time ON events (workspace, time_ms, pos)
+    WHERE event_type = 'calibration:alarm';
 CREATE TABLE caused (event_id TEXT NOT NULL, run_id TEXT NOT NULL, workspace TEXT NOT NULL,
                      pos INTEGER NOT NULL, PRIMARY KEY (event_id, run_id)) WITHOUT ROWID;
 CREATE INDEX caused_by_run ON caused (run_id, pos);
@@ -326,11 +329,13 @@ class ViewStore:
                     r.firing.pos) for r in rows if r.firing is not None]
         if firings:
             db.executemany("INSERT OR IGNORE INTO firings VALUES (?, ?, ?, ?, ?)", firings)
+        verdicts = any(r.verdict is not None for r in rows)
         feedback = [(r.feedback.pos, r.feedback.workspace, r.feedback.feedback_type,
                      r.feedback.participant, r.feedback.time_ms)
                     for r in rows if r.feedback is not None]
         if feedback:
             db.executemany("INSERT OR IGNORE INTO feedback VALUES (?, ?, ?, ?, ?)", feedback)
+        if feedback or verdicts:
             # The latest verdict per (target, type, participant): a later one replaces it, an
             # older one (or the same one again) changes nothing.
             db.executemany(
@@ -341,7 +346,8 @@ class ViewStore:
                 "WHERE (excluded.time_ms, excluded.pos) > (verdicts.time_ms, verdicts.pos)",
                 [(f.workspace, f.feedback_type, f.target_kind, f.target_id, f.participant,
                   f.evaluator, int(f.person), f.value_json, f.time_ms, f.pos)
-                 for r in rows if (f := r.feedback) is not None and f.target_kind])
+                 for r in rows for f in (r.feedback, r.verdict)
+                 if f is not None and f.target_kind])
         # Membership: an event caused by an event of a run's closure joins that closure (and
         # every closure its cause is in: a run's emitted event may start another run). Run
         # one statement per event in log order, so a cause applied earlier in this batch is
@@ -439,6 +445,46 @@ class ViewStore:
         with self._guarded() as db:
             found = db.execute(sql, args).fetchall()
         return [(item, PageKey(time_ms, *seq_of(pos))) for item, time_ms, pos in found]
+
+    def verdict_pairs(self, workspace: str, *, scan: int,
+                      ) -> list[tuple[str, str, str, str, int]]:
+        """The (evaluator version, person) pairs on the targets of the workspace's newest
+        `scan` person verdicts (each participant's latest verdict per type and target): each
+        as (evaluator participant, feedback type, the evaluator's value as JSON, the
+        person's, the later of the two times in ms), newest person verdict first.
+
+        Bounded by `scan`, not by the log: it walks the person verdicts by time (an index)
+        and finds each target's evaluator verdicts by the table's key."""
+        sql = (
+            "WITH people AS (SELECT feedback_type, target_kind, target_id, value, time_ms, pos "
+            "FROM verdicts WHERE workspace = ? AND person = 1 "
+            "ORDER BY time_ms DESC, pos DESC LIMIT ?) "
+            "SELECT e.participant, p.feedback_type, e.value, p.value, "
+            "max(e.time_ms, p.time_ms) FROM people p JOIN verdicts e "
+            "ON e.workspace = ? AND e.feedback_type = p.feedback_type "
+            "AND e.target_kind = p.target_kind AND e.target_id = p.target_id "
+            "WHERE e.person = 0 AND e.evaluator IS NOT NULL "
+            "ORDER BY p.time_ms DESC, p.pos DESC, e.participant")
+        with self._guarded() as db:
+            found = db.execute(sql, (workspace, int(scan), workspace)).fetchall()
+        return [(str(a), str(b), str(c), str(d), int(t)) for a, b, c, d, t in found]
+
+    def alarm_events(self, workspace: str, *, limit: int) -> list[RawEvent]:
+        """The workspace's newest `limit` calibration alarm events, oldest first (a partial
+        index holds only them, so the read does not grow with the log)."""
+        with self._guarded() as db:
+            found = db.execute(
+                "SELECT pos, time_ms, raw FROM events WHERE workspace = ? AND "
+                "event_type = 'calibration:alarm' ORDER BY time_ms DESC, pos DESC LIMIT ?",
+                (workspace, int(limit))).fetchall()
+        return [_raw(pos, time_ms, raw) for pos, time_ms, raw in reversed(found)]
+
+    def verdict_workspaces(self) -> list[str]:
+        """The workspaces where a person gave a verdict."""
+        with self._guarded() as db:
+            found = db.execute("SELECT DISTINCT workspace FROM verdicts WHERE person = 1 "
+                               "ORDER BY workspace").fetchall()
+        return [str(w) for (w,) in found]
 
     def run_parts(self, workspace: str, run_id: str) -> RunParts | None:
         """A run's first `run_started`, its firing and its emitted events; None if the

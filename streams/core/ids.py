@@ -140,3 +140,12 @@ def verdict_event_id(workspace: str, verdict_key: str) -> str:
     (`streams.core.evaluation.verdict_key`): derived, so whoever judges that input again (a
     retried attempt, a refire, a backfill) finds the record by its id and pays no model call."""
     return "evt_" + _digest(f"verdict\n{workspace}\n{verdict_key}")
+
+
+def alarm_event_id(workspace: str, evaluator: str, feedback_type: str, field: str,
+                   episode: int, raised: bool) -> str:
+    """The event id of a calibration alarm's raise or clear: derived from what it is about
+    and its episode (the how-manieth raise), so two keepers writing the same change write
+    the same id."""
+    return "evt_" + _digest(f"calibration\n{workspace}\n{evaluator}\n{feedback_type}\n"
+                            f"{field}\n{episode}\n{'raised' if raised else 'cleared'}")

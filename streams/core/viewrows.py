@@ -28,6 +28,7 @@ from typing import Any
 from streams.core.actors import participant_of
 from streams.core.app_events import APP_EVENT_NAME
 from streams.core.errors import SchemaError, ValidationFailed
+from streams.core.evaluation import VERDICT_RECORD
 from streams.core.events import Envelope, FeedbackGiven
 
 __all__ = [
@@ -145,6 +146,9 @@ class Rows:
     firing: FiringRow | None = None
     feedback: FeedbackRow | None = None
     chain: ChainRow | None = None
+    verdict: FeedbackRow | None = None
+    """A shadow evaluator version's recorded verdict: a verdict on its target (the
+    verdicts table), not feedback anyone gave (not in the feedback table)."""
 
 
 def rows_of(record: Mapping[str, Any], partition: int, offset: int, raw: bytes) -> Rows:
@@ -177,12 +181,38 @@ def rows_of(record: Mapping[str, Any], partition: int, offset: int, raw: bytes) 
                 value_json=json.dumps(record["value"], sort_keys=True, default=str),
                 evaluator=str(actor["id"]) if kind == "evaluator" else None,
                 person=kind == "user"))
+        if event_type == VERDICT_RECORD:
+            return Rows(event, verdict=_shadow_verdict(record, workspace, time_ms, pos))
         if event.correlation_id == event.event_id and APP_EVENT_NAME.match(event_type):
             return Rows(event, chain=ChainRow(workspace, event.event_id, time_ms, pos))
         return Rows(event)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SchemaError(f"record at {partition}:{offset} is not an event envelope: "
                           f"{exc!r}") from exc
+
+
+def _shadow_verdict(record: Mapping[str, Any], workspace: str, time_ms: int,
+                    pos: int) -> FeedbackRow | None:
+    # A shadow evaluator version's verdict is recorded, never given as feedback
+    # (streams.core.evaluation): it is a verdict on its target all the same, so calibration
+    # measures shadow versions beside the live one. A live version's record (shadow false)
+    # has its feedback_given, which is the verdict.
+    try:
+        data = json.loads(record["data_json"])
+    except ValueError:  # not this view's to judge: the event row is kept, without a verdict
+        return None
+    if not isinstance(data, dict):
+        return None
+    target, value = data.get("target"), data.get("value")
+    if data.get("shadow") is not True or not isinstance(target, dict) \
+            or not isinstance(value, dict):
+        return None
+    evaluator = str(data.get("evaluator"))
+    return FeedbackRow(workspace, str(data.get("feedback_type")),
+                       f"evaluator:{evaluator}@{data.get('version')}", time_ms, pos,
+                       target_kind=str(target.get("kind")), target_id=str(target.get("id")),
+                       value_json=json.dumps(value, sort_keys=True, default=str),
+                       evaluator=evaluator, person=False)
 
 
 def _millis(value: Any) -> int:

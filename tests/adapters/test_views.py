@@ -310,3 +310,51 @@ def test_deleting_the_file_is_noticed(tmp_path: Path) -> None:
     assert store.still_there()
     store.path.unlink()
     assert not store.still_there()
+
+
+def test_verdict_pairs_walk_the_newest_person_verdicts(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply([
+        _verdict(0, "r1", "evaluator:judge@1", {"correct": True}, t=10),
+        _verdict(1, "r1", "evaluator:judge@2", {"correct": False}, t=11),
+        _verdict(2, "r1", "user:ada", {"correct": True}, t=12),
+        _verdict(3, "r2", "evaluator:judge@1", {"correct": True}, t=13),
+        _verdict(4, "r2", "user:bo", {"correct": False}, t=40),  # the evaluator's is older
+        _verdict(5, "r3", "user:ada", {"correct": True}, t=15),  # no evaluator: no pair
+        _verdict(6, "r4", "evaluator:judge@1", {"correct": True}, t=50),  # no person
+    ], [], {})
+    pairs = store.verdict_pairs("prod", scan=10)
+    assert [(e, json.loads(a), json.loads(b), t) for e, _type, a, b, t in pairs] == [
+        ("evaluator:judge@1", {"correct": True}, {"correct": False}, 40),
+        ("evaluator:judge@1", {"correct": True}, {"correct": True}, 12),
+        ("evaluator:judge@2", {"correct": False}, {"correct": True}, 12)]
+    # `scan` bounds the person verdicts read (newest first): bo's alone.
+    assert [t for *_rest, t in store.verdict_pairs("prod", scan=1)] == [40]
+    assert store.verdict_pairs("other", scan=10) == []
+    assert store.verdict_workspaces() == ["prod"]
+
+
+def test_a_shadow_verdict_enters_the_verdicts_only(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    shadow = _event(0, 1, "s1", t=20, kind="streams:verdict")
+    store.apply([_verdict(0, "r1", "user:ada", {"correct": True}, t=10),
+                 Rows(shadow, verdict=FeedbackRow(
+                     "prod", "triage_quality", "evaluator:judge@3", shadow.time_ms,
+                     shadow.pos, target_kind="run", target_id="r1",
+                     value_json='{"correct": false}', evaluator="judge"))], [], {})
+    assert store.counts()["feedback"] == 1 and store.counts()["verdicts"] == 2
+    [(evaluator, *_rest)] = store.verdict_pairs("prod", scan=10)
+    assert evaluator == "evaluator:judge@3"
+    assert [i for i, _k in store.judged("prod", evaluator="judge@3",
+                                        feedback_type="triage_quality", on="run",
+                                        differs_on=["correct"])] == ["r1"]
+
+
+def test_alarm_events_newest_kept_oldest_first(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply([Rows(_event(0, o, f"al{o}", t=100 + o, kind="calibration:alarm"))
+                 for o in range(5)] + [Rows(_event(1, 0, "x", t=500, kind="ops:other"))],
+                [], {})
+    assert [r.raw for r in store.alarm_events("prod", limit=3)] == [
+        b"raw:al2", b"raw:al3", b"raw:al4"]
+    assert store.alarm_events("elsewhere", limit=3) == []

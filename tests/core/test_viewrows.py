@@ -127,3 +127,24 @@ def test_only_an_application_event_that_starts_its_chain_is_a_chain() -> None:
               for n, e in enumerate([head, follow_up, loose])]
     assert chains[0] is not None and chains[0].correlation_id == head.event_id
     assert chains[1:] == [None, None]
+
+
+def test_a_shadow_versions_recorded_verdict_is_a_verdict_not_feedback() -> None:
+    data = {"key": "k", "feedback_type": "triage_quality", "value": {"correct": False},
+            "evaluator": "judge", "version": "3", "shadow": True,
+            "target": {"kind": "run", "id": "r1"}}
+    shadow = _env(AppEvent(name="streams:verdict", data=data), correlation_id="c1")
+    rows = rows_of(envelope_to_record(shadow), 0, 4, b"raw")
+    assert rows.feedback is None and rows.chain is None
+    verdict = rows.verdict
+    assert verdict is not None and verdict.participant == "evaluator:judge@3"
+    assert (verdict.target_kind, verdict.target_id, verdict.evaluator, verdict.person) == \
+        ("run", "r1", "judge", False)
+    assert json.loads(verdict.value_json) == {"correct": False}
+    # A live version's record (its feedback_given is the verdict) and a damaged one: none.
+    live = _env(AppEvent(name="streams:verdict", data={**data, "shadow": False}))
+    assert rows_of(envelope_to_record(live), 0, 5, b"raw").verdict is None
+    broken = envelope_to_record(shadow)
+    broken["data_json"] = "{not json"
+    kept = rows_of(broken, 0, 6, b"raw")
+    assert kept.verdict is None and kept.event.event_type == "streams:verdict"

@@ -43,12 +43,15 @@ from streams.core.measures.agreement import FieldAgreement, VerdictPair, agreeme
 
 __all__ = [
     "ALARM_EVENT",
+    "AlarmBook",
     "Calibration",
     "CalibrationAlarm",
     "CalibrationKey",
     "CalibrationPolicy",
     "State",
+    "alarm_book",
     "calibrate",
+    "calibration_json",
     "changed",
     "evaluator_version",
     "newest_pairs",
@@ -82,6 +85,35 @@ class CalibrationAlarm(AppEventType, name=ALARM_EVENT):
     threshold: float
     raised: bool
     queue: str | None = None
+
+    @property
+    def key(self) -> CalibrationKey:
+        """(evaluator participant, feedback type, field) the alarm is about."""
+        return f"evaluator:{self.evaluator}@{self.version or '0'}", self.feedback_type, \
+            self.field
+
+
+@dataclass(frozen=True)
+class AlarmBook:
+    """Where each key's alarm stands, as the alarm events say: `states` (`alarm` after a
+    raise, `ok` after a clear) and `raised` (how many times each was raised: the next
+    raise's episode)."""
+
+    states: dict[CalibrationKey, State]
+    raised: dict[CalibrationKey, int]
+
+
+def alarm_book(alarms: Iterable[CalibrationAlarm]) -> AlarmBook:
+    """Fold alarm events, oldest first. Idempotent for a repeated event (two keepers writing
+    the same change): a raise after a raise is still one alarm, counted once."""
+    states: dict[CalibrationKey, State] = {}
+    raised: dict[CalibrationKey, int] = {}
+    for alarm in alarms:
+        key = alarm.key
+        if alarm.raised and states.get(key) != "alarm":
+            raised[key] = raised.get(key, 0) + 1
+        states[key] = "alarm" if alarm.raised else "ok"
+    return AlarmBook(states, raised)
 
 
 def evaluator_version(participant: str) -> tuple[str, str]:
@@ -194,6 +226,16 @@ class Calibration:
             ci_low=self.ci[0] if self.ci else None, ci_high=self.ci[1] if self.ci else None,
             n=self.n, threshold=self.threshold, raised=self.state == "alarm",
             queue=queue if self.state == "alarm" else None)
+
+
+def calibration_json(row: Calibration) -> dict[str, object]:
+    """A row as JSON-ready data (the REST, MCP and CLI answer's item)."""
+    name, version = evaluator_version(row.agreement.evaluator)
+    return {"evaluator": name, "version": version,
+            "feedback_type": row.agreement.feedback_type, "field": row.agreement.field,
+            "kind": row.agreement.kind, "measure": row.measure, "value": row.value,
+            "ci": list(row.ci) if row.ci else None, "observed": row.observed, "n": row.n,
+            "threshold": row.threshold, "state": row.state}
 
 
 def newest_pairs(pairs: Iterable[VerdictPair], window: int) -> list[VerdictPair]:

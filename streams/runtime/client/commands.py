@@ -40,6 +40,7 @@ from streams.core.errors import (
 )
 from streams.core.events import Envelope
 from streams.core.keys import ApiKey, authorize, parse_token
+from streams.core.measures.calibration import calibration_json
 from streams.core.rules import Rule
 from streams.core.runs import RunRecord
 from streams.core.scores import score_configs
@@ -203,6 +204,17 @@ class CommandService:
                                       limit=limit, cursor=cursor or None)
         given = await asyncio.to_thread(lambda: [envelope_json(e) for e in page.feedback])
         return {"feedback": given, "next_cursor": page.next_cursor}
+
+    async def calibration(self, token: str | None, workspace_id: str) -> dict[str, Any]:
+        """How far each evaluator version agrees with people lately, per feedback type and
+        field, with its alarm state: {"calibration": [...], "window": ..., "min_pairs": ...,
+        "margin": ...} (`streams.core.measures.calibration`)."""
+        _key, ws = self.authorize(token, workspace_id, "read")
+        await self.client.log.require_tenant(ws.tenant)
+        policy = self.client.settings.calibration_policy()
+        rows = await ws.calibration(policy)
+        return {"calibration": [calibration_json(r) for r in rows], "window": policy.window,
+                "min_pairs": policy.min_pairs, "margin": policy.margin}
 
     def feedback_types(self, token: str | None, workspace_id: str) -> dict[str, Any]:
         """The registered feedback types: name, targets, JSON schema and score configs."""

@@ -24,15 +24,17 @@ recreated topic) is not trusted: it is started afresh and rebuilt from the topic
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -40,7 +42,19 @@ from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.kafka.log import take, watermarks_of
 from streams.adapters.views import RawEvent, ViewCorrupt, ViewStore
 from streams.core.errors import KafkaUnavailable, SchemaError, ValidationFailed
-from streams.core.events import Envelope, RuleFired, RunStarted, Seq
+from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted, Seq
+from streams.core.feedback import FeedbackRegistry
+from streams.core.measures.agreement import VerdictPair
+from streams.core.measures.calibration import (
+    AlarmBook,
+    Calibration,
+    CalibrationAlarm,
+    CalibrationKey,
+    CalibrationPolicy,
+    State,
+    alarm_book,
+    calibrate,
+)
 from streams.core.queues import Entry
 from streams.core.runs import RunRecord
 from streams.core.tenancy import check_tenant, reader_group, tenant_topics
@@ -58,6 +72,13 @@ Progress = Callable[[int, int], None]
 _T = TypeVar("_T")
 
 BATCH = 5000
+ALARMS_READ = 1000
+"""Calibration alarm events a read folds, newest: alarms are rare (one per crossing), so
+this covers every key's latest for years of a busy workspace."""
+SCAN_PER_WINDOW = 50
+"""Calibration reads the targets of the newest `SCAN_PER_WINDOW x window` person verdicts:
+enough for every version with a judge on one target in 50 that people review to fill its
+window, and a bound on the read however long the log (docs/measures.md)."""
 """Records per SQLite transaction while catching up (rows and checkpoint together)."""
 
 
@@ -332,6 +353,37 @@ class TenantView:
             for raw in self.store.feedback(workspace, feedback_type=feedback_type,
                                            participant=participant, limit=limit,
                                            after=after)])
+
+    def alarms(self, workspace: str) -> AlarmBook:
+        """Where the workspace's calibration alarms stand, from its newest `ALARMS_READ`
+        alarm events."""
+        def read() -> AlarmBook:
+            alarms = []
+            for raw in self.store.alarm_events(workspace, limit=ALARMS_READ):
+                event = self._envelope(raw).event
+                try:
+                    alarms.append(CalibrationAlarm.of(cast(AppEvent, event)))
+                except ValidationFailed as exc:  # someone else's event of the name
+                    log.warning("tenant %s: a calibration:alarm event at %s:%s is not one "
+                                "(%s); left out", self.tenant, raw.partition, raw.offset, exc)
+            return alarm_book(alarms)
+        return self._guarded_read(read)
+
+    def calibration(self, workspace: str, policy: CalibrationPolicy, *,
+                    previous: Mapping[CalibrationKey, State] | None = None,
+                    types: FeedbackRegistry | None = None) -> list[Calibration]:
+        """Each evaluator version's calibration in the workspace as the view has it now: its
+        newest `policy.window` pairs with people (among the targets of the newest
+        `SCAN_PER_WINDOW * window` person verdicts), per feedback type and field; an alarm
+        stands as `previous` says (default: as the workspace's alarm events say)."""
+        if previous is None:
+            previous = self.alarms(workspace).states
+        scan = SCAN_PER_WINDOW * policy.window
+        found = self._guarded_read(lambda: self.store.verdict_pairs(workspace, scan=scan))
+        pairs = [VerdictPair(evaluator, feedback_type, json.loads(judged), json.loads(said),
+                             datetime.fromtimestamp(ms / 1000, UTC))
+                 for evaluator, feedback_type, judged, said, ms in found]
+        return calibrate(pairs, policy, previous=previous, types=types)
 
     def close(self) -> None:
         """Leave the broker and close the file (the view stays for the next process)."""

@@ -59,6 +59,7 @@ from streams.core.ids import (
     throttled_event_id,
 )
 from streams.core.measures.agreement import compared_fields
+from streams.core.measures.calibration import Calibration, CalibrationPolicy
 from streams.core.proposals.checks import (
     artifact_to_create,
     change_of,
@@ -940,6 +941,18 @@ class Workspace:
         page = await self.feedback_page(feedback_type=feedback_type, participant=participant,
                                         limit=None)
         return page.feedback
+
+    async def calibration(self, policy: CalibrationPolicy | None = None,
+                          ) -> list[Calibration]:
+        """How far each evaluator version agrees with people lately in this workspace: its
+        newest pairs per feedback type and field (`streams.core.measures.calibration`), with
+        each alarm's state as the alarm events say. `policy` defaults to the
+        STREAMS_CALIBRATION_* settings. Answered from the view: bounded by the window, not
+        the log."""
+        view = await self._view()
+        chosen = policy or self.client.settings.calibration_policy()
+        return await asyncio.to_thread(view.calibration, self.workspace, chosen,
+                                       types=self.client.types)
 
     async def feedback_page(
         self, *, feedback_type: str | type[Feedback] | None = None,

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
 
 __all__ = ["DELAY_BUCKETS", "INSTRUMENTS", "DelayHistogram", "Installed", "Lag", "Metrics",
-           "WatchedLoop", "WatchedMirror", "WatchedSink", "install", "process_metrics",
-           "provider_for", "shared"]
+           "WatchedCalibration", "WatchedLoop", "WatchedMirror", "WatchedSink", "install",
+           "process_metrics", "provider_for", "shared"]
 
 
 # What the instruments read of the loops they watch: small protocols, so this module sits
@@ -97,6 +97,14 @@ class _SinkStats(Protocol):
     def per_tenant(self) -> dict[str, int]: ...
 
 
+class WatchedCalibration(Protocol):
+    """A calibration keeper (streams.runtime.jobs.calibration.CalibrationKeeper)."""
+
+    def snapshot(self) -> Sequence[tuple[str, str, Any]]:
+        """(tenant, workspace, Calibration row) of the keeper's last pass."""
+        ...
+
+
 class WatchedSink(Protocol):
     """A sink runner (streams.runtime.sink.runner.SinkRunner)."""
 
@@ -117,6 +125,8 @@ log = logging.getLogger(__name__)
 # Seconds; from a record that waited one producer linger to one that waited out an outage.
 DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                  120.0, 300.0, 600.0)
+
+_CALIBRATION = ("tenant", "workspace", "evaluator", "version", "feedback_type", "field")
 
 INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
     # name: (kind, labels, meaning)
@@ -162,6 +172,13 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams.loop.consumer_replacements": ("counter", ("loop",),
                                            "consumers a loop replaced for handing on nothing "
                                            "while records waited on their partitions"),
+    "streams.calibration.value": ("gauge", (*_CALIBRATION, "measure"),
+                                  "an evaluator version's calibration measure over its newest "
+                                  "pairs with people (kappa or Spearman's rho)"),
+    "streams.calibration.pairs": ("gauge", _CALIBRATION,
+                                  "pairs with people in the version's calibration window"),
+    "streams.calibration.alarm": ("gauge", _CALIBRATION,
+                                  "1 while the version's calibration alarm stands, else 0"),
     "streams.consumer.lag": ("gauge", ("group", "topic", "partition"),
                              "records after the member's position (high watermark - position)"),
     "streams.sink.deliveries": ("counter", ("sink", "tenant"), "scores a sink handed on"),
@@ -367,6 +384,13 @@ class Metrics:
                                             description=INSTRUMENTS[name][2])
         meter.create_observable_gauge("streams.consumer.lag", callbacks=[_callback(self._lag)],
                                       description=INSTRUMENTS["streams.consumer.lag"][2])
+        self._calibrations: list[WatchedCalibration] = []
+        for name, read in {"streams.calibration.value": self._calibration_values,
+                           "streams.calibration.pairs": lambda: self._calibration("pairs"),
+                           "streams.calibration.alarm": lambda: self._calibration("alarm"),
+                           }.items():
+            meter.create_observable_gauge(name, callbacks=[_callback(read)],
+                                          description=INSTRUMENTS[name][2])
 
     # -- what to watch -----------------------------------------------------------------------
 
@@ -385,6 +409,10 @@ class Metrics:
     def watch_sink(self, runner: WatchedSink) -> None:
         """Export a sink runner's deliveries, retries, errors, outages and lag."""
         self._sinks.append(runner)
+
+    def watch_calibration(self, keeper: WatchedCalibration) -> None:
+        """Export a calibration keeper's measures, pairs and alarm states."""
+        self._calibrations.append(keeper)
 
     # -- recorded measurements ---------------------------------------------------------------
 
@@ -416,6 +444,24 @@ class Metrics:
                 tenant = _tenant(topic, prefix)
                 if tenant is not None:
                     yield Observation(n, {"loop": loop.name, "tenant": tenant})
+
+    def _calibration_rows(self) -> Iterable[tuple[dict[str, str], Any]]:
+        for keeper in self._calibrations:
+            for tenant, workspace, row in keeper.snapshot():
+                evaluator, feedback_type, field = row.key
+                name, _, version = evaluator.removeprefix("evaluator:").rpartition("@")
+                yield ({"tenant": tenant, "workspace": workspace, "evaluator": name,
+                        "version": version, "feedback_type": feedback_type, "field": field},
+                       row)
+
+    def _calibration_values(self) -> Iterable[Observation]:
+        for labels, row in self._calibration_rows():
+            if row.value is not None:
+                yield Observation(row.value, {**labels, "measure": row.measure})
+
+    def _calibration(self, key: str) -> Iterable[Observation]:
+        for labels, row in self._calibration_rows():
+            yield Observation(row.n if key == "pairs" else int(row.state == "alarm"), labels)
 
     def _mirror(self, key: str) -> Iterable[Observation]:
         totals: dict[str, int] = {}

@@ -15,6 +15,7 @@ import typer
 
 from streams.core.errors import MissingExtra
 from streams.surfaces.cli.base import fail
+from streams.surfaces.cli.calibration import calibration_app
 from streams.surfaces.cli.configuration import show_settings
 from streams.surfaces.cli.deadletters import deadletters_app
 from streams.surfaces.cli.demo import demo
@@ -83,6 +84,7 @@ app.command()(demo)
 app.command("settings")(show_settings)
 app.add_typer(keys_app, name="keys")
 app.add_typer(views_app, name="views")
+app.add_typer(calibration_app, name="calibration")
 app.command("serve")(serve)
 app.command("mcp")(mcp)
 app.command("registry-proxy")(registry_proxy)

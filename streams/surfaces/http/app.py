@@ -7,6 +7,7 @@
     GET  /v1/workspaces/{workspace_id}/chains/{correlation_id}  one chain's events
     GET  /v1/workspaces/{workspace_id}/feedback       feedback (feedback_type=, participant=, ...)
     GET  /v1/workspaces/{workspace_id}/feedback-types the registered types, schemas, score configs
+    GET  /v1/workspaces/{workspace_id}/calibration    each judge's agreement with people lately
     GET  /v1/workspaces/{workspace_id}/me             who the key acts as, its capabilities
     GET  /v1/workspaces/{workspace_id}/queues         the annotation queues (archived=true too)
     POST /v1/workspaces/{workspace_id}/queues         install a queue from its JSON form
@@ -78,6 +79,7 @@ with needs("serve", "streams serve"):
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from streams.surfaces.http.document import (
+        CalibrationOut,
         ChainOut,
         FeedbackPage,
         FeedbackTypes,
@@ -400,6 +402,16 @@ async def _feedback_types(request: Request, workspace_id: str, key: Key,
     async def call() -> dict[str, Any]:
         return service.feedback_types(key, workspace_id)
     return await _read(request, call)
+
+
+@feedback.get("/calibration", responses=_answers(CalibrationOut),
+              summary="How far each evaluator version agrees with people lately, with its "
+                      "alarm state (read)",
+              name="calibration")
+async def _calibration(request: Request, workspace_id: str, key: Key,
+                       service: Service) -> Response:
+    # Each version's newest pairs with people, per feedback type and field.
+    return await _read(request, lambda: service.calibration(key, workspace_id))
 
 
 keys = APIRouter(prefix=WORKSPACE)

@@ -39,6 +39,8 @@ from streams.core.viewrows import PAGE_CURSOR_PATTERN
 
 __all__ = [
     "BEARER",
+    "CalibrationOut",
+    "CalibrationRowOut",
     "ChainOut",
     "Cursor",
     "EnvelopeOut",
@@ -223,6 +225,33 @@ class NextItem(BaseModel):
     """The next item for the key's actor; `lease` null when none is left for them."""
 
     lease: LeaseOut | None
+
+
+class CalibrationRowOut(BaseModel):
+    """One evaluator version's calibration on one field: its measure over its newest pairs
+    with people, the interval, and where its alarm stands."""
+
+    evaluator: str
+    version: str
+    feedback_type: str
+    field: str
+    kind: Literal["bool", "categorical", "numeric"]
+    measure: Literal["kappa", "spearman"]
+    value: float | None
+    ci: list[float] | None = Field(description="the 95% interval [low, high], or null")
+    observed: float | None = Field(description="share of pairs that agree (categories)")
+    n: int
+    threshold: float | None
+    state: Literal["ok", "alarm", "too_few", "undefined", "unwatched"]
+
+
+class CalibrationOut(BaseModel):
+    """Each evaluator version's calibration in the workspace, and the policy measuring it."""
+
+    calibration: list[CalibrationRowOut]
+    window: int
+    min_pairs: int
+    margin: float
 
 
 class QueueProgressOut(BaseModel):

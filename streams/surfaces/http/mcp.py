@@ -1,6 +1,6 @@
-"""MCP: the give_feedback, list_runs and read_feedback tools; list_queues, install_queue,
-archive_queue and queue_progress; next_item, submit_item and skip_item (a reviewer's work
-through a queue), with the official MCP SDK.
+"""MCP: the give_feedback, list_runs, read_feedback and calibration tools; list_queues,
+install_queue, archive_queue and queue_progress; next_item, submit_item and skip_item (a
+reviewer's work through a queue), with the official MCP SDK.
 
 `mcp_server(backend, key=...)` builds an `MCPServer` whose tools answer exactly what the REST
 and WebSocket surfaces answer: give_feedback takes the command's fields (and an optional
@@ -137,6 +137,17 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
         except Exception as exc:
             return _result(error_frame_of(exc))
         return _result(page)
+
+    @server.tool()
+    async def calibration(workspace_id: str, ctx: Context) -> CallToolResult:
+        """How far each evaluator version agrees with people lately (read): {"calibration":
+        [{"evaluator", "version", "feedback_type", "field", "measure", "value", "ci", "n",
+        "threshold", "state"}, ...], "window", "min_pairs", "margin"}; state is ok, alarm,
+        too_few, undefined or unwatched. As REST's calibration route."""
+        try:
+            return _result(await get().calibration(_token(ctx, key), workspace_id))
+        except Exception as exc:
+            return _result(error_frame_of(exc))
 
     @server.tool()
     async def why(workspace_id: str, rule: str, event_id: str,

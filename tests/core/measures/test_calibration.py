@@ -188,3 +188,24 @@ def test_the_window_measures_exactly_the_newest_pairs(
     expected = agreement_of(newest, types=TYPES)
     assert [r.agreement for r in rows] == expected
     assert all(r.n == min(window, len(pairs)) for r in rows)
+
+
+def test_a_rule_watches_raised_alarms_by_their_declared_type() -> None:
+    from streams.core.events import Envelope
+    from streams.core.rules import F, Fire, Rule, RuleEngine, RuleSet, on, run
+
+    rules = RuleSet([Rule(name="ops:judge-drifted",
+                          when=on(CalibrationAlarm).where(F.data.raised.eq(True)),
+                          then=run("page-the-owner"))])
+    rules.check_event_types()  # declared by the pipeline: no application declares it
+    policy = CalibrationPolicy(thresholds={"triage-judge": 0.5}, window=20, min_pairs=10)
+    [row] = calibrate(disagreeing(pair_factory(), 20), policy, types=TYPES)
+
+    def envelope(raised: bool) -> Envelope:
+        alarm = row.alarm_event(margin=policy.margin)
+        event = alarm.model_copy(update={"raised": raised}).to_event()
+        return Envelope.new(event, tenant="acme", workspace="prod")
+
+    fired = RuleEngine(rules).evaluate(envelope(True))
+    assert [d.rule.name for d in fired if isinstance(d, Fire)] == ["ops:judge-drifted"]
+    assert RuleEngine(rules).evaluate(envelope(False)) == []

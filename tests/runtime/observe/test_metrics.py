@@ -3,6 +3,7 @@ without a broker: the instruments read the counters the loops keep."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -10,7 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from streams.core.feedback import FeedbackRegistry
 from streams.core.matching import ReactorStats
+from streams.core.measures.agreement import VerdictPair
+from streams.core.measures.calibration import CalibrationPolicy, calibrate
 from streams.runtime.batch import BatchLoop
 from streams.runtime.observe.metrics import INSTRUMENTS, DelayHistogram, Metrics, provider_for
 from streams.runtime.root import Runtime
@@ -168,6 +172,7 @@ def test_every_declared_instrument_is_exported_with_its_labels(local_delays: boo
     sink_lag = SimpleNamespace(group="s", snapshot=lambda: {})
     metrics.watch_sink(cast(Any, SimpleNamespace(stats=SinkStats(per_tenant={"acme": 1}),
                                                  label="dw", lag=sink_lag)))
+    metrics.watch_calibration(_keeper())
     metrics.mirror_delay("acme", 1.0)
     metrics.sink_delays("dw", [1.0])
     exported: dict[str, set[str]] = {}
@@ -186,3 +191,25 @@ def test_none_and_otlp_choose_their_exporter() -> None:
     otlp = provider_for(Settings(metrics="otlp"))
     assert otlp.provider is not None and otlp.registry is None
     otlp.provider.shutdown(timeout_millis=100)
+
+
+def _keeper() -> Any:
+    """A calibration keeper's last pass: one version in alarm on a bool field."""
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    pairs = [VerdictPair("evaluator:judge@2", "verdict", {"ok": i % 2 == 0},
+                         {"ok": i % 2 == 1}, t0 + timedelta(seconds=i)) for i in range(20)]
+    rows = calibrate(pairs, CalibrationPolicy(thresholds={"judge": 0.5}, window=20,
+                                              min_pairs=10), types=FeedbackRegistry())
+    return SimpleNamespace(snapshot=lambda: [("acme", "prod", row) for row in rows])
+
+
+def test_calibration_gauges_read_the_keepers_last_pass() -> None:
+    metrics, registry = _metrics(True)
+    metrics.watch_calibration(_keeper())
+    samples = _scrape(registry)
+    labels = (("evaluator", "judge"), ("feedback_type", "verdict"), ("field", "ok"),
+              ("tenant", "acme"), ("version", "2"), ("workspace", "prod"))
+    assert samples[("streams_calibration_alarm", labels)] == 1
+    assert samples[("streams_calibration_pairs", labels)] == 20
+    value = tuple(sorted((*labels, ("measure", "kappa"))))
+    assert samples[("streams_calibration_value", value)] == pytest.approx(-1.0)

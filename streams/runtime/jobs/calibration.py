@@ -1,0 +1,166 @@
+"""Online calibration kept current: `streams calibration follow` runs a `CalibrationKeeper`.
+
+Each pass (every `interval` seconds) catches each tenant's materialized view up to its events
+topic, then, for each workspace where people gave verdicts, measures every evaluator
+version over its newest pairs with people (`TenantView.calibration`, bounded by the window)
+and compares the states with where the workspace's alarm events left them:
+
+- a version that fell below its threshold gets a `calibration:alarm` event (`raised`), and
+  its disagreements with people enter an annotation queue, `calibration.<evaluator>.<type>`
+  (installed with the alarm when no queue of that name exists: a `disagreements` queue on
+  that version, newest first), so people review them before anything else;
+- one that came back above `threshold + margin` gets a `calibration:alarm` (not raised).
+
+The alarm events are the keeper's state: a restarted keeper reads where it left off from the
+view, so it neither repeats nor loses a change. An event's id is derived from what it is
+about and its episode, so two keepers running at once write the same change under the same
+id (readers that key by event id see it once; docs/measures.md). The rows of the last pass
+are exported as metrics (`streams.calibration.*`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from streams.core.errors import StreamsError
+from streams.core.ids import alarm_event_id
+from streams.core.measures.calibration import (
+    AlarmBook,
+    Calibration,
+    CalibrationPolicy,
+    changed,
+    evaluator_version,
+)
+from streams.core.queues import QueueNameTaken
+from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.jobs.queues import QueueBook
+
+__all__ = ["Announced", "CalibrationKeeper", "alarm_queue_name"]
+
+log = logging.getLogger(__name__)
+
+_NOT_IN_NAME = re.compile(r"[^a-z0-9:_.-]+")
+
+
+def alarm_queue_name(evaluator: str, feedback_type: str) -> str:
+    """The queue an evaluator's disagreements enter when its calibration alarms:
+    `calibration.<evaluator>.<feedback type>`, lower case, other characters as `-`."""
+    name = f"calibration.{evaluator}.{feedback_type}".lower()
+    return _NOT_IN_NAME.sub("-", name)[:128]
+
+
+@dataclass(frozen=True)
+class Announced:
+    """A change the keeper wrote: the row, where, the event's id, and the queue (on a raise
+    whose queue exists now)."""
+
+    tenant: str
+    workspace: str
+    row: Calibration
+    event_id: str
+    queue: str | None
+
+
+class CalibrationKeeper:
+    """Measures every evaluator version against people as feedback arrives, and writes an
+    alarm event each time one crosses its threshold (see the module's docstring).
+
+    `tenants`: the tenants to keep (None: every tenant the broker has, listed each pass).
+    `enqueue`: whether a raise installs the version's disagreements queue."""
+
+    def __init__(self, client: StreamsClient, queues: QueueBook, policy: CalibrationPolicy,
+                 *, tenants: Sequence[str] | None = None, enqueue: bool = True) -> None:
+        self.client = client
+        self.queues = queues
+        self.policy = policy
+        self.tenants = list(tenants) if tenants is not None else None
+        self.enqueue = enqueue
+        self.rows: dict[tuple[str, str], list[Calibration]] = {}
+        self.passes = 0
+
+    def snapshot(self) -> list[tuple[str, str, Calibration]]:
+        """(tenant, workspace, row) of the last pass, for the metrics."""
+        return [(t, w, row) for (t, w), rows in sorted(self.rows.items()) for row in rows]
+
+    async def step(self) -> list[Announced]:
+        """One pass over the tenants; the changes written."""
+        tenants = self.tenants
+        if tenants is None:
+            tenants = await asyncio.to_thread(self.client.runtime.admin.tenants)
+        out: list[Announced] = []
+        for tenant in tenants:
+            out.extend(await self._tenant(tenant))
+        self.passes += 1
+        return out
+
+    async def _tenant(self, tenant: str) -> list[Announced]:
+        view = self.client.tenant_view(tenant)
+        await asyncio.to_thread(view.catch_up)
+        out: list[Announced] = []
+        for workspace in await asyncio.to_thread(view.store.verdict_workspaces):
+            book = await asyncio.to_thread(view.alarms, workspace)
+            rows = await asyncio.to_thread(view.calibration, workspace, self.policy,
+                                           previous=book.states, types=self.client.types)
+            self.rows[(tenant, workspace)] = rows
+            for row in changed(book.states, rows):
+                out.append(await self._announce(tenant, workspace, row, book))
+        return out
+
+    async def _announce(self, tenant: str, workspace: str, row: Calibration,
+                        book: AlarmBook) -> Announced:
+        raised = row.state == "alarm"
+        queue = await self._enqueue(tenant, workspace, row) if raised and self.enqueue \
+            else None
+        evaluator, feedback_type, name = row.key
+        episode = book.raised.get(row.key, 0) + (1 if raised else 0)
+        event_id = alarm_event_id(workspace, evaluator, feedback_type, name, episode, raised)
+        event = row.alarm_event(margin=self.policy.margin, queue=queue).to_event()
+        await self.client.workspace(tenant, workspace).append(event, event_id=event_id)
+        log.warning("calibration %s: %s on %s.%s in %s/%s: %s %s over %d pairs (threshold "
+                    "%s)%s", "ALARM" if raised else "cleared", evaluator, feedback_type, name,
+                    tenant, workspace, row.measure,
+                    "undefined" if row.value is None else f"{row.value:.3f}", row.n,
+                    row.threshold, f"; disagreements in queue {queue}" if queue else "")
+        return Announced(tenant, workspace, row, event_id, queue)
+
+    async def _enqueue(self, tenant: str, workspace: str, row: Calibration) -> str | None:
+        evaluator, feedback_type, _field = row.key
+        name, version = evaluator_version(evaluator)
+        queue = alarm_queue_name(f"{name}@{version}", feedback_type)
+        cls = self.client.types.get(feedback_type)
+        targets = sorted(cls.feedback_targets) if cls is not None else ["run"]
+        on = "run" if "run" in targets else targets[0]
+        definition = {
+            "name": queue,
+            "description": f"where {name}@{version} and people disagreed on {feedback_type} "
+                           "(its calibration alarmed)",
+            "enters": {"disagreements": {"evaluator": f"{name}@{version}",
+                                         "feedback_type": feedback_type, "on": on}},
+            "feedback_types": [feedback_type]}
+        try:
+            await self.queues.install(tenant, workspace, definition, types=self.client.types)
+        except QueueNameTaken:
+            pass  # a queue of that name is live already: the disagreements go there
+        except StreamsError as exc:
+            # The alarm matters more than its queue: it is written without one.
+            log.warning("calibration alarm of %s on %s in %s/%s: no queue (%s)", evaluator,
+                        feedback_type, tenant, workspace, exc)
+            return None
+        return queue
+
+    async def run(self, stop: asyncio.Event, *, interval: float = 1.0) -> None:
+        """Pass after pass, `interval` seconds apart, until `stop` is set. A pass that fails
+        on the broker is logged and tried again at the next."""
+        while not stop.is_set():
+            try:
+                await self.step()
+            except StreamsError as exc:
+                log.warning("calibration pass failed (tried again in %.1f s): %s", interval,
+                            exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
