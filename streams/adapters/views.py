@@ -446,28 +446,39 @@ class ViewStore:
             found = db.execute(sql, args).fetchall()
         return [(item, PageKey(time_ms, *seq_of(pos))) for item, time_ms, pos in found]
 
-    def verdict_pairs(self, workspace: str, *, scan: int,
-                      ) -> list[tuple[str, str, str, str, int]]:
-        """The (evaluator version, person) pairs on the targets of the workspace's newest
-        `scan` person verdicts (each participant's latest verdict per type and target): each
-        as (evaluator participant, feedback type, the evaluator's value as JSON, the
-        person's, the later of the two times in ms), newest person verdict first.
+    def verdict_pairs(self, workspace: str, *, limit: int,
+                      before: tuple[int, int] | None = None,
+                      ) -> list[tuple[str | None, str, str | None, str, int, int, int]]:
+        """The workspace's newest `limit` person verdicts (each participant's latest per type
+        and target) strictly before `before` (a person verdict's `(time_ms, pos)`), newest
+        first, each with every evaluator verdict on its target: rows of (evaluator
+        participant, feedback type, the evaluator's value as JSON, the person's, the later
+        of the two times in ms, the person verdict's time_ms and pos). A person verdict no
+        evaluator gave one beside has one row, its evaluator and value None, so a page's
+        last row is the next page's `before`.
 
-        Bounded by `scan`, not by the log: it walks the person verdicts by time (an index)
+        Bounded by `limit`, not by the log: it walks the person verdicts by time (an index)
         and finds each target's evaluator verdicts by the table's key."""
+        where = ""
+        args: list[object] = [workspace]
+        if before is not None:
+            where = "AND (time_ms, pos) < (?, ?) "
+            args += [before[0], before[1]]
         sql = (
             "WITH people AS (SELECT feedback_type, target_kind, target_id, value, time_ms, pos "
-            "FROM verdicts WHERE workspace = ? AND person = 1 "
+            f"FROM verdicts WHERE workspace = ? AND person = 1 {where}"
             "ORDER BY time_ms DESC, pos DESC LIMIT ?) "
             "SELECT e.participant, p.feedback_type, e.value, p.value, "
-            "max(e.time_ms, p.time_ms) FROM people p JOIN verdicts e "
+            "max(coalesce(e.time_ms, p.time_ms), p.time_ms), p.time_ms, p.pos "
+            "FROM people p LEFT JOIN verdicts e "
             "ON e.workspace = ? AND e.feedback_type = p.feedback_type "
             "AND e.target_kind = p.target_kind AND e.target_id = p.target_id "
-            "WHERE e.person = 0 AND e.evaluator IS NOT NULL "
+            "AND e.person = 0 AND e.evaluator IS NOT NULL "
             "ORDER BY p.time_ms DESC, p.pos DESC, e.participant")
         with self._guarded() as db:
-            found = db.execute(sql, (workspace, int(scan), workspace)).fetchall()
-        return [(str(a), str(b), str(c), str(d), int(t)) for a, b, c, d, t in found]
+            found = db.execute(sql, (*args, int(limit), workspace)).fetchall()
+        return [(e, str(t), judged, str(said), int(ms), int(pt), int(pp))
+                for e, t, judged, said, ms, pt, pp in found]
 
     def alarm_events(self, workspace: str, *, limit: int) -> list[RawEvent]:
         """The workspace's newest `limit` calibration alarm events, oldest first (a partial

@@ -323,14 +323,19 @@ def test_verdict_pairs_walk_the_newest_person_verdicts(tmp_path: Path) -> None:
         _verdict(5, "r3", "user:ada", {"correct": True}, t=15),  # no evaluator: no pair
         _verdict(6, "r4", "evaluator:judge@1", {"correct": True}, t=50),  # no person
     ], [], {})
-    pairs = store.verdict_pairs("prod", scan=10)
-    assert [(e, json.loads(a), json.loads(b), t) for e, _type, a, b, t in pairs] == [
-        ("evaluator:judge@1", {"correct": True}, {"correct": False}, 40),
-        ("evaluator:judge@1", {"correct": True}, {"correct": True}, 12),
-        ("evaluator:judge@2", {"correct": False}, {"correct": True}, 12)]
-    # `scan` bounds the person verdicts read (newest first): bo's alone.
-    assert [t for *_rest, t in store.verdict_pairs("prod", scan=1)] == [40]
-    assert store.verdict_pairs("other", scan=10) == []
+    pairs = store.verdict_pairs("prod", limit=10)
+    assert [(e, a and json.loads(a), json.loads(b), t, pt) for e, _type, a, b, t, pt, _p
+            in pairs] == [
+        ("evaluator:judge@1", {"correct": True}, {"correct": False}, 40, 40),
+        (None, None, {"correct": True}, 15, 15),  # no evaluator: a row to page by
+        ("evaluator:judge@1", {"correct": True}, {"correct": True}, 12, 12),
+        ("evaluator:judge@2", {"correct": False}, {"correct": True}, 12, 12)]
+    # `limit` bounds the person verdicts read, newest first; `before` pages on from a row.
+    [first] = store.verdict_pairs("prod", limit=1)
+    assert first[4] == 40
+    rest = store.verdict_pairs("prod", limit=10, before=(first[5], first[6]))
+    assert [r[5] for r in rest] == [15, 12, 12]
+    assert store.verdict_pairs("other", limit=10) == []
     assert store.verdict_workspaces() == ["prod"]
 
 
@@ -343,7 +348,7 @@ def test_a_shadow_verdict_enters_the_verdicts_only(tmp_path: Path) -> None:
                      shadow.pos, target_kind="run", target_id="r1",
                      value_json='{"correct": false}', evaluator="judge"))], [], {})
     assert store.counts()["feedback"] == 1 and store.counts()["verdicts"] == 2
-    [(evaluator, *_rest)] = store.verdict_pairs("prod", scan=10)
+    [(evaluator, *_rest)] = store.verdict_pairs("prod", limit=10)
     assert evaluator == "evaluator:judge@3"
     assert [i for i, _k in store.judged("prod", evaluator="judge@3",
                                         feedback_type="triage_quality", on="run",

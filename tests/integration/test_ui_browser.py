@@ -210,7 +210,10 @@ async def test_two_people_work_through_a_blind_queue_by_keyboard(
 
     tenant = tenant_factory()
     problems: list[str] = []
-    async with serve(settings) as served, async_playwright() as playwright:
+    # The judge is watched: below kappa 0.5 over two pairs or more, its calibration alarms.
+    calibrated = settings.replace(calibration_thresholds='{"judge": 0.5}',
+                                  calibration_min_pairs=2)
+    async with serve(calibrated) as served, async_playwright() as playwright:
         ws = served.client.workspace(tenant, WORKSPACE)
         for n in range(3):
             await start_run(ws, f"run_{n}")
@@ -286,8 +289,15 @@ async def test_two_people_work_through_a_blind_queue_by_keyboard(
             await ada.get_by_role("button", name="Agreement").click()
             await expect(ada.locator("#agreement-view")).to_be_visible()
             await expect(ada.locator("#queue-view")).to_be_hidden()
-            await expect(ada.locator("#agreement tbody tr").first).to_contain_text(
-                "evaluator:judge@1")
+            # The judge said no on run_2; ada said yes, bo no: two pairs, half agreeing,
+            # kappa 0 (chance), below the judge's threshold of 0.5: an alarm.
+            correct = ada.locator("#agreement tbody tr", has_text="triage_quality.correct")
+            await expect(correct).to_contain_text("evaluator:judge@1")
+            await expect(correct).to_have_attribute("data-state", "alarm")
+            assert await correct.locator("td").all_text_contents() == [
+                "evaluator:judge@1", "triage_quality.correct", "kappa",
+                "0.00 [-1.00, 1.00]", "50%", "2", "0.50", "ALARM"]
+            await expect(ada.locator("#agreement-policy")).to_contain_text("newest 200 pairs")
             if os.environ.get("STREAMS_UI_SCREENSHOTS"):
                 await ada.screenshot(path=str(shots / "ui-agreement.png"))
         finally:

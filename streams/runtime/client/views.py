@@ -62,7 +62,17 @@ from streams.core.viewrows import PageKey, Rows, position, rows_of
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 
-__all__ = ["BATCH", "CatchUp", "Progress", "TenantView", "build_view", "view_path"]
+__all__ = [
+    "BATCH",
+    "PAGES_AT_LEAST",
+    "CatchUp",
+    "Progress",
+    "TenantView",
+    "build_view",
+    "calibration_of",
+    "calibration_pairs",
+    "view_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +85,13 @@ BATCH = 5000
 ALARMS_READ = 1000
 """Calibration alarm events a read folds, newest: alarms are rare (one per crossing), so
 this covers every key's latest for years of a busy workspace."""
+PAGES_AT_LEAST = 10
+"""Pages of person verdicts calibration reads before it may stop: a version met in none of
+them (paired with fewer than one person verdict in ten lately) is not measured."""
 SCAN_PER_WINDOW = 50
-"""Calibration reads the targets of the newest `SCAN_PER_WINDOW x window` person verdicts:
-enough for every version with a judge on one target in 50 that people review to fill its
-window, and a bound on the read however long the log (docs/measures.md)."""
+"""Calibration reads at most the newest `SCAN_PER_WINDOW x window` person verdicts: enough
+for a version that judges one in 50 of the targets people review to fill its window, and a
+bound on the read however long the log (docs/measures.md)."""
 """Records per SQLite transaction while catching up (rows and checkpoint together)."""
 
 
@@ -95,6 +108,49 @@ class CatchUp:
     skipped: int = 0
     seconds: float = 0.0
     rebuilt: bool = False
+
+
+def calibration_of(store: ViewStore, workspace: str, policy: CalibrationPolicy, *,
+                   previous: Mapping[CalibrationKey, State] | None = None,
+                   types: FeedbackRegistry | None = None) -> list[Calibration]:
+    """`TenantView.calibration` on a store as it is (no catch-up): `calibration_pairs`,
+    measured."""
+    return calibrate(calibration_pairs(store, workspace, policy), policy, previous=previous,
+                     types=types)
+
+
+def calibration_pairs(store: ViewStore, workspace: str,
+                      policy: CalibrationPolicy) -> list[VerdictPair]:
+    """Each (evaluator version, feedback type)'s window of pairs with people in the store.
+
+    Walks the person verdicts newest first, a page of `window` at a time, keeping each
+    (evaluator version, feedback type)'s first `window` pairs. It reads at least
+    `PAGES_AT_LEAST` pages (so a version paired with one person verdict in ten is met), then
+    on while a version met has fewer than `window` pairs, up to `SCAN_PER_WINDOW` pages:
+    never more, however long the log."""
+    window = policy.window
+    cap = SCAN_PER_WINDOW * window
+    kept: dict[tuple[str, str], list[VerdictPair]] = {}
+    before: tuple[int, int] | None = None
+    read = 0
+    while read < cap:
+        asked = min(window, cap - read)
+        rows = store.verdict_pairs(workspace, limit=asked, before=before)
+        people = {(pt, pp) for *_rest, pt, pp in rows}
+        read += len(people)
+        for evaluator, feedback_type, judged, said, ms, pt, pp in rows:
+            before = (pt, pp)
+            if evaluator is None or judged is None:
+                continue
+            group = kept.setdefault((evaluator, feedback_type), [])
+            if len(group) < window:
+                group.append(VerdictPair(evaluator, feedback_type, json.loads(judged),
+                                         json.loads(said),
+                                         datetime.fromtimestamp(ms / 1000, UTC)))
+        if len(people) < asked or (read >= PAGES_AT_LEAST * window
+                                   and all(len(g) >= window for g in kept.values())):
+            break
+    return [pair for group in kept.values() for pair in group]
 
 
 class TenantView:
@@ -373,17 +429,14 @@ class TenantView:
                     previous: Mapping[CalibrationKey, State] | None = None,
                     types: FeedbackRegistry | None = None) -> list[Calibration]:
         """Each evaluator version's calibration in the workspace as the view has it now: its
-        newest `policy.window` pairs with people (among the targets of the newest
-        `SCAN_PER_WINDOW * window` person verdicts), per feedback type and field; an alarm
+        pairs on the targets of the newest person verdicts, up to `policy.window` of them
+        (`calibration_pairs`), per feedback type and field; an alarm
         stands as `previous` says (default: as the workspace's alarm events say)."""
         if previous is None:
             previous = self.alarms(workspace).states
-        scan = SCAN_PER_WINDOW * policy.window
-        found = self._guarded_read(lambda: self.store.verdict_pairs(workspace, scan=scan))
-        pairs = [VerdictPair(evaluator, feedback_type, json.loads(judged), json.loads(said),
-                             datetime.fromtimestamp(ms / 1000, UTC))
-                 for evaluator, feedback_type, judged, said, ms in found]
-        return calibrate(pairs, policy, previous=previous, types=types)
+        states = previous
+        return self._guarded_read(lambda: calibration_of(self.store, workspace, policy,
+                                                         previous=states, types=types))
 
     def close(self) -> None:
         """Leave the broker and close the file (the view stays for the next process)."""

@@ -765,47 +765,50 @@ async function signIn(key, workspaceId, restored = null) {
 
 // -- agreement ------------------------------------------------------------------------------
 
-function agree(a, b, schema) {
-  if (typeof a === "number" && typeof b === "number") {
-    const range = (schema?.maximum ?? 1) - (schema?.minimum ?? 0) || 1;
-    return Math.abs(a - b) <= 0.1 * Math.abs(range);
-  }
-  return JSON.stringify(a) === JSON.stringify(b);
-}
+const fixed = (value, digits = 2) => (value === null || value === undefined ? "–" : value.toFixed(digits));
 
-function renderAgreement() {
-  const tally = new Map();   // `${evaluator}|${type}.${field}` -> [pairs, agreed]
-  for (const given of state.feedback.values()) {
-    const people = given.filter((f) => f.actor?.kind === "user");
-    const judges = given.filter((f) => f.actor?.kind === "evaluator");
-    for (const judge of judges) {
-      const type = state.types.find((t) => t.name === judge.event.feedback_type);
-      const props = type?.json_schema?.properties || {};
-      for (const person of people.filter((p) => p.event.feedback_type === judge.event.feedback_type)) {
-        for (const [field, value] of Object.entries(judge.event.value)) {
-          if (!(field in person.event.value) || value === null || person.event.value[field] === null) continue;
-          if (typeof value === "string" && !props[field]?.enum && !props[field]?.$ref) continue;
-          const key = `${participantOf(judge.actor)}|${judge.event.feedback_type}.${field}`;
-          const [pairs, agreed] = tally.get(key) || [0, 0];
-          tally.set(key, [pairs + 1, agreed + (agree(value, person.event.value[field], props[field]) ? 1 : 0)]);
-        }
-      }
-    }
-  }
+const STATE_TEXT = {
+  ok: "ok", alarm: "ALARM", too_few: "too few pairs", undefined: "undefined",
+  unwatched: "no threshold",
+};
+
+async function renderAgreement() {
+  // The server's calibration (GET .../calibration): each evaluator version's newest pairs
+  // with people, its measure with a 95% interval, and where its alarm stands.
   const body = $("#agreement tbody");
-  body.replaceChildren();
-  for (const [key, [pairs, agreed]] of [...tally.entries()].sort()) {
-    const [evaluator, field] = key.split("|");
-    const row = body.insertRow();
-    row.insertCell().textContent = evaluator;
-    row.insertCell().textContent = field;
-    row.insertCell().textContent = String(pairs);
-    row.insertCell().textContent = `${Math.round((100 * agreed) / pairs)}%`;
-  }
-  if (!tally.size) {
+  let answer;
+  try {
+    answer = await api(wsPath("calibration"));
+  } catch (error) {
+    body.replaceChildren();
     const cell = body.insertRow().insertCell();
-    cell.colSpan = 4;
-    cell.textContent = "no run has both a person's and an evaluator's feedback yet";
+    cell.colSpan = 8;
+    cell.textContent = `${error.code || "error"}: ${error.message}`;
+    return;
+  }
+  $("#agreement-policy").textContent = `Each version's newest ${answer.window} pairs with `
+    + `people; a state needs ${answer.min_pairs} pairs, and an alarm clears `
+    + `${answer.margin} above its threshold.`;
+  body.replaceChildren();
+  for (const item of answer.calibration) {
+    const row = body.insertRow();
+    row.dataset.state = item.state;
+    row.insertCell().textContent = `evaluator:${item.evaluator}@${item.version}`;
+    row.insertCell().textContent = `${item.feedback_type}.${item.field}`;
+    row.insertCell().textContent = item.measure === "kappa" ? "kappa" : "rank corr.";
+    row.insertCell().textContent = item.ci
+      ? `${fixed(item.value)} [${fixed(item.ci[0])}, ${fixed(item.ci[1])}]` : fixed(item.value);
+    row.insertCell().textContent = item.observed === null ? "–" : `${Math.round(100 * item.observed)}%`;
+    row.insertCell().textContent = String(item.n);
+    row.insertCell().textContent = item.threshold === null ? "–" : fixed(item.threshold);
+    const cell = row.insertCell();
+    cell.className = "state";
+    cell.textContent = STATE_TEXT[item.state] || item.state;
+  }
+  if (!answer.calibration.length) {
+    const cell = body.insertRow().insertCell();
+    cell.colSpan = 8;
+    cell.textContent = "no target has both a person's and an evaluator's verdict yet";
   }
 }
 
