@@ -497,6 +497,44 @@ class ViewStore:
                                "ORDER BY workspace").fetchall()
         return [str(w) for (w,) in found]
 
+    def paired(self, workspace: str, *, a: str, b: str, feedback_type: str, on: str,
+               limit: int | None = None, before: PageKey | None = None,
+               ) -> list[tuple[str, PageKey]]:
+        """Ids of the `on` targets both participants `a` and `b` (`evaluator:name@version`)
+        gave a verdict of `feedback_type` on, newest by `a`'s verdict first (time, partition,
+        offset), strictly before `before`: `a`'s verdicts walked by an index, `b`'s found by
+        the table's key."""
+        where = ["v.workspace = ?", "v.feedback_type = ?", "v.target_kind = ?",
+                 "v.participant = ?"]
+        args: list[object] = [workspace, feedback_type, on, a]
+        if before is not None:
+            where.append("(v.time_ms, v.pos) < (?, ?)")
+            args += [before.time_ms, before.pos]
+        where.append("EXISTS (SELECT 1 FROM verdicts w WHERE w.workspace = v.workspace AND "
+                     "w.feedback_type = v.feedback_type AND w.target_kind = v.target_kind "
+                     "AND w.target_id = v.target_id AND w.participant = ?)")
+        args.append(b)
+        sql = (f"SELECT v.target_id, v.time_ms, v.pos FROM verdicts v WHERE "
+               f"{' AND '.join(where)} ORDER BY v.time_ms DESC, v.pos DESC")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._guarded() as db:
+            found = db.execute(sql, args).fetchall()
+        return [(item, PageKey(time_ms, *seq_of(pos))) for item, time_ms, pos in found]
+
+    def verdicts_on(self, workspace: str, *, feedback_type: str, kind: str, target_id: str,
+                    participants: Sequence[str]) -> dict[str, str]:
+        """The latest verdicts (values as JSON) of `participants` of `feedback_type` on one
+        target, by participant (those who gave none are absent)."""
+        marks = ", ".join("?" for _ in participants)
+        with self._guarded() as db:
+            found = db.execute(
+                "SELECT participant, value FROM verdicts WHERE workspace = ? AND "
+                "feedback_type = ? AND target_kind = ? AND target_id = ? AND participant IN "
+                f"({marks})", (workspace, feedback_type, kind, target_id, *participants),
+            ).fetchall()
+        return {str(p): str(v) for p, v in found}
+
     def run_parts(self, workspace: str, run_id: str) -> RunParts | None:
         """A run's first `run_started`, its firing and its emitted events; None if the
         workspace has no such run."""

@@ -18,7 +18,10 @@ schemas/queue/v1.schema.json):
 - `{"judged_below": {"evaluator", "feedback_type", "field", "threshold", "on"}}`: targets an
   evaluator scored below `threshold` on a numeric `field` of its `feedback_type`;
 - `{"disagreements": {"evaluator", "feedback_type", "on"}}`: targets where the evaluator and
-  a person gave different values of the same feedback type.
+  a person gave different values of the same feedback type;
+- `{"pairs": {"evaluator", "versions": [a, b], "feedback_type", "on"}}`: targets both
+  versions of the evaluator judged, reviewed side by side: the queue's feedback types must
+  include `pairwise_preference` (streams.core.pairwise).
 `on` is the kind of target those verdicts are on (`run`, the default, `firing`, `chain`).
 `sample` keeps that share of what enters, uniformly (1, the default, keeps all).
 
@@ -43,6 +46,7 @@ from streams.core.errors import Conflict, ValidationFailed
 from streams.core.feedback import Feedback, FeedbackRegistry
 from streams.core.feedback import registry as default_registry
 from streams.core.jsonform import schema_problem
+from streams.core.pairwise import PAIRWISE_PREFERENCE
 from streams.core.rules.engine import RULE_NAME
 from streams.core.typeinfo import UnsupportedType, field_shape
 
@@ -79,6 +83,23 @@ _ON: Final[dict[str, Any]] = {"enum": list(ITEM_KINDS), "default": "run",
 _EVALUATOR: Final[dict[str, Any]] = {
     "type": "string", "minLength": 1, "pattern": "^[^\\x00-\\x1f\\x7f]+$",
     "description": "The evaluator's name, or name@version for one version only."}
+
+
+_NAME_PART: Final = "^[^\\x00-\\x1f\\x7f@]+$"
+_PAIRS: Final[dict[str, Any]] = {
+    "type": "object", "additionalProperties": False,
+    "required": ["evaluator", "versions", "feedback_type"],
+    "description": "Targets two versions of an evaluator both judged, shown side by side "
+                   "for a pairwise_preference (streams.core.pairwise).",
+    "properties": {
+        "evaluator": {"type": "string", "minLength": 1, "pattern": _NAME_PART,
+                      "description": "The evaluator's name."},
+        "versions": {"type": "array", "minItems": 2, "maxItems": 2, "uniqueItems": True,
+                     "items": {"type": "string", "minLength": 1, "pattern": _NAME_PART},
+                     "description": "The two versions compared: a, then b."},
+        "feedback_type": {"type": "string", "minLength": 1,
+                          "description": "The feedback type of the verdicts compared."},
+        "on": _ON}}
 
 
 def _source(key: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +141,7 @@ QUEUE_SCHEMA: Final[dict[str, Any]] = {
                     "properties": {"evaluator": _EVALUATOR,
                                    "feedback_type": {"type": "string", "minLength": 1},
                                    "on": _ON}}),
+                _source("pairs", _PAIRS),
             ],
         },
         "sample": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1},
@@ -142,7 +164,8 @@ class QueueNameTaken(Conflict):
     """A live queue of that name has another definition: archive it first, or rename."""
 
 
-EntryKind = Literal["runs_of", "firings_of", "chains", "judged_below", "disagreements"]
+EntryKind = Literal["runs_of", "firings_of", "chains", "judged_below", "disagreements",
+                    "pairs"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +180,15 @@ class Entry:
     field: str | None = None
     threshold: float | None = None
     on: str = "run"
+    versions: tuple[str, str] | None = None
+
+    @property
+    def pair(self) -> tuple[str, str] | None:
+        """The participants a pairs entry compares (`evaluator:name@version`, a then b)."""
+        if self.versions is None:
+            return None
+        a, b = self.versions
+        return f"evaluator:{self.evaluator}@{a}", f"evaluator:{self.evaluator}@{b}"
 
     @property
     def item_kind(self) -> str:
@@ -205,13 +237,15 @@ def _camel(*words: str) -> str:
 
 
 def _kind_branch(kind: str, types: list[type[Feedback]],
-                 ref: Callable[[str, dict[str, Any]], dict[str, Any]]) -> dict[str, Any] | None:
+                 ref: Callable[[str, dict[str, Any]], dict[str, Any]],
+                 ) -> list[dict[str, Any]]:
     """The queues of one item kind `types` allow: their sources and the feedback types that
-    can be given on that kind; None when no type can be. Each part is named and referenced
+    can be given on that kind, and a queue of pairs when `pairwise_preference` is among
+    them; none when no type can be given on the kind. Each part is named and referenced
     through `ref` (a client generated from the document names its classes by them)."""
     given = sorted(c.feedback_name for c in types if kind in c.feedback_targets)
     if not given:
-        return None
+        return []
     on: dict[str, Any] = {"const": kind}
     # `on` defaults to run: a run queue may leave it out, a firing or chain queue must say it.
     needs_on = [] if kind == "run" else ["on"]
@@ -244,8 +278,22 @@ def _kind_branch(kind: str, types: list[type[Feedback]],
                             "anyOf": sources}
     properties["feedback_types"] = {**properties["feedback_types"],
                                     "items": {"enum": given}}
-    return ref(prefix, {"type": "object", "additionalProperties": False,
-                        "required": QUEUE_SCHEMA["required"], "properties": properties})
+    branches = [ref(prefix, {"type": "object", "additionalProperties": False,
+                             "required": QUEUE_SCHEMA["required"], "properties": properties})]
+    if PAIRWISE_PREFERENCE in given:
+        # Pairs of versions: the verdicts compared are of any type given on the kind, and
+        # the queue records a preference between them.
+        pairs = dict(properties)
+        pairs["enters"] = named("pairs", _camel(prefix, "pairs"), {
+            **_PAIRS, "required": [*_PAIRS["required"], *needs_on],
+            "properties": {**_PAIRS["properties"], "feedback_type": {"enum": given},
+                           "on": on}})
+        pairs["feedback_types"] = {**properties["feedback_types"],
+                                   "contains": {"const": PAIRWISE_PREFERENCE}}
+        branches.append(ref(_camel(prefix, "of_pairs"), {
+            "type": "object", "additionalProperties": False,
+            "required": QUEUE_SCHEMA["required"], "properties": pairs}))
+    return branches
 
 
 def queue_schema_for(types: Iterable[type[Feedback]], *,
@@ -265,8 +313,7 @@ def queue_schema_for(types: Iterable[type[Feedback]], *,
         return {"$ref": ref_template.format(name=name)}
 
     concrete = [c for c in types if not c.feedback_abstract]
-    branches = [b for kind in ITEM_KINDS
-                if (b := _kind_branch(kind, concrete, ref)) is not None]
+    branches = [b for kind in ITEM_KINDS for b in _kind_branch(kind, concrete, ref)]
     described = {"description": QUEUE_SCHEMA["description"], "title": "QueueDefinition"}
     if not branches:
         return {**described, "not": {}}
@@ -298,6 +345,10 @@ def _entry(data: Mapping[str, Any], types: FeedbackRegistry) -> Entry:
         raise InvalidQueue(
             f"queue JSON at {at}.on: {cls.feedback_name} feedback is never given on a {on}; "
             f"it targets {sorted(cls.feedback_targets)}")
+    if kind == "pairs":
+        a, b = body["versions"]
+        return Entry(kind="pairs", evaluator=body["evaluator"], versions=(a, b),
+                     feedback_type=cls.feedback_name, on=on)
     if kind == "judged_below":
         numbers = numeric_fields(cls)
         if body["field"] not in numbers:
@@ -321,6 +372,10 @@ def queue_from_dict(data: object, *, types: FeedbackRegistry | None = None) -> Q
     assert isinstance(data, dict)
     registered = types if types is not None else default_registry
     entry = _entry(data["enters"], registered)
+    if entry.kind == "pairs" and PAIRWISE_PREFERENCE not in data["feedback_types"]:
+        raise InvalidQueue(
+            f"queue JSON at $.feedback_types: a queue of pairs records a person's preference: "
+            f"list {PAIRWISE_PREFERENCE!r} (streams.core.pairwise) among its feedback types")
     for n, name in enumerate(data["feedback_types"]):
         cls = _registered(registered, name, f"$.feedback_types[{n}]")
         if entry.item_kind not in cls.feedback_targets:
@@ -344,6 +399,9 @@ def queue_to_dict(queue: Queue) -> dict[str, Any]:
         body = entry.rule
     elif entry.kind == "chains":
         body = {}
+    elif entry.kind == "pairs":
+        body = {"evaluator": entry.evaluator, "versions": list(entry.versions or ()),
+                "feedback_type": entry.feedback_type, "on": entry.on}
     else:
         body = {"evaluator": entry.evaluator, "feedback_type": entry.feedback_type,
                 "on": entry.on}

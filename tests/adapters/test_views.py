@@ -363,3 +363,31 @@ def test_alarm_events_newest_kept_oldest_first(tmp_path: Path) -> None:
     assert [r.raw for r in store.alarm_events("prod", limit=3)] == [
         b"raw:al2", b"raw:al3", b"raw:al4"]
     assert store.alarm_events("elsewhere", limit=3) == []
+
+
+def test_targets_two_versions_both_judged_newest_first(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply([
+        _verdict(0, "r1", "evaluator:judge@2", {"correct": True}, t=10),
+        _verdict(1, "r1", "evaluator:judge@3", {"correct": False}, t=11),
+        _verdict(2, "r2", "evaluator:judge@2", {"correct": True}, t=12),  # 3 never judged
+        _verdict(3, "r3", "evaluator:judge@3", {"correct": True}, t=13),
+        _verdict(4, "r3", "evaluator:judge@2", {"correct": True}, t=14),
+        _verdict(5, "r4", "evaluator:judge@2", {"correct": True}, t=15, kind="other"),
+        _verdict(6, "r4", "evaluator:judge@3", {"correct": True}, t=16, kind="other"),
+    ], [], {})
+
+    def paired(**kw: object) -> list[str]:
+        return [i for i, _k in store.paired(
+            "prod", a="evaluator:judge@2", b="evaluator:judge@3",
+            feedback_type="triage_quality", on="run", **kw)]  # type: ignore[arg-type]
+
+    assert paired() == ["r3", "r1"]
+    first = store.paired("prod", a="evaluator:judge@2", b="evaluator:judge@3",
+                         feedback_type="triage_quality", on="run", limit=1)
+    assert paired(before=first[0][1]) == ["r1"]
+    assert store.verdicts_on("prod", feedback_type="triage_quality", kind="run",
+                             target_id="r1", participants=["evaluator:judge@2",
+                                                           "evaluator:judge@3",
+                                                           "evaluator:judge@9"]) == {
+        "evaluator:judge@2": '{"correct": true}', "evaluator:judge@3": '{"correct": false}'}

@@ -66,9 +66,14 @@ def test_defaults_one_reviewer_not_blind_everything_sampled_a_quarter_hour_lease
 @st.composite
 def queues(draw: st.DrawFn) -> dict[str, Any]:
     kind = draw(st.sampled_from(["runs_of", "firings_of", "chains", "judged_below",
-                                 "disagreements"]))
+                                 "disagreements", "pairs"]))
     enters: dict[str, Any]
-    if kind in ("runs_of", "firings_of"):
+    if kind == "pairs":
+        enters = {"pairs": {"evaluator": "judge", "versions": ["2", "3"],
+                            "feedback_type": "resolution", "on": "chain"}}
+        types = draw(st.sampled_from([["pairwise_preference"],
+                                      ["resolution", "pairwise_preference"]]))
+    elif kind in ("runs_of", "firings_of"):
         enters = {kind: draw(st.from_regex(r"[a-z0-9][a-z0-9:_.-]{0,20}", fullmatch=True))}
         types = ["triage_quality"] if kind == "runs_of" else ["should_have_fired"]
     elif kind == "chains":
@@ -124,6 +129,12 @@ def test_a_queue_s_json_form_gives_the_queue_back(data: dict[str, Any]) -> None:
      "$.enters.judged_below.field", "its numeric fields are ['minutes_to_mitigate']"),
     ({"enters": {"disagreements": {"evaluator": "judge", "feedback_type": "resolution"}}},
      "$.enters.disagreements.on", "never given on a run; it targets ['chain']"),
+    ({"enters": {"pairs": {"evaluator": "judge", "versions": ["2", "3"],
+                           "feedback_type": "triage_quality"}}},
+     "$.feedback_types", "list 'pairwise_preference'"),
+    ({"enters": {"pairs": {"evaluator": "judge", "versions": ["2", "2"],
+                           "feedback_type": "triage_quality"}}},
+     "$.enters.pairs.versions", "non-unique elements"),
 ])
 def test_a_bad_queue_is_refused_at_its_path(changes: dict[str, Any], path: str,
                                             says: str) -> None:
@@ -147,7 +158,7 @@ def candidates(draw: st.DrawFn) -> dict[str, Any]:
         return found if fits and found else names
 
     kind = draw(st.sampled_from(["runs_of", "firings_of", "chains", "judged_below",
-                                 "disagreements"]))
+                                 "disagreements", "pairs"]))
     body: Any
     item = {"runs_of": "run", "firings_of": "firing", "chains": "chain"}.get(kind)
     if kind in ("runs_of", "firings_of"):
@@ -160,6 +171,9 @@ def candidates(draw: st.DrawFn) -> dict[str, Any]:
         body = {"evaluator": "judge@2", "feedback_type": draw(st.sampled_from(targeting(on)))}
         if on != "run" or draw(st.booleans()):
             body["on"] = on
+        if kind == "pairs":
+            body["evaluator"] = "judge"
+            body["versions"] = draw(st.sampled_from([["2", "3"], ["1", "2"]]))
         if kind == "judged_below":
             cls = registry.get(body["feedback_type"])
             fields = numeric_fields(cls) if fits and cls is not None else []

@@ -28,10 +28,12 @@ def test_the_document_names_every_route_and_the_command_frame() -> None:
         "/v1/workspaces/{workspace_id}/rules/{rule}/why/{event_id}",
         "/v1/workspaces/{workspace_id}/feedback",
         "/v1/workspaces/{workspace_id}/feedback-types",
+        "/v1/workspaces/{workspace_id}/calibration",
         "/v1/workspaces/{workspace_id}/me", "/v1/workspaces/{workspace_id}/queues",
         "/v1/workspaces/{workspace_id}/queues/{name}/archive",
         "/v1/workspaces/{workspace_id}/queues/{name}/next",
         "/v1/workspaces/{workspace_id}/queues/{name}/progress",
+        "/v1/workspaces/{workspace_id}/queues/{name}/pair/{item}",
         "/v1/workspaces/{workspace_id}/queues/{name}/submit",
         "/v1/workspaces/{workspace_id}/queues/{name}/skip"}
     submit = document["paths"]["/v1/workspaces/{workspace_id}/queues/{name}/submit"]["post"]
@@ -296,6 +298,7 @@ def test_reads_declare_their_bodies_and_every_route_the_bearer_key() -> None:
                       ("get", "queues"): "Queues", ("post", "queues"): "QueueInstalledOut",
                       ("post", "archive"): "QueueOutcome", ("post", "next"): "NextItem",
                       ("get", "progress"): "QueueProgressOut",
+                      ("get", "calibration"): "CalibrationOut", ("get", "{item}"): "PairOut",
                       ("post", "submit"): "OutcomeFrame", ("post", "skip"): "SkipOut"}
 
 

@@ -30,7 +30,7 @@ __all__ = [
 
 # The feedback types this project ships; their schemas are committed and checked.
 PROJECT_FEEDBACK_MODULES = ("streams.examples.ops", "streams.core.judges",
-                            "streams.core.proposals.outcome")
+                            "streams.core.proposals.outcome", "streams.core.pairwise")
 
 
 def _defined_in(cls: type[Feedback], module: str) -> bool:

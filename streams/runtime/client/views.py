@@ -381,6 +381,11 @@ class TenantView:
                 entry.item_kind, workspace, rule=entry.rule, limit=limit, before=before)))
         assert entry.evaluator is not None and entry.feedback_type is not None
         evaluator, feedback_type = entry.evaluator, entry.feedback_type
+        if entry.pair is not None:
+            a, b = entry.pair
+            return self._guarded_read(lambda: list(self.store.paired(
+                workspace, a=a, b=b, feedback_type=feedback_type, on=entry.on, limit=limit,
+                before=before)))
         below: tuple[str, float] | None = None
         if entry.kind == "judged_below":
             assert entry.field is not None and entry.threshold is not None
@@ -390,10 +395,20 @@ class TenantView:
             workspace, evaluator=evaluator, feedback_type=feedback_type, on=entry.on,
             below=below, differs_on=differs_on, limit=limit, before=before)))
 
+    def pair(self, workspace: str, entry: Entry, target_id: str) -> dict[str, object]:
+        """The two verdicts a pairs entry compares on one target: the participants' latest
+        values (dicts) by participant; one that gave none is absent."""
+        assert entry.pair is not None and entry.feedback_type is not None
+        feedback_type, pair = entry.feedback_type, list(entry.pair)
+        found = self._guarded_read(lambda: self.store.verdicts_on(
+            workspace, feedback_type=feedback_type, kind=entry.on, target_id=target_id,
+            participants=pair))
+        return {who: json.loads(value) for who, value in found.items()}
+
     def queue_items_count(self, workspace: str, entry: Entry) -> int | None:
         """How many targets enter a queue by `entry` (as `queue_items` lists them), counted
         in the view, for a rule's runs or firings and the chains; None for an entry by
-        verdicts (judged below, disagreements), whose items are decided row by row."""
+        verdicts (judged below, disagreements, pairs), whose items are decided row by row."""
         if entry.kind not in ("runs_of", "firings_of", "chains"):
             return None
         return self._guarded_read(lambda: self.store.count_items(

@@ -910,6 +910,15 @@ class Workspace:
                                         limit=limit + 1, before=before)
         return [item for item, _k in found[:limit]], _next_cursor(found, limit)
 
+    async def pair_verdicts(self, entry: Entry, target_id: str) -> dict[str, object]:
+        """The latest verdicts of the two versions a pairs entry compares on one target, by
+        participant (a version that gave none is absent), from the view."""
+        self._check_read(f"{entry.item_kind}s")
+        if entry.pair is None:
+            raise ValidationFailed(f"a {entry.kind} entry compares no pair of versions")
+        view = await self._view()
+        return await asyncio.to_thread(view.pair, self.workspace, entry, target_id)
+
     async def queue_items_count(self, entry: Entry) -> int | None:
         """How many ids `queue_items_all` would give for `entry`, counted in the view (one
         COUNT, no id read); None for an entry by verdicts, which must be read to count."""

@@ -38,6 +38,7 @@ from streams.core.commands import (
 from streams.core.errors import Conflict, NotFound, ValidationFailed
 from streams.core.feedback import FeedbackRegistry
 from streams.core.leases import LEASE_ID_PATTERN, item_of, target_of_item
+from streams.core.pairwise import display_order
 from streams.core.queues import (
     InvalidQueue,
     Queue,
@@ -246,6 +247,35 @@ class QueueService:
             done = leases.progress(ws.workspace, queue.name, await queue_items(ws, queue))
         return {"queue": queue.name, "items": done.items, "done": done.done,
                 "in_review": done.in_review, "left": done.left, "verdicts": done.verdicts}
+
+    async def pair(self, token: str | None, workspace_id: str, name: str,
+                   item: str) -> dict[str, Any]:
+        """The two verdicts a queue of pairs shows for one item (the key needs `read`):
+        {"item", "target", "feedback_type", "a", "b", "shown": [{"side": "a" | "b",
+        "value": {...} | null}, ...]}, `shown` in the order a page shows them (half the
+        items `b` first: `streams.core.pairwise.display_order`). ValidationFailed naming
+        `path.item` for an item that is not one of the queue's kind, or a queue that is not
+        of pairs."""
+        _key, ws = self.service.authorize(token, workspace_id, "read")
+        await self.service.client.log.require_tenant(ws.tenant)
+        queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
+        entry = queue.enters
+        if entry.pair is None:
+            raise ValidationFailed(
+                f"path.item: queue {name!r} enters by {entry.kind}, not by pairs: it has no "
+                "pair of verdicts to show; read the item's record instead")
+        kind, _, target_id = item.partition(":")
+        if kind != queue.item_kind or not target_id:
+            raise ValidationFailed(
+                f"path.item: {item!r} is not an item of queue {name!r}, whose items are "
+                f"{queue.item_kind}:<id>")
+        found = await ws.pair_verdicts(entry, target_id)
+        a, b = entry.pair
+        sides = {"a": a, "b": b}
+        return {"item": item, "target": target_of_item(item),
+                "feedback_type": entry.feedback_type, "a": a, "b": b,
+                "shown": [{"side": side, "value": found.get(sides[side])}
+                          for side in display_order(item, queue.name)]}
 
     async def submit(self, token: str | None, workspace_id: str, name: str,
                      body: bytes | str | dict[str, Any]) -> OutcomeFrame | ErrorFrame:

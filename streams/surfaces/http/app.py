@@ -13,6 +13,7 @@
     POST /v1/workspaces/{workspace_id}/queues         install a queue from its JSON form
     POST /v1/workspaces/{workspace_id}/queues/{name}/archive   archive a live queue
     GET  /v1/workspaces/{workspace_id}/queues/{name}/progress  where the queue stands
+    GET  /v1/workspaces/{workspace_id}/queues/{name}/pair/{item}  a queue of pairs' two verdicts
     POST /v1/workspaces/{workspace_id}/queues/{name}/next      lease the next item
     POST /v1/workspaces/{workspace_id}/queues/{name}/submit    a verdict under a lease
     POST /v1/workspaces/{workspace_id}/queues/{name}/skip      give a leased item back
@@ -86,6 +87,7 @@ with needs("serve", "streams serve"):
         FiringOut,
         Identity,
         NextItem,
+        PairOut,
         QueueInstalledOut,
         QueueOutcome,
         QueueProgressOut,
@@ -485,6 +487,16 @@ async def _queue_progress(request: Request, workspace_id: str,
                           service: QueuesService) -> Response:
     # The counts; not_found naming the live queues when there is none of that name.
     return await _read(request, lambda: service.progress(key, workspace_id, name))
+
+
+@queues.get("/queues/{name}/pair/{item}", responses=_answers(PairOut), name="queue_pair",
+            summary="The two versions' verdicts a queue of pairs shows for an item (read)")
+async def _queue_pair(request: Request, workspace_id: str, name: Annotated[str, QUEUE_NAME],
+                      item: Annotated[str, Path_(description="a queue item, kind:id",
+                                                 pattern=ITEM_PATTERN)],
+                      key: Key, service: QueuesService) -> Response:
+    # The pair in the order a page shows it; not_found for a queue not live.
+    return await _read(request, lambda: service.pair(key, workspace_id, name, item))
 
 
 @queues.post("/queues/{name}/next", responses=_answers(NextItem), name="next_item",

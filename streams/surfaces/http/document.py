@@ -51,6 +51,8 @@ __all__ = [
     "Identity",
     "LeaseOut",
     "NextItem",
+    "PairOut",
+    "PairSideOut",
     "QueueInstalledOut",
     "QueueOut",
     "QueueOutcome",
@@ -252,6 +254,25 @@ class CalibrationOut(BaseModel):
     window: int
     min_pairs: int
     margin: float
+
+
+class PairSideOut(BaseModel):
+    """One side of a pair: which version (`a` or `b` of the queue) and its latest verdict's
+    value (null when that version has none on the target)."""
+
+    side: Literal["a", "b"]
+    value: dict[str, Any] | None
+
+
+class PairOut(BaseModel):
+    """The two verdicts a queue of pairs shows for one item, in the order to show them."""
+
+    item: str
+    target: dict[str, str]
+    feedback_type: str
+    a: str
+    b: str
+    shown: list[PairSideOut]
 
 
 class QueueProgressOut(BaseModel):

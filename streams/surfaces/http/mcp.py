@@ -1,5 +1,5 @@
 """MCP: the give_feedback, list_runs, read_feedback and calibration tools; list_queues,
-install_queue, archive_queue and queue_progress; next_item, submit_item and skip_item (a
+install_queue, archive_queue, queue_progress and queue_pair; next_item, submit_item and skip_item (a
 reviewer's work through a queue), with the official MCP SDK.
 
 `mcp_server(backend, key=...)` builds an `MCPServer` whose tools answer exactly what the REST
@@ -207,6 +207,19 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
         "verdicts"}, as REST's progress route."""
         try:
             return _result(await get_queues().progress(_token(ctx, key), workspace_id, queue))
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+
+    @server.tool()
+    async def queue_pair(workspace_id: str, queue: str, item: str,
+                         ctx: Context) -> CallToolResult:
+        """The two versions' verdicts a queue of pairs shows for an item (read): {"item",
+        "target", "feedback_type", "a", "b", "shown": [{"side", "value"}, ...]}; give a
+        pairwise_preference ({"a", "b", "preferred": "a" | "b" | "tie"}) on it with
+        submit_item. As REST's pair route."""
+        try:
+            return _result(await get_queues().pair(_token(ctx, key), workspace_id, queue,
+                                                   item))
         except Exception as exc:
             return _result(error_frame_of(exc))
 
