@@ -5,8 +5,8 @@ refused next to its field, a resend after a dropped connection records once, and
 another tenant sees nothing; two people work through a blind queue by keyboard (lease,
 submit, skip, the next item), each run judged by both, no one else's verdict shown.
 
-STREAMS_UI_SCREENSHOTS=docs refreshes docs/ui-queue.png, docs/ui-form.png, docs/ui-lease.png and
-docs/ui-agreement.png.
+STREAMS_UI_SCREENSHOTS=docs refreshes docs/ui-queue.png, docs/ui-form.png, docs/ui-lease.png,
+docs/ui-agreement.png and docs/ui-pairwise.png.
 """
 
 from __future__ import annotations
@@ -364,4 +364,82 @@ async def test_a_firing_and_a_chain_are_shown_as_labelled_rows_in_a_queue(
             await expect(item).to_contain_text("rule_fired at")       # last
         finally:
             await browser.close()
+    assert problems == []
+
+
+async def test_pairwise_review_of_two_judge_versions_by_keyboard(
+    settings: Settings, tenant_factory: Callable[..., str],
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    from streams.core.pairwise import display_order
+
+    tenant = tenant_factory()
+    problems: list[str] = []
+    async with serve(settings) as served, async_playwright() as playwright:
+        ws = served.client.workspace(tenant, WORKSPACE)
+        old = ws.as_actor(EvaluatorActor(name="judge", version="2"))
+        new = ws.as_actor(EvaluatorActor(name="judge", version="3"))
+        for n in range(2):
+            await start_run(ws, f"run_{n}")
+            await old.give_feedback(TriageQuality(correct=True, severity="low",
+                                                  note=f"old on {n}"),
+                                    on=RunTarget(run_id=f"run_{n}"))
+            await new.give_feedback(TriageQuality(correct=False, severity="critical",
+                                                  note=f"new on {n}"),
+                                    on=RunTarget(run_id=f"run_{n}"))
+        await start_run(ws, "run_9")  # judged by one version only: not an item
+        await old.give_feedback(TriageQuality(correct=True, severity="low"),
+                                on=RunTarget(run_id="run_9"))
+        base = f"http://127.0.0.1:{served.port}"
+        manager = served.key(tenant, "root", frozenset({"read", "manage_queues"}))
+        queue = {"name": "versions", "enters": {"pairs": {
+                     "evaluator": "judge", "versions": ["2", "3"],
+                     "feedback_type": "triage_quality"}},
+                 "feedback_types": ["pairwise_preference"], "blind": True}
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = await http.post(f"{base}/v1/workspaces/{tenant}.{WORKSPACE}/queues",
+                                     json=queue, headers={"Authorization": f"Bearer {manager}"})
+            assert answer.status_code == 201, answer.text
+            # The pair route names the path of a wrong item.
+            wrong = await http.get(
+                f"{base}/v1/workspaces/{tenant}.{WORKSPACE}/queues/versions/pair/chain:x",
+                headers={"Authorization": f"Bearer {manager}"})
+            assert wrong.status_code == 422 and "path.item" in wrong.text, wrong.text
+        browser = await playwright.chromium.launch(executable_path=chromium(),
+                                                   args=["--no-sandbox"])
+        try:
+            page = await (await browser.new_context(
+                viewport={"width": 1200, "height": 900})).new_page()
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            page.on("console", lambda message: problems.append(message.text)
+                    if message.type == "error" else None)
+            await _sign_in(page, base, served.key(tenant, "ada"), f"{tenant}.{WORKSPACE}")
+            await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
+            await page.locator("#queue-choice").select_option("versions")
+            chosen: dict[str, str] = {}
+            for item, key in (("run:run_1", "1"), ("run:run_0", "3")):
+                await expect(page.locator("#item h2")).to_have_attribute(
+                    "data-item", item, timeout=30_000)
+                pair = page.locator("#pair")
+                first, second = display_order(item, "versions")
+                said = {"a": "old on", "b": "new on"}
+                # Both verdicts side by side, in the item's order; blind: no version named.
+                await expect(pair.locator('[data-side="1"]')).to_contain_text(said[first])
+                await expect(pair.locator('[data-side="2"]')).to_contain_text(said[second])
+                await expect(pair).not_to_contain_text("judge@")
+                if os.environ.get("STREAMS_UI_SCREENSHOTS") and key == "1":
+                    shots = Path(os.environ["STREAMS_UI_SCREENSHOTS"])
+                    await page.screenshot(path=str(shots / "ui-pairwise.png"))
+                await page.keyboard.press(key)
+                await page.keyboard.press("Control+Enter")
+                chosen[item] = first if key == "1" else "tie"
+            await expect(page.locator("#queue-empty")).to_be_visible(timeout=30_000)
+        finally:
+            await browser.close()
+    given = await ws.feedback(feedback_type="pairwise_preference")
+    assert sorted((e.event.target.id, e.actor.participant, e.event.value["a"],
+                   e.event.value["b"], e.event.value["preferred"]) for e in given) == [
+        ("run_0", "user:ada", "evaluator:judge@2", "evaluator:judge@3", chosen["run:run_0"]),
+        ("run_1", "user:ada", "evaluator:judge@2", "evaluator:judge@3", chosen["run:run_1"])]
     assert problems == []

@@ -276,3 +276,34 @@ def test_the_report_counts_what_each_rule_did_with_the_events_it_watches() -> No
     assert build_report(log, tenant="acme", workspace="prod")["why"] == []
     assert "No rules were given" in render_html(
         build_report(log, tenant="acme", workspace="prod"))
+
+
+def test_pairwise_preferences_are_tallied_per_pair_of_versions() -> None:
+    from streams.core.actors import EvaluatorActor, UserActor
+    from streams.core.events import Envelope, FeedbackGiven
+    from streams.core.targets import RunTarget
+
+    old, new = "evaluator:judge@2", "evaluator:judge@3"
+
+    def prefer(run: str, who: str, preferred: str, *, a: str = old, b: str = new,
+               kind: str = "pairwise_preference", actor: object = None) -> Envelope:
+        return Envelope.new(FeedbackGiven(feedback_type=kind, target=RunTarget(run_id=run),
+                                          value={"a": a, "b": b, "preferred": preferred}),
+                            tenant="acme", workspace="prod", time=T0,
+                            actor=actor or UserActor(id=who))  # type: ignore[arg-type]
+
+    log = [prefer("r1", "ada", "b"), prefer("r2", "ada", "b"), prefer("r3", "ada", "tie"),
+           prefer("r1", "bo", "a", a=new, b=old),          # bo prefers new, said reversed
+           prefer("r4", "ada", "a", a=old, b=old),          # invalid: left out
+           prefer("r5", "x", "a", actor=EvaluatorActor(name="judge", version="9"))]
+    [row] = build_report(log, tenant="acme", workspace="prod")["preferences"]
+    assert (row["a"], row["b"], row["a_wins"], row["b_wins"], row["ties"], row["n"]) == (
+        old, new, 0, 3, 1, 4)
+    assert row["a_rate"] == pytest.approx(0.125)
+    low, high = row["a_rate_ci"]
+    assert 0 <= low < 0.125 < high < 1
+    page = render_html(build_report(log, tenant="acme", workspace="prod"))
+    assert "Pairwise preferences between evaluator versions" in page
+    assert "<td>evaluator:judge@2</td><td>evaluator:judge@3</td><td>4</td>" in page
+    assert "No pairwise preference" in render_html(build_report([], tenant="acme",
+                                                                workspace="prod"))

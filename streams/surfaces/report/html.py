@@ -444,6 +444,16 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _preferences(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return "<p>No pairwise preference was given in this window.</p>"
+    return _table(
+        ("a", "b", "n", "a preferred", "b preferred", "ties", "a's win rate [95% CI]"),
+        [(r["a"], r["b"], str(r["n"]), str(r["a_wins"]), str(r["b_wins"]), str(r["ties"]),
+          f"{_pct(r['a_rate'])} [{_pct(r['a_rate_ci'][0])}, {_pct(r['a_rate_ci'][1])}]")
+         for r in rows])
+
+
 def _agreement_table(rows: Sequence[dict[str, Any]]) -> str:
     return _table(
         ("evaluator", "field", "n", "agree", "&kappa; [95% CI]", "MAE", "&rho; [95% CI]"),
@@ -584,6 +594,11 @@ def render_html(report: dict[str, Any]) -> str:
         "left out by its filters or sampling, counted, throttled, not decided yet, or fired "
         "and how its run ended (docs/rules.md).</p>",
         _why(report.get("why", [])),
+        "<h2>Pairwise preferences between evaluator versions</h2>",
+        "<p>People's preferences between two versions' verdicts on the same target (each "
+        "person's latest per target): how often each was preferred, ties, and the first "
+        "version's win rate (a tie counts half) with its 95% Wilson interval.</p>",
+        _preferences(report.get("preferences", [])),
         "<h2>Per annotation queue</h2>",
         "<p>Judge agreement and answers again, on the verdicts given on each live queue's "
         "items.</p>",

@@ -45,6 +45,12 @@ from streams.core.measures import (
 )
 from streams.core.measures.agreement import verdict_target
 from streams.core.measures.answers import quantile
+from streams.core.pairwise import (
+    PAIRWISE_PREFERENCE,
+    PairwisePreference,
+    PreferenceTally,
+    preference_tally,
+)
 from streams.core.proposals import (
     fold_ledger,
     fold_proposal_rates,
@@ -241,7 +247,28 @@ def build_report(
                    for name, items in sorted((queues or {}).items())],
         "why": [{"rule": name, "watched": sum(counts.values()), "outcomes": counts}
                 for name, counts in fold_why(rules, every, chosen).items()],
+        "preferences": [_preference_row(t) for t in preference_tally(_preferences(chosen))],
     }
+
+
+def _preferences(envelopes: Iterable[Envelope]) -> Iterable[tuple[str, str,
+                                                                  PairwisePreference]]:
+    """People's pairwise preferences, oldest first: (participant, target, preference); a
+    value that does not validate (an older shape) is left out."""
+    for e in envelopes:
+        event = e.event
+        if isinstance(event, FeedbackGiven) and event.feedback_type == PAIRWISE_PREFERENCE \
+                and e.actor.kind == "user":
+            try:
+                preference = PairwisePreference.model_validate(event.value)
+            except ValueError:
+                continue
+            yield e.actor.participant, f"{event.target.kind}:{event.target.id}", preference
+
+
+def _preference_row(t: PreferenceTally) -> dict[str, Any]:
+    return {"a": t.a, "b": t.b, "n": t.n, "a_wins": t.a_wins, "b_wins": t.b_wins,
+            "ties": t.ties, "a_rate": t.a_rate, "a_rate_ci": _pair(t.a_rate_ci)}
 
 
 def _queue_section(name: str, items: Collection[str], verdicts: list[tuple[str, Envelope]],

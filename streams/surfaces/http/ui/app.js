@@ -261,9 +261,12 @@ function renderForm(article, runId, lease = null) {
   function build(typeName) {
     const type = types.find((t) => t.name === typeName);
     const key = `${runId}|${typeName}`;
-    const built = buildForm(type.json_schema, { prefix: "fb", draft: state.drafts.get(key) || {} });
-    built.form.addEventListener("input", () => state.drafts.set(key, built.read().value));
-    built.form.addEventListener("change", () => state.drafts.set(key, built.read().value));
+    const pair = typeName === "pairwise_preference" ? lease?.pair : null;
+    const shown = buildForm(pair ? PREFERENCE_FORM : type.json_schema,
+      { prefix: "fb", draft: state.drafts.get(key) || {} });
+    const built = pair ? preferenceForm(shown, pair) : shown;
+    built.form.addEventListener("input", () => state.drafts.set(key, shown.read().value));
+    built.form.addEventListener("change", () => state.drafts.set(key, shown.read().value));
     built.form.addEventListener("submit", (event) => { event.preventDefault(); submit(); });
     holder.replaceChildren(built.form);
     current = { runId, type: typeName, api: built, fieldIndex: 0, status, lease };
@@ -409,15 +412,63 @@ function leaseAhead(queue, lease) {
 
 async function readItem(lease) {
   // The item's record (a run's, a firing's or a chain's), or the error reading it (shown in
-  // its place).
+  // its place); in a queue of pairs, with the two verdicts to compare (`pair`).
   const { kind } = lease.target;
   const id = lease.item.slice(kind.length + 1);
   const route = { run: "runs", firing: "firings", chain: "chains" }[kind];
+  const queue = state.queue;
+  const pair = queue?.definition.enters.pairs
+    ? api(wsPath(`queues/${encodeURIComponent(queue.queue)}/pair/`
+      + encodeURIComponent(lease.item))) : null;
   try {
-    return await api(wsPath(`${route}/${encodeURIComponent(id)}`));
+    const record = await api(wsPath(`${route}/${encodeURIComponent(id)}`));
+    return pair ? { ...record, pair: await pair } : record;
   } catch (error) {
     return { error };
   }
+}
+
+// A queue of pairs: the two versions' verdicts side by side, as "1" and "2" (which version
+// is which stays hidden in a blind queue; half the items show b first).
+function pairSection(pair, blind) {
+  const box = document.createElement("div");
+  box.className = "pair";
+  box.id = "pair";
+  pair.shown.forEach((side, i) => {
+    const version = side.side === "a" ? pair.a : pair.b;
+    const card = document.createElement("section");
+    card.className = "pair-side";
+    card.dataset.side = String(i + 1);
+    const h = document.createElement("h3");
+    h.textContent = blind ? `Verdict ${i + 1}` : `Verdict ${i + 1}: ${version}`;
+    card.append(h, side.value ? fields(Object.entries(side.value))
+      : Object.assign(document.createElement("p"), { className: "meta",
+        textContent: "no verdict from this version" }));
+    box.append(card);
+  });
+  return section(`Which ${pair.feedback_type} verdict is better?`, box);
+}
+
+// The form of a pairwise_preference: which of the two shown is better, and a note. The
+// answer is mapped back to the queue's versions (a, b) on reading.
+const PREFERENCE_FORM = {
+  title: "Your preference", type: "object", required: ["preferred"],
+  properties: {
+    preferred: { title: "Better", enum: ["1", "2", "tie"],
+      description: "1 and 2 as shown above; tie when neither is better" },
+    note: { title: "Note", anyOf: [{ type: "string" }, { type: "null" }] },
+  },
+};
+
+function preferenceForm(built, pair) {
+  return { ...built, read() {
+    const { value, missing } = built.read();
+    const chosen = value.preferred === "tie" || value.preferred === undefined
+      ? value.preferred : pair.shown[Number(value.preferred) - 1].side;
+    const out = { a: pair.a, b: pair.b, preferred: chosen };
+    if (value.note !== undefined) out.note = value.note;
+    return { value: out, missing };
+  } };
 }
 
 const when = (envelope) => (envelope.time || "").replace("T", " ").slice(0, 19);
@@ -547,6 +598,10 @@ async function showLeased(lease, read = undefined) {
   try {
     const record = read === undefined || read === null ? await readItem(lease) : read;
     if (record.error) throw record.error;
+    if (record.pair) {
+      lease.pair = record.pair;
+      parts.push(pairSection(record.pair, blind));
+    }
     parts.push(...(kind === "run" ? runParts(record, id, blind)
       : kind === "firing" ? firingParts(record) : chainParts(record, blind)));
   } catch (error) {
