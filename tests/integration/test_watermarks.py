@@ -1,6 +1,7 @@
 """A topic's offsets in one round trip (`watermarks_of`, what a read view asks before each
-read) against the per-partition path (`watermarks`) on the real broker: the same low and
-last stable offsets, an open transaction included, and the per-partition path's errors when
+read; `stable_offsets`, what a stall check asks) against the per-partition path
+(`watermarks`) on the real broker: the same low and last stable offsets, an open transaction
+included, and the per-partition path's errors when
 the partitions it was told are not the topic's."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
-from streams.adapters.kafka.log import watermarks, watermarks_of
+from streams.adapters.kafka.log import stable_offsets, watermarks, watermarks_of
 from streams.core.errors import NotFound
 from streams.core.tenancy import tenant_topics
 from streams.runtime.root import Runtime
@@ -42,6 +43,10 @@ def test_one_round_trip_gives_what_the_per_partition_path_gives(
         every = watermarks(reader, topic)
         assert sum(high for _low, high in every.values()) == 20
         assert watermarks_of(admin, reader, topic, list(every)) == every
+        # Any topics' partitions at once (the stall check's look): the same offsets.
+        assert stable_offsets(admin, [(topic, p) for p in every]) == {
+            (topic, p): marks for p, marks in every.items()}
+        assert stable_offsets(admin, []) == {}
         txn.commit_transaction(30)
         # The commit returns once the coordinator has logged it; the markers that move the
         # partitions' last stable offsets follow: wait until every last stable offset is the

@@ -374,6 +374,25 @@ def watermarks_of(admin: AdminClient, consumer: Consumer, topic: str,
     return watermarks(consumer, topic, timeout=timeout, settings=settings)
 
 
+def stable_offsets(admin: AdminClient, partitions: Collection[tuple[str, int]],
+                   timeout: float = 5.0) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's low and last stable offset (read_committed), of any topics, from two
+    concurrent ListOffsets requests: one round trip per leader, not one per partition.
+    KafkaException (or TimeoutError) when the brokers do not answer in `timeout`."""
+    wanted = sorted(partitions)
+    if not wanted:
+        return {}
+    ends = admin.list_offsets({TopicPartition(t, p): _LATEST for t, p in wanted},
+                              isolation_level=IsolationLevel.READ_COMMITTED,
+                              request_timeout=timeout)
+    starts = admin.list_offsets({TopicPartition(t, p): _EARLIEST for t, p in wanted},
+                                isolation_level=IsolationLevel.READ_COMMITTED,
+                                request_timeout=timeout)
+    low = {(tp.topic, tp.partition): f.result(timeout).offset for tp, f in starts.items()}
+    return {(tp.topic, tp.partition): (low[tp.topic, tp.partition], f.result(timeout).offset)
+            for tp, f in ends.items()}
+
+
 def take(consumer: Consumer, most: int, wait_s: float) -> list[Message]:
     """Up to `most` records: what is fetched already, else the first to arrive within
     `wait_s` with what came with it. consume(most, wait_s) alone waits for `most` records or
@@ -517,6 +536,7 @@ __all__ = [
     "largest_field",
     "missing_topic",
     "reached_end",
+    "stable_offsets",
     "take",
     "watermarks",
     "watermarks_of",

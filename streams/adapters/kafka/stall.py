@@ -19,18 +19,26 @@ from collections.abc import Callable, Collection, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-__all__ = ["StallWatch"]
+__all__ = ["Offsets", "StallWatch"]
 
 Waiting = dict[tuple[str, int], tuple[int, int]]
 """Per (topic, partition): the consumer's position and the end past it."""
+
+Offsets = Callable[[Collection[tuple[str, int]]], Mapping[tuple[str, int], tuple[int, int]]]
+"""Partitions' (low, last stable) offsets asked of the brokers at once; KafkaException or
+TimeoutError when they do not answer."""
 
 
 class StallWatch:
     """The stall clock of one consumer-owning loop (see the module)."""
 
-    def __init__(self, stall_timeout: float, broker_answers: Callable[[], bool]) -> None:
+    def __init__(self, stall_timeout: float, broker_answers: Callable[[], bool],
+                 offsets: Offsets | None = None) -> None:
         self.stall_timeout = stall_timeout
         self.broker_answers = broker_answers
+        # Every owned partition's (low, last stable) offsets in one round trip per leader
+        # (`streams.adapters.kafka.log.stable_offsets`); without it, one request each.
+        self.offsets = offsets
         self.received_at = time.monotonic()  # the last records handed on, or an assignment
         self.lost_at: float | None = None  # partitions lost and no assignment since
         self.suspect: tuple[float, Waiting] | None = None
@@ -84,7 +92,7 @@ class StallWatch:
             # Asked of a fresh client: a consumer that cannot rejoin may be unable to reach
             # the broker at all while it answers everyone else.
             return self.broker_answers()
-        waiting = _waiting(consumer, owned, self.starts)
+        waiting = _waiting(consumer, owned, self.starts, self.offsets)
         if waiting == {}:
             # Nothing waits: the loop is idle, not stuck. Look again a whole stall timeout
             # later (one ListOffsets per owned partition a minute on an idle loop).
@@ -113,7 +121,8 @@ class StallWatch:
 
 
 def _waiting(consumer: Consumer, owned: Collection[tuple[str, int]],
-             assigned_at: Mapping[tuple[str, int], int]) -> Waiting | None:
+             assigned_at: Mapping[tuple[str, int], int],
+             offsets: Offsets | None = None) -> Waiting | None:
     """The owned partitions whose read_committed end, asked of the broker now, is past the
     consumer's position (or, before its first record, where it was assigned: `assigned_at`,
     else its committed offset, else the beginning): (position, end) each; None when the
@@ -131,17 +140,21 @@ def _waiting(consumer: Consumer, owned: Collection[tuple[str, int]],
                    and assigned_at.get((tp.topic, tp.partition)) != OFFSET_BEGINNING]
         starts = {(tp.topic, tp.partition): tp.offset
                   for tp in (consumer.committed(unknown, timeout=5.0) if unknown else [])}
+        # Asked last, so the ends are at least as new as the positions. A read_committed
+        # ListOffsets answers the last stable offset: an open transaction's records do not
+        # count as waiting.
+        marks = dict(offsets([(tp.topic, tp.partition) for tp in positions])) \
+            if offsets is not None else {}
         waiting: Waiting = {}
         for tp in positions:
             key = (tp.topic, tp.partition)
-            # A read_committed consumer's ListOffsets answers the last stable offset, so an
-            # open transaction's records do not count as waiting.
-            low, end = consumer.get_watermark_offsets(TopicPartition(*key), timeout=5.0,
-                                                      cached=False)
+            found = marks.get(key)
+            low, end = found if found is not None else consumer.get_watermark_offsets(
+                TopicPartition(*key), timeout=5.0, cached=False)
             at = tp.offset if tp.offset >= 0 else starts.get(key, -1)
             at = at if at >= 0 else low
             if end > at:
                 waiting[key] = (at, end)
         return waiting
-    except KafkaException:
+    except (KafkaException, TimeoutError):
         return None

@@ -76,6 +76,7 @@ from streams.adapters.avro.fast import FastCodec, RegistryUnavailable, letter_wr
 from streams.adapters.avro.schemas import fullname, score_schema
 from streams.adapters.kafka.delivery import Delivery
 from streams.adapters.kafka.lag import LagTracker
+from streams.adapters.kafka.log import stable_offsets
 from streams.adapters.kafka.outputs import (
     Output,
     dead_letter_record,
@@ -451,7 +452,8 @@ class SinkRunner:
         # A consumer that stops fetching while records wait for it (librdkafka #4916, seen
         # after a broker restart under load: ci69) is replaced as a wedged one is.
         self._stall = StallWatch(settings.consumer_stall_timeout,
-                                 lambda: runtime.broker_answers())
+                                 lambda: runtime.broker_answers(),
+                                 lambda owned: stable_offsets(runtime.admin.client, owned))
         self._consume_errors: dict[int, tuple[float, int]] = {}
         self._commit_wanted = asyncio.Event()
         self._known_ids: set[int] = set()

@@ -96,3 +96,32 @@ def test_before_its_first_record_a_partition_waits_from_where_it_was_assigned() 
     assert not behind.stalled(consumer, OWNED, now=61.0)
     assert behind.stalled(consumer, OWNED, now=72.0)
     assert "(3 < 9)" in behind.describe(OWNED)
+
+
+def test_with_batched_offsets_a_look_asks_once_for_every_owned_partition() -> None:
+    owned = {("fs.acme.events", p) for p in range(8)}
+    asked: list[list[tuple[str, int]]] = []
+
+    def offsets(partitions: Any) -> dict[tuple[str, int], tuple[int, int]]:
+        asked.append(sorted(partitions))
+        return {key: (0, 9) for key in partitions}
+
+    class NoWatermarks(Positions):
+        def get_watermark_offsets(self, tp: TopicPartition, timeout: float,
+                                  cached: bool) -> tuple[int, int]:
+            raise AssertionError("asked one partition at a time")
+
+    watch = StallWatch(60.0, lambda: True, offsets)
+    watch.received_at = 0.0
+    consumer = cast(Any, NoWatermarks(at=5, end=9))
+    assert not watch.stalled(consumer, owned, now=61.0)
+    assert watch.stalled(consumer, owned, now=72.0)
+    assert asked == [sorted(owned)] * 2  # one request per look, all eight partitions in it
+
+    def away(partitions: Any) -> dict[tuple[str, int], tuple[int, int]]:
+        raise TimeoutError("no broker")
+
+    outage = StallWatch(60.0, lambda: True, away)
+    outage.received_at = 0.0
+    assert not outage.stalled(consumer, owned, now=61.0)
+    assert outage.suspect is None  # an unanswered look is an outage, not a suspect
