@@ -111,7 +111,6 @@ from confluent_kafka import (
 
 from streams.adapters.avro.fast import RegistryUnavailable
 from streams.adapters.kafka.lag import LagTracker
-from streams.adapters.kafka.log import stable_offsets
 from streams.adapters.kafka.outputs import Output
 from streams.adapters.kafka.stall import StallWatch
 from streams.adapters.tracing import batch_span
@@ -340,7 +339,7 @@ class BatchLoop:
         self.stall_timeout = runtime.settings.consumer_stall_timeout \
             if stall_timeout is None else stall_timeout
         self._stall = StallWatch(self.stall_timeout, lambda: runtime.broker_answers(),
-                                 lambda owned: stable_offsets(runtime.admin.client, owned))
+                                 runtime.stable_offsets)
         self.stats = BatchStats()
         self.assigned: set[tuple[str, int]] = set()
         self._done: dict[tuple[str, int], int] = {}

@@ -29,7 +29,7 @@ sink, client, jobs) take a Runtime.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -43,7 +43,7 @@ from streams.adapters.kafka.access import TenantAccess, authenticates
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.delivery import Delivery
 from streams.adapters.kafka.index import EntriesOf, TenantIndex, fast_entries
-from streams.adapters.kafka.log import EventLog, TopicReader
+from streams.adapters.kafka.log import EventLog, TopicReader, stable_offsets
 from streams.adapters.kafka.tail import OnRecord, TopicTail
 from streams.core.feedback import FeedbackRegistry, registry
 from streams.core.tenancy import replay_group, tenant_topics
@@ -174,6 +174,12 @@ class Runtime:
         """The readiness checks every process shares: the broker and the registry answer."""
         return server_checks(lambda t: self.admin.client.list_topics(timeout=t),
                              lambda: self.probe_registry().get_subjects())
+
+    def stable_offsets(self, partitions: Collection[tuple[str, int]],
+                       timeout: float = 5.0) -> dict[tuple[str, int], tuple[int, int]]:
+        """Partitions' (low, last stable) offsets, of any topics, asked of the brokers at
+        once on the admin client (`streams.adapters.kafka.log.stable_offsets`)."""
+        return stable_offsets(self.admin.client, partitions, timeout)
 
     def broker_answers(self, timeout: float = 5.0) -> bool:
         """Whether the brokers answer a metadata request of a client made for the asking.

@@ -76,7 +76,6 @@ from streams.adapters.avro.fast import FastCodec, RegistryUnavailable, letter_wr
 from streams.adapters.avro.schemas import fullname, score_schema
 from streams.adapters.kafka.delivery import Delivery
 from streams.adapters.kafka.lag import LagTracker
-from streams.adapters.kafka.log import stable_offsets
 from streams.adapters.kafka.outputs import (
     Output,
     dead_letter_record,
@@ -453,7 +452,7 @@ class SinkRunner:
         # after a broker restart under load: ci69) is replaced as a wedged one is.
         self._stall = StallWatch(settings.consumer_stall_timeout,
                                  lambda: runtime.broker_answers(),
-                                 lambda owned: stable_offsets(runtime.admin.client, owned))
+                                 runtime.stable_offsets)
         self._consume_errors: dict[int, tuple[float, int]] = {}
         self._commit_wanted = asyncio.Event()
         self._known_ids: set[int] = set()
@@ -584,6 +583,18 @@ class SinkRunner:
         self._stall.assigned({(tp.topic, tp.partition): tp.offset for tp in partitions})
         self._assigned.set()
 
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Runs in the fetch thread. Lost, not revoked (the session ran out: a pause, a broker
+        # away): their new owner may be reading them already. librdkafka unassigns them after
+        # this returns; the stall watch starts its clock, so a consumer that never rejoins
+        # (while a fresh client reaches the brokers) is replaced as a stalled one is.
+        log.warning("sink %s: lost %s", self.identity,
+                    ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        lost = {(tp.topic, tp.partition) for tp in partitions}
+        self._held = [m for m in self._held
+                      if (m.topic() or "", m.partition() or 0) not in lost]
+        self._stall.lost()
+
     def hands_full(self, sending: int) -> bool:
         """Whether the runner waits before taking another batch: the sink has `in_flight`
         batches in hand, or (a sink that does not store its offsets) more than
@@ -607,7 +618,8 @@ class SinkRunner:
         Raises OutageTooLong when the broker or registry stayed away longer than the outage
         limit, ValidationFailed when the cursor belongs to another sink.
         """
-        self.consumer.subscribe(self.subscription(), on_assign=self._on_assign)
+        self.consumer.subscribe(self.subscription(), on_assign=self._on_assign,
+                                on_lost=self._on_lost)
         ready: asyncio.Queue[_Batch] = asyncio.Queue(maxsize=1)
         fetching = asyncio.create_task(self._fetch_loop(ready))
         committing = asyncio.create_task(self._commit_loop())
@@ -1127,7 +1139,8 @@ class SinkRunner:
                           self.settings.admin_timeout)
             except (KafkaException, RuntimeError) as exc:
                 log.warning("closing the replaced consumer failed (%s)", exc)
-        self.consumer.subscribe(self.subscription(), on_assign=self._on_assign)
+        self.consumer.subscribe(self.subscription(), on_assign=self._on_assign,
+                                on_lost=self._on_lost)
 
     async def _committed_within(self, offsets: list[TopicPartition]) -> None:
         """A synchronous commit of `offsets`, each wait at most STREAMS_ADMIN_TIMEOUT.

@@ -98,3 +98,20 @@ def test_a_consume_error_while_held_back_is_noted_not_raised_unless_fatal() -> N
         else:
             with pytest.raises(KafkaException):
                 runner._poll_paused()
+
+
+def test_lost_partitions_start_the_stall_clock_and_drop_their_held_records() -> None:
+    # Lost (a session that ran out), not revoked: their new owner may read them already.
+    consumer = PausingConsumer()
+    runner = fake_runner(consumer)
+    runner._paused = True
+    consumer.paused = {0}
+    consumer.positions[1] = 40
+    runner._poll_paused()
+    assert runner._held and runner._stall.lost_at is None
+    runner._on_lost(consumer, [TopicPartition(T, 1)])  # type: ignore[arg-type]
+    assert runner._held == []
+    assert runner._stall.lost_at is not None
+    # Assigned again (rejoined): the clock stops.
+    runner._on_assign(consumer, [TopicPartition(T, 1)])  # type: ignore[arg-type]
+    assert runner._stall.lost_at is None
