@@ -257,6 +257,19 @@ def test_each_queue_gets_agreement_and_answers_on_its_own_items() -> None:
     assert observed == {"easy": {"correct": 1.0, "severity": 1.0},
                         "hard": {"correct": 0.0, "severity": 1.0}}
     assert {r["who"] for r in hard["answers"]} >= {"people"}
+    # One person per item: nothing between people to measure.
+    assert easy["people_agreement"] == [] and report["people_agreement"] == []
+    bo = UserActor(id="bo")
+    both = build_report([*log, *(said(f"run_{n}", n % 2 == 0, bo) for n in range(4))],
+                        tenant="acme", workspace="prod", queues=queues)
+    easy = both["queues"][0]
+    correct = next(r for r in easy["people_agreement"] if r["field"] == "correct")
+    assert (correct["units"], correct["values"], correct["observed"]) == (4, 8, 0.5)
+    assert correct["alpha"] is not None and correct["alpha_ci"] is not None
+    assert both["queues"][1]["people_agreement"] == []  # bo judged none of the hard ones
+    assert "Agreement between people" in render_html(both)
+    assert "<td>triage_quality.correct</td><td>4</td><td>8</td><td>50.0%</td>" in \
+        render_html(both)
     page = render_html(report)
     assert "<h3>hard</h3>" in page and "5 items, 4 with a verdict" in page
     assert "No annotation queue" in render_html(build_report(log, tenant="acme",

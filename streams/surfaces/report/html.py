@@ -444,6 +444,18 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _people_table(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return "<p>No target was judged by two people or more.</p>"
+    return _table(
+        ("between people: field", "targets", "values", "agree", "&alpha; [95% CI]"),
+        [(f"{r['feedback_type']}.{r['field']}", str(r["units"]), str(r["values"]),
+          "-" if r["observed"] is None else _pct(r["observed"]),
+          _num(r["alpha"]) + ("" if r["alpha_ci"] is None else
+                              f" [{_num(r['alpha_ci'][0])}, {_num(r['alpha_ci'][1])}]"))
+         for r in rows])
+
+
 def _preferences(rows: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return "<p>No pairwise preference was given in this window.</p>"
@@ -486,6 +498,8 @@ def _queues(sections: Sequence[dict[str, Any]]) -> list[str]:
     for q in sections:
         parts.append(f"<h3>{escape(q['queue'])}</h3>")
         parts.append(f"<p>{q['items']} items, {q['judged']} with a verdict.</p>")
+        if q.get("people_agreement"):
+            parts.append(_people_table(q["people_agreement"]))
         if q["judge_agreement"]:
             parts.append(_agreement_table(q["judge_agreement"]))
         if q["answers"]:
@@ -578,6 +592,12 @@ def render_html(report: dict[str, Any]) -> str:
         "discounts by what chance gives.</p>",
         _judge_agreement(report["judge_agreement"]),
         agreement,
+        "<h2>Agreement between people</h2>",
+        "<p>Krippendorff's &alpha; per field over the targets two people or more judged "
+        "(each person's latest verdict): 1 is full agreement, 0 what chance gives; nominal "
+        "for yes/no and categories, interval for numbers; 95% bootstrap intervals. "
+        "<em>agree</em> is the share of pairs of people that gave the same answer.</p>",
+        _people_table(report.get("people_agreement", [])),
         "<h2>What each judge cost</h2>",
         "<p>Verdicts the evaluator versions gave, those given again from a recorded verdict "
         "(no call), the calls paid for, their tokens and their price by STREAMS_LLM_PRICES; "
@@ -600,8 +620,8 @@ def render_html(report: dict[str, Any]) -> str:
         "version's win rate (a tie counts half) with its 95% Wilson interval.</p>",
         _preferences(report.get("preferences", [])),
         "<h2>Per annotation queue</h2>",
-        "<p>Judge agreement and answers again, on the verdicts given on each live queue's "
-        "items.</p>",
+        "<p>Agreement between people, judge agreement and answers again, on the verdicts "
+        "given on each live queue's items.</p>",
         *_queues(report.get("queues", [])),
         f"<h2>Trends per {escape(trends['per'])}</h2>",
         "<p>Feedback events given by people and by evaluators, and the scores they carried; "

@@ -43,7 +43,8 @@ from streams.core.measures import (
     fold_time_to_resolution,
     fold_trends,
 )
-from streams.core.measures.agreement import verdict_target
+from streams.core.measures.agreement import latest_verdicts, verdict_target
+from streams.core.measures.annotators import PeopleAgreement, people_agreement
 from streams.core.measures.answers import quantile
 from streams.core.pairwise import (
     PAIRWISE_PREFERENCE,
@@ -226,6 +227,8 @@ def build_report(
         },
         "unregistered_feedback_types": unregistered,
         "judge_agreement": [_agreement_row(a) for a in agreement],
+        "people_agreement": [_people_row(a) for a in people_agreement(
+            latest_verdicts(chosen), types=types)],
         "judge_costs": [_cost_row(c) for c in fold_judge_costs(chosen, prices)],
         "answers": [_answers_row(a) for a in fold_answers(chosen, types=types)],
         "trends": {
@@ -280,10 +283,18 @@ def _queue_section(name: str, items: Collection[str], verdicts: list[tuple[str, 
     chosen = [e for _target, e in on_items]
     return {
         "queue": name, "items": len(wanted), "judged": len({t for t, _e in on_items}),
+        "people_agreement": [_people_row(a) for a in people_agreement(
+            latest_verdicts(chosen), types=types)],
         "judge_agreement": [_agreement_row(a)
                             for a in fold_judge_agreement(chosen, types=types)],
         "answers": [_answers_row(a) for a in fold_answers(chosen, types=types)],
     }
+
+
+def _people_row(a: PeopleAgreement) -> dict[str, Any]:
+    return {"feedback_type": a.feedback_type, "field": a.field, "kind": a.kind,
+            "alpha": a.alpha, "alpha_ci": _pair(a.ci), "units": a.units, "values": a.values,
+            "observed": a.observed}
 
 
 def _agreement_row(a: FieldAgreement) -> dict[str, Any]:
