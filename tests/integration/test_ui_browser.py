@@ -443,3 +443,54 @@ async def test_pairwise_review_of_two_judge_versions_by_keyboard(
         ("run_0", "user:ada", "evaluator:judge@2", "evaluator:judge@3", chosen["run:run_0"]),
         ("run_1", "user:ada", "evaluator:judge@2", "evaluator:judge@3", chosen["run:run_1"])]
     assert problems == []
+
+
+async def test_a_lease_that_runs_out_returns_the_item_to_someone_else(
+    settings: Settings, tenant_factory: Callable[..., str],
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    tenant = tenant_factory()
+    problems: list[str] = []
+    async with serve(settings) as served, async_playwright() as playwright:
+        ws = served.client.workspace(tenant, WORKSPACE)
+        await start_run(ws, "run_0")
+        base = f"http://127.0.0.1:{served.port}"
+        manager = served.key(tenant, "root", frozenset({"read", "manage_queues"}))
+        queue = {"name": "quick", "enters": {"runs_of": "ops:error-spike"},
+                 "feedback_types": ["triage_quality"], "lease_seconds": 2}
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = await http.post(f"{base}/v1/workspaces/{tenant}.{WORKSPACE}/queues",
+                                     json=queue, headers={"Authorization": f"Bearer {manager}"})
+            assert answer.status_code == 201, answer.text
+        browser = await playwright.chromium.launch(executable_path=chromium(),
+                                                   args=["--no-sandbox"])
+        try:
+            async def person(name: str) -> Any:
+                page = await (await browser.new_context(
+                    viewport={"width": 1200, "height": 900})).new_page()
+                page.on("pageerror", lambda error: problems.append(str(error)))
+                await _sign_in(page, base, served.key(tenant, name), f"{tenant}.{WORKSPACE}")
+                await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
+                await page.locator("#queue-choice").select_option("quick")
+                await expect(page.locator("#item h2")).to_have_attribute(
+                    "data-item", "run:run_0", timeout=30_000)
+                return page
+
+            ada = await person("ada")
+            await asyncio.sleep(3)  # past the 2 s lease, before she submits
+            for key in ("y", "1", "Control+Enter"):
+                await ada.keyboard.press(key)
+            await expect(ada.locator("#queue-progress")).to_contain_text(
+                "your lease on run:run_0 ran out before you submitted", timeout=30_000)
+            await expect(ada.locator("#queue-empty")).to_be_visible()  # never hers again
+            bo = await person("bo")  # the item went back to the queue: bo gets it
+            for key in ("n", "2", "Control+Enter"):
+                await bo.keyboard.press(key)
+            await expect(bo.locator("#queue-empty")).to_be_visible(timeout=30_000)
+        finally:
+            await browser.close()
+    given = await ws.feedback(feedback_type="triage_quality")
+    assert [(e.actor.participant, e.event.value["correct"]) for e in given] == [
+        ("user:bo", False)]
+    assert problems == []

@@ -652,6 +652,15 @@ async function submitLeased() {
   } catch (error) {
     here.sending = false;
     if (current !== here) return;
+    if (error.code === "conflict" && /is not running/.test(error.message)) {
+      // The lease ran out before the submit: the item went back to the queue for someone
+      // else, and is never handed to this person again. Nothing was recorded; move on.
+      state.drafts.delete(`${here.runId}|${type}`);
+      await nextItem();
+      if (state.queue) progress(`${state.queue.queue}: your lease on ${lease.item} ran out before you `
+        + "submitted; it went back to the queue and nothing was recorded");
+      return;
+    }
     here.api.showErrors(error.fields?.length ? error.fields
       : [{ path: null, message: error.message }]);
     setStatus("failed", `${error.code}: ${error.message}`);
