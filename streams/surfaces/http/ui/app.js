@@ -31,6 +31,7 @@ const state = {
   lease: null,              // the item it leased to me: {item, target, request_id, ends_ms}
   ahead: null,              // {queue, item, promise}: the item after it, leased while I judge
   doneHere: 0,              // verdicts submitted through queues since sign-in
+  runsCursor: null,         // the next (older) page of runs, or null when all are read
   turns: [],                // ms from a submit to the next item shown (for tests)
 };
 let current = null;         // the open item's form: {runId, type, api, fieldIndex, lease}
@@ -193,6 +194,8 @@ async function select_(runId) {
     article.append(p);
   }
   if (state.selected !== runId) return;
+  // Its feedback (events it caused): others' verdicts were not read at sign-in.
+  for (const emitted of record?.emitted || []) apply(emitted);
   article.append(section("Scope", pre(run.scope || {})));
   if (record) {
     article.append(section("What made it fire", pre(record.matched.map(
@@ -384,6 +387,7 @@ async function chooseQueue(name) {
   $("#run-filters").hidden = Boolean(queue);
   $("#queue").hidden = Boolean(queue);
   $("#queue-count").hidden = Boolean(queue);
+  $("#older-runs").hidden = Boolean(queue) || !state.runsCursor;
   $("#queue-hint").hidden = !queue;
   if (!queue) {
     progress("");
@@ -771,26 +775,34 @@ async function loadWorkspace() {
   // Subscribe first (from the end), then read what is there: the overlap is deduplicated by
   // event id, so nothing between the two is missed.
   connect();
-  // Cursor pages: runs started meanwhile are newer than the first page (and come in on the
-  // subscription), so paging on neither skips nor repeats one.
+  // One page of the newest runs (older ones on demand: "Older runs"), and the signed-in
+  // person's own feedback (for "not yet judged by me"); others' feedback on a run is read
+  // with the run when it is opened. So signing in costs a page, whatever the workspace
+  // holds. Runs started meanwhile are newer than the first page and come in on the
+  // subscription, so paging on neither skips nor repeats one.
+  state.runsCursor = null;
+  await olderRuns();
+  const mine = `participant=${encodeURIComponent(me.participant)}`;
   for (let cursor = null; ;) {
     const after = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
-    const page = await api(wsPath(`runs?limit=${RUN_PAGE}${after}`));
-    for (const run of page.runs) {
-      apply(run.run);
-      for (const emitted of run.emitted) apply(emitted);   // its run_succeeded, say
-    }
-    cursor = page.next_cursor;
-    if (!cursor) break;
-  }
-  for (let cursor = null; ;) {
-    const after = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
-    const page = await api(wsPath(`feedback?limit=1000${after}`));
+    const page = await api(wsPath(`feedback?${mine}&limit=1000${after}`));
     for (const f of page.feedback) apply(f);
     cursor = page.next_cursor;
     if (!cursor) break;
   }
   renderQueue();
+}
+
+async function olderRuns() {
+  // The next page of runs, older than those shown (the first page at sign-in).
+  const after = state.runsCursor ? `&cursor=${encodeURIComponent(state.runsCursor)}` : "";
+  const page = await api(wsPath(`runs?limit=${RUN_PAGE}${after}`));
+  for (const run of page.runs) {
+    apply(run.run);
+    for (const emitted of run.emitted) apply(emitted);   // its run_succeeded, its feedback
+  }
+  state.runsCursor = page.next_cursor;
+  $("#older-runs").hidden = !state.runsCursor;
 }
 
 function signOut(reason = "") {
@@ -929,6 +941,14 @@ $("#rule-filter").addEventListener("change", () => renderQueue());
 $("#unjudged-filter").addEventListener("change", () => renderQueue());
 $("#show-queue").addEventListener("click", () => showView("queue"));
 $("#show-agreement").addEventListener("click", () => showView("agreement"));
+$("#older-runs").addEventListener("click", async () => {
+  try {
+    await olderRuns();
+  } catch (error) {
+    progress(`${error.code || "error"}: ${error.message}`);
+  }
+  renderQueue();
+});
 $("#queue-choice").addEventListener("change", (event) => chooseQueue(event.target.value));
 $("#queue-choice").addEventListener("focus", async () => {
   // Queues installed since sign-in appear when the chooser is opened.
