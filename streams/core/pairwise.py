@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from streams.core.feedback import Feedback
 
@@ -44,19 +44,16 @@ _Z95 = 1.959963984540054
 class PairwisePreference(Feedback, name=PAIRWISE_PREFERENCE,
                          targets={"run", "firing", "chain"}):
     """Which of two evaluator versions' verdicts on one target a person preferred: `a` or
-    `b` (each `evaluator:name@version`), or `tie`."""
+    `b` (each `evaluator:name@version`), or `tie`.
+
+    `a` equal to `b` is accepted (the published schema cannot say two fields differ, and
+    what a server accepts is what its document says) and counted nowhere:
+    `preference_tally` leaves it out."""
 
     a: str = Field(pattern=_PARTICIPANT, max_length=300)
     b: str = Field(pattern=_PARTICIPANT, max_length=300)
     preferred: Literal["a", "b", "tie"]
     note: str | None = None
-
-    @model_validator(mode="after")
-    def _two_versions(self) -> PairwisePreference:
-        if self.a == self.b:
-            raise ValueError(f"a and b are both {self.a!r}: a preference compares two "
-                             "versions; name the other one as b")
-        return self
 
 
 def display_order(item: str, seed: str = "") -> tuple[Literal["a", "b"], Literal["a", "b"]]:
@@ -106,10 +103,13 @@ class PreferenceTally:
 def preference_tally(
         preferences: Iterable[tuple[str, str, PairwisePreference]]) -> list[PreferenceTally]:
     """Tally (participant, target, preference) triples, oldest first: each person's latest
-    preference on a target counts (a person who changed their mind counts once), oriented so
-    `a` is the version first in name order. Sorted by the pair."""
+    preference per target and pair of versions counts (a person who changed their mind
+    counts once), oriented so `a` is the version first in name order; a preference whose `a`
+    and `b` are the same version is left out. Sorted by the pair."""
     latest: dict[tuple[str, str, str, str], PairwisePreference] = {}
     for participant, target, preference in preferences:
+        if preference.a == preference.b:
+            continue  # no pair of versions: nothing preferred
         a, b = sorted((preference.a, preference.b))
         latest[(participant, target, a, b)] = preference
     counts: dict[tuple[str, str], list[int]] = {}

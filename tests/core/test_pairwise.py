@@ -15,10 +15,8 @@ from streams.core.pairwise import (
 A, B = "evaluator:judge@2", "evaluator:judge@3"
 
 
-def test_a_preference_names_two_versions() -> None:
+def test_a_preference_names_two_evaluator_versions() -> None:
     assert PairwisePreference(a=A, b=B, preferred="tie").note is None
-    with pytest.raises(ValidationError, match="name the other one as b"):
-        PairwisePreference(a=A, b=A, preferred="a")
     with pytest.raises(ValidationError, match="pattern"):
         PairwisePreference(a="user:ada", b=B, preferred="a")
     with pytest.raises(ValidationError):
@@ -45,6 +43,7 @@ def test_the_tally_orients_pairs_and_counts_each_persons_latest() -> None:
         ("user:ada", "run:1", PairwisePreference(a=A, b=B, preferred="a")),  # changed mind
         ("user:bo", "run:1", PairwisePreference(a=B, b=A, preferred="a")),  # B, reversed
         ("user:bo", "run:2", PairwisePreference(a=A, b=B, preferred="tie")),
+        ("user:cy", "run:2", PairwisePreference(a=A, b=A, preferred="a")),  # no pair: left out
     ])
     [tally] = tallies
     assert (tally.a, tally.b, tally.a_wins, tally.b_wins, tally.ties) == (A, B, 1, 1, 1)

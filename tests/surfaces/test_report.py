@@ -307,7 +307,7 @@ def test_pairwise_preferences_are_tallied_per_pair_of_versions() -> None:
 
     log = [prefer("r1", "ada", "b"), prefer("r2", "ada", "b"), prefer("r3", "ada", "tie"),
            prefer("r1", "bo", "a", a=new, b=old),          # bo prefers new, said reversed
-           prefer("r4", "ada", "a", a=old, b=old),          # invalid: left out
+           prefer("r4", "ada", "a", a=old, b=old),          # no pair of versions: left out
            prefer("r5", "x", "a", actor=EvaluatorActor(name="judge", version="9"))]
     [row] = build_report(log, tenant="acme", workspace="prod")["preferences"]
     assert (row["a"], row["b"], row["a_wins"], row["b_wins"], row["ties"], row["n"]) == (
