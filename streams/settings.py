@@ -61,12 +61,15 @@ class Var:
     positive: bool = False
     secret: bool = False
     path: bool = False
+    unit: str | None = None
+    """What the table calls its type when not its Python type's name (a float is seconds
+    unless it says otherwise)."""
 
 
 def _setting(default: Any, env: str, doc: str, *, choices: tuple[str, ...] = (),
              minimum: float | None = None, positive: bool = False, secret: bool = False,
-             path: bool = False) -> Any:
-    var = Var(env, doc, choices, minimum, positive, secret, path)
+             path: bool = False, unit: str | None = None) -> Any:
+    var = Var(env, doc, choices, minimum, positive, secret, path, unit)
     return field(default=default, repr=not secret, metadata={"var": var})
 
 
@@ -331,7 +334,7 @@ class Settings:
     calibration_margin: float = _setting(
         0.05, "STREAMS_CALIBRATION_MARGIN", "how far above its threshold an alarmed measure "
         "must come back to clear the alarm (so a measure wavering at the threshold raises "
-        "one alarm)", minimum=0)
+        "one alarm)", minimum=0, unit="number")
     # -- the service (streams serve) -----------------------------------------------------------
     serve_port: int = _setting(8700, "STREAMS_SERVE_PORT", "port `streams serve` listens on "
                                "(on STREAMS_SERVE_HOST)", minimum=1)
@@ -590,7 +593,8 @@ def declared() -> Iterator[tuple[str, Var, str, Any]]:
     for f in fields(Settings):
         default = f.default_factory() if f.default is MISSING and \
             f.default_factory is not MISSING else f.default
-        yield f.name, f.metadata["var"], _type_name(_types()[f.name]), default
+        var = f.metadata["var"]
+        yield f.name, var, var.unit or _type_name(_types()[f.name]), default
 
 
 def _type_name(tp: Any) -> str:

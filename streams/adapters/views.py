@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 
 LAYOUT_VERSION = "3"
 """Bumped when the tables change: a file of another layout is rebuilt from the topic (2 added
-the firings' rule and time, the chains and the verdicts)."""
+the firings' rule and time, the chains and the verdicts; 3 shadow versions' verdicts, the
+person verdicts' index and workspaces, and the calibration alarms)."""
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -78,6 +79,7 @@ CREATE TABLE verdicts (workspace TEXT NOT NULL, feedback_type TEXT NOT NULL,
                        target_kind TEXT NOT NULL, target_id TEXT NOT NULL,
                        participant TEXT NOT NULL, evaluator TEXT, person INTEGER NOT NULL,
                        value TEXT NOT NULL, time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
+                       shadow INTEGER NOT NULL,
                        PRIMARY KEY (workspace, feedback_type, target_kind, target_id,
                                     participant)) WITHOUT ROWID;
 CREATE INDEX verdicts_by_evaluator ON verdicts (workspace, feedback_type, target_kind,
@@ -85,8 +87,11 @@ CREATE INDEX verdicts_by_evaluator ON verdicts (workspace, feedback_type, target
 CREATE INDEX verdicts_by_participant ON verdicts (workspace, feedback_type, target_kind,
                                                   participant, time_ms, pos);
 CREATE INDEX verdicts_by_person ON verdicts (workspace, person, time_ms, pos);
-CREATE INDEX alarms_by_time ON events (workspace, time_ms, pos)
-    WHERE event_type = 'calibration:alarm';
+CREATE TABLE people_workspaces (workspace TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE alarms (workspace TEXT NOT NULL, evaluator TEXT NOT NULL,
+                     feedback_type TEXT NOT NULL, field TEXT NOT NULL, raised INTEGER NOT NULL,
+                     episode INTEGER NOT NULL, time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
+                     PRIMARY KEY (workspace, evaluator, feedback_type, field)) WITHOUT ROWID;
 CREATE TABLE caused (event_id TEXT NOT NULL, run_id TEXT NOT NULL, workspace TEXT NOT NULL,
                      pos INTEGER NOT NULL, PRIMARY KEY (event_id, run_id)) WITHOUT ROWID;
 CREATE INDEX caused_by_run ON caused (run_id, pos);
@@ -338,16 +343,31 @@ class ViewStore:
         if feedback or verdicts:
             # The latest verdict per (target, type, participant): a later one replaces it, an
             # older one (or the same one again) changes nothing.
+            given = [f for r in rows for f in (r.feedback, r.verdict)
+                     if f is not None and f.target_kind]
             db.executemany(
-                "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (workspace, feedback_type, target_kind, target_id, participant) "
                 "DO UPDATE SET evaluator = excluded.evaluator, person = excluded.person, "
-                "value = excluded.value, time_ms = excluded.time_ms, pos = excluded.pos "
+                "value = excluded.value, time_ms = excluded.time_ms, pos = excluded.pos, "
+                "shadow = excluded.shadow "
                 "WHERE (excluded.time_ms, excluded.pos) > (verdicts.time_ms, verdicts.pos)",
                 [(f.workspace, f.feedback_type, f.target_kind, f.target_id, f.participant,
-                  f.evaluator, int(f.person), f.value_json, f.time_ms, f.pos)
-                 for r in rows for f in (r.feedback, r.verdict)
-                 if f is not None and f.target_kind])
+                  f.evaluator, int(f.person), f.value_json, f.time_ms, f.pos, int(f.shadow))
+                 for f in given])
+            db.executemany("INSERT OR IGNORE INTO people_workspaces VALUES (?)",
+                           [(w,) for w in {f.workspace for f in given if f.person}])
+        alarms = [r.alarm for r in rows if r.alarm is not None]
+        if alarms:
+            # The newest alarm event per key is where its alarm stands.
+            db.executemany(
+                "INSERT INTO alarms VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (workspace, evaluator, feedback_type, field) DO UPDATE SET "
+                "raised = excluded.raised, episode = excluded.episode, "
+                "time_ms = excluded.time_ms, pos = excluded.pos "
+                "WHERE (excluded.time_ms, excluded.pos) > (alarms.time_ms, alarms.pos)",
+                [(a.workspace, a.evaluator, a.feedback_type, a.field, int(a.raised),
+                  a.episode, a.time_ms, a.pos) for a in alarms])
         # Membership: an event caused by an event of a run's closure joins that closure (and
         # every closure its cause is in: a run's emitted event may start another run). Run
         # one statement per event in log order, so a cause applied earlier in this batch is
@@ -416,7 +436,9 @@ class ViewStore:
             where.append("v.participant = ?")
             args.append(f"evaluator:{evaluator}")
         else:
-            where.append("v.evaluator = ?")
+            # Every live version of the evaluator (the versions that give feedback); a
+            # shadow's recorded verdicts count only when the version is named.
+            where.append("v.evaluator = ? AND v.shadow = 0")
             args.append(evaluator)
         if below is not None:
             where.append("json_extract(v.value, ?) < ?")
@@ -480,21 +502,23 @@ class ViewStore:
         return [(e, str(t), judged, str(said), int(ms), int(pt), int(pp))
                 for e, t, judged, said, ms, pt, pp in found]
 
-    def alarm_events(self, workspace: str, *, limit: int) -> list[RawEvent]:
-        """The workspace's newest `limit` calibration alarm events, oldest first (a partial
-        index holds only them, so the read does not grow with the log)."""
+    def alarms(self, workspace: str) -> list[tuple[str, str, str, bool, int]]:
+        """Where each calibration alarm of the workspace stands, as its newest alarm event
+        left it: (evaluator participant, feedback type, field, raised, episode); one row
+        per key, so the read is as small as the keys."""
         with self._guarded() as db:
             found = db.execute(
-                "SELECT pos, time_ms, raw FROM events WHERE workspace = ? AND "
-                "event_type = 'calibration:alarm' ORDER BY time_ms DESC, pos DESC LIMIT ?",
-                (workspace, int(limit))).fetchall()
-        return [_raw(pos, time_ms, raw) for pos, time_ms, raw in reversed(found)]
+                "SELECT evaluator, feedback_type, field, raised, episode FROM alarms "
+                "WHERE workspace = ? ORDER BY evaluator, feedback_type, field",
+                (workspace,)).fetchall()
+        return [(str(e), str(t), str(f), bool(r), int(n)) for e, t, f, r, n in found]
 
     def verdict_workspaces(self) -> list[str]:
-        """The workspaces where a person gave a verdict."""
+        """The workspaces where a person gave a verdict (a table of their own: one row
+        each)."""
         with self._guarded() as db:
-            found = db.execute("SELECT DISTINCT workspace FROM verdicts WHERE person = 1 "
-                               "ORDER BY workspace").fetchall()
+            found = db.execute("SELECT workspace FROM people_workspaces ORDER BY workspace"
+                               ).fetchall()
         return [str(w) for (w,) in found]
 
     def paired(self, workspace: str, *, a: str, b: str, feedback_type: str, on: str,
@@ -603,4 +627,4 @@ class ViewStore:
         with self._guarded() as db:
             return {name: db.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
                     for name in ("events", "runs", "firings", "feedback", "verdicts",
-                                 "caused", "skipped")}
+                                 "caused", "skipped", "alarms")}

@@ -30,10 +30,12 @@ from streams.core.app_events import APP_EVENT_NAME
 from streams.core.errors import SchemaError, ValidationFailed
 from streams.core.evaluation import VERDICT_RECORD
 from streams.core.events import Envelope, FeedbackGiven
+from streams.core.measures.calibration import ALARM_EVENT
 
 __all__ = [
     "OFFSET_BITS",
     "PAGE_CURSOR_PATTERN",
+    "AlarmRow",
     "ChainRow",
     "EventRow",
     "FeedbackRow",
@@ -135,6 +137,22 @@ class FeedbackRow:
     value_json: str = "{}"
     evaluator: str | None = None
     person: bool = False
+    shadow: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmRow:
+    """A `calibration:alarm` event: where one evaluator version's alarm on one field stands
+    after it (the newest per key is the view's `alarms` row)."""
+
+    workspace: str
+    evaluator: str
+    feedback_type: str
+    field: str
+    raised: bool
+    episode: int
+    time_ms: int
+    pos: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +167,7 @@ class Rows:
     verdict: FeedbackRow | None = None
     """A shadow evaluator version's recorded verdict: a verdict on its target (the
     verdicts table), not feedback anyone gave (not in the feedback table)."""
+    alarm: AlarmRow | None = None
 
 
 def rows_of(record: Mapping[str, Any], partition: int, offset: int, raw: bytes) -> Rows:
@@ -183,12 +202,27 @@ def rows_of(record: Mapping[str, Any], partition: int, offset: int, raw: bytes) 
                 person=kind == "user"))
         if event_type == VERDICT_RECORD:
             return Rows(event, verdict=_shadow_verdict(record, workspace, time_ms, pos))
+        if event_type == ALARM_EVENT:
+            return Rows(event, alarm=_alarm(record, workspace, time_ms, pos))
         if event.correlation_id == event.event_id and APP_EVENT_NAME.match(event_type):
             return Rows(event, chain=ChainRow(workspace, event.event_id, time_ms, pos))
         return Rows(event)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SchemaError(f"record at {partition}:{offset} is not an event envelope: "
                           f"{exc!r}") from exc
+
+
+def _alarm(record: Mapping[str, Any], workspace: str, time_ms: int,
+           pos: int) -> AlarmRow | None:
+    # Not this view's to judge: an alarm it cannot read keeps its event row, without a state.
+    try:
+        data = json.loads(record["data_json"])
+        version = data.get("version") or "0"
+        return AlarmRow(workspace, f"evaluator:{data['evaluator']}@{version}",
+                        str(data["feedback_type"]), str(data["field"]),
+                        data["raised"] is True, int(data.get("episode") or 0), time_ms, pos)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _shadow_verdict(record: Mapping[str, Any], workspace: str, time_ms: int,
@@ -212,7 +246,7 @@ def _shadow_verdict(record: Mapping[str, Any], workspace: str, time_ms: int,
                        f"evaluator:{evaluator}@{data.get('version')}", time_ms, pos,
                        target_kind=str(target.get("kind")), target_id=str(target.get("id")),
                        value_json=json.dumps(value, sort_keys=True, default=str),
-                       evaluator=evaluator, person=False)
+                       evaluator=evaluator, person=False, shadow=True)
 
 
 def _millis(value: Any) -> int:

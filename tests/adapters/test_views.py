@@ -11,6 +11,7 @@ import pytest
 
 from streams.adapters.views import ViewCorrupt, ViewStore
 from streams.core.viewrows import (
+    AlarmRow,
     ChainRow,
     EventRow,
     FeedbackRow,
@@ -68,7 +69,7 @@ def test_batches_are_idempotent_and_carry_their_checkpoint(tmp_path: Path) -> No
     store.apply(batch, [(position(0, 3), "bad")], {0: 4, 1: 2})  # again, and an older mark
     assert store.checkpoint() == {0: 4, 1: 3}  # never moves back
     assert store.counts() == {"events": 6, "runs": 2, "firings": 2, "feedback": 0,
-                              "verdicts": 0, "caused": 2, "skipped": 1}
+                              "verdicts": 0, "caused": 2, "skipped": 1, "alarms": 0}
 
 
 def test_runs_newest_first_by_rule_and_paged_without_gaps(tmp_path: Path) -> None:
@@ -346,23 +347,34 @@ def test_a_shadow_verdict_enters_the_verdicts_only(tmp_path: Path) -> None:
                  Rows(shadow, verdict=FeedbackRow(
                      "prod", "triage_quality", "evaluator:judge@3", shadow.time_ms,
                      shadow.pos, target_kind="run", target_id="r1",
-                     value_json='{"correct": false}', evaluator="judge"))], [], {})
+                     value_json='{"correct": false}', evaluator="judge", shadow=True))],
+                [], {})
     assert store.counts()["feedback"] == 1 and store.counts()["verdicts"] == 2
     [(evaluator, *_rest)] = store.verdict_pairs("prod", limit=10)
     assert evaluator == "evaluator:judge@3"
     assert [i for i, _k in store.judged("prod", evaluator="judge@3",
                                         feedback_type="triage_quality", on="run",
                                         differs_on=["correct"])] == ["r1"]
+    # By name alone, the live versions only: a shadow's record is not a second item.
+    assert store.judged("prod", evaluator="judge", feedback_type="triage_quality", on="run",
+                        differs_on=["correct"]) == []
 
 
-def test_alarm_events_newest_kept_oldest_first(tmp_path: Path) -> None:
+def test_each_keys_newest_alarm_stands(tmp_path: Path) -> None:
     store = _store(tmp_path)
-    store.apply([Rows(_event(0, o, f"al{o}", t=100 + o, kind="calibration:alarm"))
-                 for o in range(5)] + [Rows(_event(1, 0, "x", t=500, kind="ops:other"))],
-                [], {})
-    assert [r.raw for r in store.alarm_events("prod", limit=3)] == [
-        b"raw:al2", b"raw:al3", b"raw:al4"]
-    assert store.alarm_events("elsewhere", limit=3) == []
+
+    def alarm(o: int, t: int, raised: bool, episode: int, field: str = "ok") -> Rows:
+        event = _event(0, o, f"al{o}", t=t, kind="calibration:alarm")
+        return Rows(event, alarm=AlarmRow("prod", "evaluator:j@1", "q", field, raised,
+                                          episode, event.time_ms, event.pos))
+
+    store.apply([alarm(0, 100, True, 1), alarm(1, 200, False, 1), alarm(2, 300, True, 2),
+                 alarm(3, 50, False, 9),  # older than the newest: changes nothing
+                 alarm(4, 120, True, 1, field="other")], [], {})
+    assert store.alarms("prod") == [("evaluator:j@1", "q", "ok", True, 2),
+                                    ("evaluator:j@1", "q", "other", True, 1)]
+    assert store.alarms("elsewhere") == []
+    assert store.counts()["alarms"] == 2
 
 
 def test_targets_two_versions_both_judged_newest_first(tmp_path: Path) -> None:

@@ -148,3 +148,17 @@ def test_a_shadow_versions_recorded_verdict_is_a_verdict_not_feedback() -> None:
     broken["data_json"] = "{not json"
     kept = rows_of(broken, 0, 6, b"raw")
     assert kept.verdict is None and kept.event.event_type == "streams:verdict"
+
+
+def test_an_alarm_event_says_where_its_key_stands() -> None:
+    data = {"evaluator": "judge", "version": "3", "feedback_type": "q", "field": "ok",
+            "measure": "kappa", "value": 0.1, "n": 40, "threshold": 0.5, "raised": True,
+            "episode": 2}
+    rows = rows_of(envelope_to_record(_env(AppEvent(name="calibration:alarm", data=data))),
+                   1, 9, b"raw")
+    alarm = rows.alarm
+    assert alarm is not None
+    assert (alarm.evaluator, alarm.feedback_type, alarm.field, alarm.raised, alarm.episode,
+            alarm.pos) == ("evaluator:judge@3", "q", "ok", True, 2, position(1, 9))
+    broken = envelope_to_record(_env(AppEvent(name="calibration:alarm", data={"x": 1})))
+    assert rows_of(broken, 0, 1, b"raw").alarm is None  # kept as an event, no state

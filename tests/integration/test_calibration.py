@@ -110,8 +110,18 @@ async def test_a_drifting_judge_alarms_once_enqueues_its_disagreements_and_clear
     [cleared] = await again.step()
     assert cleared.row.state == "ok" and cleared.queue is None
     assert cleared.event_id != raised.event_id
-    assert [a.raised for a in await _alarms(ws)] == [True, False]
+    assert [(a.raised, a.episode) for a in await _alarms(ws)] == [(True, 1), (False, 1)]
     assert await keeper.step() == []
+    # It drifts again: a second raise, its own episode and id (a rule watching alarms sees
+    # a new event, not a repeat of the first raise).
+    await _judged(ws, runs, people_agree=False)
+    [again_raised] = await keeper.step()
+    assert again_raised.row.state == "alarm"
+    assert [(a.raised, a.episode) for a in await _alarms(ws)] == [
+        (True, 1), (False, 1), (True, 2)]
+    assert len({raised.event_id, cleared.event_id, again_raised.event_id}) == 3
+    # The queue of its disagreements is live already (installed with the first raise).
+    assert again_raised.queue == QUEUE
     queues.close()
 
 

@@ -23,7 +23,7 @@ import pytest
 from pydantic import Field
 
 from streams.core.actors import EvaluatorActor, UserActor
-from streams.core.events import AppEvent, FeedbackGiven
+from streams.core.events import AppEvent, FeedbackGiven, RunStarted, RunSucceeded
 from streams.core.feedback import Feedback, registry
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
@@ -381,7 +381,22 @@ async def test_pairwise_review_of_two_judge_versions_by_keyboard(
         old = ws.as_actor(EvaluatorActor(name="judge", version="2"))
         new = ws.as_actor(EvaluatorActor(name="judge", version="3"))
         for n in range(2):
-            await start_run(ws, f"run_{n}")
+            spike = await ws.append(AppEvent(name="ops:error_spike", data={}))
+            started = await ws.append(
+                RunStarted(run_id=f"run_{n}", rule="ops:error-spike", action="triage",
+                           firing_id="fir_1"), correlation_id=spike.id, causation_id=spike.id)
+            # The run is an evaluator's: its output and its recorded verdict name the
+            # version, which a blind queue must not show beside the pair.
+            await ws.append(RunSucceeded(run_id=f"run_{n}", rule="ops:error-spike",
+                                         action="triage", output={
+                                             "evaluator": "judge", "version": "3",
+                                             "value": {"correct": False}}),
+                            correlation_id=spike.id, causation_id=started.id)
+            await ws.append(AppEvent(name="streams:verdict", data={
+                "evaluator": "judge", "version": "2", "shadow": True,
+                "feedback_type": "triage_quality", "value": {"correct": True},
+                "target": {"kind": "run", "id": f"run_{n}"}}),
+                correlation_id=spike.id, causation_id=started.id)
             await old.give_feedback(TriageQuality(correct=True, severity="low",
                                                   note=f"old on {n}"),
                                     on=RunTarget(run_id=f"run_{n}"))
@@ -428,6 +443,9 @@ async def test_pairwise_review_of_two_judge_versions_by_keyboard(
                 await expect(pair.locator('[data-side="1"]')).to_contain_text(said[first])
                 await expect(pair.locator('[data-side="2"]')).to_contain_text(said[second])
                 await expect(pair).not_to_contain_text("judge@")
+                await expect(page.locator("#item")).not_to_contain_text("judge")
+                await expect(page.locator("#item")).to_contain_text(
+                    "an evaluator's verdict (hidden: blind review)")
                 if os.environ.get("STREAMS_UI_SCREENSHOTS") and key == "1":
                     shots = Path(os.environ["STREAMS_UI_SCREENSHOTS"])
                     await page.screenshot(path=str(shots / "ui-pairwise.png"))

@@ -95,7 +95,8 @@ class StallWatch:
         waiting = _waiting(consumer, owned, self.starts, self.offsets)
         if waiting == {}:
             # Nothing waits: the loop is idle, not stuck. Look again a whole stall timeout
-            # later (one ListOffsets per owned partition a minute on an idle loop).
+            # later (one look a minute on an idle loop: a ListOffsets request per owned
+            # partition, or two for them all with batched offsets).
             self.suspect = None
             self.looked_at = now + self.stall_timeout - apart
             return False

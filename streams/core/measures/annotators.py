@@ -28,6 +28,7 @@ from typing import Final
 
 from streams.core.feedback import FeedbackRegistry
 from streams.core.measures.agreement import Verdict, field_kinds
+from streams.core.pairwise import PAIRWISE_PREFERENCE
 
 __all__ = ["BOOTSTRAP", "PeopleAgreement", "krippendorff_alpha", "people_agreement"]
 
@@ -49,10 +50,12 @@ class _Unit:
     s2: float
 
 
-def _unit(values: Sequence[object], numeric: bool) -> _Unit:
+def _unit(values: Sequence[object], numeric: bool, centre: float = 0.0) -> _Unit:
     m = len(values)
     if numeric:
-        numbers = [float(v) for v in values]  # type: ignore[arg-type]
+        # Centred (interval alpha does not change under a shift): the sums of squares below
+        # keep their precision for large values.
+        numbers = [float(v) - centre for v in values]  # type: ignore[arg-type]
         s1, s2 = sum(numbers), sum(v * v for v in numbers)
         # sum over ordered pairs i != j of (a - b)^2 = 2 m s2 - 2 s1^2
         return _Unit(m, (2 * m * s2 - 2 * s1 * s1) / (m - 1), Counter(), s1, s2)
@@ -85,7 +88,10 @@ def krippendorff_alpha(units: Iterable[Sequence[object]], *, numeric: bool = Fal
     """Alpha over `units` (each the values people gave one target; units with fewer than
     two are not pairable and left out), nominal or (`numeric`) interval, with its bootstrap
     95% interval (None with fewer than two units, or when alpha is undefined)."""
-    parts = [_unit(list(u), numeric) for u in units if len(u) >= 2]
+    pairable = [list(u) for u in units if len(u) >= 2]
+    every = [float(v) for u in pairable for v in u] if numeric else []  # type: ignore[arg-type]
+    centre = sum(every) / len(every) if every else 0.0
+    parts = [_unit(u, numeric, centre) for u in pairable]
     alpha = _alpha(parts, numeric)
     if alpha is None or len(parts) < 2 or bootstrap <= 0:
         return alpha, None
@@ -127,11 +133,13 @@ def _observed(units: Sequence[Sequence[object]]) -> float | None:
 def people_agreement(verdicts: Iterable[Verdict], *,
                      types: FeedbackRegistry | None = None) -> list[PeopleAgreement]:
     """Alpha per feedback type and compared field over people's latest verdicts (evaluators'
-    verdicts are left out), the targets two people or more judged; sorted by type and
-    field."""
+    verdicts and pairwise preferences are left out), the targets two people or more judged;
+    sorted by type and field."""
     by_type: dict[str, dict[str, list[dict[str, object]]]] = {}
     for verdict in verdicts:
-        if verdict.person:
+        # A pairwise preference's `a`/`b` mean different versions on different pairs: it
+        # has its own tally (streams.core.pairwise), not an agreement on its fields.
+        if verdict.person and verdict.feedback_type != PAIRWISE_PREFERENCE:
             by_type.setdefault(verdict.feedback_type, {}).setdefault(
                 verdict.target, []).append(verdict.value)
     out: list[PeopleAgreement] = []

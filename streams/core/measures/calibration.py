@@ -2,10 +2,12 @@
 that calls for people.
 
 The offline report (`streams.core.measures.agreement`) measures a judge over the whole log.
-Calibration measures the same thing over a window that moves with the feedback: the newest
-`window` pairs of each evaluator version and feedback type (a pair is an evaluator version's
-and a person's latest verdicts on the same target; its time is the later of the two). Each
-compared field has one *calibration measure*:
+Calibration measures the same thing over a window that moves with the feedback: at most
+`window` recent pairs of each evaluator version and feedback type (a pair is an evaluator
+version's and a person's latest verdicts on the same target; `calibrate` keeps the newest by
+the later of the two times, and the view hands it those on the newest person verdicts:
+`streams.runtime.client.views.calibration_pairs`). Each compared field has one *calibration
+measure*:
 
 - bool and categorical fields: Cohen's kappa, with the observed agreement beside it;
 - numeric fields: Spearman's rank correlation.
@@ -22,7 +24,9 @@ Formulas and intervals are `agreement.py`'s (docs/measures.md). A field's state:
 - `ok`: otherwise.
 
 An alarm that is raised or cleared is a `CalibrationAlarm` app event (`calibration:alarm`):
-rules may watch it like any declared app event type.
+rules may watch it like any declared app event type. Each carries its episode (the how-
+manieth raise of its key; a clear carries the raise it clears), so every change has an id of
+its own. While a raise stands, a row says so (`standing`) whatever its state, until a clear.
 
     policy = CalibrationPolicy(thresholds=parse_thresholds('{"triage-judge": 0.6}'))
     rows = calibrate(pairs, policy, previous={key: "alarm"})
@@ -85,6 +89,9 @@ class CalibrationAlarm(AppEventType, name=ALARM_EVENT):
     threshold: float
     raised: bool
     queue: str | None = None
+    episode: int = 0
+    """The how-manieth raise of this key the event is (a clear carries the raise it clears):
+    with the key, it makes the event's id."""
 
     @property
     def key(self) -> CalibrationKey:
@@ -95,25 +102,29 @@ class CalibrationAlarm(AppEventType, name=ALARM_EVENT):
 
 @dataclass(frozen=True)
 class AlarmBook:
-    """Where each key's alarm stands, as the alarm events say: `states` (`alarm` after a
-    raise, `ok` after a clear) and `raised` (how many times each was raised: the next
-    raise's episode)."""
+    """Where each key's alarm stands, as its newest alarm event says: `states` (`alarm`
+    after a raise, `ok` after a clear) and `episodes` (that event's episode: the next raise
+    is one more)."""
 
     states: dict[CalibrationKey, State]
-    raised: dict[CalibrationKey, int]
+    episodes: dict[CalibrationKey, int]
+
+    def next_episode(self, key: CalibrationKey, raised: bool) -> int:
+        """The episode of the change to write for `key`: one more than the last for a
+        raise, the standing one for a clear."""
+        last = self.episodes.get(key, 0)
+        return last + 1 if raised else last
 
 
 def alarm_book(alarms: Iterable[CalibrationAlarm]) -> AlarmBook:
-    """Fold alarm events, oldest first. Idempotent for a repeated event (two keepers writing
-    the same change): a raise after a raise is still one alarm, counted once."""
+    """Fold alarm events, oldest first: each key's newest event stands. A repeated event (two
+    keepers writing the same change, the same id) changes nothing."""
     states: dict[CalibrationKey, State] = {}
-    raised: dict[CalibrationKey, int] = {}
+    episodes: dict[CalibrationKey, int] = {}
     for alarm in alarms:
-        key = alarm.key
-        if alarm.raised and states.get(key) != "alarm":
-            raised[key] = raised.get(key, 0) + 1
-        states[key] = "alarm" if alarm.raised else "ok"
-    return AlarmBook(states, raised)
+        states[alarm.key] = "alarm" if alarm.raised else "ok"
+        episodes[alarm.key] = alarm.episode
+    return AlarmBook(states, episodes)
 
 
 def evaluator_version(participant: str) -> tuple[str, str]:
@@ -197,6 +208,10 @@ class Calibration:
     ci: tuple[float, float] | None
     threshold: float | None
     state: State
+    standing: bool = False
+    """Whether an alarm stands: raised and not cleared. True in state `alarm`, and also
+    while the state says nothing either way (`too_few`, `undefined`, `unwatched`) about a
+    key whose last word was a raise."""
 
     @property
     def key(self) -> CalibrationKey:
@@ -215,8 +230,9 @@ class Calibration:
         part = self.agreement.categorical
         return part.observed if part else None
 
-    def alarm_event(self, *, margin: float, queue: str | None = None) -> CalibrationAlarm:
-        """The app event saying this row's alarm was raised (state `alarm`) or cleared."""
+    def alarm_event(self, *, episode: int, queue: str | None = None) -> CalibrationAlarm:
+        """The app event saying this row's alarm was raised (state `alarm`) or cleared, as
+        the key's `episode`-th raise (`AlarmBook.next_episode`)."""
         if self.threshold is None:
             raise ValueError(f"{self.key} is not watched: it has no alarm")
         name, version = evaluator_version(self.agreement.evaluator)
@@ -225,7 +241,7 @@ class Calibration:
             field=self.agreement.field, measure=self.measure, value=self.value,
             ci_low=self.ci[0] if self.ci else None, ci_high=self.ci[1] if self.ci else None,
             n=self.n, threshold=self.threshold, raised=self.state == "alarm",
-            queue=queue if self.state == "alarm" else None)
+            queue=queue if self.state == "alarm" else None, episode=episode)
 
 
 def calibration_json(row: Calibration) -> dict[str, object]:
@@ -235,7 +251,7 @@ def calibration_json(row: Calibration) -> dict[str, object]:
             "feedback_type": row.agreement.feedback_type, "field": row.agreement.field,
             "kind": row.agreement.kind, "measure": row.measure, "value": row.value,
             "ci": list(row.ci) if row.ci else None, "observed": row.observed, "n": row.n,
-            "threshold": row.threshold, "state": row.state}
+            "threshold": row.threshold, "state": row.state, "alarm": row.standing}
 
 
 def newest_pairs(pairs: Iterable[VerdictPair], window: int) -> list[VerdictPair]:
@@ -284,7 +300,8 @@ def calibrate(pairs: Iterable[VerdictPair], policy: CalibrationPolicy, *,
         threshold = policy.threshold_for(agreement.evaluator)
         key = (agreement.evaluator, agreement.feedback_type, agreement.field)
         state = _state(value, agreement.n, threshold, was.get(key), policy)
-        out.append(Calibration(agreement, measure, value, ci, threshold, state))
+        standing = state == "alarm" or (state != "ok" and was.get(key) == "alarm")
+        out.append(Calibration(agreement, measure, value, ci, threshold, state, standing))
     return out
 
 

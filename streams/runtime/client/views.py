@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -42,17 +42,15 @@ from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.kafka.log import take, watermarks_of
 from streams.adapters.views import RawEvent, ViewCorrupt, ViewStore
 from streams.core.errors import KafkaUnavailable, SchemaError, ValidationFailed
-from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted, Seq
+from streams.core.events import Envelope, RuleFired, RunStarted, Seq
 from streams.core.feedback import FeedbackRegistry
 from streams.core.measures.agreement import VerdictPair
 from streams.core.measures.calibration import (
     AlarmBook,
     Calibration,
-    CalibrationAlarm,
     CalibrationKey,
     CalibrationPolicy,
     State,
-    alarm_book,
     calibrate,
 )
 from streams.core.queues import Entry
@@ -82,17 +80,14 @@ Progress = Callable[[int, int], None]
 _T = TypeVar("_T")
 
 BATCH = 5000
-ALARMS_READ = 1000
-"""Calibration alarm events a read folds, newest: alarms are rare (one per crossing), so
-this covers every key's latest for years of a busy workspace."""
+"""Records per SQLite transaction while catching up (rows and checkpoint together)."""
 PAGES_AT_LEAST = 10
-"""Pages of person verdicts calibration reads before it may stop: a version met in none of
-them (paired with fewer than one person verdict in ten lately) is not measured."""
+"""Pages of `window` person verdicts calibration reads before it may stop: a version with no
+pair among the newest `PAGES_AT_LEAST x window` person verdicts is not measured."""
 SCAN_PER_WINDOW = 50
 """Calibration reads at most the newest `SCAN_PER_WINDOW x window` person verdicts: enough
-for a version that judges one in 50 of the targets people review to fill its window, and a
+for a version paired with one in 50 of the targets people review to fill its window, and a
 bound on the read however long the log (docs/measures.md)."""
-"""Records per SQLite transaction while catching up (rows and checkpoint together)."""
 
 
 def view_path(settings: Settings, tenant: str) -> Path:
@@ -426,19 +421,12 @@ class TenantView:
                                            after=after)])
 
     def alarms(self, workspace: str) -> AlarmBook:
-        """Where the workspace's calibration alarms stand, from its newest `ALARMS_READ`
-        alarm events."""
-        def read() -> AlarmBook:
-            alarms = []
-            for raw in self.store.alarm_events(workspace, limit=ALARMS_READ):
-                event = self._envelope(raw).event
-                try:
-                    alarms.append(CalibrationAlarm.of(cast(AppEvent, event)))
-                except ValidationFailed as exc:  # someone else's event of the name
-                    log.warning("tenant %s: a calibration:alarm event at %s:%s is not one "
-                                "(%s); left out", self.tenant, raw.partition, raw.offset, exc)
-            return alarm_book(alarms)
-        return self._guarded_read(read)
+        """Where the workspace's calibration alarms stand: each key's newest alarm event,
+        as the view keeps it (one row per key)."""
+        found = self._guarded_read(lambda: self.store.alarms(workspace))
+        return AlarmBook(
+            {(e, t, f): ("alarm" if raised else "ok") for e, t, f, raised, _n in found},
+            {(e, t, f): episode for e, t, f, _r, episode in found})
 
     def calibration(self, workspace: str, policy: CalibrationPolicy, *,
                     previous: Mapping[CalibrationKey, State] | None = None,

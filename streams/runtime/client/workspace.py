@@ -958,6 +958,7 @@ class Workspace:
         each alarm's state as the alarm events say. `policy` defaults to the
         STREAMS_CALIBRATION_* settings. Answered from the view: bounded by the window, not
         the log."""
+        self._check_read("feedback")
         view = await self._view()
         chosen = policy or self.client.settings.calibration_policy()
         return await asyncio.to_thread(view.calibration, self.workspace, chosen,

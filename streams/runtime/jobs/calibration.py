@@ -37,6 +37,7 @@ from streams.core.measures.calibration import (
     evaluator_version,
 )
 from streams.core.queues import QueueNameTaken
+from streams.runtime.client.views import TenantView
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.jobs.queues import QueueBook
 
@@ -82,6 +83,7 @@ class CalibrationKeeper:
         self.enqueue = enqueue
         self.rows: dict[tuple[str, str], list[Calibration]] = {}
         self.passes = 0
+        self._measured: set[str] = set()  # tenants measured once (see _tenant)
 
     def snapshot(self) -> list[tuple[str, str, Calibration]]:
         """(tenant, workspace, row) of the last pass, for the metrics."""
@@ -100,16 +102,31 @@ class CalibrationKeeper:
 
     async def _tenant(self, tenant: str) -> list[Announced]:
         view = self.client.tenant_view(tenant)
-        await asyncio.to_thread(view.catch_up)
+        done = await asyncio.to_thread(view.catch_up)
+        if done.applied == 0 and not done.rebuilt and tenant in self._measured:
+            return []  # nothing new in its log: its measures and alarms are as they were
         out: list[Announced] = []
         for workspace in await asyncio.to_thread(view.store.verdict_workspaces):
-            book = await asyncio.to_thread(view.alarms, workspace)
-            rows = await asyncio.to_thread(view.calibration, workspace, self.policy,
-                                           previous=book.states, types=self.client.types)
-            self.rows[(tenant, workspace)] = rows
-            for row in changed(book.states, rows):
-                out.append(await self._announce(tenant, workspace, row, book))
+            try:
+                out.extend(await self._workspace(view, tenant, workspace))
+            except StreamsError:
+                raise  # the broker or the view: the pass is tried again
+            except Exception:
+                # One workspace's bad data (a value no measure can take) must not stop the
+                # keeper for every other one: logged with its trace, measured next pass.
+                log.exception("calibration of %s/%s failed; the other workspaces go on",
+                              tenant, workspace)
+        self._measured.add(tenant)
         return out
+
+    async def _workspace(self, view: TenantView, tenant: str,
+                         workspace: str) -> list[Announced]:
+        book = await asyncio.to_thread(view.alarms, workspace)
+        rows = await asyncio.to_thread(view.calibration, workspace, self.policy,
+                                       previous=book.states, types=self.client.types)
+        self.rows[(tenant, workspace)] = rows
+        return [await self._announce(tenant, workspace, row, book)
+                for row in changed(book.states, rows)]
 
     async def _announce(self, tenant: str, workspace: str, row: Calibration,
                         book: AlarmBook) -> Announced:
@@ -117,9 +134,9 @@ class CalibrationKeeper:
         queue = await self._enqueue(tenant, workspace, row) if raised and self.enqueue \
             else None
         evaluator, feedback_type, name = row.key
-        episode = book.raised.get(row.key, 0) + (1 if raised else 0)
+        episode = book.next_episode(row.key, raised)
         event_id = alarm_event_id(workspace, evaluator, feedback_type, name, episode, raised)
-        event = row.alarm_event(margin=self.policy.margin, queue=queue).to_event()
+        event = row.alarm_event(episode=episode, queue=queue).to_event()
         await self.client.workspace(tenant, workspace).append(event, event_id=event_id)
         log.warning("calibration %s: %s on %s.%s in %s/%s: %s %s over %d pairs (threshold "
                     "%s)%s", "ALARM" if raised else "cleared", evaluator, feedback_type, name,
@@ -144,8 +161,12 @@ class CalibrationKeeper:
             "feedback_types": [feedback_type]}
         try:
             await self.queues.install(tenant, workspace, definition, types=self.client.types)
-        except QueueNameTaken:
-            pass  # a queue of that name is live already: the disagreements go there
+        except QueueNameTaken as exc:
+            # A live queue of that name is someone else's, with another definition: the
+            # disagreements are not in it, and the alarm says no queue.
+            log.warning("calibration alarm of %s on %s in %s/%s: no queue (%s)", evaluator,
+                        feedback_type, tenant, workspace, exc)
+            return None
         except StreamsError as exc:
             # The alarm matters more than its queue: it is written without one.
             log.warning("calibration alarm of %s on %s in %s/%s: no queue (%s)", evaluator,
@@ -159,7 +180,7 @@ class CalibrationKeeper:
         while not stop.is_set():
             try:
                 await self.step()
-            except StreamsError as exc:
+            except Exception as exc:  # a pass that fails is tried again, never the end
                 log.warning("calibration pass failed (tried again in %.1f s): %s", interval,
                             exc)
             with contextlib.suppress(TimeoutError):

@@ -461,7 +461,7 @@ class Metrics:
 
     def _calibration(self, key: str) -> Iterable[Observation]:
         for labels, row in self._calibration_rows():
-            yield Observation(row.n if key == "pairs" else int(row.state == "alarm"), labels)
+            yield Observation(row.n if key == "pairs" else int(row.standing), labels)
 
     def _mirror(self, key: str) -> Iterable[Observation]:
         totals: dict[str, int] = {}

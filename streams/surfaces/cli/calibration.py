@@ -113,6 +113,9 @@ def calibration_follow(
                 log.warning("calibration pass failed (tried again in %.1f s): %s", interval,
                             exc)
                 changes = []
+            except Exception:  # never the end of the keeper: logged, tried again
+                log.exception("calibration pass failed (tried again in %.1f s)", interval)
+                changes = []
             for change in changes:
                 print(json.dumps({"tenant": change.tenant, "workspace": change.workspace,
                                   "event_id": change.event_id, "queue": change.queue,

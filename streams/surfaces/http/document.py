@@ -245,6 +245,8 @@ class CalibrationRowOut(BaseModel):
     n: int
     threshold: float | None
     state: Literal["ok", "alarm", "too_few", "undefined", "unwatched"]
+    alarm: bool = Field(description="whether an alarm stands (raised, not cleared): also "
+                        "while the state says nothing either way (too_few, undefined)")
 
 
 class CalibrationOut(BaseModel):

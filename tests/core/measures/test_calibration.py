@@ -17,6 +17,7 @@ from streams.core.measures.calibration import (
     ALARM_EVENT,
     CalibrationAlarm,
     CalibrationPolicy,
+    alarm_book,
     calibrate,
     changed,
     evaluator_version,
@@ -129,7 +130,7 @@ def test_an_unwatched_version_is_measured_without_a_state() -> None:
     [row] = calibrate(disagreeing(pair_factory(), 40), CalibrationPolicy(), types=TYPES)
     assert row.state == "unwatched" and row.threshold is None and row.n == 40
     with pytest.raises(ValueError, match="not watched"):
-        row.alarm_event(margin=0.05)
+        row.alarm_event(episode=1)
 
 
 def test_one_label_on_both_sides_is_undefined_not_an_alarm() -> None:
@@ -165,7 +166,7 @@ def test_changed_reports_raises_and_clears_only() -> None:
 def test_the_alarm_event_carries_what_a_rule_needs() -> None:
     policy = CalibrationPolicy(thresholds={"triage-judge": 0.5}, window=20, min_pairs=10)
     [row] = calibrate(disagreeing(pair_factory(), 20), policy, types=TYPES)
-    alarm = row.alarm_event(margin=policy.margin, queue="calibration.triage-judge.verdict")
+    alarm = row.alarm_event(episode=3, queue="calibration.triage-judge.verdict")
     assert app_event_types.get(ALARM_EVENT) is CalibrationAlarm
     event = alarm.to_event()
     assert event.name == ALARM_EVENT
@@ -173,6 +174,7 @@ def test_the_alarm_event_carries_what_a_rule_needs() -> None:
     assert (back.evaluator, back.version, back.field, back.raised, back.n) == \
         ("triage-judge", "2", "ok", True, 20)
     assert back.queue == "calibration.triage-judge.verdict" and back.threshold == 0.5
+    assert back.episode == 3 and back.key == row.key
 
 
 @given(st.lists(st.tuples(st.booleans(), st.booleans(), st.integers(0, 10_000)),
@@ -202,10 +204,37 @@ def test_a_rule_watches_raised_alarms_by_their_declared_type() -> None:
     [row] = calibrate(disagreeing(pair_factory(), 20), policy, types=TYPES)
 
     def envelope(raised: bool) -> Envelope:
-        alarm = row.alarm_event(margin=policy.margin)
+        alarm = row.alarm_event(episode=1)
         event = alarm.model_copy(update={"raised": raised}).to_event()
         return Envelope.new(event, tenant="acme", workspace="prod")
 
     fired = RuleEngine(rules).evaluate(envelope(True))
     assert [d.rule.name for d in fired if isinstance(d, Fire)] == ["ops:judge-drifted"]
     assert RuleEngine(rules).evaluate(envelope(False)) == []
+
+
+def test_an_alarm_stands_while_a_thin_window_says_nothing_either_way() -> None:
+    policy = CalibrationPolicy(thresholds={"triage-judge": 0.5}, window=20, min_pairs=10)
+    make = pair_factory()
+    [few] = calibrate(agreeing(make, 3), policy, previous={(JUDGE, "verdict", "ok"): "alarm"},
+                      types=TYPES)
+    assert few.state == "too_few" and few.standing
+    [fresh] = calibrate(agreeing(make, 3), policy, types=TYPES)
+    assert not fresh.standing
+    [good] = calibrate(agreeing(make, 20), policy,
+                       previous={(JUDGE, "verdict", "ok"): "alarm"}, types=TYPES)
+    assert good.state == "ok" and not good.standing
+
+
+def test_the_book_is_each_keys_newest_alarm_and_episodes_go_on_from_it() -> None:
+    policy = CalibrationPolicy(thresholds={"triage-judge": 0.5}, window=20, min_pairs=10)
+    [row] = calibrate(disagreeing(pair_factory(), 20), policy, types=TYPES)
+    raised = row.alarm_event(episode=1)
+    cleared = raised.model_copy(update={"raised": False})
+    book = alarm_book([raised, cleared, raised.model_copy(update={"episode": 2})])
+    assert book.states == {row.key: "alarm"} and book.episodes == {row.key: 2}
+    assert book.next_episode(row.key, raised=False) == 2  # the clear of raise 2
+    assert book.next_episode(row.key, raised=True) == 3
+    assert alarm_book([]).next_episode(row.key, raised=True) == 1
+    again = alarm_book([raised, raised])  # the same change written twice: one alarm
+    assert again.states == {row.key: "alarm"} and again.episodes == {row.key: 1}

@@ -409,24 +409,27 @@ function leaseAhead(queue, lease) {
   const path = `queues/${encodeURIComponent(queue.queue)}/next?besides=`
     + encodeURIComponent(lease.item);
   const promise = api(wsPath(path), { method: "POST" }).then(async (answer) => (
-    answer.lease ? { lease: answer.lease, record: await readItem(answer.lease) } : null))
+    answer.lease ? { lease: answer.lease, record: await readItem(answer.lease, queue) }
+      : null))
     .catch(() => null);
   state.ahead = { queue, item: lease.item, promise };
 }
 
-async function readItem(lease) {
+async function readItem(lease, queue = state.queue) {
   // The item's record (a run's, a firing's or a chain's), or the error reading it (shown in
-  // its place); in a queue of pairs, with the two verdicts to compare (`pair`).
+  // its place); in a queue of pairs, with the two verdicts to compare (`pair`), both read
+  // at once.
   const { kind } = lease.target;
   const id = lease.item.slice(kind.length + 1);
   const route = { run: "runs", firing: "firings", chain: "chains" }[kind];
-  const queue = state.queue;
-  const pair = queue?.definition.enters.pairs
-    ? api(wsPath(`queues/${encodeURIComponent(queue.queue)}/pair/`
-      + encodeURIComponent(lease.item))) : null;
+  const pairPath = queue?.definition.enters.pairs
+    ? `queues/${encodeURIComponent(queue.queue)}/pair/${encodeURIComponent(lease.item)}`
+    : null;
   try {
-    const record = await api(wsPath(`${route}/${encodeURIComponent(id)}`));
-    return pair ? { ...record, pair: await pair } : record;
+    const [record, pair] = await Promise.all([
+      api(wsPath(`${route}/${encodeURIComponent(id)}`)),
+      pairPath ? api(wsPath(pairPath)) : null]);
+    return pair ? { ...record, pair } : record;
   } catch (error) {
     return { error };
   }
@@ -477,22 +480,33 @@ function preferenceForm(built, pair) {
 
 const when = (envelope) => (envelope.time || "").replace("T", " ").slice(0, 19);
 
+// Verdicts, in what a run caused: feedback given on it, an evaluator's recorded verdicts
+// (`streams:verdict`, a shadow version's included). A blind queue shows none of them.
+const VERDICT_EVENTS = new Set(["feedback_given", "streams:verdict"]);
+
+function verdictOutput(output) {
+  // An evaluator run's output is its verdict (and its shadow's): value, evaluator, version.
+  return Boolean(output && typeof output === "object" && "evaluator" in output);
+}
+
 function runParts(record, id, blind) {
   const run = record.run.event || {};
   const ended = record.emitted.find((e) => e.event.run_id === id
     && ["run_succeeded", "run_failed", "run_dead_lettered"].includes(e.event_type));
+  const output = ended?.event.output ?? ended?.event.error;
   const parts = [section("The run", fields([
     ["rule", run.rule], ["action", run.action], ["started", when(record.run)],
     ["status", ended ? ended.event_type.replace("run_", "").replace("_", "-") : "running"],
-    ["output", ended?.event.output ?? ended?.event.error],
+    ["output", blind && verdictOutput(output)
+      ? "an evaluator's verdict (hidden: blind review)" : output],
     ...Object.entries(run.scope || {}).map(([k, v]) => [`scope: ${k}`, v]),
   ]))];
   if (record.matched.length) {
     parts.push(section("What made it fire", fields(record.matched.map(
       (e) => [e.event_type, e.event.data ?? e.event]))));
   }
-  // Verdicts are events the run caused too: a blind queue leaves them out.
-  const emitted = blind ? record.emitted.filter((e) => e.event_type !== "feedback_given")
+  const emitted = blind ? record.emitted.filter((e) => !VERDICT_EVENTS.has(e.event_type)
+    && !(e.event_type === "run_succeeded" && verdictOutput(e.event.output)))
     : record.emitted;
   parts.push(asJson("all events as JSON", { run: record.run, matched: record.matched, emitted }));
   return parts;
@@ -515,7 +529,8 @@ function firingParts(record) {
 
 function chainParts(record, blind) {
   // A blind queue leaves the verdicts given in the chain out.
-  const events = blind ? record.events.filter((e) => e.event_type !== "feedback_given")
+  const events = blind ? record.events.filter((e) => !VERDICT_EVENTS.has(e.event_type)
+    && !(e.event_type === "run_succeeded" && verdictOutput(e.event.output)))
     : record.events;
   const [first] = events;
   const last = events[events.length - 1];
@@ -868,7 +883,7 @@ async function renderAgreement() {
   body.replaceChildren();
   for (const item of answer.calibration) {
     const row = body.insertRow();
-    row.dataset.state = item.state;
+    row.dataset.state = item.alarm ? "alarm" : item.state;
     row.insertCell().textContent = `evaluator:${item.evaluator}@${item.version}`;
     row.insertCell().textContent = `${item.feedback_type}.${item.field}`;
     row.insertCell().textContent = item.measure === "kappa" ? "kappa" : "rank corr.";
@@ -879,7 +894,9 @@ async function renderAgreement() {
     row.insertCell().textContent = item.threshold === null ? "–" : fixed(item.threshold);
     const cell = row.insertCell();
     cell.className = "state";
-    cell.textContent = STATE_TEXT[item.state] || item.state;
+    const said = STATE_TEXT[item.state] || item.state;
+    // An alarm stands until the measure clears it, whatever a thin window says meanwhile.
+    cell.textContent = item.alarm && item.state !== "alarm" ? `ALARM (${said})` : said;
   }
   if (!answer.calibration.length) {
     const cell = body.insertRow().insertCell();
