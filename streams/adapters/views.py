@@ -457,9 +457,16 @@ class ViewStore:
                 f"p.target_id = v.target_id AND p.person = 1 AND ({differs}))")
             for name in fields:
                 args += [_json_path(name)] * 4
+        return self._verdict_page(where, args, limit, before)
+
+    def _verdict_page(self, where: list[str], args: list[object], limit: int | None,
+                      before: PageKey | None) -> list[tuple[str, PageKey]]:
+        """Target ids of the verdicts `v` the conditions choose, newest first by (time,
+        partition, offset), strictly before `before`, at most `limit`: a page of a queue
+        entered by verdicts."""
         if before is not None:
-            where.append("(v.time_ms, v.pos) < (?, ?)")
-            args += [before.time_ms, before.pos]
+            where = [*where, "(v.time_ms, v.pos) < (?, ?)"]
+            args = [*args, before.time_ms, before.pos]
         sql = (f"SELECT v.target_id, v.time_ms, v.pos FROM verdicts v WHERE "
                f"{' AND '.join(where)} ORDER BY v.time_ms DESC, v.pos DESC")
         if limit is not None:
@@ -531,20 +538,11 @@ class ViewStore:
         where = ["v.workspace = ?", "v.feedback_type = ?", "v.target_kind = ?",
                  "v.participant = ?"]
         args: list[object] = [workspace, feedback_type, on, a]
-        if before is not None:
-            where.append("(v.time_ms, v.pos) < (?, ?)")
-            args += [before.time_ms, before.pos]
         where.append("EXISTS (SELECT 1 FROM verdicts w WHERE w.workspace = v.workspace AND "
                      "w.feedback_type = v.feedback_type AND w.target_kind = v.target_kind "
                      "AND w.target_id = v.target_id AND w.participant = ?)")
         args.append(b)
-        sql = (f"SELECT v.target_id, v.time_ms, v.pos FROM verdicts v WHERE "
-               f"{' AND '.join(where)} ORDER BY v.time_ms DESC, v.pos DESC")
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        with self._guarded() as db:
-            found = db.execute(sql, args).fetchall()
-        return [(item, PageKey(time_ms, *seq_of(pos))) for item, time_ms, pos in found]
+        return self._verdict_page(where, args, limit, before)
 
     def verdicts_on(self, workspace: str, *, feedback_type: str, kind: str, target_id: str,
                     participants: Sequence[str]) -> dict[str, str]:
