@@ -17,8 +17,9 @@
    then, off the turn's clock as on the page, the lease ahead and its run's record (timed
    apart): what the server and the transport cost a turn.
 
-Prints p50/p99 ms of each, and their ratio. The browser, the server, the broker and this
-script share the machine's cores.
+Prints the first page's times (sign-in to the newest runs listed, the queue chosen to its
+first item shown), then p50/p99 ms of each turn, and their ratio. The browser, the server,
+the broker and this script share the machine's cores.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ async def main_async(args: argparse.Namespace) -> None:
         raise SystemExit("no chromium on PATH: apt-get install chromium (deploy/test.sh does)")
     served = await serve_seeded(args.runs, f"bp{uuid.uuid4().hex[:8]}", people=("ada", "bo"))
     page_turns: list[float] = []  # seconds, as _pct takes them
+    signed_in = first_item = 0.0
     steps: dict[str, list[float]] = {"turn": [], "next, ahead": [], "run record, ahead": []}
     floor_turns = steps["turn"]
     try:
@@ -124,9 +126,16 @@ async def main_async(args: argparse.Namespace) -> None:
                 await page.goto(f"http://127.0.0.1:{served.port}/ui/")
                 await page.get_by_label("API key").fill(served.token)
                 await page.get_by_label("Workspace", exact=True).fill(f"{TENANT}.prod")
+                # The first page: from the sign-in to the newest runs listed, then from
+                # choosing the queue to its first item shown.
+                began = time.perf_counter()
                 await page.get_by_role("button", name="Sign in").click()
+                await page.locator("#queue li").first.wait_for(timeout=120_000)
+                signed_in = time.perf_counter() - began
+                began = time.perf_counter()
                 await page.locator("#queue-choice").select_option("spikes", timeout=120_000)
                 await page.locator("#item h2[data-item]").wait_for(timeout=60_000)
+                first_item = time.perf_counter() - began
                 per_round = max(1, args.items // args.rounds)
                 for n in range(args.rounds):
                     page_turns += [t / 1000 for t in await _page_round(page, per_round,
@@ -141,6 +150,8 @@ async def main_async(args: argparse.Namespace) -> None:
         served.server.terminate()  # the server this run started, by its handle
         await served.server.wait()
     page_ms = page_turns
+    print(f"first page, once: signed in to the runs listed {1000 * signed_in:.0f} ms; the "
+          f"queue chosen to its first item shown {1000 * first_item:.0f} ms")
     print(f"a person on the page, {len(page_ms)} items of a queue of {args.runs} runs, by "
           f"keyboard, {args.think:g} s on each; the floor: the same requests from Python, "
           "no browser")
