@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -551,3 +552,54 @@ async def test_signing_in_reads_one_page_of_runs_and_older_ones_on_demand(
         finally:
             await browser.close()
     assert problems == []
+
+
+async def test_a_manager_creates_a_queue_on_the_page(
+    settings: Settings, tenant_factory: Callable[..., str],
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    tenant = tenant_factory()
+    problems: list[str] = []
+    async with serve(settings) as served, async_playwright() as playwright:
+        ws = served.client.workspace(tenant, WORKSPACE)
+        await start_run(ws, "run_0")
+        base = f"http://127.0.0.1:{served.port}"
+        browser = await playwright.chromium.launch(executable_path=chromium(),
+                                                   args=["--no-sandbox"])
+        try:
+            # A reviewer without manage_queues is not offered it.
+            reviewer = await _page(browser, problems)
+            await _sign_in(reviewer, base, served.key(tenant, "bo"), f"{tenant}.{WORKSPACE}")
+            await expect(reviewer.locator("#connection")).to_have_text("live", timeout=30_000)
+            await expect(reviewer.locator("#new-queue")).to_be_hidden()
+
+            page = await _page(browser, problems)
+            key = served.key(tenant, "ada", frozenset({"read", "give_feedback",
+                                                       "manage_queues"}))
+            await _sign_in(page, base, key, f"{tenant}.{WORKSPACE}")
+            await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
+            await page.get_by_text("New queue").click()
+            box = page.get_by_label("Its JSON form")
+            await expect(box).to_have_value(re.compile('"runs_of"'))  # a template to edit
+            # A definition the server refuses: its message names the JSON path.
+            await box.fill(json.dumps({"name": "spikes",
+                                       "enters": {"runs_of": "ops:error-spike"},
+                                       "feedback_types": ["nope"]}))
+            await page.get_by_role("button", name="Install").click()
+            await expect(page.locator("#new-queue-status")).to_contain_text(
+                "at $.feedback_types[0]", timeout=30_000)
+            await box.fill(json.dumps({"name": "spikes",
+                                       "enters": {"runs_of": "ops:error-spike"},
+                                       "feedback_types": ["triage_quality"]}))
+            await page.get_by_role("button", name="Install").click()
+            await expect(page.locator("#new-queue-status")).to_have_text(
+                "installed spikes", timeout=30_000)
+            await page.locator("#queue-choice").select_option("spikes")
+            await expect(page.locator("#item h2")).to_have_attribute(
+                "data-item", "run:run_0", timeout=30_000)
+        finally:
+            await browser.close()
+    # The refused install is the one logged failure (its 422 answer).
+    assert problems == ["Failed to load resource: the server responded with a status of "
+                        "422 (Unprocessable Entity)"]

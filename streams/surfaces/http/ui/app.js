@@ -786,6 +786,7 @@ async function loadWorkspace() {
   state.types = types.feedback_types;
   state.queues = new Map(queues.queues.map((q) => [q.queue, q]));
   renderQueueChoice();
+  offerNewQueue();
   $("#who").textContent = `${me.participant} in ${state.workspaceId}`;
   // Subscribe first (from the end), then read what is there: the overlap is deduplicated by
   // event id, so nothing between the two is missed.
@@ -818,6 +819,49 @@ async function olderRuns() {
   }
   state.runsCursor = page.next_cursor;
   $("#older-runs").hidden = !state.runsCursor;
+}
+
+// -- a new queue (a key that may manage queues) ---------------------------------------------
+
+function offerNewQueue() {
+  // A template to edit: the first type's runs, blind, two people per item.
+  const may = (state.me?.capabilities || []).includes("manage_queues");
+  $("#new-queue").hidden = !may;
+  if (!may || $("#new-queue-json").value) return;
+  const type = state.types.find((t) => t.targets.includes("run")
+    && t.name !== "pairwise_preference");
+  $("#new-queue-json").value = JSON.stringify({
+    name: "my-queue", enters: { runs_of: "<rule>" },
+    feedback_types: type ? [type.name] : [], reviewers: 2, blind: true,
+  }, null, 2);
+}
+
+async function installQueue() {
+  const status = $("#new-queue-status");
+  let definition;
+  try {
+    definition = JSON.parse($("#new-queue-json").value);
+  } catch (error) {
+    status.className = "status failed";
+    status.textContent = `not JSON: ${error.message}`;
+    return;
+  }
+  status.className = "status pending";
+  status.textContent = "installing…";
+  try {
+    const answer = await api(wsPath("queues"), { method: "POST",
+      headers: { "content-type": "application/json" }, body: JSON.stringify(definition) });
+    const listed = await api(wsPath("queues"));
+    state.queues = new Map(listed.queues.map((q) => [q.queue, q]));
+    renderQueueChoice();
+    status.className = "status recorded";
+    status.textContent = answer.repeat ? `${answer.queue.queue} is live already`
+      : `installed ${answer.queue.queue}`;
+  } catch (error) {
+    // The server names the JSON path and what to write there (an error frame).
+    status.className = "status failed";
+    status.textContent = `${error.code}: ${error.message}`;
+  }
 }
 
 function signOut(reason = "") {
@@ -917,6 +961,7 @@ function showView(name) {
 
 function onKey(event) {
   if ($("#workbench").hidden) return;
+  if (event.target.closest?.("#new-queue")) return;  // writing a queue, not judging
   const typing = event.target.matches("textarea, input[type=text], input[type=number], input[type=password], select");
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
     event.preventDefault();
@@ -975,6 +1020,7 @@ $("#queue-choice").addEventListener("focus", async () => {
     renderQueueChoice();
   } catch { /* the list stays as it was */ }
 });
+$("#install-queue").addEventListener("click", () => installQueue());
 document.addEventListener("keydown", onKey);
 
 const restored = loadSession();
