@@ -4,8 +4,9 @@ walked by index, decoded, measured) at each view size, beside its floor, the sam
 measurement on the same pairs already decoded in memory (no SQL, no JSON).
 
 Each view is built directly in a SQLite file (no broker): a judge's verdict on every target,
-a person's on one in `--people-every` (5%: a team reviewing a sample), each with its
-feedback event row, as the view keeper would write them. Rounds alternate read and floor.
+a person's on one in `--people-every` (5%: a team reviewing a sample), and with
+`--shadow-every N` a second version's on one target in N, each with its feedback event row,
+as the view keeper would write them. Rounds alternate read and floor.
 
     .venv/bin/python -m bench.calibration --verdicts 1000000,10000000
 
@@ -35,13 +36,14 @@ WORKSPACE = "prod"
 BATCH = 50_000
 
 
-def _rows(start: int, stop: int, people_every: int) -> list[Rows]:
+def _rows(start: int, stop: int, people_every: int, shadow_every: int) -> list[Rows]:
     rows = []
-    offset = 2 * start
+    offset = 3 * start
     for target in range(start, stop):
         judged = target % 3 != 0
-        for who in ("evaluator:judge@1", "user:ada") if target % people_every == 0 \
-                else ("evaluator:judge@1",):
+        judges = ("evaluator:judge@1", "evaluator:judge@2") \
+            if shadow_every and target % shadow_every == 0 else ("evaluator:judge@1",)
+        for who in (*judges, "user:ada") if target % people_every == 0 else judges:
             person = who.startswith("user:")
             said = judged if not person or target % 5 else not judged
             time_ms = 1_700_000_000_000 + target * 10 + person
@@ -57,12 +59,13 @@ def _rows(start: int, stop: int, people_every: int) -> list[Rows]:
     return rows
 
 
-def _build(path: Path, verdicts: int, people_every: int) -> float:
+def _build(path: Path, verdicts: int, people_every: int, shadow_every: int) -> float:
     store = ViewStore(path, tenant="bench", topic="bench.events")
     store.open()
     started = time.monotonic()
     for start in range(0, verdicts, BATCH):
-        store.apply(_rows(start, min(verdicts, start + BATCH), people_every), [], {})
+        store.apply(_rows(start, min(verdicts, start + BATCH), people_every, shadow_every),
+                    [], {})
     store.close()
     return time.monotonic() - started
 
@@ -92,7 +95,8 @@ def _measure(path: Path, rounds: int, policy: CalibrationPolicy) -> dict[str, An
             "floor_ms": round(floor_ms, 2), "floor_cpu_ms": round(
                 statistics.median(c for _w, c in floors) * 1e3, 2),
             "ratio": round(read_ms / floor_ms, 2) if floor_ms else None,
-            "pairs_measured": max((r.n for r in rows), default=0)}
+            "pairs_measured": max((r.n for r in rows), default=0),
+            "pairs_least": min((r.n for r in rows), default=0)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,6 +106,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="comma-separated view sizes: a judge's verdicts (targets)")
     parser.add_argument("--people-every", type=int, default=20,
                         help="a person judges one target in this many")
+    parser.add_argument("--shadow-every", type=int, default=0,
+                        help="a second version judges one target in this many (0: none); "
+                        "one that cannot fill its window makes a read walk all its pages")
     parser.add_argument("--window", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
@@ -110,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-calibration-") as tmp:
         for verdicts in (int(v) for v in args.verdicts.split(",")):
             path = Path(tmp) / f"view-{verdicts}.sqlite"
-            built = _build(path, verdicts, args.people_every)
+            built = _build(path, verdicts, args.people_every, args.shadow_every)
             print(json.dumps({"verdicts": verdicts, "rows": verdicts + verdicts //
                               args.people_every, "build_s": round(built, 1),
                               **_measure(path, args.rounds, policy)}), flush=True)
