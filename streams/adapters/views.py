@@ -557,6 +557,31 @@ class ViewStore:
             ).fetchall()
         return {str(p): str(v) for p, v in found}
 
+    def verdicts_of(self, workspace: str, kind: str, feedback_types: Sequence[str],
+                    target_ids: Sequence[str],
+                    ) -> list[tuple[str, str, str, bool, str, int, int]]:
+        """Every participant's latest verdict of `feedback_types` on the `kind` targets
+        named: (feedback type, target id, participant, person, value as JSON, time_ms, pos),
+        by look-ups on the table's key in batches of 500 ids."""
+        out: list[tuple[str, str, str, bool, str, int, int]] = []
+        wanted = list(dict.fromkeys(target_ids))
+        types = list(dict.fromkeys(feedback_types))
+        if not types:
+            return out
+        type_marks = ", ".join("?" for _ in types)
+        with self._guarded() as db:
+            for at in range(0, len(wanted), 500):
+                chunk = wanted[at:at + 500]
+                marks = ", ".join("?" for _ in chunk)
+                found = db.execute(
+                    "SELECT feedback_type, target_id, participant, person, value, time_ms, "
+                    f"pos FROM verdicts WHERE workspace = ? AND feedback_type IN ({type_marks}) "
+                    f"AND target_kind = ? AND target_id IN ({marks})",
+                    (workspace, *types, kind, *chunk)).fetchall()
+                out += [(str(t), str(i), str(p), bool(h), str(v), int(ms), int(pos))
+                        for t, i, p, h, v, ms, pos in found]
+        return out
+
     def run_parts(self, workspace: str, run_id: str) -> RunParts | None:
         """A run's first `run_started`, its firing and its emitted events; None if the
         workspace has no such run."""

@@ -403,3 +403,24 @@ def test_targets_two_versions_both_judged_newest_first(tmp_path: Path) -> None:
                                                            "evaluator:judge@3",
                                                            "evaluator:judge@9"]) == {
         "evaluator:judge@2": '{"correct": true}', "evaluator:judge@3": '{"correct": false}'}
+
+
+def test_verdicts_of_named_targets_and_types(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply([
+        _verdict(0, "r1", "user:ada", {"correct": True}, t=10),
+        _verdict(1, "r1", "evaluator:judge@1", {"correct": False}, t=11),
+        _verdict(2, "r2", "user:bo", {"correct": True}, t=12),
+        _verdict(3, "r3", "user:ada", {"correct": True}, t=13),  # not asked for
+        _verdict(4, "r1", "user:ada", {"x": 1}, t=14, kind="other"),  # another type
+    ], [], {})
+    found = store.verdicts_of("prod", "run", ["triage_quality"], ["r1", "r2", "r2", "r9"])
+    assert sorted((t, i, p, person, json.loads(v)) for t, i, p, person, v, _ms, _pos
+                  in found) == [
+        ("triage_quality", "r1", "evaluator:judge@1", False, {"correct": False}),
+        ("triage_quality", "r1", "user:ada", True, {"correct": True}),
+        ("triage_quality", "r2", "user:bo", True, {"correct": True})]
+    assert store.verdicts_of("prod", "run", [], ["r1"]) == []
+    many = store.verdicts_of("prod", "run", ["triage_quality"],
+                             [f"x{i}" for i in range(1200)] + ["r3"])  # three batches
+    assert [i for _t, i, *_rest in many] == ["r3"]

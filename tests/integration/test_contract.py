@@ -127,7 +127,7 @@ async def test_the_server_keeps_the_committed_contract(
     # Every operation of the document was tested, none left out.
     operations = sum(1 for item in committed["paths"].values() for method in item
                      if method in {"get", "post", "put", "patch", "delete"})
-    assert operations == 18 and result["operations"]["tested"] == operations
+    assert operations == 19 and result["operations"]["tested"] == operations
     # The valid commands were recorded (the outcome frame's schema was checked, and the
     # feedback pages Schemathesis read had envelopes in them), not only refused.
     assert await client.workspace(tenant, "prod").feedback(), "no command was recorded"

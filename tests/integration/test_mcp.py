@@ -52,7 +52,8 @@ async def test_the_tools_over_streamable_http(settings: Settings,
             tools = {t.name: t for t in (await mcp.list_tools()).tools}
             assert set(tools) == {"give_feedback", "list_runs", "read_feedback", "list_queues",
                           "install_queue", "archive_queue", "queue_progress", "next_item",
-                          "submit_item", "skip_item", "why", "calibration", "queue_pair"}
+                          "submit_item", "skip_item", "why", "calibration", "queue_pair",
+                          "queue_agreement"}
             schema = tools["give_feedback"].input_schema
             assert set(schema["required"]) == {"workspace_id", "feedback_type", "target",
                                                "value"}
@@ -158,7 +159,7 @@ async def test_the_tools_over_stdio_act_with_the_processes_key(
         assert {t.name for t in (await mcp.list_tools()).tools} == {
             "give_feedback", "list_runs", "read_feedback", "list_queues", "install_queue",
             "archive_queue", "queue_progress", "next_item", "submit_item", "skip_item", "why",
-            "calibration", "queue_pair"}
+            "calibration", "queue_pair", "queue_agreement"}
         given = _frame(await mcp.call_tool("give_feedback", {
             "workspace_id": f"{tenant}.prod", **FEEDBACK, "command_id": "stdio_1"}))
         assert given["type"] == "outcome", given

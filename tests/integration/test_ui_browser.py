@@ -318,6 +318,21 @@ async def test_two_people_work_through_a_blind_queue_by_keyboard(
                 "evaluator:judge@1", "triage_quality.correct", "kappa",
                 "0.00 [-1.00, 1.00]", "50%", "2", "0.50", "ALARM"]
             await expect(ada.locator("#agreement-policy")).to_contain_text("newest 200 pairs")
+            # The queue being worked through, on its own items: between people (ada and bo
+            # disagreed on both runs they shared: correct 0%, severity 1 of 2) and the judge.
+            mine = ada.locator("#queue-agreement")
+            await expect(mine.locator("h2")).to_have_text(
+                "On queue spikes: 3 items, 3 with a verdict", timeout=30_000)
+            people = mine.locator("#queue-people tbody tr")
+            correct_row = await people.nth(0).locator("td").all_text_contents()
+            # alpha = 1 - D_o / D_e = 1 - 1 / (8 / 12): -0.50, worse than chance.
+            assert correct_row[:3] == ["triage_quality.correct", "2", "0%"]
+            assert correct_row[3].startswith("-0.50"), correct_row
+            assert (await people.nth(1).locator("td").all_text_contents())[:3] == [
+                "triage_quality.severity", "2", "50%"]
+            judges = mine.locator("#queue-judges tbody tr", has_text="triage_quality.correct")
+            assert (await judges.locator("td").all_text_contents())[:4] == [
+                "evaluator:judge@1", "triage_quality.correct", "2", "50%"]
             if os.environ.get("STREAMS_UI_SCREENSHOTS"):
                 await ada.screenshot(path=str(shots / "ui-agreement.png"))
         finally:

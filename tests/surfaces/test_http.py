@@ -34,6 +34,7 @@ def test_the_document_names_every_route_and_the_command_frame() -> None:
         "/v1/workspaces/{workspace_id}/queues/{name}/next",
         "/v1/workspaces/{workspace_id}/queues/{name}/progress",
         "/v1/workspaces/{workspace_id}/queues/{name}/pair/{item}",
+        "/v1/workspaces/{workspace_id}/queues/{name}/agreement",
         "/v1/workspaces/{workspace_id}/queues/{name}/submit",
         "/v1/workspaces/{workspace_id}/queues/{name}/skip"}
     submit = document["paths"]["/v1/workspaces/{workspace_id}/queues/{name}/submit"]["post"]
@@ -299,6 +300,7 @@ def test_reads_declare_their_bodies_and_every_route_the_bearer_key() -> None:
                       ("post", "archive"): "QueueOutcome", ("post", "next"): "NextItem",
                       ("get", "progress"): "QueueProgressOut",
                       ("get", "calibration"): "CalibrationOut", ("get", "{item}"): "PairOut",
+                      ("get", "agreement"): "QueueAgreementOut",
                       ("post", "submit"): "OutcomeFrame", ("post", "skip"): "SkipOut"}
 
 

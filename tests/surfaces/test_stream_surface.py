@@ -36,7 +36,8 @@ def test_the_mcp_tools_and_their_inputs() -> None:
     tools = {t.name: t for t in asyncio.run(server.list_tools())}
     assert set(tools) == {"give_feedback", "list_runs", "read_feedback", "list_queues",
                           "install_queue", "archive_queue", "queue_progress", "next_item",
-                          "submit_item", "skip_item", "why", "calibration", "queue_pair"}
+                          "submit_item", "skip_item", "why", "calibration", "queue_pair",
+                          "queue_agreement"}
     give = tools["give_feedback"].input_schema
     assert set(give["required"]) == {"workspace_id", "feedback_type", "target", "value"}
     assert "ctx" not in give["properties"]

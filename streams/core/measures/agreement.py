@@ -39,6 +39,7 @@ __all__ = [
     "NumericAgreement",
     "Verdict",
     "VerdictPair",
+    "agreement_json",
     "agreement_of",
     "cohen_kappa",
     "compared_fields",
@@ -322,3 +323,24 @@ async def judge_agreement(
 ) -> list[FieldAgreement]:
     """Per evaluator version (`evaluator:name@version`), its agreement with people."""
     return fold_judge_agreement(await envelopes_of(source), types=types)
+
+
+def _listed(value: tuple[float, float] | None) -> list[float] | None:
+    return [value[0], value[1]] if value is not None else None
+
+
+def agreement_json(a: FieldAgreement) -> dict[str, object]:
+    """One evaluator version's agreement on one field as JSON-ready data (the report's
+    rows, and a queue's agreement route)."""
+    return {
+        "evaluator": a.evaluator, "feedback_type": a.feedback_type, "field": a.field,
+        "kind": a.kind, "n": a.n,
+        "kappa": a.categorical.kappa if a.categorical else None,
+        "kappa_ci": _listed(a.categorical.ci) if a.categorical else None,
+        "observed": a.categorical.observed if a.categorical else None,
+        "expected": a.categorical.expected if a.categorical else None,
+        "mae": a.numeric.mae if a.numeric else None,
+        "mae_ci": _listed(a.numeric.mae_ci) if a.numeric else None,
+        "spearman": a.numeric.spearman if a.numeric else None,
+        "spearman_ci": _listed(a.numeric.spearman_ci) if a.numeric else None,
+    }

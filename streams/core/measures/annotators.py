@@ -30,7 +30,8 @@ from streams.core.feedback import FeedbackRegistry
 from streams.core.measures.agreement import Verdict, field_kinds
 from streams.core.pairwise import PAIRWISE_PREFERENCE
 
-__all__ = ["BOOTSTRAP", "PeopleAgreement", "krippendorff_alpha", "people_agreement"]
+__all__ = ["BOOTSTRAP", "PeopleAgreement", "krippendorff_alpha", "people_agreement",
+           "people_agreement_json"]
 
 BOOTSTRAP: Final = 500
 """Resamples of the units for alpha's interval."""
@@ -161,3 +162,11 @@ def people_agreement(verdicts: Iterable[Verdict], *,
                 feedback_type, name, kind, alpha, ci, len(units),
                 sum(len(u) for u in units), None if numeric else _observed(units)))
     return out
+
+
+def people_agreement_json(a: PeopleAgreement) -> dict[str, object]:
+    """People's agreement on one field as JSON-ready data (the report's rows, and a queue's
+    agreement route)."""
+    return {"feedback_type": a.feedback_type, "field": a.field, "kind": a.kind,
+            "alpha": a.alpha, "alpha_ci": list(a.ci) if a.ci is not None else None,
+            "units": a.units, "values": a.values, "observed": a.observed}

@@ -44,7 +44,7 @@ from streams.adapters.views import RawEvent, ViewCorrupt, ViewStore
 from streams.core.errors import KafkaUnavailable, SchemaError, ValidationFailed
 from streams.core.events import Envelope, RuleFired, RunStarted, Seq
 from streams.core.feedback import FeedbackRegistry
-from streams.core.measures.agreement import VerdictPair
+from streams.core.measures.agreement import Verdict, VerdictPair
 from streams.core.measures.calibration import (
     AlarmBook,
     Calibration,
@@ -399,6 +399,17 @@ class TenantView:
             workspace, feedback_type=feedback_type, kind=entry.on, target_id=target_id,
             participants=pair))
         return {who: json.loads(value) for who, value in found.items()}
+
+    def verdicts_on(self, workspace: str, kind: str, feedback_types: Sequence[str],
+                    target_ids: Sequence[str]) -> list[Verdict]:
+        """Every participant's latest verdict of `feedback_types` on the `kind` targets
+        named (shadow versions' recorded verdicts included), as the agreement measures
+        take them."""
+        found = self._guarded_read(lambda: self.store.verdicts_of(
+            workspace, kind, feedback_types, target_ids))
+        return [Verdict(t, f"{kind}:{i}", p, person, json.loads(value),
+                        datetime.fromtimestamp(ms / 1000, UTC), f"pos:{pos}")
+                for t, i, p, person, value, ms, pos in found]
 
     def queue_items_count(self, workspace: str, entry: Entry) -> int | None:
         """How many targets enter a queue by `entry` (as `queue_items` lists them), counted

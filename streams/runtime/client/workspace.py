@@ -13,7 +13,7 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,7 +58,7 @@ from streams.core.ids import (
     firing_id,
     throttled_event_id,
 )
-from streams.core.measures.agreement import compared_fields
+from streams.core.measures.agreement import Verdict, compared_fields
 from streams.core.measures.calibration import Calibration, CalibrationPolicy
 from streams.core.proposals.checks import (
     artifact_to_create,
@@ -909,6 +909,15 @@ class Workspace:
         found = await asyncio.to_thread(view.queue_items, self.workspace, entry, compared,
                                         limit=limit + 1, before=before)
         return [item for item, _k in found[:limit]], _next_cursor(found, limit)
+
+    async def verdicts_on(self, kind: str, feedback_types: Sequence[str],
+                          target_ids: Sequence[str]) -> list[Verdict]:
+        """Every participant's latest verdict of `feedback_types` on the `kind` targets
+        named, from the view (a look-up per id: the cost is the ids')."""
+        self._check_read("feedback")
+        view = await self._view()
+        return await asyncio.to_thread(view.verdicts_on, self.workspace, kind, feedback_types,
+                                       target_ids)
 
     async def pair_verdicts(self, entry: Entry, target_id: str) -> dict[str, object]:
         """The latest verdicts of the two versions a pairs entry compares on one target, by

@@ -38,6 +38,8 @@ from streams.core.commands import (
 from streams.core.errors import Conflict, NotFound, ValidationFailed
 from streams.core.feedback import FeedbackRegistry
 from streams.core.leases import LEASE_ID_PATTERN, item_of, target_of_item
+from streams.core.measures.agreement import agreement_json, agreement_of, verdict_pairs
+from streams.core.measures.annotators import people_agreement, people_agreement_json
 from streams.core.pairwise import display_order
 from streams.core.queues import (
     InvalidQueue,
@@ -247,6 +249,31 @@ class QueueService:
             done = leases.progress(ws.workspace, queue.name, await queue_items(ws, queue))
         return {"queue": queue.name, "items": done.items, "done": done.done,
                 "in_review": done.in_review, "left": done.left, "verdicts": done.verdicts}
+
+    async def agreement(self, token: str | None, workspace_id: str,
+                        name: str) -> dict[str, Any]:
+        """Agreement on a live queue's items (the key needs `read`): {"queue", "items",
+        "judged", "people_agreement": [...], "judge_agreement": [...]}: Krippendorff's alpha
+        between people and each evaluator version's kappa or Spearman against people, on
+        the verdicts of the queue's feedback types given on its items (docs/measures.md).
+        It reads every item id of the queue and their verdicts: it costs what the queue
+        holds."""
+        _key, ws = self.service.authorize(token, workspace_id, "read")
+        await self.service.client.log.require_tenant(ws.tenant)
+        queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
+        items = await queue_items(ws, queue)
+        ids = [item.partition(":")[2] for item in items]
+        verdicts = await ws.verdicts_on(queue.item_kind, queue.feedback_types, ids)
+        types = self.service.client.types
+
+        def measured() -> dict[str, Any]:
+            return {"queue": queue.name, "items": len(items),
+                    "judged": len({v.target for v in verdicts}),
+                    "people_agreement": [people_agreement_json(a)
+                                         for a in people_agreement(verdicts, types=types)],
+                    "judge_agreement": [agreement_json(a) for a in agreement_of(
+                        verdict_pairs(verdicts), types=types)]}
+        return await asyncio.to_thread(measured)
 
     async def pair(self, token: str | None, workspace_id: str, name: str,
                    item: str) -> dict[str, Any]:

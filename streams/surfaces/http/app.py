@@ -14,6 +14,7 @@
     POST /v1/workspaces/{workspace_id}/queues/{name}/archive   archive a live queue
     GET  /v1/workspaces/{workspace_id}/queues/{name}/progress  where the queue stands
     GET  /v1/workspaces/{workspace_id}/queues/{name}/pair/{item}  a queue of pairs' two verdicts
+    GET  /v1/workspaces/{workspace_id}/queues/{name}/agreement    agreement on a queue's items
     POST /v1/workspaces/{workspace_id}/queues/{name}/next      lease the next item
     POST /v1/workspaces/{workspace_id}/queues/{name}/submit    a verdict under a lease
     POST /v1/workspaces/{workspace_id}/queues/{name}/skip      give a leased item back
@@ -88,6 +89,7 @@ with needs("serve", "streams serve"):
         Identity,
         NextItem,
         PairOut,
+        QueueAgreementOut,
         QueueInstalledOut,
         QueueOutcome,
         QueueProgressOut,
@@ -487,6 +489,17 @@ async def _queue_progress(request: Request, workspace_id: str,
                           service: QueuesService) -> Response:
     # The counts; not_found naming the live queues when there is none of that name.
     return await _read(request, lambda: service.progress(key, workspace_id, name))
+
+
+@queues.get("/queues/{name}/agreement", responses=_answers(QueueAgreementOut),
+            name="queue_agreement",
+            summary="Agreement on a queue's items: between people, and of each judge with "
+                    "people (read)")
+async def _queue_agreement(request: Request, workspace_id: str,
+                           name: Annotated[str, QUEUE_NAME], key: Key,
+                           service: QueuesService) -> Response:
+    # Alpha between people and each version's kappa or rho; not_found for a queue not live.
+    return await _read(request, lambda: service.agreement(key, workspace_id, name))
 
 
 @queues.get("/queues/{name}/pair/{item}", responses=_answers(PairOut), name="queue_pair",

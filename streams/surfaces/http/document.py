@@ -49,10 +49,13 @@ __all__ = [
     "FeedbackTypes",
     "FiringOut",
     "Identity",
+    "JudgeAgreementOut",
     "LeaseOut",
     "NextItem",
     "PairOut",
     "PairSideOut",
+    "PeopleAgreementOut",
+    "QueueAgreementOut",
     "QueueInstalledOut",
     "QueueOut",
     "QueueOutcome",
@@ -256,6 +259,51 @@ class CalibrationOut(BaseModel):
     window: int
     min_pairs: int
     margin: float
+
+
+class PeopleAgreementOut(BaseModel):
+    """Agreement between people on one field: Krippendorff's alpha and its interval, the
+    targets two people or more judged (`units`), their values, the share of agreeing
+    pairs (categories)."""
+
+    feedback_type: str
+    field: str
+    kind: str
+    alpha: float | None
+    alpha_ci: list[float] | None
+    units: int
+    values: int
+    observed: float | None
+
+
+class JudgeAgreementOut(BaseModel):
+    """One evaluator version's agreement with people on one field: kappa (categories) or
+    MAE and Spearman's rho (numbers), with 95% intervals."""
+
+    evaluator: str
+    feedback_type: str
+    field: str
+    kind: str
+    n: int
+    kappa: float | None
+    kappa_ci: list[float] | None
+    observed: float | None
+    expected: float | None
+    mae: float | None
+    mae_ci: list[float] | None
+    spearman: float | None
+    spearman_ci: list[float] | None
+
+
+class QueueAgreementOut(BaseModel):
+    """Agreement on a queue's items: between people, and of each evaluator version with
+    people."""
+
+    queue: str
+    items: int
+    judged: int
+    people_agreement: list[PeopleAgreementOut]
+    judge_agreement: list[JudgeAgreementOut]
 
 
 class PairSideOut(BaseModel):

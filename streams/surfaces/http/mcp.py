@@ -1,6 +1,6 @@
 """MCP: the give_feedback, list_runs, read_feedback and calibration tools; list_queues,
-install_queue, archive_queue, queue_progress and queue_pair; next_item, submit_item and skip_item (a
-reviewer's work through a queue), with the official MCP SDK.
+install_queue, archive_queue, queue_progress, queue_agreement and queue_pair; next_item,
+submit_item and skip_item (a reviewer's work through a queue), with the official MCP SDK.
 
 `mcp_server(backend, key=...)` builds an `MCPServer` whose tools answer exactly what the REST
 and WebSocket surfaces answer: give_feedback takes the command's fields (and an optional
@@ -207,6 +207,18 @@ def mcp_server(service: CommandService | Callable[[], CommandService], *,
         "verdicts"}, as REST's progress route."""
         try:
             return _result(await get_queues().progress(_token(ctx, key), workspace_id, queue))
+        except Exception as exc:
+            return _result(error_frame_of(exc))
+
+    @server.tool()
+    async def queue_agreement(workspace_id: str, queue: str, ctx: Context) -> CallToolResult:
+        """Agreement on a live queue's items (read): {"queue", "items", "judged",
+        "people_agreement": [{"feedback_type", "field", "alpha", "alpha_ci", ...}],
+        "judge_agreement": [{"evaluator", "field", "kappa", ...}]}, as REST's agreement
+        route."""
+        try:
+            return _result(await get_queues().agreement(_token(ctx, key), workspace_id,
+                                                        queue))
         except Exception as exc:
             return _result(error_frame_of(exc))
 

@@ -43,8 +43,12 @@ from streams.core.measures import (
     fold_time_to_resolution,
     fold_trends,
 )
-from streams.core.measures.agreement import latest_verdicts, verdict_target
-from streams.core.measures.annotators import PeopleAgreement, people_agreement
+from streams.core.measures.agreement import agreement_json, latest_verdicts, verdict_target
+from streams.core.measures.annotators import (
+    PeopleAgreement,
+    people_agreement,
+    people_agreement_json,
+)
 from streams.core.measures.answers import quantile
 from streams.core.pairwise import (
     PAIRWISE_PREFERENCE,
@@ -292,24 +296,11 @@ def _queue_section(name: str, items: Collection[str], verdicts: list[tuple[str, 
 
 
 def _people_row(a: PeopleAgreement) -> dict[str, Any]:
-    return {"feedback_type": a.feedback_type, "field": a.field, "kind": a.kind,
-            "alpha": a.alpha, "alpha_ci": _pair(a.ci), "units": a.units, "values": a.values,
-            "observed": a.observed}
+    return people_agreement_json(a)
 
 
 def _agreement_row(a: FieldAgreement) -> dict[str, Any]:
-    return {
-        "evaluator": a.evaluator, "feedback_type": a.feedback_type, "field": a.field,
-        "kind": a.kind, "n": a.n,
-        "kappa": a.categorical.kappa if a.categorical else None,
-        "kappa_ci": _pair(a.categorical.ci) if a.categorical else None,
-        "observed": a.categorical.observed if a.categorical else None,
-        "expected": a.categorical.expected if a.categorical else None,
-        "mae": a.numeric.mae if a.numeric else None,
-        "mae_ci": _pair(a.numeric.mae_ci) if a.numeric else None,
-        "spearman": a.numeric.spearman if a.numeric else None,
-        "spearman_ci": _pair(a.numeric.spearman_ci) if a.numeric else None,
-    }
+    return agreement_json(a)
 
 
 def _cost_row(c: JudgeCost) -> dict[str, Any]:

@@ -949,12 +949,72 @@ async function renderAgreement() {
   }
 }
 
+function table(id, headers, rows) {
+  const node = document.createElement("table");
+  node.id = id;
+  const head = node.createTHead().insertRow();
+  for (const h of headers) {
+    const th = document.createElement("th");
+    th.scope = "col";
+    th.textContent = h;
+    head.append(th);
+  }
+  const body = node.createTBody();
+  for (const cells of rows) {
+    const row = body.insertRow();
+    for (const c of cells) row.insertCell().textContent = c;
+  }
+  return node;
+}
+
+const withCi = (value, ci) => (ci ? `${fixed(value)} [${fixed(ci[0])}, ${fixed(ci[1])}]`
+  : fixed(value));
+const share = (value) => (value === null || value === undefined ? "–"
+  : `${Math.round(100 * value)}%`);
+
+async function renderQueueAgreement() {
+  // The queue being worked through: agreement on its items only, between people (alpha)
+  // and of each judge with people (GET .../queues/{name}/agreement).
+  const box = $("#queue-agreement");
+  const queue = state.queue;
+  if (!queue) { box.replaceChildren(); return; }
+  let answer;
+  try {
+    answer = await api(wsPath(`queues/${encodeURIComponent(queue.queue)}/agreement`));
+  } catch (error) {
+    box.replaceChildren(Object.assign(document.createElement("p"), { className: "error",
+      textContent: `${error.code || "error"}: ${error.message}` }));
+    return;
+  }
+  if (state.queue !== queue) return;
+  const h = document.createElement("h2");
+  h.textContent = `On queue ${answer.queue}: ${answer.items} items, ${answer.judged} with a `
+    + "verdict";
+  const people = answer.people_agreement.length
+    ? table("queue-people", ["between people: field", "targets", "agreed", "alpha [95%]"],
+      answer.people_agreement.map((r) => [`${r.feedback_type}.${r.field}`, String(r.units),
+        share(r.observed), withCi(r.alpha, r.alpha_ci)]))
+    : Object.assign(document.createElement("p"), { className: "meta",
+      textContent: "No item was judged by two people or more yet." });
+  const judges = answer.judge_agreement.length
+    ? table("queue-judges", ["evaluator", "field", "pairs", "agreed", "kappa or rank corr. [95%]"],
+      answer.judge_agreement.map((r) => [r.evaluator, `${r.feedback_type}.${r.field}`,
+        String(r.n), share(r.observed), r.kind === "numeric"
+          ? withCi(r.spearman, r.spearman_ci) : withCi(r.kappa, r.kappa_ci)]))
+    : Object.assign(document.createElement("p"), { className: "meta",
+      textContent: "No item has both a person's and an evaluator's verdict yet." });
+  box.replaceChildren(h, people, judges);
+}
+
 function showView(name) {
   $("#queue-view").hidden = name !== "queue";
   $("#agreement-view").hidden = name !== "agreement";
   $("#show-queue").setAttribute("aria-pressed", String(name === "queue"));
   $("#show-agreement").setAttribute("aria-pressed", String(name === "agreement"));
-  if (name === "agreement") renderAgreement();
+  if (name === "agreement") {
+    renderAgreement();
+    renderQueueAgreement();
+  }
 }
 
 // -- keys -----------------------------------------------------------------------------------
