@@ -281,6 +281,10 @@ def field_kinds(feedback_type: str, values: Iterable[dict[str, object]],
     return _kinds(feedback_type, values, types or registry)
 
 
+_LABEL = (str, int, float)
+"""What a category can be (bool is an int): hashable, comparable, shown as it is."""
+
+
 def agreement_of(pairs: Iterable[VerdictPair], *,
                  types: FeedbackRegistry | None = None) -> list[FieldAgreement]:
     """Agreement per evaluator version, feedback type and field of the pairs given."""
@@ -306,8 +310,14 @@ def agreement_of(pairs: Iterable[VerdictPair], *,
                 out.append(FieldAgreement(evaluator, feedback_type, name, kind,
                                           numeric=_numeric(numbers)))
             else:
+                # A category is a scalar: a list or an object (a value of another shape,
+                # from an older version of the type or an unregistered one) is left out.
+                labels = [(a, b) for a, b in present
+                          if isinstance(a, _LABEL) and isinstance(b, _LABEL)]
+                if not labels:
+                    continue
                 out.append(FieldAgreement(evaluator, feedback_type, name, kind,
-                                          categorical=cohen_kappa(present)))
+                                          categorical=cohen_kappa(labels)))
     return out
 
 

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from streams.core.errors import StreamsError
@@ -174,14 +174,24 @@ class CalibrationKeeper:
             return None
         return queue
 
-    async def run(self, stop: asyncio.Event, *, interval: float = 1.0) -> None:
-        """Pass after pass, `interval` seconds apart, until `stop` is set. A pass that fails
-        on the broker is logged and tried again at the next."""
+    async def run(self, stop: asyncio.Event, *, interval: float = 1.0,
+                  on_change: Callable[[Announced], None] | None = None) -> None:
+        """Pass after pass, `interval` seconds apart, until `stop` is set; `on_change` is
+        called with each change written. A pass that fails is logged and tried again at the
+        next: the broker or registry away (a warning) or anything else (with its trace),
+        never the end of the keeper."""
         while not stop.is_set():
             try:
-                await self.step()
-            except Exception as exc:  # a pass that fails is tried again, never the end
+                changes = await self.step()
+            except StreamsError as exc:
                 log.warning("calibration pass failed (tried again in %.1f s): %s", interval,
                             exc)
+                changes = []
+            except Exception:
+                log.exception("calibration pass failed (tried again in %.1f s)", interval)
+                changes = []
+            if on_change is not None:
+                for change in changes:
+                    on_change(change)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)

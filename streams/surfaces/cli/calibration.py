@@ -75,11 +75,8 @@ def calibration_follow(
     event when one falls below its threshold or comes back; prints each change as a JSON
     line. Stops on SIGTERM or SIGINT."""
     import asyncio
-    import contextlib
-    import logging
     import signal
 
-    from streams.core.errors import StreamsError
     from streams.core.measures.calibration import calibration_json
     from streams.runtime.client.workspace import StreamsClient
     from streams.runtime.jobs.calibration import CalibrationKeeper
@@ -87,7 +84,6 @@ def calibration_follow(
     from streams.runtime.observe.health import serve_health
     from streams.runtime.root import Runtime
 
-    log = logging.getLogger("streams.calibration")
     load_types(types)
     config = settings()
     with handled():
@@ -106,22 +102,10 @@ def calibration_follow(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        while not stop.is_set():
-            try:
-                changes = await keeper.step()
-            except StreamsError as exc:  # the broker or registry away: the next pass retries
-                log.warning("calibration pass failed (tried again in %.1f s): %s", interval,
-                            exc)
-                changes = []
-            except Exception:  # never the end of the keeper: logged, tried again
-                log.exception("calibration pass failed (tried again in %.1f s)", interval)
-                changes = []
-            for change in changes:
-                print(json.dumps({"tenant": change.tenant, "workspace": change.workspace,
-                                  "event_id": change.event_id, "queue": change.queue,
-                                  **calibration_json(change.row)}), flush=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=interval)
+        await keeper.run(stop, interval=interval, on_change=lambda change: print(
+            json.dumps({"tenant": change.tenant, "workspace": change.workspace,
+                        "event_id": change.event_id, "queue": change.queue,
+                        **calibration_json(change.row)}), flush=True))
 
     try:
         with handled():
