@@ -544,19 +544,6 @@ class ViewStore:
         args.append(b)
         return self._verdict_page(where, args, limit, before)
 
-    def verdicts_on(self, workspace: str, *, feedback_type: str, kind: str, target_id: str,
-                    participants: Sequence[str]) -> dict[str, str]:
-        """The latest verdicts (values as JSON) of `participants` of `feedback_type` on one
-        target, by participant (those who gave none are absent)."""
-        marks = ", ".join("?" for _ in participants)
-        with self._guarded() as db:
-            found = db.execute(
-                "SELECT participant, value FROM verdicts WHERE workspace = ? AND "
-                "feedback_type = ? AND target_kind = ? AND target_id = ? AND participant IN "
-                f"({marks})", (workspace, feedback_type, kind, target_id, *participants),
-            ).fetchall()
-        return {str(p): str(v) for p, v in found}
-
     def verdicts_of(self, workspace: str, kind: str, feedback_types: Sequence[str],
                     target_ids: Sequence[str],
                     ) -> list[tuple[str, str, str, bool, str, int, int]]:

@@ -116,14 +116,15 @@ class AlarmBook:
         return last + 1 if raised else last
 
 
-def alarm_book(alarms: Iterable[CalibrationAlarm]) -> AlarmBook:
-    """Fold alarm events, oldest first: each key's newest event stands. A repeated event (two
-    keepers writing the same change, the same id) changes nothing."""
+def alarm_book(changes: Iterable[tuple[CalibrationKey, bool, int]]) -> AlarmBook:
+    """Fold alarm changes `(key, raised, episode)`, oldest first (the alarm events, or the
+    view's one standing row per key): each key's newest stands. A repeated change (two
+    keepers writing the same event, the same id) changes nothing."""
     states: dict[CalibrationKey, State] = {}
     episodes: dict[CalibrationKey, int] = {}
-    for alarm in alarms:
-        states[alarm.key] = "alarm" if alarm.raised else "ok"
-        episodes[alarm.key] = alarm.episode
+    for key, raised, episode in changes:
+        states[key] = "alarm" if raised else "ok"
+        episodes[key] = episode
     return AlarmBook(states, episodes)
 
 

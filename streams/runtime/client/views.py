@@ -51,6 +51,7 @@ from streams.core.measures.calibration import (
     CalibrationKey,
     CalibrationPolicy,
     State,
+    alarm_book,
     calibrate,
 )
 from streams.core.queues import Entry
@@ -103,6 +104,11 @@ class CatchUp:
     skipped: int = 0
     seconds: float = 0.0
     rebuilt: bool = False
+
+
+def _at(ms: int) -> datetime:
+    """A view row's time (milliseconds since the epoch, as the records carry it)."""
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def calibration_of(store: ViewStore, workspace: str, policy: CalibrationPolicy, *,
@@ -395,10 +401,10 @@ class TenantView:
         values (dicts) by participant; one that gave none is absent."""
         assert entry.pair is not None and entry.feedback_type is not None
         feedback_type, pair = entry.feedback_type, list(entry.pair)
-        found = self._guarded_read(lambda: self.store.verdicts_on(
-            workspace, feedback_type=feedback_type, kind=entry.on, target_id=target_id,
-            participants=pair))
-        return {who: json.loads(value) for who, value in found.items()}
+        found = self._guarded_read(lambda: self.store.verdicts_of(
+            workspace, entry.on, [feedback_type], [target_id]))
+        return {who: json.loads(value) for _t, _i, who, _h, value, _ms, _pos in found
+                if who in pair}
 
     def verdicts_on(self, workspace: str, kind: str, feedback_types: Sequence[str],
                     target_ids: Sequence[str]) -> list[Verdict]:
@@ -407,8 +413,7 @@ class TenantView:
         take them."""
         found = self._guarded_read(lambda: self.store.verdicts_of(
             workspace, kind, feedback_types, target_ids))
-        return [Verdict(t, f"{kind}:{i}", p, person, json.loads(value),
-                        datetime.fromtimestamp(ms / 1000, UTC), f"pos:{pos}")
+        return [Verdict(t, f"{kind}:{i}", p, person, json.loads(value), _at(ms), f"pos:{pos}")
                 for t, i, p, person, value, ms, pos in found]
 
     def queue_items_count(self, workspace: str, entry: Entry) -> int | None:
@@ -435,9 +440,7 @@ class TenantView:
         """Where the workspace's calibration alarms stand: each key's newest alarm event,
         as the view keeps it (one row per key)."""
         found = self._guarded_read(lambda: self.store.alarms(workspace))
-        return AlarmBook(
-            {(e, t, f): ("alarm" if raised else "ok") for e, t, f, raised, _n in found},
-            {(e, t, f): episode for e, t, f, _r, episode in found})
+        return alarm_book(((e, t, f), raised, episode) for e, t, f, raised, episode in found)
 
     def calibration(self, workspace: str, policy: CalibrationPolicy, *,
                     previous: Mapping[CalibrationKey, State] | None = None,

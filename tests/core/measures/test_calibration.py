@@ -15,6 +15,7 @@ from streams.core.feedback import FeedbackRegistry
 from streams.core.measures.agreement import VerdictPair, agreement_of
 from streams.core.measures.calibration import (
     ALARM_EVENT,
+    AlarmBook,
     CalibrationAlarm,
     CalibrationPolicy,
     alarm_book,
@@ -231,10 +232,24 @@ def test_the_book_is_each_keys_newest_alarm_and_episodes_go_on_from_it() -> None
     [row] = calibrate(disagreeing(pair_factory(), 20), policy, types=TYPES)
     raised = row.alarm_event(episode=1)
     cleared = raised.model_copy(update={"raised": False})
-    book = alarm_book([raised, cleared, raised.model_copy(update={"episode": 2})])
+    def book_of(*alarms: CalibrationAlarm) -> AlarmBook:
+        return alarm_book((a.key, a.raised, a.episode) for a in alarms)
+
+    book = book_of(raised, cleared, raised.model_copy(update={"episode": 2}))
     assert book.states == {row.key: "alarm"} and book.episodes == {row.key: 2}
     assert book.next_episode(row.key, raised=False) == 2  # the clear of raise 2
     assert book.next_episode(row.key, raised=True) == 3
-    assert alarm_book([]).next_episode(row.key, raised=True) == 1
-    again = alarm_book([raised, raised])  # the same change written twice: one alarm
+    assert book_of().next_episode(row.key, raised=True) == 1
+    again = book_of(raised, raised)  # the same change written twice: one alarm
     assert again.states == {row.key: "alarm"} and again.episodes == {row.key: 1}
+
+
+@pytest.mark.parametrize("odd", [[1, 2], {"a": 1}])
+def test_a_value_no_measure_can_take_is_left_out_not_a_failure(odd: object) -> None:
+    policy = CalibrationPolicy(thresholds={"triage-judge": 0.5}, window=40, min_pairs=10)
+    make = pair_factory()
+    pairs = [*disagreeing(make, 20), *(make(odd, True) for _ in range(5))]
+    [row] = calibrate(pairs, policy, types=TYPES)
+    # The 20 pairs of labels are measured; the five of another shape are not counted.
+    assert (row.state, row.n) == ("alarm", 20)
+    assert calibrate([make(odd, odd) for _ in range(12)], policy, types=TYPES) == []
