@@ -61,11 +61,20 @@ async def _spike(ws: Any, service: str) -> None:
         await ws.append(AppEvent(name="ops:error_spike", data={"service": service, "errors": 7}))
 
 
-async def _sign_in(page: Any, base: str, key: str, workspace_id: str) -> None:
+async def _sign_in(page: Any, base: str, key: str, workspace_id: str, *,
+                   live: bool = True, queue: str | None = None) -> None:
+    """Sign in with `key`; unless `live` is False, wait until the page is live on the
+    stream; then choose `queue`."""
+    from playwright.async_api import expect
+
     await page.goto(f"{base}/ui/")
     await page.get_by_label("API key").fill(key)
     await page.get_by_label("Workspace", exact=True).fill(workspace_id)
     await page.get_by_role("button", name="Sign in").click()
+    if live:
+        await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
+    if queue is not None:
+        await page.locator("#queue-choice").select_option(queue)
 
 
 async def _install(base: str, served: Any, tenant: str, queue: dict[str, Any]) -> None:
@@ -117,7 +126,6 @@ async def test_people_judge_runs_on_the_page(
 
             # Sign in; the page is live on the stream before any run exists.
             await _sign_in(page, base, key, f"{tenant}.{WORKSPACE}")
-            await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
             await expect(page.locator("#who")).to_contain_text("user:ada")
             await expect(page.locator("#queue li")).to_have_count(0)
 
@@ -213,7 +221,8 @@ async def test_people_judge_runs_on_the_page(
 
             # A key of another tenant sees nothing of this one.
             stranger = await browser.new_page()
-            await _sign_in(stranger, base, served.key(other, "eve"), f"{tenant}.{WORKSPACE}")
+            await _sign_in(stranger, base, served.key(other, "eve"), f"{tenant}.{WORKSPACE}",
+                           live=False)
             await expect(stranger.locator("#sign-in-error")).to_contain_text(
                 "forbidden", timeout=30_000)
             await expect(stranger.locator("#queue li")).to_have_count(0)
@@ -261,9 +270,8 @@ async def test_two_people_work_through_a_blind_queue_by_keyboard(
                 page.on("pageerror", lambda error: problems.append(str(error)))
                 page.on("console", lambda message: problems.append(message.text)
                         if message.type == "error" else None)
-                await _sign_in(page, base, served.key(tenant, name), f"{tenant}.{WORKSPACE}")
-                await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
-                await page.locator("#queue-choice").select_option("spikes")
+                await _sign_in(page, base, served.key(tenant, name), f"{tenant}.{WORKSPACE}",
+                               queue="spikes")
                 return page
 
             async def judge_it(page: Any, item: str, keys: str) -> None:
@@ -374,9 +382,8 @@ async def test_a_firing_and_a_chain_are_shown_as_labelled_rows_in_a_queue(
                                                    args=["--no-sandbox"])
         try:
             page = await _page(browser, problems)
-            await _sign_in(page, base, served.key(tenant, "ada"), f"{tenant}.{WORKSPACE}")
-            await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
-            await page.locator("#queue-choice").select_option("firings")
+            await _sign_in(page, base, served.key(tenant, "ada"), f"{tenant}.{WORKSPACE}",
+                           queue="firings")
             item = page.locator("#item")
             await expect(page.locator("#item h2")).to_have_attribute(
                 "data-item", "firing:fir_1", timeout=30_000)
@@ -449,9 +456,8 @@ async def test_pairwise_review_of_two_judge_versions_by_keyboard(
                                                    args=["--no-sandbox"])
         try:
             page = await _page(browser, problems)
-            await _sign_in(page, base, served.key(tenant, "ada"), f"{tenant}.{WORKSPACE}")
-            await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
-            await page.locator("#queue-choice").select_option("versions")
+            await _sign_in(page, base, served.key(tenant, "ada"), f"{tenant}.{WORKSPACE}",
+                           queue="versions")
             chosen: dict[str, str] = {}
             for item, key in (("run:run_1", "1"), ("run:run_0", "3")):
                 await expect(page.locator("#item h2")).to_have_attribute(
@@ -502,9 +508,8 @@ async def test_a_lease_that_runs_out_returns_the_item_to_someone_else(
         try:
             async def person(name: str) -> Any:
                 page = await _page(browser, problems)
-                await _sign_in(page, base, served.key(tenant, name), f"{tenant}.{WORKSPACE}")
-                await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
-                await page.locator("#queue-choice").select_option("quick")
+                await _sign_in(page, base, served.key(tenant, name), f"{tenant}.{WORKSPACE}",
+                               queue="quick")
                 await expect(page.locator("#item h2")).to_have_attribute(
                     "data-item", "run:run_0", timeout=30_000)
                 return page
@@ -586,14 +591,12 @@ async def test_a_manager_creates_a_queue_on_the_page(
             # A reviewer without manage_queues is not offered it.
             reviewer = await _page(browser, problems)
             await _sign_in(reviewer, base, served.key(tenant, "bo"), f"{tenant}.{WORKSPACE}")
-            await expect(reviewer.locator("#connection")).to_have_text("live", timeout=30_000)
             await expect(reviewer.locator("#new-queue")).to_be_hidden()
 
             page = await _page(browser, problems)
             key = served.key(tenant, "ada", frozenset({"read", "give_feedback",
                                                        "manage_queues"}))
             await _sign_in(page, base, key, f"{tenant}.{WORKSPACE}")
-            await expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
             await page.get_by_text("New queue").click()
             box = page.get_by_label("Its JSON form")
             await expect(box).to_have_value(re.compile('"runs_of"'))  # a template to edit
