@@ -36,9 +36,10 @@ the same ones). The candidate's verdict is only recorded (`streams:verdict` with
 true` and the target), never given as feedback: no rule reacts to it and no score is
 mirrored for it, while the measures count it as its version's verdict on that target (judge
 agreement, answers, trends) and the run's output carries it under `"shadow"` (the report's
-cost per version). A candidate that hands off or fails is noted in the output and never fails
-the run. Promoting it (making it the action's evaluator) reuses every shadow verdict it
-recorded: its keys are the same.
+cost per version). Reused for another target (the same input judged again for another run),
+it is recorded on that target too, without a call. A candidate that hands off or fails is
+noted in the output and never fails the run. Promoting it (making it the action's evaluator)
+reuses every shadow verdict it recorded: its keys are the same.
 """
 
 from __future__ import annotations
@@ -273,8 +274,19 @@ class EvaluatorAction(Generic[In]):
         """The shadow version's verdict on `judged`, recorded apart (never given as
         feedback); what the run's output says of it."""
         key = verdict_key(shadow, judged)
-        checked = await _reusable(reaction, key, shadow)
-        if checked is not None:
+        here = {"kind": target.kind, "id": target.id}
+        record = await recorded_verdict(reaction.workspace, key)
+        checked = None if record is None else _verdict_of(record, shadow.verdict_type)
+        if record is not None and checked is not None:
+            if record.get("target") != here:
+                # Judged first on another target (another run on the same input): the
+                # verdict is this target's too. Recorded on it, as a current version's
+                # reused verdict is given again, so the measures count it here; by an id
+                # of the key and the target, so a retry records it once. No call.
+                on = f"{target.kind}:{target.id}"
+                await _record(reaction, key, checked, shadow=True, target=here, reused=True,
+                              event_id=verdict_event_id(reaction.workspace.workspace, key,
+                                                        on=on))
             return {**checked.as_output(), "verdict_key": key, "reused": True}
         named = {"evaluator": shadow.name, "version": shadow.version}
         if self.budget is not None:
@@ -322,15 +334,15 @@ async def _reusable(reaction: Reaction, key: str,
     return None if record is None else _verdict_of(record, evaluator.verdict_type)
 
 
-async def _record(reaction: Reaction, key: str, checked: Verdict[Feedback],
-                  **extra: object) -> None:
+async def _record(reaction: Reaction, key: str, checked: Verdict[Feedback], *,
+                  event_id: str | None = None, **extra: object) -> None:
     """Record a verdict under `key`, in the run's chain, by the id derived from the key
-    (`extra`: a shadow's flag and target)."""
+    unless `event_id` says another (`extra`: a shadow's flag and target)."""
     workspace = reaction.workspace
     await workspace.append(
         AppEvent(name=VERDICT_RECORD, data={"key": key, **checked.as_output(), **extra}),
         correlation_id=reaction.started.correlation_id, causation_id=reaction.started.event_id,
-        event_id=verdict_event_id(workspace.workspace, key))
+        event_id=event_id or verdict_event_id(workspace.workspace, key))
 
 
 async def _claim(reaction: Reaction, budget: Budget, data: dict[str, Any]) -> bool:

@@ -135,11 +135,15 @@ def command_event_id(tenant: str, workspace: str, participant: str, command_id: 
     return "evt_" + _digest(f"cmd\n{tenant}\n{workspace}\n{participant}\n{command_id}")
 
 
-def verdict_event_id(workspace: str, verdict_key: str) -> str:
+def verdict_event_id(workspace: str, verdict_key: str, *, on: str | None = None) -> str:
     """The event id of the record of an evaluator's verdict on one input in `workspace`
     (`streams.core.evaluation.verdict_key`): derived, so whoever judges that input again (a
-    retried attempt, a refire, a backfill) finds the record by its id and pays no model call."""
-    return "evt_" + _digest(f"verdict\n{workspace}\n{verdict_key}")
+    retried attempt, a refire, a backfill) finds the record by its id and pays no model call.
+    `on` (a target's `kind:id`): the record of that verdict on another target than the one
+    it was first recorded on (a shadow version's reused verdict)."""
+    if on is None:
+        return "evt_" + _digest(f"verdict\n{workspace}\n{verdict_key}")
+    return "evt_" + _digest(f"verdict\n{workspace}\n{verdict_key}\n{on}")
 
 
 def alarm_event_id(workspace: str, evaluator: str, feedback_type: str, field: str,

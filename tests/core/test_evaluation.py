@@ -220,9 +220,23 @@ async def test_a_shadow_version_judges_the_same_inputs_apart_and_never_gives_fee
     assert first["shadow"]["version"] == "2" and first["shadow"]["value"] == {"good": True}
     # Only the current version's verdicts are feedback; the shadow's is a record apart.
     assert {e.actor.participant for e in log.feedback()} == {"evaluator:grader@1"}
-    [shadow] = [e for e in log.envelopes if isinstance(e.event, AppEvent)
+    def shadows() -> list[Envelope]:
+        return [e for e in log.envelopes if isinstance(e.event, AppEvent)
                 and e.event.data.get("shadow") is True]
-    assert shadow.event.data["target"] == {"kind": "run", "id": "run_1"}  # type: ignore
+
+    # Reused on run_2 (the same input), the verdict is recorded on run_2 too (no call), so
+    # the measures count the version's verdict on each target it judged.
+    first_record, on_second = shadows()
+    assert first_record.event.data["target"] == {"kind": "run", "id": "run_1"}  # type: ignore
+    assert on_second.event.data["target"] == {"kind": "run", "id": "run_2"}  # type: ignore
+    assert on_second.event.data["reused"] is True  # type: ignore[union-attr]
+    assert on_second.event.data["key"] == first_record.event.data["key"]  # type: ignore
+    key = first_record.event.data["key"]  # type: ignore[union-attr]
+    assert first_record.event_id == verdict_event_id("prod", key)
+    assert on_second.event_id != first_record.event_id
+    # A retry on run_2 records it under the same id (readers keyed by id see it once).
+    await action(reaction_in(log, "run_2"))
+    assert shadows()[-1].event_id == on_second.event_id and candidate_calls == ["good answer"]
     # Promoted (the candidate becomes the action's evaluator), it reuses its shadow verdicts.
     promoted = await action.promoted()(reaction_in(log, "run_3"))
     assert promoted["reused"] is True and candidate_calls == ["good answer"]
