@@ -528,6 +528,22 @@ class ViewStore:
                                ).fetchall()
         return [str(w) for (w,) in found]
 
+    def newest_kind(self, workspace: str, participant: str, feedback_type: str,
+                    kinds: Sequence[str]) -> str | None:
+        """Of the target `kinds`, the one `participant` gave its newest verdict of
+        `feedback_type` on (None: no verdict on any); one index look-up per kind."""
+        newest: tuple[int, int, str] | None = None
+        with self._guarded() as db:
+            for kind in kinds:
+                row = db.execute(
+                    "SELECT time_ms, pos FROM verdicts WHERE workspace = ? AND "
+                    "feedback_type = ? AND target_kind = ? AND participant = ? "
+                    "ORDER BY time_ms DESC, pos DESC LIMIT 1",
+                    (workspace, feedback_type, kind, participant)).fetchone()
+                if row is not None and (newest is None or (row[0], row[1]) > newest[:2]):
+                    newest = (int(row[0]), int(row[1]), kind)
+        return None if newest is None else newest[2]
+
     def paired(self, workspace: str, *, a: str, b: str, feedback_type: str, on: str,
                limit: int | None = None, before: PageKey | None = None,
                ) -> list[tuple[str, PageKey]]:

@@ -422,3 +422,17 @@ def test_verdicts_of_named_targets_and_types(tmp_path: Path) -> None:
     many = store.verdicts_of("prod", "run", ["triage_quality"],
                              [f"x{i}" for i in range(1200)] + ["r3"])  # three batches
     assert [i for _t, i, *_rest in many] == ["r3"]
+
+
+def test_the_kind_a_participant_judged_lately(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.apply([
+        _verdict(0, "r1", "evaluator:judge@2", {"correct": True}, t=10),
+        _verdict(1, "c1", "evaluator:judge@2", {"correct": True}, t=20, on="chain"),
+        _verdict(2, "r2", "evaluator:judge@3", {"correct": True}, t=30),
+    ], [], {})
+    kinds = ["chain", "firing", "run"]
+    assert store.newest_kind("prod", "evaluator:judge@2", "triage_quality", kinds) == "chain"
+    assert store.newest_kind("prod", "evaluator:judge@3", "triage_quality", kinds) == "run"
+    assert store.newest_kind("prod", "evaluator:judge@2", "triage_quality", ["run"]) == "run"
+    assert store.newest_kind("prod", "evaluator:judge@9", "triage_quality", kinds) is None

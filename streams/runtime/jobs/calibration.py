@@ -150,8 +150,13 @@ class CalibrationKeeper:
         name, version = evaluator_version(evaluator)
         queue = alarm_queue_name(f"{name}@{version}", feedback_type)
         cls = self.client.types.get(feedback_type)
-        targets = sorted(cls.feedback_targets) if cls is not None else ["run"]
-        on = "run" if "run" in targets else targets[0]
+        kinds = sorted(cls.feedback_targets) if cls is not None else ["run"]
+        # The queue's items are of one kind: where the version judged lately (a type given
+        # on runs and chains alike sends its disagreements where the judge works now).
+        view = self.client.tenant_view(tenant)
+        newest = await asyncio.to_thread(view.store.newest_kind, workspace, evaluator,
+                                         feedback_type, kinds) if len(kinds) > 1 else None
+        on = newest or ("run" if "run" in kinds else kinds[0])
         definition = {
             "name": queue,
             "description": f"where {name}@{version} and people disagreed on {feedback_type} "
