@@ -33,12 +33,13 @@ SERVICES = compose_image_services()
 @claims("`docker-compose.yml`", "validated",
         "parsed: worker, sinks and API run from the image with their commands")
 def test_worker_sinks_and_api_run_from_the_image() -> None:
-    assert set(SERVICES) == {"worker", "sink-duckdb", "sink-langfuse", "serve"}
+    assert set(SERVICES) == {"worker", "sink-duckdb", "sink-langfuse", "serve", "calibration"}
     commands = image_commands()
     assert commands["compose:worker"][0] == "worker"
     assert commands["compose:sink-duckdb"][:2] == ["sink", "duckdb"]
     assert commands["compose:sink-langfuse"][:2] == ["sink", "langfuse"]
     assert commands["compose:serve"] == ["serve"]
+    assert commands["compose:calibration"][:2] == ["calibration", "follow"]
     for name, svc in SERVICES.items():
         assert svc["build"] == ".", name
         assert interpolate(svc["image"]) == "feedback-streams:dev", name

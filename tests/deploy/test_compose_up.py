@@ -110,8 +110,8 @@ def _answers(url: str) -> bool:
         "brought up with podman-compose (PyPI), whole but the `langfuse` profile: Kafka and the"
         " registry from images built on the project's base from the stack's jars and a Java 21+"
         " runtime (`deploy/image.sh stack`: the official images cannot be pulled here, so "
-        "`KAFKA_IMAGE` and `REGISTRY_IMAGE` name these), the worker, DuckDB sink and API from "
-        "the project's image; the file header's steps, then feedback given over REST to the API"
+        "`KAFKA_IMAGE` and `REGISTRY_IMAGE` name these), the worker, DuckDB sink, calibration "
+        "keeper and API from the project's image; the file header's steps, then feedback given over REST to the API"
         " container becomes scores in the compose broker's topic and rows in the DuckDB file on"
         " the compose volume, and reads back; each app container runs as uid 10001 on a "
         "read-only root and exits 0 on SIGTERM (45 s alone once the images are built, about 5 "
@@ -152,7 +152,7 @@ async def test_compose_up_runs_the_stack_and_the_pipeline(project: ComposeProjec
     given = await feedback_over_rest(base, settings, tenant)
     scores_of_feedback(settings, tenant, given)
 
-    services = ("worker", "sink-duckdb", "serve")
+    services = ("worker", "sink-duckdb", "serve", "calibration")
     for service in services:
         name = project.container(service)
         assert podman.running(name), podman.logs(name)[-4000:]
@@ -173,6 +173,6 @@ async def test_compose_up_runs_the_stack_and_the_pipeline(project: ComposeProjec
             "select distinct feedback_event_id from scores").fetchall()}
         count = con.execute("select count(*) from scores").fetchone()
     assert ids == set(given) and count == (SCORES,)
-    for service in ("worker", "serve"):
+    for service in ("worker", "serve", "calibration"):
         name = project.container(service)
         assert podman.stop(name) == 0, podman.logs(name)[-4000:]

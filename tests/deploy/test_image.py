@@ -169,7 +169,7 @@ def test_the_deployments_run_worker_sinks_and_serve() -> None:
 
 @claims("the commands the manifests and compose run", "run",
         "`python -m streams <args> --help` for each (`worker`, `sink langfuse`, `sink duckdb`, "
-        "`serve`), with the options they pass")
+        "`serve`, `calibration follow`), with the options they pass")
 @pytest.mark.parametrize("args", _cases())
 def test_each_command_the_deployments_run_exists_with_its_options(args: list[str]) -> None:
     # The options go before --help, so an option the CLI does not have fails the parse.

@@ -194,7 +194,7 @@ def test_every_pod_is_non_root_read_only_sized_and_probed_on_its_port(
             assert get["path"] == path
             assert declared_ports[get["port"]] == want, (deployment["metadata"]["name"], probe)
         seen.add(command)
-    assert seen == {"worker", "sink", "serve"}
+    assert seen == {"worker", "sink", "serve", "calibration"}
     service = by_kind(objects, "Service")["streams-api"]["spec"]
     serve = by_kind(objects, "Deployment")["streams-serve"]["spec"]
     assert service["selector"] == serve["selector"]["matchLabels"]

@@ -1,6 +1,6 @@
 """deploy/k8s's workloads played with `podman kube play`: the local overlay rendered (and
-validated) by deploy/k8s/validate.sh, its ConfigMap, Secret and the three Deployments (worker,
-Langfuse sink, API) run as pods from the project's image against the test's stack over its
+validated) by deploy/k8s/validate.sh, its ConfigMap, Secret and the four Deployments (worker,
+Langfuse sink, API, calibration keeper) run as pods from the project's image against the test's stack over its
 SASL/SCRAM listener with the Secret's credentials, the Langfuse sink writing to a Langfuse
 stand-in. Feedback given over REST to the API pod becomes scores in the topic and in Langfuse,
 and reads back over REST.
@@ -138,8 +138,8 @@ def kube(tmp_path: Path) -> Iterator[Kube]:
 
 
 @claims("`deploy/k8s` (kustomize)", "run",
-        "the local overlay's ConfigMap, Secret and three Deployments (worker, Langfuse sink, "
-        "API) played as pods with `podman kube play` from the project's image against the test "
+        "the local overlay's ConfigMap, Secret and four Deployments (worker, Langfuse sink, "
+        "API, calibration keeper) played as pods with `podman kube play` from the project's image against the test "
         "stack's SASL/SCRAM listener with the Secret's credentials, the sink writing to a "
         "Langfuse stand-in: feedback given over REST to the API pod becomes scores in the topic"
         " and in Langfuse and reads back; each pod runs as uid 10001 on a read-only root (9 s "
@@ -174,13 +174,15 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         secret["LANGFUSE_SECRET_KEY"] = base64.b64encode(standin.secret_key.encode()).decode()
         deployments = {o["metadata"]["name"].removesuffix(kube.suffix)
                        for o in objects if o["kind"] == "Deployment"}
-        assert deployments == {"streams-worker", "streams-sink-langfuse", "streams-serve"}
+        assert deployments == {"streams-worker", "streams-sink-langfuse", "streams-serve",
+                               "streams-calibration"}
         kube(objects, secret)
 
         base = f"http://127.0.0.1:{port}"
         # podman's names: <deployment>-pod-0-<container>
-        serve, worker, sink = (f"streams-{d}{kube.suffix}-pod-0-{c}" for d, c in (
-            ("serve", "serve"), ("worker", "worker"), ("sink-langfuse", "sink")))
+        serve, worker, sink, keeper = (f"streams-{d}{kube.suffix}-pod-0-{c}" for d, c in (
+            ("serve", "serve"), ("worker", "worker"), ("sink-langfuse", "sink"),
+            ("calibration", "calibration")))
 
         def alive() -> None:
             assert podman.running(serve), podman.logs(serve)[-4000:]
@@ -191,7 +193,7 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         wait_until(lambda: len(standin.scores()) >= SCORES, 180,
                    f"{SCORES} scores in Langfuse from the sink pod")
         assert len(standin.scores()) == SCORES
-        for name in (serve, worker, sink):
+        for name in (serve, worker, sink, keeper):
             assert podman.running(name), podman.logs(name)[-4000:]
             podman.runs_as_the_image_user_read_only(name)
     finally:
