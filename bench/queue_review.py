@@ -11,6 +11,10 @@
    its send to its answer. Items are handed out newest run first, a page of 200 of the runs
    view at a time, so past the 200th a `next` reads the pages of done runs before it: the
    latencies are printed per hundred items to show that cost.
+   With `--done N`, the newest N runs were reviewed by the team before the server starts
+   (a request and a submit each, written to the leases topic as servers write them): the
+   reviewer's items come after them, so each `next` has N done runs ahead of it (a server
+   jumps them once it has walked them: streams.core.spans).
 3. The floors, in the same run on the same server: `GET .../me` (an authenticated read that
    does nothing: the transport) and `POST .../commands` with the same verdict (the command a
    submit ends in, without its lease record).
@@ -26,16 +30,20 @@ import asyncio
 import sys
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from confluent_kafka import Producer
 
 from bench.served import start_serve, until_ready
 from bench.surfaces import _free_port, _pct
 from streams.adapters.kafka.admin import TenantAdmin
+from streams.adapters.kafka.config import producer_config
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
+from streams.core.leases import LeaseRecord
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
@@ -75,7 +83,31 @@ class Served:
     tokens: dict[str, str]
 
 
-async def serve_seeded(runs: int, prefix: str, people: tuple[str, ...] = ("ada",)) -> Served:
+def _done_by_the_team(settings: Settings, runs: int, done: int) -> None:
+    """Lease records of the newest `done` of `runs` runs (run_{runs-1} down), each requested
+    and submitted by one of the team (k = 1), written to the leases topic as a server writes
+    them."""
+    runtime = Runtime(settings)
+    topic, partitions = runtime.admin.ensure_leases_topic(TENANT)
+    producer = Producer(producer_config(settings))
+    now = int(time.time() * 1000)
+    for n in range(done):
+        item = f"run:run_{runs - 1 - n}"
+        for kind in ("request", "submit"):
+            record = LeaseRecord(kind=kind, workspace="prod", queue="spikes", item=item,
+                                 reviewer=f"user:team{n % 7}", request_id=f"lease_t{n}",
+                                 at_ms=now, record_id="" if kind == "request" else f"s{n}")
+            key = record.key.encode()
+            producer.produce(topic, record.encode(), key,
+                             partition=zlib.crc32(key) % partitions)
+        producer.poll(0)
+    producer.flush(60)
+    runtime.close()
+    print(f"{done} runs done by the team before the server starts", file=sys.stderr)
+
+
+async def serve_seeded(runs: int, prefix: str, people: tuple[str, ...] = ("ada",),
+                       done: int = 0) -> Served:
     """Seed a fresh tenant (topic prefix `prefix`) with `runs` runs, make a key for each of
     `people` (give_feedback, read, manage_queues; `token` is the first one's) and start
     `python -m streams serve` on a free loopback port; the caller stops `server` (by its
@@ -85,6 +117,8 @@ async def serve_seeded(runs: int, prefix: str, people: tuple[str, ...] = ("ada",
     seeding = StreamsClient(Runtime(settings))
     await _seed(seeding, runs)
     seeding.close()
+    if done:
+        _done_by_the_team(settings, runs, done)
     keys = KeyStore(Runtime(settings))
     keys.start()
     tokens = {person: keys.create(TENANT, UserActor(id=person),
@@ -98,7 +132,7 @@ async def serve_seeded(runs: int, prefix: str, people: tuple[str, ...] = ("ada",
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    served = await serve_seeded(args.runs, f"bq{uuid.uuid4().hex[:8]}")
+    served = await serve_seeded(args.runs, f"bq{uuid.uuid4().hex[:8]}", done=args.done)
     server, port, token = served.server, served.port, served.token
     base = f"http://127.0.0.1:{port}/v1/workspaces/{TENANT}.prod"
     headers = {"Authorization": f"Bearer {token}"}
@@ -143,7 +177,8 @@ async def main_async(args: argparse.Namespace) -> None:
         server.terminate()  # the server this run started, by its handle
         await server.wait()
 
-    print(f"one reviewer over REST, {args.items} items of a queue of {args.runs} runs")
+    print(f"one reviewer over REST, {args.items} items of a queue of {args.runs} runs, "
+          f"{args.done} done ahead")
     print(f"{'step':<18}{'p50 ms':>10}{'p99 ms':>10}")
     for step, latencies in steps.items():
         print(f"{step:<18}{_pct(latencies, 0.5):>10.1f}{_pct(latencies, 0.99):>10.1f}")
@@ -159,6 +194,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--items", type=int, default=400)
+    parser.add_argument("--done", type=int, default=0,
+                        help="newest runs the team reviewed before the server starts")
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -410,9 +410,16 @@ class ViewStore:
             found = db.execute(sql, args).fetchall()
         return [(item, PageKey(time_ms, *seq_of(pos))) for item, time_ms, pos in found]
 
-    def count_items(self, kind: str, workspace: str, *, rule: str | None = None) -> int:
-        """How many ids `item_ids` gives (without `before` and `limit`): one COUNT."""
+    def count_items(self, kind: str, workspace: str, *, rule: str | None = None,
+                    between: tuple[PageKey, PageKey] | None = None) -> int:
+        """How many ids `item_ids` gives (without `before` and `limit`): one COUNT; with
+        `between=(newest, oldest)`, only those from `newest` down to `oldest`, both
+        included (a range of the index: it costs the items in it)."""
         table, _id_column, where, args = _items_where(kind, workspace, rule)
+        if between is not None:
+            newest, oldest = between
+            where.append("(time_ms, pos) <= (?, ?) AND (time_ms, pos) >= (?, ?)")
+            args += [newest.time_ms, newest.pos, oldest.time_ms, oldest.pos]
         with self._guarded() as db:
             (count,) = db.execute(f"SELECT count(*) FROM {table} WHERE {' AND '.join(where)}",
                                   args).fetchone()

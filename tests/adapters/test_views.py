@@ -122,6 +122,14 @@ def test_firings_and_chains_page_newest_first_like_runs(tmp_path: Path) -> None:
             before = page[-1][1]
         assert paged == [i for i, _k in store.item_ids(kind, "prod")]
     assert store.item_ids("chain", "staging") == []
+    # A count between two keys (both included) is what the page walk between them reads.
+    for kind, rule in (("run", None), ("firing", "ops:x"), ("chain", None)):
+        keyed = store.item_ids(kind, "prod", rule=rule)
+        assert store.count_items(kind, "prod", rule=rule) == len(keyed)
+        for top, bottom in ((0, len(keyed) - 1), (1, 3), (2, 2)):
+            assert store.count_items(kind, "prod", rule=rule,
+                                     between=(keyed[top][1], keyed[bottom][1])) == \
+                bottom - top + 1
     with pytest.raises(ValueError, match="no rule"):
         store.item_ids("chain", "prod", rule="ops:x")
     with pytest.raises(ValueError, match="no items of kind"):

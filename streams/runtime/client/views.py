@@ -56,6 +56,7 @@ from streams.core.measures.calibration import (
 )
 from streams.core.queues import Entry
 from streams.core.runs import RunRecord
+from streams.core.spans import JUMPABLE
 from streams.core.tenancy import check_tenant, reader_group, tenant_topics
 from streams.core.viewrows import PageKey, Rows, position, rows_of
 from streams.runtime.root import Runtime
@@ -416,14 +417,17 @@ class TenantView:
         return [Verdict(t, f"{kind}:{i}", p, person, json.loads(value), _at(ms), f"pos:{pos}")
                 for t, i, p, person, value, ms, pos in found]
 
-    def queue_items_count(self, workspace: str, entry: Entry) -> int | None:
-        """How many targets enter a queue by `entry` (as `queue_items` lists them), counted
-        in the view, for a rule's runs or firings and the chains; None for an entry by
-        verdicts (judged below, disagreements, pairs), whose items are decided row by row."""
-        if entry.kind not in ("runs_of", "firings_of", "chains"):
+    def queue_items_count(self, workspace: str, entry: Entry, *,
+                          between: tuple[PageKey, PageKey] | None = None) -> int | None:
+        """How many targets enter a queue by `entry` (as `queue_items` lists them; with
+        `between=(newest, oldest)`, those from one key down to the other, both included),
+        counted in the view, for a rule's runs or firings and the chains; None for an entry
+        by verdicts (judged below, disagreements, pairs), whose items are decided row by
+        row."""
+        if entry.kind not in JUMPABLE:
             return None
         return self._guarded_read(lambda: self.store.count_items(
-            entry.item_kind, workspace, rule=entry.rule))
+            entry.item_kind, workspace, rule=entry.rule, between=between))
 
     def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,
                  limit: int | None = None, after: PageKey | None = None,

@@ -837,11 +837,13 @@ class Workspace:
         return await self.append(event, correlation_id=state.envelope.correlation_id,
                                  causation_id=state.envelope.event_id)
 
-    async def _view(self) -> TenantView:
+    async def _view(self, *, catch_up: bool = True) -> TenantView:
         """The tenant's view, caught up to the events topic's end as of this call (so what
-        this process appended before the call is in it)."""
+        this process appended before the call is in it); as it is with `catch_up=False`
+        (the later reads of one walk over it: each catch-up asks the broker for its ends)."""
         view = self.client.tenant_view(self.tenant)
-        await asyncio.to_thread(view.catch_up, asked=time.monotonic())
+        if catch_up:
+            await asyncio.to_thread(view.catch_up, asked=time.monotonic())
         return view
 
     async def runs(self, *, rule: str | None = None, limit: int | None = None,
@@ -898,17 +900,38 @@ class Workspace:
         before = None if cursor is None else decode_cursor(cursor)
         if limit < 1:
             raise ValidationFailed(f"limit must be at least 1, got {limit}")
-        compared: list[str] = []
-        if entry.kind == "disagreements":
-            cls = self.client.types.get(entry.feedback_type or "")
-            if cls is None:
-                raise ValidationFailed(f"feedback type {entry.feedback_type!r} is not "
-                                       "registered here: its fields cannot be compared")
-            compared = sorted(compared_fields(cls))
-        view = await self._view()
-        found = await asyncio.to_thread(view.queue_items, self.workspace, entry, compared,
-                                        limit=limit + 1, before=before)
+        compared = self._compared(entry)
+        found = await self._queue_items(entry, compared, limit=limit + 1, before=before)
         return [item for item, _k in found[:limit]], _next_cursor(found, limit)
+
+    async def queue_items_keyed(self, entry: Entry, *, limit: int = 200,
+                                before: PageKey | None = None,
+                                catch_up: bool = True) -> list[tuple[str, PageKey]]:
+        """`queue_items_page` with each id's page key (the order: newest first) and no
+        cursor: at most `limit` ids strictly before `before`; an empty list at the end.
+        `catch_up=False` reads the view as an earlier call of the same walk left it."""
+        self._check_read(f"{entry.item_kind}s")
+        if limit < 1:
+            raise ValidationFailed(f"limit must be at least 1, got {limit}")
+        return await self._queue_items(entry, self._compared(entry), limit=limit,
+                                       before=before, catch_up=catch_up)
+
+    async def _queue_items(self, entry: Entry, compared: list[str], *, limit: int,
+                           before: PageKey | None, catch_up: bool = True,
+                           ) -> list[tuple[str, PageKey]]:
+        view = await self._view(catch_up=catch_up)
+        return await asyncio.to_thread(view.queue_items, self.workspace, entry, compared,
+                                       limit=limit, before=before)
+
+    def _compared(self, entry: Entry) -> list[str]:
+        # The fields a disagreements entry compares: its type's (registered here).
+        if entry.kind != "disagreements":
+            return []
+        cls = self.client.types.get(entry.feedback_type or "")
+        if cls is None:
+            raise ValidationFailed(f"feedback type {entry.feedback_type!r} is not "
+                                   "registered here: its fields cannot be compared")
+        return sorted(compared_fields(cls))
 
     async def verdicts_on(self, kind: str, feedback_types: Sequence[str],
                           target_ids: Sequence[str]) -> list[Verdict]:
@@ -928,12 +951,17 @@ class Workspace:
         view = await self._view()
         return await asyncio.to_thread(view.pair, self.workspace, entry, target_id)
 
-    async def queue_items_count(self, entry: Entry) -> int | None:
-        """How many ids `queue_items_all` would give for `entry`, counted in the view (one
-        COUNT, no id read); None for an entry by verdicts, which must be read to count."""
+    async def queue_items_count(self, entry: Entry, *,
+                                between: tuple[PageKey, PageKey] | None = None,
+                                catch_up: bool = True) -> int | None:
+        """How many ids `queue_items_all` would give for `entry` (with `between=(newest,
+        oldest)`: those from one page key down to the other, both included), counted in the
+        view (one COUNT, no id read); None for an entry by verdicts, which must be read to
+        count. `catch_up=False` counts in the view as an earlier call left it."""
         self._check_read(f"{entry.item_kind}s")
-        view = await self._view()
-        return await asyncio.to_thread(view.queue_items_count, self.workspace, entry)
+        view = await self._view(catch_up=catch_up)
+        return await asyncio.to_thread(view.queue_items_count, self.workspace, entry,
+                                       between=between)
 
     async def queue_items_all(self, entry: Entry) -> list[str]:
         """Every id `queue_items_page` would page through for `entry`, newest first, in one

@@ -95,6 +95,11 @@ class LeaseBook:
         with self._lock:
             return self._items.get(item_key(workspace, queue, item))
 
+    def done(self, workspace: str, queue: str, item: str) -> bool:
+        """Whether k reviewers submitted on the item (for good: a submit is never undone)."""
+        state = self.item(workspace, queue, item)
+        return state is not None and state.done
+
     def progress(self, workspace: str, queue: str, items: Iterable[str]) -> QueueProgress:
         """Where the queue's `items` stand now, as this book has read the leases."""
         with self._lock:

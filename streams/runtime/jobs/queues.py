@@ -51,14 +51,16 @@ from streams.core.queues import (
     queue_from_dict,
     queue_to_dict,
 )
+from streams.core.spans import JUMPABLE, ClosedSpan, SpanWalk
 from streams.core.tenancy import tenant_topics
+from streams.core.viewrows import PageKey
 from streams.runtime.client.commands import CommandService
 from streams.runtime.client.workspace import Workspace
 from streams.runtime.jobs.entries import EntryView, read_entries, topic_exists, write_entry
-from streams.runtime.jobs.leases import LeaseBook
+from streams.runtime.jobs.leases import Lease, LeaseBook
 from streams.runtime.root import Runtime
 
-__all__ = ["QueueBook", "QueueInstalled", "QueueService", "queue_items"]
+__all__ = ["QueueBook", "QueueInstalled", "QueueService", "lease_next", "queue_items"]
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ class QueueBook:
 
 # Items offered per look at a queue's source: a page of the view.
 _CANDIDATES_PAGE = 200
+_HEAD_PAGE = 20
+"""The first page of a walk that knows a closed stretch: the items that arrived above it."""
 
 
 def _sampled(queue: Queue, item: str) -> bool:
@@ -170,6 +174,51 @@ async def queue_items(ws: Workspace, queue: Queue) -> list[str]:
     return [i for i in (item_of(queue.item_kind, i) for i in ids) if _sampled(queue, i)]
 
 
+async def lease_next(ws: Workspace, queue: Queue, leases: LeaseBook, walk: SpanWalk,
+                     reviewer: str, besides: str | None = None) -> Lease | None:
+    """Read the queue's items newest first, a page at a time, and lease the first one open
+    to `reviewer` (never `besides`); jump the stretch of items closed to everyone that an
+    earlier walk found (`walk.known`, streams.core.spans) once a count says it still holds
+    what it held. `walk` keeps the longest closed stretch met, for the next walk."""
+    before: PageKey | None = None
+    first = True
+    while True:
+        # The view is caught up once, for the first page: the walk reads it as of the call.
+        # When a stretch is known, the first page is short: what arrived above it since.
+        limit = _HEAD_PAGE if first and walk.known is not None else _CANDIDATES_PAGE
+        page = await ws.queue_items_keyed(queue.enters, limit=limit, before=before,
+                                          catch_up=first)
+        first = False
+        candidates: list[str] = []
+        jump: PageKey | None = None
+        for item_id, item_key in page:
+            item = item_of(queue.item_kind, item_id)
+            known = walk.known
+            if known is not None and walk.at_known(item):
+                held = await ws.queue_items_count(queue.enters, catch_up=False,
+                                                  between=(known.top, known.bottom))
+                if held == known.n:
+                    walk.jumped()
+                    jump = known.bottom
+                    break
+                walk.forget()  # an item arrived inside it: walked like the others
+            closed = not _sampled(queue, item) or leases.done(ws.workspace, queue.name,
+                                                              item)
+            walk.met(item, item_key, closed=closed)
+            if not closed and item != besides:
+                candidates.append(item)
+        # Newest first, as the view pages them.
+        lease = await leases.next_item(ws.workspace, queue, reviewer, candidates)
+        if lease is not None:
+            return lease
+        if jump is not None:
+            before = jump
+        elif len(page) < limit:
+            return None
+        else:
+            before = page[-1][1]
+
+
 class QueueService:
     """The queues for the surfaces (REST, MCP): each call checks the caller's key through the
     command service (`read` to list, `manage_queues` to install or archive, `give_feedback`
@@ -181,6 +230,10 @@ class QueueService:
         self.book = book
         self._leases: dict[str, LeaseBook] = {}
         self._leases_lock = threading.Lock()
+        # Per queue, the longest stretch of items closed to everyone a walk found
+        # (streams.core.spans): later walks jump it.
+        self._spans: dict[tuple[str, str, Queue], ClosedSpan] = {}
+        self._spans_lock = threading.Lock()
 
     def _lease_book(self, tenant: str) -> LeaseBook:
         # Started on first use, in the caller's thread (it reads the tenant's leases topic).
@@ -212,21 +265,24 @@ class QueueService:
         await self.service.client.log.require_tenant(ws.tenant)
         queue = await asyncio.to_thread(self._live, ws.tenant, ws.workspace, name)
         leases = await asyncio.to_thread(self._lease_book, ws.tenant)
-        cursor: str | None = None
-        while True:
-            ids, cursor = await ws.queue_items_page(queue.enters, limit=_CANDIDATES_PAGE,
-                                                    cursor=cursor)
-            # Newest first, as the view pages them.
-            items = [item_of(queue.item_kind, i) for i in ids]
-            lease = await leases.next_item(ws.workspace, queue, key.actor.participant,
-                                           [i for i in items if _sampled(queue, i)
-                                            and i != besides])
-            if lease is not None:
-                return {"lease": {"item": lease.item, "request_id": lease.request_id,
-                                  "ends_ms": lease.ends_ms,
-                                  "target": target_of_item(lease.item)}}
-            if cursor is None:
-                return {"lease": None}
+        at = (ws.tenant, ws.workspace, queue)
+        jumpable = queue.enters.kind in JUMPABLE
+        with self._spans_lock:
+            walk = SpanWalk(self._spans.get(at) if jumpable else None)
+        try:
+            lease = await lease_next(ws, queue, leases, walk, key.actor.participant, besides)
+        finally:
+            span = walk.span()
+            if jumpable:
+                with self._spans_lock:
+                    if span is None:
+                        self._spans.pop(at, None)
+                    else:
+                        self._spans[at] = span
+        if lease is None:
+            return {"lease": None}
+        return {"lease": {"item": lease.item, "request_id": lease.request_id,
+                          "ends_ms": lease.ends_ms, "target": target_of_item(lease.item)}}
 
     async def progress(self, token: str | None, workspace_id: str,
                        name: str) -> dict[str, Any]:
