@@ -54,8 +54,9 @@ PARTS = (
          "`apicurio/apicurio-registry` images; `depends_on` conditions"),
     Part("a three-broker cluster (`STACK_BROKERS=3 deploy/stack.sh start`)",
          "clusters on several machines; a network partition (only process kills and stops)"),
-    Part("`streams registry-proxy`", "the proxy in the compose file and the manifests (neither "
-         "runs it yet); TLS in front of it"),
+    Part("`streams registry-proxy`", "the proxy in the compose file (its services use the "
+         "broker's anonymous listener, so no user to check); TLS in front of it; the "
+         "NetworkPolicy that keeps tenants from going around it"),
 )
 
 # The modules whose tests carry claims; importing them registers their claims.

@@ -107,17 +107,18 @@ def _answers(url: str) -> bool:
 
 
 @claims("`docker-compose.yml`", "run",
-        "brought up with podman-compose (PyPI), whole but the `langfuse` profile: Kafka and the"
-        " registry from images built on the project's base from the stack's jars and a Java 21+"
-        " runtime (`deploy/image.sh stack`: the official images cannot be pulled here, so "
-        "`KAFKA_IMAGE` and `REGISTRY_IMAGE` name these), the worker, DuckDB sink, calibration "
-        "keeper and API from the project's image; the file header's steps, then feedback given over REST to the API"
-        " container becomes scores in the compose broker's topic and rows in the DuckDB file on"
-        " the compose volume, and reads back; each app container runs as uid 10001 on a "
-        "read-only root and exits 0 on SIGTERM (45 s alone once the images are built, about 5 "
-        "min in a full CI run). podman 4.3 runs no health check by itself and podman-compose "
-        "ignores `condition: service_healthy` below podman 4.6, so the test starts Kafka and "
-        "the registry first and runs the broker's health check itself")
+        "brought up with podman-compose (PyPI), whole but the `langfuse` profile: Kafka and "
+        "the registry from images built on the project's base from the stack's jars and a "
+        "Java 21+ runtime (`deploy/image.sh stack`: the official images cannot be pulled "
+        "here, so `KAFKA_IMAGE` and `REGISTRY_IMAGE` name these), the worker, DuckDB sink, "
+        "calibration keeper and API from the project's image; the file header's steps, then "
+        "feedback given over REST to the API container becomes scores in the compose broker's"
+        " topic and rows in the DuckDB file on the compose volume, and reads back; each app "
+        "container runs as uid 10001 on a read-only root and exits 0 on SIGTERM (45 s alone "
+        "once the images are built, about 5 min in a full CI run). podman 4.3 runs no health "
+        "check by itself and podman-compose ignores `condition: service_healthy` below podman"
+        " 4.6, so the test starts Kafka and the registry first and runs the broker's health "
+        "check itself")
 async def test_compose_up_runs_the_stack_and_the_pipeline(project: ComposeProject) -> None:
     # The header's first step: the broker and the registry, the broker's own health check.
     project("up", "-d", "kafka", "registry")

@@ -149,6 +149,34 @@ def test_the_configmap_and_secret_make_valid_settings(
     assert settings.sasl_username and settings.sasl_password
 
 
+@claims("`deploy/k8s` (kustomize)", "validated",
+        "every process reaches the registry through the registry proxy's Service, with the "
+        "broker user's credentials; only the proxy names the registry behind it")
+@pytest.mark.parametrize("name", ["base", "overlay-local"])
+def test_every_process_reaches_the_registry_through_the_proxy(
+        rendered: dict[str, list[dict[str, Any]]], name: str) -> None:
+    objects = rendered[name]
+    env = env_of(objects)
+    service = by_kind(objects, "Service")["streams-registry"]
+    port = service["spec"]["ports"][0]["port"]
+    assert env["SCHEMA_REGISTRY_URL"].startswith(f"http://streams-registry:{port}/")
+    assert int(env["STREAMS_REGISTRY_PROXY_PORT"]) == port
+    proxy = by_kind(objects, "Deployment")["streams-registry-proxy"]
+    assert service["spec"]["selector"] == proxy["spec"]["selector"]["matchLabels"]
+    for deployment, container in containers(objects):
+        own = {e["name"]: e["value"] for e in container.get("env", [])}
+        if deployment is proxy:
+            behind = Settings.from_env({**env, **own})
+            assert "streams-registry" not in behind.schema_registry_url
+            assert behind.schema_registry_url.endswith("/apis/ccompat/v7")
+            assert not behind.schema_registry_username  # not the clients' credentials
+        else:
+            assert "SCHEMA_REGISTRY_URL" not in own, deployment["metadata"]["name"]
+    if name == "overlay-local":  # the credentials the proxy checks are the broker user's
+        assert (env["SCHEMA_REGISTRY_USERNAME"], env["SCHEMA_REGISTRY_PASSWORD"]) == (
+            env["KAFKA_SASL_USERNAME"], env["KAFKA_SASL_PASSWORD"])
+
+
 def test_secrets_are_in_the_secret_and_every_key_is_a_setting(
         rendered: dict[str, list[dict[str, Any]]]) -> None:
     objects = rendered["base"]
@@ -170,7 +198,8 @@ def test_every_pod_is_non_root_read_only_sized_and_probed_on_its_port(
         rendered: dict[str, list[dict[str, Any]]], name: str) -> None:
     objects = rendered[name]
     env = env_of(objects)
-    ports = {"serve": int(env["STREAMS_SERVE_PORT"])}
+    ports = {"serve": int(env["STREAMS_SERVE_PORT"]),
+             "registry-proxy": int(env["STREAMS_REGISTRY_PROXY_PORT"])}
     seen = set()
     for deployment, container in containers(objects):
         pod = deployment["spec"]["template"]["spec"]
@@ -194,7 +223,7 @@ def test_every_pod_is_non_root_read_only_sized_and_probed_on_its_port(
             assert get["path"] == path
             assert declared_ports[get["port"]] == want, (deployment["metadata"]["name"], probe)
         seen.add(command)
-    assert seen == {"worker", "sink", "serve", "calibration"}
+    assert seen == {"worker", "sink", "serve", "calibration", "registry-proxy"}
     service = by_kind(objects, "Service")["streams-api"]["spec"]
     serve = by_kind(objects, "Deployment")["streams-serve"]["spec"]
     assert service["selector"] == serve["selector"]["matchLabels"]

@@ -1,9 +1,9 @@
 """deploy/k8s's workloads played with `podman kube play`: the local overlay rendered (and
-validated) by deploy/k8s/validate.sh, its ConfigMap, Secret and the four Deployments (worker,
-Langfuse sink, API, calibration keeper) run as pods from the project's image against the test's stack over its
-SASL/SCRAM listener with the Secret's credentials, the Langfuse sink writing to a Langfuse
-stand-in. Feedback given over REST to the API pod becomes scores in the topic and in Langfuse,
-and reads back over REST.
+validated) by deploy/k8s/validate.sh, its ConfigMap, Secret and the five Deployments
+(worker, Langfuse sink, API, calibration keeper, registry proxy) run as pods from the
+project's image against the test's stack over its SASL/SCRAM listener with the Secret's
+credentials, the Langfuse sink writing to a Langfuse stand-in. Feedback given over REST to
+the API pod becomes scores in the topic and in Langfuse, and reads back over REST.
 
 What podman 4.3 (Debian bookworm's) cannot take as rendered, each changed here and said in
 docs/operations.md:
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -72,9 +73,11 @@ def render(out: Path) -> list[dict[str, Any]]:
 
 
 def for_podman(objects: list[dict[str, Any]], image: str, config: dict[str, str],
-               suffix: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+               suffix: str, *, behind_proxy: str,
+               ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """(the objects to play, the Secret's data): see the module's docstring for each change.
-    Every name gets `suffix`, so two runs on one machine never replace each other's pods."""
+    Every name gets `suffix`, so two runs on one machine never replace each other's pods;
+    the registry proxy's own SCHEMA_REGISTRY_URL becomes `behind_proxy`."""
     played: list[dict[str, Any]] = []
     secret: dict[str, str] = {}
     for obj in objects:
@@ -89,6 +92,9 @@ def for_podman(objects: list[dict[str, Any]], image: str, config: dict[str, str]
             obj["data"].update(config)
         for container in _containers(obj):
             container["image"] = image
+            for variable in container.get("env", []):
+                if variable["name"] == "SCHEMA_REGISTRY_URL":
+                    variable["value"] = behind_proxy
             for source in container.get("envFrom", []):
                 for ref in ("configMapRef", "secretRef"):
                     if ref in source:
@@ -138,13 +144,14 @@ def kube(tmp_path: Path) -> Iterator[Kube]:
 
 
 @claims("`deploy/k8s` (kustomize)", "run",
-        "the local overlay's ConfigMap, Secret and four Deployments (worker, Langfuse sink, "
-        "API, calibration keeper) played as pods with `podman kube play` from the project's image against the test "
-        "stack's SASL/SCRAM listener with the Secret's credentials, the sink writing to a "
-        "Langfuse stand-in: feedback given over REST to the API pod becomes scores in the topic"
-        " and in Langfuse and reads back; each pod runs as uid 10001 on a read-only root (9 s "
-        "alone once the image is built, 22 s in a full CI run). What podman 4.3 cannot take as "
-        "rendered, the test changes and says: kinds it has no counterpart for are left out "
+        "the local overlay's ConfigMap, Secret and five Deployments (worker, Langfuse sink, "
+        "API, calibration keeper, registry proxy) played as pods with `podman kube play` from "
+        "the project's image against the test stack's SASL/SCRAM listener with the Secret's "
+        "credentials, every pod reaching the registry through the proxy pod (which refuses "
+        "a request without credentials), the sink writing to a Langfuse stand-in: feedback "
+        "given over REST to the API pod becomes scores in the topic and in Langfuse and reads "
+        "back; each pod runs as uid 10001 on a read-only root. What podman 4.3 cannot take "
+        "as rendered, the test changes and says: kinds it has no counterpart for are left out "
         "(Namespace, ServiceAccount, Service, PodDisruptionBudget, ScaledObject, "
         "TriggerAuthentication); the Secret is made a podman secret first; the pods use the "
         "host network, where podman refuses declared container ports, so those are dropped and "
@@ -159,30 +166,35 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
     await append_runs(client_factory().workspace(tenant, "prod", actor=UserActor(id="ada")))
     standin = LangfuseStandIn().start()
     try:
-        port = _free_port()
+        port, proxy_port = _free_port(), _free_port()
         objects, secret = for_podman(render(tmp_path / "k8s"), image, {
             "KAFKA_BOOTSTRAP_SERVERS": stack.sasl_bootstrap_servers,
-            "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
+            # Every pod reaches the registry through the proxy pod, which reaches the stack's.
+            "SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{proxy_port}/apis/ccompat/v7",
+            "STREAMS_REGISTRY_PROXY_HOST": "127.0.0.1",
+            "STREAMS_REGISTRY_PROXY_PORT": str(proxy_port),
             "STREAMS_TOPIC_PREFIX": settings.topic_prefix,
             "STREAMS_INDEX_PARTITIONS": str(settings.index_partitions),
             "STREAMS_SERVE_HOST": "127.0.0.1", "STREAMS_SERVE_PORT": str(port),
             "STREAMS_FEEDBACK_MODULES": "streams.examples.ops",
             "LANGFUSE_HOST": standin.url,
-        }, kube.suffix)
+        }, kube.suffix, behind_proxy=settings.schema_registry_url)
         assert secret["KAFKA_SASL_USERNAME"], "the overlay's Secret has no SASL user"
+        assert secret["SCHEMA_REGISTRY_USERNAME"] == secret["KAFKA_SASL_USERNAME"]
         secret["LANGFUSE_PUBLIC_KEY"] = base64.b64encode(standin.public_key.encode()).decode()
         secret["LANGFUSE_SECRET_KEY"] = base64.b64encode(standin.secret_key.encode()).decode()
         deployments = {o["metadata"]["name"].removesuffix(kube.suffix)
                        for o in objects if o["kind"] == "Deployment"}
         assert deployments == {"streams-worker", "streams-sink-langfuse", "streams-serve",
-                               "streams-calibration"}
+                               "streams-calibration", "streams-registry-proxy"}
         kube(objects, secret)
 
         base = f"http://127.0.0.1:{port}"
         # podman's names: <deployment>-pod-0-<container>
-        serve, worker, sink, keeper = (f"streams-{d}{kube.suffix}-pod-0-{c}" for d, c in (
-            ("serve", "serve"), ("worker", "worker"), ("sink-langfuse", "sink"),
-            ("calibration", "calibration")))
+        serve, worker, sink, keeper, proxy = (
+            f"streams-{d}{kube.suffix}-pod-0-{c}" for d, c in (
+                ("serve", "serve"), ("worker", "worker"), ("sink-langfuse", "sink"),
+                ("calibration", "calibration"), ("registry-proxy", "registry-proxy")))
 
         def alive() -> None:
             assert podman.running(serve), podman.logs(serve)[-4000:]
@@ -193,7 +205,18 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         wait_until(lambda: len(standin.scores()) >= SCORES, 180,
                    f"{SCORES} scores in Langfuse from the sink pod")
         assert len(standin.scores()) == SCORES
-        for name in (serve, worker, sink, keeper):
+        # The proxy closes the registry: no credentials, no subjects; the service's user
+        # (an operator) lists them.
+        proxied = f"http://127.0.0.1:{proxy_port}/apis/ccompat/v7/subjects"
+        service = (base64.b64decode(secret["SCHEMA_REGISTRY_USERNAME"]).decode(),
+                   base64.b64decode(secret["SCHEMA_REGISTRY_PASSWORD"]).decode())
+        async with httpx.AsyncClient(timeout=10) as http:
+            assert (await http.get(proxied)).status_code == 401
+            listed = await http.get(proxied, auth=service)
+        assert listed.status_code == 200 and any(
+            subject.startswith(f"{settings.topic_prefix}.{tenant}.")
+            for subject in listed.json()), listed.text
+        for name in (serve, worker, sink, keeper, proxy):
             assert podman.running(name), podman.logs(name)[-4000:]
             podman.runs_as_the_image_user_read_only(name)
     finally:

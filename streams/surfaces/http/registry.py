@@ -34,7 +34,7 @@ import logging
 import secrets
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,7 @@ from starlette.routing import Route as HttpRoute
 
 from streams.core.errors import AccessDenied, StreamsError
 from streams.core.subjects import Access, Route, TopicAcl, may, route_of
+from streams.runtime.observe.health import Check, cached
 from streams.runtime.root import Runtime
 
 if TYPE_CHECKING:
@@ -290,11 +291,14 @@ async def _references(request: Request, user: str) -> str | None:
 
 
 def registry_proxy_app(runtime: Runtime, *, gate: RegistryGate | None = None,
-                       upstream: Callable[[], httpx.AsyncClient] | None = None) -> Starlette:
+                       upstream: Callable[[], httpx.AsyncClient] | None = None,
+                       checks: Mapping[str, Check] | None = None) -> Starlette:
     """The proxy as an ASGI app on a Runtime: it checks logins and reads ACLs through the
     runtime's broker settings (a SASL listener; its user needs DESCRIBE on the cluster to
     read ACLs) and forwards to its SCHEMA_REGISTRY_URL (with its registry credentials, if
-    any). `gate` and `upstream` (a factory of the registry's HTTP client) replace the
+    any). `GET /healthz` (alive: no call) and `GET /readyz` (the broker and the registry
+    behind it answer: `checks`, by default `Runtime.server_checks`) need no credentials,
+    for probes. `gate` and `upstream` (a factory of the registry's HTTP client) replace the
     broker-backed gate and the runtime's client (tests)."""
     settings = runtime.settings
     if gate is None:
@@ -314,6 +318,21 @@ def registry_proxy_app(runtime: Runtime, *, gate: RegistryGate | None = None,
                             verify=ssl.create_default_context(cafile=ca) if ca else True)
 
     proxy = _Proxy(gate, upstream or registry)
+    ready = {name: cached(check) for name, check in
+             (runtime.server_checks() if checks is None else checks).items()}
+
+    async def healthz(_request: Request) -> Response:
+        return JSONResponse({"status": "alive"})
+
+    async def readyz(_request: Request) -> Response:
+        answers = await asyncio.to_thread(lambda: {n: c() for n, c in ready.items()})
+        failing = {name: why for name, why in answers.items() if why is not None}
+        if failing:
+            return JSONResponse({"status": "not ready", "failing": failing}, 503)
+        return JSONResponse({"status": "ready"})
+
     methods = ["GET", "POST", "PUT", "DELETE"]
-    return Starlette(routes=[HttpRoute("/{path:path}", proxy.handle, methods=methods)],
+    return Starlette(routes=[HttpRoute("/healthz", healthz, methods=["GET"]),
+                             HttpRoute("/readyz", readyz, methods=["GET"]),
+                             HttpRoute("/{path:path}", proxy.handle, methods=methods)],
                      lifespan=proxy.lifespan)

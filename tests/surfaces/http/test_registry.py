@@ -196,3 +196,22 @@ def test_a_broker_or_registry_that_does_not_answer_is_503_or_502(
 
     answer = proxy(Broker(), down).get("/subjects", headers=_auth("fs.acme"))
     assert answer.status_code == 502 and answer.json()["error_code"] == 50201
+
+
+def test_probes_need_no_credentials_and_readiness_says_what_does_not_answer() -> None:
+    registry_down = {"broker": lambda: None, "registry": lambda: "no answer in 5 s"}
+    for checks, status, body in (
+            ({"broker": lambda: None, "registry": lambda: None}, 200, {"status": "ready"}),
+            (registry_down, 503, {"status": "not ready",
+                                  "failing": {"registry": "no answer in 5 s"}})):
+        runtime = Runtime(Settings(schema_registry_url="http://registry/apis/ccompat/v7"))
+        app = registry_proxy_app(runtime, gate=_gate(Broker()), checks=checks,
+                                 upstream=lambda: httpx.AsyncClient(
+                                     base_url="http://registry/apis/ccompat/v7/",
+                                     transport=httpx.MockTransport(_registry)))
+        with TestClient(app) as client:
+            assert client.get("/healthz").json() == {"status": "alive"}
+            answer = client.get("/readyz")
+            assert (answer.status_code, answer.json()) == (status, body)
+            # Everything else still needs credentials.
+            assert client.get("/apis/ccompat/v7/subjects").status_code == 401
