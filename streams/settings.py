@@ -381,7 +381,19 @@ class Settings:
     # -- the registry proxy (streams registry-proxy) -----------------------------------------
     registry_proxy_port: int = _setting(
         8781, "STREAMS_REGISTRY_PROXY_PORT", "port `streams registry-proxy` listens on (on "
-        "STREAMS_REGISTRY_PROXY_HOST); it forwards to SCHEMA_REGISTRY_URL", minimum=1)
+        "STREAMS_REGISTRY_PROXY_HOST); it forwards to STREAMS_REGISTRY_UPSTREAM_URL",
+        minimum=1)
+    registry_upstream_url: str | None = _setting(
+        None, "STREAMS_REGISTRY_UPSTREAM_URL", "the registry `streams registry-proxy` "
+        "forwards to (unset: SCHEMA_REGISTRY_URL). Set it where every process shares one "
+        "configuration: SCHEMA_REGISTRY_URL then names the proxy, for the clients")
+    registry_upstream_username: str | None = _setting(
+        None, "STREAMS_REGISTRY_UPSTREAM_USERNAME", "basic-auth user the registry proxy "
+        "sends STREAMS_REGISTRY_UPSTREAM_URL (with it set, SCHEMA_REGISTRY_USERNAME is what "
+        "clients send the proxy and is never forwarded)")
+    registry_upstream_password: str | None = _setting(
+        None, "STREAMS_REGISTRY_UPSTREAM_PASSWORD", "basic-auth password of "
+        "STREAMS_REGISTRY_UPSTREAM_USERNAME", secret=True)
     registry_proxy_host: str = _setting(
         "127.0.0.1", "STREAMS_REGISTRY_PROXY_HOST", "address `streams registry-proxy` binds "
         "to: loopback by default; 0.0.0.0 in a container, behind a Service")
@@ -439,6 +451,10 @@ class Settings:
         if bool(self.schema_registry_username) != bool(self.schema_registry_password):
             raise ConfigError("SCHEMA_REGISTRY_USERNAME and SCHEMA_REGISTRY_PASSWORD go "
                               "together: set both for basic auth, or neither")
+        if bool(self.registry_upstream_username) != bool(self.registry_upstream_password):
+            raise ConfigError("STREAMS_REGISTRY_UPSTREAM_USERNAME and "
+                              "STREAMS_REGISTRY_UPSTREAM_PASSWORD go together: set both for "
+                              "basic auth, or neither")
         if self.min_insync_replicas > self.replication_factor:
             raise ConfigError(f"STREAMS_MIN_INSYNC_REPLICAS ({self.min_insync_replicas}) is "
                               f"more than STREAMS_REPLICATION_FACTOR "
@@ -495,6 +511,17 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with some fields changed (checked like any Settings)."""
         return type(self)(**{**self.__dict__, **changes})
+
+    def behind_registry_proxy(self) -> Settings:
+        """The settings `streams registry-proxy` runs on: the registry is
+        STREAMS_REGISTRY_UPSTREAM_URL with its credentials when that is set (the clients'
+        SCHEMA_REGISTRY_URL and credentials are the proxy's own and are never forwarded),
+        else these settings unchanged."""
+        if not self.registry_upstream_url:
+            return self
+        return self.replace(schema_registry_url=self.registry_upstream_url,
+                            schema_registry_username=self.registry_upstream_username,
+                            schema_registry_password=self.registry_upstream_password)
 
     def llm_price_table(self) -> dict[str, ModelPrice]:
         """The judges' models' prices from STREAMS_LLM_PRICES ({} when unset); ConfigError

@@ -244,3 +244,17 @@ def test_calibration_settings_give_the_policy_and_a_bad_one_is_refused_at_start(
     with pytest.raises(ConfigError, match="min_pairs must be between 1 and the window"):
         Settings.from_env({"STREAMS_CALIBRATION_WINDOW": "10",
                            "STREAMS_CALIBRATION_MIN_PAIRS": "20"})
+
+
+def test_the_registry_proxy_forwards_to_its_upstream_with_its_own_credentials() -> None:
+    shared = {"SCHEMA_REGISTRY_URL": "http://proxy:8781", "SCHEMA_REGISTRY_USERNAME": "svc",
+              "SCHEMA_REGISTRY_PASSWORD": "svc-pw"}
+    plain = Settings.from_env(shared)
+    assert plain.behind_registry_proxy() == plain  # no upstream: the registry it names
+    behind = Settings.from_env({**shared, "STREAMS_REGISTRY_UPSTREAM_URL": "http://r:8081/x"})
+    proxy = behind.behind_registry_proxy()
+    assert (proxy.schema_registry_url, proxy.schema_registry_username,
+            proxy.schema_registry_password) == ("http://r:8081/x", None, None)
+    with pytest.raises(ConfigError, match="STREAMS_REGISTRY_UPSTREAM_USERNAME and "
+                                          "STREAMS_REGISTRY_UPSTREAM_PASSWORD go together"):
+        Settings.from_env({"STREAMS_REGISTRY_UPSTREAM_USERNAME": "u"})

@@ -32,18 +32,28 @@ async def append_runs(ws: Workspace, runs: int = RUNS) -> None:
                         correlation_id=spike.id, causation_id=spike.id)
 
 
-def wait_ready(base: str, alive: Callable[[], None], what: str) -> None:
+def wait_ready(base: str, alive: Callable[[], None], what: str,
+               why: Callable[[], str] | None = None) -> None:
     """Until the API at `base` answers /readyz 200; `alive` asserts its process still runs
-    (and says why not)."""
+    (and says why not). A timeout says what /readyz answered last, and `why()` (logs of the
+    processes the API needs)."""
+    last = ["nothing"]
 
     def ready() -> bool:
         alive()
         try:
-            return httpx.get(f"{base}/readyz", timeout=3.0).status_code == 200
-        except httpx.HTTPError:
+            answer = httpx.get(f"{base}/readyz", timeout=3.0)
+        except httpx.HTTPError as exc:
+            last[0] = repr(exc)
             return False
+        last[0] = f"{answer.status_code} {answer.text[:2000]}"
+        return answer.status_code == 200
 
-    wait_until(ready, 180, what, every=1.0)
+    try:
+        wait_until(ready, 180, what, every=1.0)
+    except BaseException as exc:  # pytest's Failed is a BaseException
+        raise AssertionError(f"{what}: /readyz answered {last[0]}"
+                             + (f"\n{why()}" if why is not None else "")) from exc
 
 
 async def feedback_over_rest(base: str, settings: Settings, tenant: str,

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.timeout(600)
 
 VALIDATE = REPO / "deploy" / "k8s" / "validate.sh"
 # Not secret themselves, but a credential's other half: kept beside it in the Secret.
-CREDENTIAL_NAMES = {"KAFKA_SASL_USERNAME", "SCHEMA_REGISTRY_USERNAME", "LANGFUSE_PUBLIC_KEY"}
+CREDENTIAL_NAMES = {"KAFKA_SASL_USERNAME", "SCHEMA_REGISTRY_USERNAME", "LANGFUSE_PUBLIC_KEY",
+                    "STREAMS_REGISTRY_UPSTREAM_USERNAME"}
 
 
 def validate(*dirs: Path, out: Path) -> subprocess.CompletedProcess[str]:
@@ -159,19 +160,18 @@ def test_every_process_reaches_the_registry_through_the_proxy(
     env = env_of(objects)
     service = by_kind(objects, "Service")["streams-registry"]
     port = service["spec"]["ports"][0]["port"]
-    assert env["SCHEMA_REGISTRY_URL"].startswith(f"http://streams-registry:{port}/")
+    assert env["SCHEMA_REGISTRY_URL"] == f"http://streams-registry:{port}"
     assert int(env["STREAMS_REGISTRY_PROXY_PORT"]) == port
     proxy = by_kind(objects, "Deployment")["streams-registry-proxy"]
     assert service["spec"]["selector"] == proxy["spec"]["selector"]["matchLabels"]
-    for deployment, container in containers(objects):
-        own = {e["name"]: e["value"] for e in container.get("env", [])}
-        if deployment is proxy:
-            behind = Settings.from_env({**env, **own})
-            assert "streams-registry" not in behind.schema_registry_url
-            assert behind.schema_registry_url.endswith("/apis/ccompat/v7")
-            assert not behind.schema_registry_username  # not the clients' credentials
-        else:
-            assert "SCHEMA_REGISTRY_URL" not in own, deployment["metadata"]["name"]
+    # One configuration for all: the proxy forwards to the registry behind it, with none of
+    # the clients' credentials.
+    behind = Settings.from_env(env).behind_registry_proxy()
+    assert behind.schema_registry_url == env["STREAMS_REGISTRY_UPSTREAM_URL"]
+    assert "streams-registry:" not in behind.schema_registry_url
+    assert behind.schema_registry_username != env["SCHEMA_REGISTRY_USERNAME"]
+    for _deployment, container in containers(objects):
+        assert not container.get("env"), "every setting comes from the ConfigMap and Secret"
     if name == "overlay-local":  # the credentials the proxy checks are the broker user's
         assert (env["SCHEMA_REGISTRY_USERNAME"], env["SCHEMA_REGISTRY_PASSWORD"]) == (
             env["KAFKA_SASL_USERNAME"], env["KAFKA_SASL_PASSWORD"])

@@ -73,11 +73,9 @@ def render(out: Path) -> list[dict[str, Any]]:
 
 
 def for_podman(objects: list[dict[str, Any]], image: str, config: dict[str, str],
-               suffix: str, *, behind_proxy: str,
-               ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+               suffix: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """(the objects to play, the Secret's data): see the module's docstring for each change.
-    Every name gets `suffix`, so two runs on one machine never replace each other's pods;
-    the registry proxy's own SCHEMA_REGISTRY_URL becomes `behind_proxy`."""
+    Every name gets `suffix`, so two runs on one machine never replace each other's pods."""
     played: list[dict[str, Any]] = []
     secret: dict[str, str] = {}
     for obj in objects:
@@ -92,9 +90,6 @@ def for_podman(objects: list[dict[str, Any]], image: str, config: dict[str, str]
             obj["data"].update(config)
         for container in _containers(obj):
             container["image"] = image
-            for variable in container.get("env", []):
-                if variable["name"] == "SCHEMA_REGISTRY_URL":
-                    variable["value"] = behind_proxy
             for source in container.get("envFrom", []):
                 for ref in ("configMapRef", "secretRef"):
                     if ref in source:
@@ -170,15 +165,16 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         objects, secret = for_podman(render(tmp_path / "k8s"), image, {
             "KAFKA_BOOTSTRAP_SERVERS": stack.sasl_bootstrap_servers,
             # Every pod reaches the registry through the proxy pod, which reaches the stack's.
-            "SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{proxy_port}/apis/ccompat/v7",
+            "SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{proxy_port}",
             "STREAMS_REGISTRY_PROXY_HOST": "127.0.0.1",
             "STREAMS_REGISTRY_PROXY_PORT": str(proxy_port),
+            "STREAMS_REGISTRY_UPSTREAM_URL": settings.schema_registry_url,
             "STREAMS_TOPIC_PREFIX": settings.topic_prefix,
             "STREAMS_INDEX_PARTITIONS": str(settings.index_partitions),
             "STREAMS_SERVE_HOST": "127.0.0.1", "STREAMS_SERVE_PORT": str(port),
             "STREAMS_FEEDBACK_MODULES": "streams.examples.ops",
             "LANGFUSE_HOST": standin.url,
-        }, kube.suffix, behind_proxy=settings.schema_registry_url)
+        }, kube.suffix)
         assert secret["KAFKA_SASL_USERNAME"], "the overlay's Secret has no SASL user"
         assert secret["SCHEMA_REGISTRY_USERNAME"] == secret["KAFKA_SASL_USERNAME"]
         secret["LANGFUSE_PUBLIC_KEY"] = base64.b64encode(standin.public_key.encode()).decode()
@@ -199,7 +195,8 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         def alive() -> None:
             assert podman.running(serve), podman.logs(serve)[-4000:]
 
-        wait_ready(base, alive, "the API pod to be ready")
+        wait_ready(base, alive, "the API pod to be ready",
+                   lambda: "registry proxy pod: " + podman.logs(proxy)[-3000:])
         given = await feedback_over_rest(base, settings, tenant)
         scores_of_feedback(settings, tenant, given)
         wait_until(lambda: len(standin.scores()) >= SCORES, 180,
@@ -207,7 +204,7 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         assert len(standin.scores()) == SCORES
         # The proxy closes the registry: no credentials, no subjects; the service's user
         # (an operator) lists them.
-        proxied = f"http://127.0.0.1:{proxy_port}/apis/ccompat/v7/subjects"
+        proxied = f"http://127.0.0.1:{proxy_port}/subjects"
         service = (base64.b64decode(secret["SCHEMA_REGISTRY_USERNAME"]).decode(),
                    base64.b64decode(secret["SCHEMA_REGISTRY_PASSWORD"]).decode())
         async with httpx.AsyncClient(timeout=10) as http:

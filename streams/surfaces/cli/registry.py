@@ -18,13 +18,14 @@ def registry_proxy(
         help="Port. Default: $STREAMS_REGISTRY_PROXY_PORT (8781).")] = None,
     loglevel: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
-    """Serve SCHEMA_REGISTRY_URL to tenants on $STREAMS_REGISTRY_PROXY_HOST (127.0.0.1):
+    """Serve the registry (STREAMS_REGISTRY_UPSTREAM_URL, else SCHEMA_REGISTRY_URL) to tenants
+    on $STREAMS_REGISTRY_PROXY_HOST (127.0.0.1), its API at the proxy's root:
     each request's Basic credentials are a broker user and password the broker must accept,
     and the user's topic ACLs decide which subjects it may read and register."""
     from streams.extras import needs
     from streams.runtime.root import Runtime
 
-    config = settings()
+    config = settings().behind_registry_proxy()
     if not config.security_protocol.startswith("SASL_") or not config.sasl_username:
         raise fail(ConfigError(
             "the registry proxy checks credentials with the broker: give it a SASL listener "
