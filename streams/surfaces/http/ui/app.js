@@ -15,7 +15,7 @@ import { buildForm } from "./form.js";
 const $ = (selector) => document.querySelector(selector);
 const API = new URL("../v1/", location.href);
 const SESSION = "feedback-streams.session";
-const RUN_PAGE = 200;
+const RUN_PAGE = 50;
 
 const state = {
   key: null, workspaceId: null, me: null, types: [],
@@ -798,6 +798,8 @@ async function loadWorkspace() {
   // subscription, so paging on neither skips nor repeats one.
   state.runsCursor = null;
   await olderRuns();
+  // Shown at once; the person's own feedback, read next, then marks what they judged.
+  renderQueue();
   const mine = `participant=${encodeURIComponent(me.participant)}`;
   for (let cursor = null; ;) {
     const after = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
