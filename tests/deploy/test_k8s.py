@@ -151,30 +151,27 @@ def test_the_configmap_and_secret_make_valid_settings(
 
 
 @claims("`deploy/k8s` (kustomize)", "validated",
-        "every process reaches the registry through the registry proxy's Service, with the "
-        "broker user's credentials; only the proxy names the registry behind it")
+        "the registry proxy serves tenants behind its Service and reads the registry the "
+        "service's pods read directly, so no pod sends a broker password in plain HTTP")
 @pytest.mark.parametrize("name", ["base", "overlay-local"])
-def test_every_process_reaches_the_registry_through_the_proxy(
+def test_the_registry_proxy_serves_tenants_and_the_service_reads_the_registry_itself(
         rendered: dict[str, list[dict[str, Any]]], name: str) -> None:
     objects = rendered[name]
     env = env_of(objects)
     service = by_kind(objects, "Service")["streams-registry"]
-    port = service["spec"]["ports"][0]["port"]
-    assert env["SCHEMA_REGISTRY_URL"] == f"http://streams-registry:{port}"
-    assert int(env["STREAMS_REGISTRY_PROXY_PORT"]) == port
+    assert service["spec"]["ports"][0]["port"] == int(env["STREAMS_REGISTRY_PROXY_PORT"])
     proxy = by_kind(objects, "Deployment")["streams-registry-proxy"]
     assert service["spec"]["selector"] == proxy["spec"]["selector"]["matchLabels"]
-    # One configuration for all: the proxy forwards to the registry behind it, with none of
-    # the clients' credentials.
-    behind = Settings.from_env(env).behind_registry_proxy()
-    assert behind.schema_registry_url == env["STREAMS_REGISTRY_UPSTREAM_URL"]
-    assert "streams-registry:" not in behind.schema_registry_url
-    assert behind.schema_registry_username != env["SCHEMA_REGISTRY_USERNAME"]
+    settings = Settings.from_env(env)
+    # The service's pods: the registry itself, not the proxy (their user would send its
+    # broker password to the proxy in every request), and no registry credentials of a
+    # broker user's.
+    assert "streams-registry:" not in settings.schema_registry_url
+    assert settings.schema_registry_username != settings.sasl_username
+    # The proxy reads that same registry (no upstream of its own in one shared config).
+    assert settings.behind_registry_proxy() == settings
     for _deployment, container in containers(objects):
         assert not container.get("env"), "every setting comes from the ConfigMap and Secret"
-    if name == "overlay-local":  # the credentials the proxy checks are the broker user's
-        assert (env["SCHEMA_REGISTRY_USERNAME"], env["SCHEMA_REGISTRY_PASSWORD"]) == (
-            env["KAFKA_SASL_USERNAME"], env["KAFKA_SASL_PASSWORD"])
 
 
 def test_secrets_are_in_the_secret_and_every_key_is_a_setting(

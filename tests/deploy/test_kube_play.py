@@ -140,17 +140,17 @@ def kube(tmp_path: Path) -> Iterator[Kube]:
 
 @claims("`deploy/k8s` (kustomize)", "run",
         "the local overlay's ConfigMap, Secret and five Deployments (worker, Langfuse sink, "
-        "API, calibration keeper, registry proxy) played as pods with `podman kube play` from "
-        "the project's image against the test stack's SASL/SCRAM listener with the Secret's "
-        "credentials, every pod reaching the registry through the proxy pod (which refuses "
-        "a request without credentials), the sink writing to a Langfuse stand-in: feedback "
-        "given over REST to the API pod becomes scores in the topic and in Langfuse and reads "
-        "back; each pod runs as uid 10001 on a read-only root. What podman 4.3 cannot take "
-        "as rendered, the test changes and says: kinds it has no counterpart for are left out "
-        "(Namespace, ServiceAccount, Service, PodDisruptionBudget, ScaledObject, "
-        "TriggerAuthentication); the Secret is made a podman secret first; the pods use the "
-        "host network, where podman refuses declared container ports, so those are dropped and "
-        "the probes name their port by number")
+        "API, calibration keeper, registry proxy) played as pods with `podman kube play` from"
+        " the project's image against the test stack's SASL/SCRAM listener with the Secret's "
+        "credentials, the registry proxy pod refusing a request without credentials and "
+        "listing the subjects to the service's broker user, the sink writing to a Langfuse "
+        "stand-in: feedback given over REST to the API pod becomes scores in the topic and in"
+        " Langfuse and reads back; each pod runs as uid 10001 on a read-only root. What "
+        "podman 4.3 cannot take as rendered, the test changes and says: kinds it has no "
+        "counterpart for are left out (Namespace, ServiceAccount, Service, "
+        "PodDisruptionBudget, ScaledObject, TriggerAuthentication); the Secret is made a "
+        "podman secret first; the pods use the host network, where podman refuses declared "
+        "container ports, so those are dropped and the probes name their port by number")
 async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
     image: str, stack: Stack, settings: Settings, tenant_factory: Callable[..., str],
     client_factory: Callable[..., Any], tmp_path: Path,
@@ -164,11 +164,9 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         port, proxy_port = _free_port(), _free_port()
         objects, secret = for_podman(render(tmp_path / "k8s"), image, {
             "KAFKA_BOOTSTRAP_SERVERS": stack.sasl_bootstrap_servers,
-            # Every pod reaches the registry through the proxy pod, which reaches the stack's.
-            "SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{proxy_port}",
+            "SCHEMA_REGISTRY_URL": settings.schema_registry_url,
             "STREAMS_REGISTRY_PROXY_HOST": "127.0.0.1",
             "STREAMS_REGISTRY_PROXY_PORT": str(proxy_port),
-            "STREAMS_REGISTRY_UPSTREAM_URL": settings.schema_registry_url,
             "STREAMS_TOPIC_PREFIX": settings.topic_prefix,
             "STREAMS_INDEX_PARTITIONS": str(settings.index_partitions),
             "STREAMS_SERVE_HOST": "127.0.0.1", "STREAMS_SERVE_PORT": str(port),
@@ -176,7 +174,6 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
             "LANGFUSE_HOST": standin.url,
         }, kube.suffix)
         assert secret["KAFKA_SASL_USERNAME"], "the overlay's Secret has no SASL user"
-        assert secret["SCHEMA_REGISTRY_USERNAME"] == secret["KAFKA_SASL_USERNAME"]
         secret["LANGFUSE_PUBLIC_KEY"] = base64.b64encode(standin.public_key.encode()).decode()
         secret["LANGFUSE_SECRET_KEY"] = base64.b64encode(standin.secret_key.encode()).decode()
         deployments = {o["metadata"]["name"].removesuffix(kube.suffix)
@@ -202,11 +199,11 @@ async def test_the_manifests_workloads_run_as_pods_and_score_feedback(
         wait_until(lambda: len(standin.scores()) >= SCORES, 180,
                    f"{SCORES} scores in Langfuse from the sink pod")
         assert len(standin.scores()) == SCORES
-        # The proxy closes the registry: no credentials, no subjects; the service's user
-        # (an operator) lists them.
+        # The proxy pod closes the registry to tenants: no credentials, no subjects; the
+        # service's broker user (an operator) lists them, the tenant's among them.
         proxied = f"http://127.0.0.1:{proxy_port}/subjects"
-        service = (base64.b64decode(secret["SCHEMA_REGISTRY_USERNAME"]).decode(),
-                   base64.b64decode(secret["SCHEMA_REGISTRY_PASSWORD"]).decode())
+        service = (base64.b64decode(secret["KAFKA_SASL_USERNAME"]).decode(),
+                   base64.b64decode(secret["KAFKA_SASL_PASSWORD"]).decode())
         async with httpx.AsyncClient(timeout=10) as http:
             assert (await http.get(proxied)).status_code == 401
             listed = await http.get(proxied, auth=service)

@@ -328,7 +328,10 @@ def registry_proxy_app(runtime: Runtime, *, gate: RegistryGate | None = None,
         answers = await asyncio.to_thread(lambda: {n: c() for n, c in ready.items()})
         failing = {name: why for name, why in answers.items() if why is not None}
         if failing:
-            return JSONResponse({"status": "not ready", "failing": failing}, 503)
+            # Anyone may ask (no credentials): the names only; the details (hosts, the
+            # broker's errors) go to the log.
+            log.warning("registry proxy not ready: %s", failing)
+            return JSONResponse({"status": "not ready", "failing": sorted(failing)}, 503)
         return JSONResponse({"status": "ready"})
 
     methods = ["GET", "POST", "PUT", "DELETE"]
