@@ -16,7 +16,7 @@ go with newer verdicts.
 
     walk = SpanWalk(known)                  # known: this process's span of the queue, or None
     for item, key in page:
-        if walk.at_known(item):             # the span's newest item: count, then jump
+        if walk.at_known(item, key):        # the span's newest item: count, then jump
             ...
         walk.met(item, key, closed=...)
     known = walk.span()                     # the longest stretch met, kept for the next walk
@@ -58,10 +58,14 @@ class SpanWalk:
         self.known = known
         self._best = known
         self._run: ClosedSpan | None = None
+        self._jumped = False
 
-    def at_known(self, item: str) -> bool:
-        """Whether `item` is the newest item of the known stretch (where a walk may jump)."""
-        return self.known is not None and item == self.known.top_item
+    def at_known(self, item: str, key: PageKey) -> bool:
+        """Whether `item` at `key` is the newest item of the known stretch (where a walk may
+        jump). The key too: an id may have more than one row (a chain's head recorded
+        twice), and only the row the stretch starts at may jump."""
+        return not self._jumped and self.known is not None and \
+            item == self.known.top_item and key == self.known.top
 
     def met(self, item: str, key: PageKey, *, closed: bool) -> None:
         """The walk read `item` (at `key`): closed to everyone, or not."""
@@ -75,8 +79,9 @@ class SpanWalk:
     def jumped(self) -> None:
         """The walk skipped the known stretch (its count held): the run goes on past it."""
         known = self.known
-        if known is None:
+        if known is None or self._jumped:
             raise ValueError("no known stretch to jump")
+        self._jumped = True  # once per walk: the walk goes on past its oldest item
         run = self._run
         self._run = known if run is None else \
             ClosedSpan(run.top_item, run.top, known.bottom, run.n + known.n)

@@ -33,8 +33,11 @@ def test_a_jump_joins_the_run_above_it_and_the_run_below_it() -> None:
     walk = SpanWalk(known)
     walk.met("run:r0", key(0), closed=False)
     walk.met("run:r1", key(1), closed=True)
-    assert walk.at_known("run:r2") and not walk.at_known("run:r1")
+    assert walk.at_known("run:r2", key(2)) and not walk.at_known("run:r1", key(1))
+    # The same id at another key (a row recorded twice) is not where the stretch starts.
+    assert not walk.at_known("run:r2", key(0))
     walk.jumped()
+    assert not walk.at_known("run:r2", key(2))  # a walk jumps once
     walk.met("run:r10", key(10), closed=True)
     walk.met("run:r11", key(11), closed=False)
     assert walk.span() == ClosedSpan("run:r1", key(1), key(10), 10)
@@ -51,7 +54,7 @@ def test_a_forgotten_stretch_is_neither_jumped_nor_kept() -> None:
     known = ClosedSpan("run:r0", key(0), key(99), 100)
     walk = SpanWalk(known)
     walk.forget()
-    assert not walk.at_known("run:r0")
+    assert not walk.at_known("run:r0", key(0))
     walk_over(walk, "xx.")
     assert walk.span() == ClosedSpan("run:r0", key(0), key(1), 2)
     with pytest.raises(ValueError, match="no known stretch"):

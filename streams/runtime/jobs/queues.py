@@ -194,7 +194,7 @@ async def lease_next(ws: Workspace, queue: Queue, leases: LeaseBook, walk: SpanW
         for item_id, item_key in page:
             item = item_of(queue.item_kind, item_id)
             known = walk.known
-            if known is not None and walk.at_known(item):
+            if known is not None and walk.at_known(item, item_key):
                 held = await ws.queue_items_count(queue.enters, catch_up=False,
                                                   between=(known.top, known.bottom))
                 if held == known.n:

@@ -17,7 +17,7 @@ from streams.core.spans import ClosedSpan, SpanWalk
 from streams.core.viewrows import PageKey
 from streams.runtime.client.workspace import Workspace
 from streams.runtime.jobs.leases import Lease, LeaseBook
-from streams.runtime.jobs.queues import lease_next
+from streams.runtime.jobs.queues import _sampled, lease_next
 
 QUEUE = Queue(name="q", enters=Entry(kind="runs_of", rule="ops:r"),
               feedback_types=("triage_quality",))
@@ -63,10 +63,10 @@ class Items:
 
 @dataclass
 class Leases:
-    """Items done by everyone, and what this reviewer may not have (held or seen)."""
+    """Items done by everyone, and per reviewer what they may not have (held or seen)."""
 
     finished: set[str] = field(default_factory=set)
-    not_for_them: set[str] = field(default_factory=set)
+    not_for: dict[str, set[str]] = field(default_factory=dict)
 
     def done(self, workspace: str, queue: str, item: str) -> bool:
         return item in self.finished
@@ -74,7 +74,7 @@ class Leases:
     async def next_item(self, workspace: str, queue: Queue, reviewer: str,
                         candidates: list[str]) -> Lease | None:
         for item in candidates:
-            if item not in self.not_for_them:
+            if item not in self.not_for.get(reviewer, set()):
                 return Lease(item, "lease_x", 0)
         return None
 
@@ -111,31 +111,56 @@ async def test_the_done_stretch_is_read_once_then_jumped() -> None:
     assert again.span() == ClosedSpan("run:r0", key(10_000), key(10_000 - 449), 450)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.booleans(), min_size=1, max_size=700),
-       st.lists(st.integers(0, 699), max_size=5),
-       st.lists(st.integers(0, 699), max_size=30))
-async def test_with_or_without_the_jump_the_first_open_item_is_leased(
-        done: list[bool], late: list[int], closing: list[int]) -> None:
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from("x.m"), min_size=1, max_size=700),
+       st.lists(st.integers(-30, 699), max_size=40),
+       st.lists(st.integers(0, 699), max_size=30),
+       st.sampled_from([1.0, 0.5]),
+       st.integers(0, 699),
+       st.lists(st.tuples(st.integers(0, 699), st.integers(-5, 699)), max_size=3))
+async def test_with_or_without_the_jump_the_first_item_open_to_the_reviewer_is_leased(
+        marks: list[str], late: list[int], closing: list[int], sample: float,
+        besides_at: int, twice: list[tuple[int, int]]) -> None:
+    # 'x': done by everyone; 'm': closed to ada only (she held or skipped it); '.': open.
+    # Late runs arrive anywhere (negative: newer than every item, above the stretch), more
+    # items are done since, some ids get a second row elsewhere (a chain's head recorded
+    # twice), and ada may name an item shown (`besides`). Bo walks after her.
+    queue = Queue(name="q", enters=Entry(kind="runs_of", rule="ops:r"),
+                  feedback_types=("triage_quality",), sample=sample)
     items, leases = Items(), Leases()
-    for i in range(len(done)):
+    for i in range(len(marks)):
         items.add(f"r{i}", key(10_000 - 2 * i))
-    leases.finished = {f"run:r{i}" for i, d in enumerate(done) if d}
-    walk = SpanWalk(None)
-    await lease(items, leases, walk)
-    known = walk.span()
-    # Since that walk: runs arrive inside the log's order, more items are done.
-    for n, at in enumerate(late):
-        items.add(f"late{n}", key(10_000 - 2 * at - 1))
-    leases.finished |= {f"run:r{i}" for i in closing}
+    leases.finished = {f"run:r{i}" for i, m in enumerate(marks) if m == "x"}
+    leases.not_for["user:ada"] = {f"run:r{i}" for i, m in enumerate(marks) if m == "m"}
 
-    def first_open() -> str | None:
+    async def walk_with(walk: SpanWalk, reviewer: str, besides: str | None) -> str | None:
+        found = await lease_next(cast(Workspace, items), queue, cast(LeaseBook, leases),
+                                 walk, reviewer, besides)
+        return None if found is None else found.item
+
+    def first_open(reviewer: str, besides: str | None) -> str | None:
         for _k, item_id in items.rows:
-            if f"run:{item_id}" not in leases.finished:
-                return f"run:{item_id}"
+            item = f"run:{item_id}"
+            if (item not in leases.finished and item not in leases.not_for.get(reviewer, ())
+                    and item != besides and _sampled(queue, item)):
+                return item
         return None
 
-    assert await lease(items, leases, SpanWalk(known)) == first_open()
+    walk = SpanWalk(None)
+    await walk_with(walk, "user:ada", None)
+    known = walk.span()
+    for n, at in enumerate(late):
+        items.add(f"late{n}", key(10_000 - 2 * at - 1))
+    for i, at in twice:
+        if i < len(marks):
+            items.add(f"r{i}", key(10_000 - 2 * at - 1, 7))  # the same id, another row
+    leases.finished |= {f"run:r{i}" for i in closing}
+    besides = f"run:r{besides_at}"
+    again = SpanWalk(known)
+    assert await walk_with(again, "user:ada", besides) == first_open("user:ada", besides)
+    # What her walks kept serves the next walk, by another reviewer, with no item shown.
+    assert await walk_with(SpanWalk(again.span()), "user:bo", None) == \
+        first_open("user:bo", None)
 
 
 def test_the_stand_in_pages_in_the_views_order() -> None:
