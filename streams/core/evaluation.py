@@ -282,11 +282,13 @@ class EvaluatorAction(Generic[In]):
                 # Judged first on another target (another run on the same input): the
                 # verdict is this target's too. Recorded on it, as a current version's
                 # reused verdict is given again, so the measures count it here; by an id
-                # of the key and the target, so a retry records it once. No call.
-                on = f"{target.kind}:{target.id}"
-                await _record(reaction, key, checked, shadow=True, target=here, reused=True,
-                              event_id=verdict_event_id(reaction.workspace.workspace, key,
-                                                        on=on))
+                # of the key and the target, looked up first, so a retry, refire or
+                # backfill records it once. No call.
+                on_id = verdict_event_id(reaction.workspace.workspace, key,
+                                         on=f"{target.kind}:{target.id}")
+                if not await _has_event(reaction.workspace, on_id):
+                    await _record(reaction, key, checked, shadow=True, target=here,
+                                  reused=True, event_id=on_id)
             return {**checked.as_output(), "verdict_key": key, "reused": True}
         named = {"evaluator": shadow.name, "version": shadow.version}
         if self.budget is not None:
@@ -332,6 +334,19 @@ async def _reusable(reaction: Reaction, key: str,
     still validates as the evaluator's verdict type."""
     record = await recorded_verdict(reaction.workspace, key)
     return None if record is None else _verdict_of(record, evaluator.verdict_type)
+
+
+async def _has_event(workspace: ActingWorkspace, event_id: str) -> bool:
+    """Whether `workspace` holds an event of that id: through the handle's index (`event`),
+    else by reading the log. An index too far behind answers no (the record is appended
+    again under the same id, which readers keyed by id see once)."""
+    own = getattr(workspace, "event", None)
+    if own is None:
+        return any(e.event_id == event_id for e in await workspace.read())
+    try:
+        return await own(event_id) is not None
+    except IndexBehind:
+        return False
 
 
 async def _record(reaction: Reaction, key: str, checked: Verdict[Feedback], *,

@@ -45,6 +45,7 @@ __all__ = [
     "compared_fields",
     "field_kinds",
     "fold_judge_agreement",
+    "is_label",
     "judge_agreement",
     "latest_verdicts",
     "spearman",
@@ -281,8 +282,11 @@ def field_kinds(feedback_type: str, values: Iterable[dict[str, object]],
     return _kinds(feedback_type, values, types or registry)
 
 
-_LABEL = (str, int, float)
-"""What a category can be (bool is an int): hashable, comparable, shown as it is."""
+def is_label(value: object) -> bool:
+    """Whether a value can be a category: a scalar (str, number, bool), hashable and shown
+    as it is. A list or an object (a value of another shape, from an older version of the
+    type or an unregistered one) is left out of the measures, not a failure."""
+    return isinstance(value, str | int | float)
 
 
 def agreement_of(pairs: Iterable[VerdictPair], *,
@@ -310,10 +314,7 @@ def agreement_of(pairs: Iterable[VerdictPair], *,
                 out.append(FieldAgreement(evaluator, feedback_type, name, kind,
                                           numeric=_numeric(numbers)))
             else:
-                # A category is a scalar: a list or an object (a value of another shape,
-                # from an older version of the type or an unregistered one) is left out.
-                labels = [(a, b) for a, b in present
-                          if isinstance(a, _LABEL) and isinstance(b, _LABEL)]
+                labels = [(a, b) for a, b in present if is_label(a) and is_label(b)]
                 if not labels:
                     continue
                 out.append(FieldAgreement(evaluator, feedback_type, name, kind,

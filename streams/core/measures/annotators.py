@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from streams.core.feedback import FeedbackRegistry
-from streams.core.measures.agreement import Verdict, field_kinds
+from streams.core.measures.agreement import Verdict, field_kinds, is_label
 from streams.core.pairwise import PAIRWISE_PREFERENCE
 
 __all__ = ["BOOTSTRAP", "PeopleAgreement", "krippendorff_alpha", "people_agreement",
@@ -151,8 +151,9 @@ def people_agreement(verdicts: Iterable[Verdict], *,
             units: list[list[object]] = []
             for values in targets.values():
                 given = [v[name] for v in values if v.get(name) is not None
-                         and (not numeric or (isinstance(v[name], int | float)
-                                              and not isinstance(v[name], bool)))]
+                         and ((isinstance(v[name], int | float)
+                               and not isinstance(v[name], bool)) if numeric
+                              else is_label(v[name]))]
                 if len(given) >= 2:
                     units.append(given)
             if not units:

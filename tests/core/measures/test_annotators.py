@@ -59,3 +59,15 @@ def test_people_agreement_per_field_over_targets_two_people_judged() -> None:
     assert correct.alpha == pytest.approx(1.0) and correct.kind == "bool"
     assert (severity.units, severity.observed) == (2, 0.5)
     assert severity.alpha is not None and severity.alpha < 0.5
+
+
+def test_a_category_that_is_a_list_or_an_object_is_left_out_not_a_failure() -> None:
+    # An unregistered type: its fields are inferred (booleans here); a value of another
+    # shape on the same field (an older version of the type) is not a category.
+    verdicts = [
+        _verdict("run:1", "user:ada", ok=True), _verdict("run:1", "user:bo", ok=True),
+        _verdict("run:2", "user:ada", ok=[1, 2]), _verdict("run:2", "user:bo", ok={"a": 1}),
+        _verdict("run:3", "user:ada", ok=False), _verdict("run:3", "user:bo", ok=[3]),
+    ]
+    [ok] = people_agreement(verdicts, types=FeedbackRegistry())
+    assert (ok.field, ok.units, ok.values, ok.observed) == ("ok", 1, 2, 1.0)
