@@ -83,20 +83,34 @@ class CalibrationKeeper:
         self.enqueue = enqueue
         self.rows: dict[tuple[str, str], list[Calibration]] = {}
         self.passes = 0
+        self.failing: str | None = None  # why the last pass failed (None: it did not)
         self._measured: set[str] = set()  # tenants measured once (see _tenant)
 
     def snapshot(self) -> list[tuple[str, str, Calibration]]:
         """(tenant, workspace, row) of the last pass, for the metrics."""
         return [(t, w, row) for (t, w), rows in sorted(self.rows.items()) for row in rows]
 
-    async def step(self) -> list[Announced]:
-        """One pass over the tenants; the changes written."""
+    def ready(self) -> str | None:
+        """A readiness check (streams.runtime.observe.health): why the last pass failed, or
+        None. A keeper that fails pass after pass is alive but not ready."""
+        return None if self.failing is None else f"the last calibration pass failed: " \
+            f"{self.failing}"
+
+    async def step(self, on_change: Callable[[Announced], None] | None = None,
+                   ) -> list[Announced]:
+        """One pass over the tenants; the changes written. `on_change` gets each tenant's
+        changes as soon as they are written, so a later tenant that fails the pass does not
+        keep them from it."""
         tenants = self.tenants
         if tenants is None:
             tenants = await asyncio.to_thread(self.client.runtime.admin.tenants)
         out: list[Announced] = []
         for tenant in tenants:
-            out.extend(await self._tenant(tenant))
+            changes = await self._tenant(tenant)
+            if on_change is not None:
+                for change in changes:
+                    on_change(change)
+            out.extend(changes)
         self.passes += 1
         return out
 
@@ -110,7 +124,11 @@ class CalibrationKeeper:
             try:
                 out.extend(await self._workspace(view, tenant, workspace))
             except StreamsError:
-                raise  # the broker or the view: the pass is tried again
+                # The broker or the view: the pass is tried again, and this tenant is
+                # measured again then even if its log brought nothing new (a change it
+                # could not write must not wait for new events).
+                self._measured.discard(tenant)
+                raise
             except Exception:
                 # One workspace's bad data (a value no measure can take) must not stop the
                 # keeper for every other one: logged with its trace, measured next pass.
@@ -149,6 +167,16 @@ class CalibrationKeeper:
         evaluator, feedback_type, _field = row.key
         name, version = evaluator_version(evaluator)
         queue = alarm_queue_name(f"{name}@{version}", feedback_type)
+        live = await asyncio.to_thread(self.queues.queues, tenant, workspace)
+        for entry in live:
+            enters = entry.definition.get("enters", {}).get("disagreements")
+            if entry.name == queue and isinstance(enters, dict) and \
+                    enters.get("evaluator") == f"{name}@{version}" and \
+                    enters.get("feedback_type") == feedback_type:
+                # An earlier raise installed it (its kind as the version judged then): the
+                # disagreements go on entering it; a kind chosen anew must not make it
+                # "someone else's" queue.
+                return queue
         cls = self.client.types.get(feedback_type)
         kinds = sorted(cls.feedback_targets) if cls is not None else ["run"]
         # The queue's items are of one kind: where the version judged lately (a type given
@@ -187,16 +215,14 @@ class CalibrationKeeper:
         never the end of the keeper."""
         while not stop.is_set():
             try:
-                changes = await self.step()
+                await self.step(on_change)
+                self.failing = None
             except StreamsError as exc:
+                self.failing = str(exc)
                 log.warning("calibration pass failed (tried again in %.1f s): %s", interval,
                             exc)
-                changes = []
-            except Exception:
+            except Exception as exc:
+                self.failing = f"{type(exc).__name__}: {exc}"
                 log.exception("calibration pass failed (tried again in %.1f s)", interval)
-                changes = []
-            if on_change is not None:
-                for change in changes:
-                    on_change(change)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)

@@ -97,7 +97,9 @@ def calibration_follow(
         client = StreamsClient(runtime)
         keeper = CalibrationKeeper(client, queues, policy, tenants=tenant, enqueue=enqueue)
         runtime.metrics.watch_calibration(keeper)
-        health = serve_health(config, [], runtime.server_checks())
+        # Ready while the broker and registry answer and the last pass did not fail.
+        health = serve_health(config, [], {**runtime.server_checks(),
+                                           "calibration": keeper.ready})
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
