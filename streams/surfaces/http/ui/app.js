@@ -798,8 +798,6 @@ async function loadWorkspace() {
   // subscription, so paging on neither skips nor repeats one.
   state.runsCursor = null;
   await olderRuns();
-  // Shown at once; the person's own feedback, read next, then marks what they judged.
-  renderQueue();
   const mine = `participant=${encodeURIComponent(me.participant)}`;
   for (let cursor = null; ;) {
     const after = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
