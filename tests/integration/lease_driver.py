@@ -48,6 +48,10 @@ async def main() -> None:
     runtime = Runtime(Settings.from_env())
     book = LeaseBook(runtime, tenant)
     await asyncio.to_thread(book.start)
+    # Connected and with the leases topic's leaders known before "ready", as the other
+    # process: a first produce that must fetch them first (a second or more on a loaded
+    # machine) would let the other process take every item before this one asks once.
+    await asyncio.to_thread(runtime.producer.list_topics, book.topic, 30)
     print("ready", flush=True)
     await asyncio.to_thread(_wait_for, Path(go))
     done = await asyncio.gather(*(review(book, queue_json, items, r)
