@@ -119,21 +119,13 @@ async def recorded_verdict(workspace: ActingWorkspace, key: str) -> Mapping[str,
     index too far behind to catch up (a backlog) answers None: the input is judged again
     rather than the run failing, and only a verdict recorded in that unindexed tail is paid
     twice."""
-    event_id = verdict_event_id(workspace.workspace, key)
-    own = getattr(workspace, "event", None)
-    if own is not None:
-        try:
-            found: Envelope | None = await own(event_id)
-        except IndexBehind:
-            return None
-        envelopes = [] if found is None else [found]
-    else:
-        envelopes = [e for e in await workspace.read() if e.event_id == event_id]
-    for envelope in reversed(envelopes):
-        event = envelope.event
-        if isinstance(event, AppEvent) and event.name == VERDICT_RECORD \
-                and event.data.get("key") == key:
-            return event.data
+    found = await _event_of(workspace, verdict_event_id(workspace.workspace, key))
+    if found is None:
+        return None
+    event = found.event
+    if isinstance(event, AppEvent) and event.name == VERDICT_RECORD \
+            and event.data.get("key") == key:
+        return event.data
     return None
 
 
@@ -286,7 +278,7 @@ class EvaluatorAction(Generic[In]):
                 # backfill records it once. No call.
                 on_id = verdict_event_id(reaction.workspace.workspace, key,
                                          on=f"{target.kind}:{target.id}")
-                if not await _has_event(reaction.workspace, on_id):
+                if await _event_of(reaction.workspace, on_id) is None:
                     await _record(reaction, key, checked, shadow=True, target=here,
                                   reused=True, event_id=on_id)
             return {**checked.as_output(), "verdict_key": key, "reused": True}
@@ -336,17 +328,20 @@ async def _reusable(reaction: Reaction, key: str,
     return None if record is None else _verdict_of(record, evaluator.verdict_type)
 
 
-async def _has_event(workspace: ActingWorkspace, event_id: str) -> bool:
-    """Whether `workspace` holds an event of that id: through the handle's index (`event`),
-    else by reading the log. An index too far behind answers no (the record is appended
-    again under the same id, which readers keyed by id see once)."""
+async def _event_of(workspace: ActingWorkspace, event_id: str) -> Envelope | None:
+    """The newest event of that id in `workspace`, or None: through the handle's index
+    (`event`), else by reading the log. An index too far behind to catch up (a backlog)
+    answers None: the caller judges or records again, under the same id, which readers
+    keyed by id see once."""
     own = getattr(workspace, "event", None)
     if own is None:
-        return any(e.event_id == event_id for e in await workspace.read())
+        same = [e for e in await workspace.read() if e.event_id == event_id]
+        return same[-1] if same else None
     try:
-        return await own(event_id) is not None
+        found: Envelope | None = await own(event_id)
     except IndexBehind:
-        return False
+        return None
+    return found
 
 
 async def _record(reaction: Reaction, key: str, checked: Verdict[Feedback], *,
