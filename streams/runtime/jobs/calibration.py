@@ -36,7 +36,7 @@ from streams.core.measures.calibration import (
     changed,
     evaluator_version,
 )
-from streams.core.queues import QueueNameTaken
+from streams.core.queues import InvalidQueue, QueueNameTaken, queue_from_dict
 from streams.runtime.client.views import TenantView
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.jobs.queues import QueueBook
@@ -169,10 +169,14 @@ class CalibrationKeeper:
         queue = alarm_queue_name(f"{name}@{version}", feedback_type)
         live = await asyncio.to_thread(self.queues.queues, tenant, workspace)
         for entry in live:
-            enters = entry.definition.get("enters", {}).get("disagreements")
-            if entry.name == queue and isinstance(enters, dict) and \
-                    enters.get("evaluator") == f"{name}@{version}" and \
-                    enters.get("feedback_type") == feedback_type:
+            if entry.name != queue:
+                continue
+            try:
+                enters = queue_from_dict(entry.definition, types=self.client.types).enters
+            except InvalidQueue:  # not a queue this process can read: not the keeper's
+                continue
+            if enters.kind == "disagreements" and enters.evaluator == f"{name}@{version}" \
+                    and enters.feedback_type == feedback_type:
                 # An earlier raise installed it (its kind as the version judged then): the
                 # disagreements go on entering it; a kind chosen anew must not make it
                 # "someone else's" queue.

@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 
 from streams.core.errors import KafkaUnavailable
-from streams.core.feedback import FeedbackRegistry
+from streams.core.feedback import Feedback, FeedbackRegistry
 from streams.core.measures.calibration import (
     AlarmBook,
     Calibration,
@@ -29,6 +29,13 @@ from streams.runtime.jobs.queues import QueueBook
 from tests.core.measures.test_calibration import disagreeing, pair_factory
 
 POLICY = CalibrationPolicy(thresholds={"triage-judge": 0.5}, window=20, min_pairs=10)
+TYPES = FeedbackRegistry()
+
+
+class JudgedVerdict(Feedback, name="verdict", targets={"run", "chain"}, registry=TYPES):
+    """The type the judge's pairs are on (the keeper reads queues against its types)."""
+
+    ok: bool
 
 
 @dataclass
@@ -83,7 +90,7 @@ class FakeWorkspace:
 class FakeClient:
     def __init__(self, view: FakeView) -> None:
         self.view = view
-        self.types = FeedbackRegistry()
+        self.types = TYPES
         self.written: list[tuple[str, str]] = []
         self.fail_writes = 0
 
