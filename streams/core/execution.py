@@ -1,6 +1,7 @@
-"""Running rules' actions: one run at a time per scope, each attempt under a timeout, with
-the rule's retry policy, every attempt's outcome recorded, and a dead letter when the
-attempts are spent.
+"""Running rules' actions: a scoped rule's runs one at a time per scope key, an unscoped
+rule's side by side (up to the executor's limit), each attempt under a timeout, with the
+rule's retry policy, every attempt's outcome recorded, and a dead letter when the attempts
+are spent.
 
 An exception from an action is a failed attempt (`run_failed`, then `run_retried` or
 `run_dead_lettered`), never a lost event. Every id is derived from the run, so a run repeated
@@ -13,7 +14,9 @@ the worker (streams.runtime.worker.executor) gives it the broker's, the in-memor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from streams.core.events import Envelope, RunStarted
@@ -35,14 +38,30 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 def scope_lock_key(started: Envelope) -> str:
-    """The key runs are serialised by: one run at a time per tenant, rule and scope."""
+    """The key a scoped rule's runs are serialised by: one run at a time per tenant, rule
+    and scope key."""
     run = started.event
     assert isinstance(run, RunStarted)
     return f"{started.tenant}|{run.rule}|{scope_key(run.scope)}"
 
 
+@dataclass
+class _ScopeLock:
+    """A scope key's lock and how many runs hold it or wait for it (the table drops it at
+    zero, so it holds only the keys of runs in flight, not every key ever seen)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 class RunExecutor:
-    """Runs the actions this process has, to success or to their dead letter."""
+    """Runs the actions this process has, to success or to their dead letter.
+
+    A scoped rule's runs of one scope key run one at a time, in the order they arrive (the
+    scope's promise: `.scope(F.data.service)`); an unscoped rule promises no order, so its
+    runs run side by side. At most `max_concurrent_runs` actions run at once; a run waiting
+    for its scope key does not hold one of those places.
+    """
 
     def __init__(
         self,
@@ -66,7 +85,7 @@ class RunExecutor:
         self.stats = stats or ReactorStats()
         self.sleep = sleep
         self._runs = asyncio.Semaphore(max_concurrent_runs)
-        self._scopes: dict[str, asyncio.Lock] = {}
+        self._scopes: dict[str, _ScopeLock] = {}
         self.lookup: Callable[[str, str], Rule | None] | None = None
 
     def rule_of(self, started: Envelope) -> Rule | None:
@@ -86,6 +105,33 @@ class RunExecutor:
         return isinstance(event, RunStarted) and event.attempt == 1 \
             and event.action in self.actions
 
+    @contextlib.asynccontextmanager
+    async def _in_scope(self, started: Envelope) -> AsyncIterator[None]:
+        """Inside, no other run of the same tenant, rule and scope key runs (nothing is held
+        for an unscoped rule's run)."""
+        run = started.event
+        assert isinstance(run, RunStarted)
+        if not run.scope:
+            yield
+            return
+        key = scope_lock_key(started)
+        held = self._scopes.get(key)
+        if held is None:
+            held = self._scopes[key] = _ScopeLock()
+        held.users += 1
+        try:
+            async with held.lock:
+                yield
+        finally:
+            held.users -= 1
+            if held.users == 0:
+                del self._scopes[key]
+
+    @property
+    def scopes_held(self) -> int:
+        """How many scope keys have a run in flight or waiting (for tests and stats)."""
+        return len(self._scopes)
+
     async def reaction(self, started: Envelope, attempt: int) -> Reaction:
         """The reaction an action gets: its run, the matched events, its workspace."""
         return await self._reaction(started, attempt, self.deps)
@@ -96,8 +142,7 @@ class RunExecutor:
         assert isinstance(run, RunStarted)
         rule = self.rule_of(started)
         retry = rule.then.retry if rule is not None else None
-        lock = self._scopes.setdefault(scope_lock_key(started), asyncio.Lock())
-        async with self._runs, lock:
+        async with self._in_scope(started), self._runs:
             self.stats.runs += 1
             attempt = 1
             while True:
