@@ -158,6 +158,11 @@ class TenantIndex:
         # Index partitions read to their end by this process at least once: a look-up of a
         # key in one of them only reads what was written since.
         self._synced: set[int] = set()
+        # Per partition, when (time.monotonic) the last read to its end began: a look-up
+        # asked before then is answered by that read (it fetched the end after the ask).
+        self._read_began: dict[int, float] = {}
+        # When the last catch-up began (the same reasoning for catch-ups).
+        self._caught_up_began = float("-inf")
         # Per partition: the offset this process has read to, and what it read that the
         # store does not have yet (a background thread writes it there).
         self._read_to: dict[int, int] = {}
@@ -223,6 +228,7 @@ class TenantIndex:
         tenant is about 75,000 records: reading them takes 0.3 s, storing them 1-2 s)."""
         consumer = self._open()
         store = self.store
+        began = time.monotonic()
         start = self._read_to.get(partition)
         if start is None:
             start = store.position(partition)
@@ -266,6 +272,7 @@ class TenantIndex:
             raise KafkaUnavailable(f"reading {self.topic} failed: {exc}; check that the "
                                    "brokers are up") from exc
         self._synced.add(partition)
+        self._read_began[partition] = began
         if partition == CURSOR_PARTITION:
             found = store.with_prefix(b"cursor:")
             found.update({k: v for k, v in pending.items()
@@ -359,6 +366,7 @@ class TenantIndex:
     def lookup(self, key: str) -> IndexEntry | None:
         """The entry under `key`: this process's own writes, then the key's index partition
         read (into the local store) to its current end."""
+        asked = time.monotonic()
         with self._own_lock:
             own = self._own.get(key)
         with self._lock:
@@ -368,7 +376,11 @@ class TenantIndex:
                 return kept if own is None else merge_entry(key, kept, own)
             self._open()
             partition = index_partition(key, self._partitions)
-            self._read_partition(partition)
+            # Concurrent look-ups of one partition share a read: one that began after this
+            # call did (while this one waited for the lock) read everything written before
+            # it, so it is not read again.
+            if self._read_began.get(partition, float("-inf")) <= asked:
+                self._read_partition(partition)
             value = self._get(key.encode(), partition)
         found = self._decoded(key, value)
         if own is not None:
@@ -495,21 +507,24 @@ class TenantIndex:
         their entries, producers other than this project's, or while no worker ran the
         index step), then advance the cursors.
 
-        Reads only the events topic's unindexed tail; a process that finds another catching
-        up waits for it rather than reading the same tail. IndexBehind, before anything is
-        read, when that tail is longer than `limit` events (default
-        STREAMS_INDEX_CATCH_UP_LIMIT, a look-up's bound; `build` has none).
+        Reads only the events topic's unindexed tail. Concurrent calls share catch-ups: a
+        call that waited for another's catch-up returns when that one began after it was
+        made (it read every event acknowledged before the call), and catches up again
+        otherwise. IndexBehind, before anything is read, when that tail is longer than
+        `limit` events (default STREAMS_INDEX_CATCH_UP_LIMIT, a look-up's bound; `build` has
+        none).
         """
         if limit is None:
             limit = self.settings.index_catch_up_limit or None
-        if not self._catch_up_lock.acquire(blocking=False):
-            with self._catch_up_lock:
+        asked = time.monotonic()
+        with self._catch_up_lock:
+            if self._caught_up_began > asked:
                 return IndexRun()
-        try:
+            began = time.monotonic()
             self.catch_ups += 1
-            return self._index_tail(limit=limit)
-        finally:
-            self._catch_up_lock.release()
+            run = self._index_tail(limit=limit)
+            self._caught_up_began = began  # only a catch-up that finished answers others
+            return run
 
     def build(self, *, step: int = 50_000,
               progress: Callable[[IndexRun], None] | None = None) -> IndexRun:

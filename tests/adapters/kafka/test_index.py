@@ -1,0 +1,88 @@
+"""The index reader's sharing of reads between concurrent callers (no broker: its reads are
+stand-ins that block until released). A call is answered by another's read or catch-up only
+when that one began after the call was made; otherwise it reads again. On the real broker:
+tests/integration/test_workspace_index.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from streams.adapters.kafka.index import IndexRun, TenantIndex
+from streams.adapters.kafka.index_store import IndexStore
+from streams.settings import Settings
+
+
+class Blocking:
+    """A stand-in read: counts calls, and the first one waits for `release`."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, *_args: Any, **_kw: Any) -> IndexRun:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            assert self.release.wait(10)
+        return IndexRun()
+
+
+def index_of(tmp_path: Path) -> TenantIndex:
+    return TenantIndex(Settings(state_dir=str(tmp_path)), "acme", producer=None,  # type: ignore[arg-type]
+                       events_topic="fs.acme.events", entries_of=lambda *_a: [],
+                       store=IndexStore(tmp_path / "index.sqlite"))
+
+
+def waiting_threads(call: Any, n: int) -> list[threading.Thread]:
+    threads = [threading.Thread(target=call) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)  # both are made, and wait for the lock, while the first read runs
+    return threads
+
+
+def test_calls_made_during_a_catch_up_share_one_catch_up_after_it(tmp_path: Path) -> None:
+    index = index_of(tmp_path)
+    tail = Blocking()
+    index._index_tail = tail  # type: ignore[method-assign]
+    first = threading.Thread(target=index.catch_up)
+    first.start()
+    assert tail.entered.wait(10)
+    # Made after the running catch-up fetched the ends: it may not have their events. They
+    # wait, then one of them catches up again, and that one answers the other.
+    waiting = waiting_threads(index.catch_up, 2)
+    tail.release.set()
+    for thread in [first, *waiting]:
+        thread.join(10)
+    assert tail.calls == 2 and index.catch_ups == 2
+    index.catch_up()  # made after every catch-up began: reads again
+    assert tail.calls == 3
+
+
+def test_look_ups_made_during_a_partitions_read_share_one_read_after_it(
+        tmp_path: Path) -> None:
+    index = index_of(tmp_path)
+    read = Blocking()
+    index._open = lambda: None  # type: ignore[assignment, method-assign, return-value]
+    index._partitions = 1
+
+    def began(partition: int) -> None:  # as _read_partition: the start noted once read
+        start = time.monotonic()
+        read(partition)
+        index._read_began[partition] = start
+
+    index._read_partition = began  # type: ignore[method-assign]
+    first = threading.Thread(target=index.lookup, args=("event:e1",))
+    first.start()
+    assert read.entered.wait(10)
+    waiting = waiting_threads(lambda: index.lookup("event:e2"), 2)
+    read.release.set()
+    for thread in [first, *waiting]:
+        thread.join(10)
+    assert read.calls == 2
+    index.lookup("event:e3")
+    assert read.calls == 3
