@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from streams.core.events import Envelope, RunStarted
 from streams.core.ids import scope_key
+from streams.core.keyed import KeyedLocks
 from streams.core.matching import ReactorStats
 from streams.core.rules import Rule, RuleSet
 from streams.core.runs import ActionFn, Reaction, attempt_outcomes
@@ -45,22 +45,13 @@ def scope_lock_key(started: Envelope) -> str:
     return f"{started.tenant}|{run.rule}|{scope_key(run.scope)}"
 
 
-@dataclass
-class _ScopeLock:
-    """A scope key's lock and how many runs hold it or wait for it (the table drops it at
-    zero, so it holds only the keys of runs in flight, not every key ever seen)."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
-
-
 class RunExecutor:
     """Runs the actions this process has, to success or to their dead letter.
 
     A scoped rule's runs of one scope key run one at a time, in the order they arrive (the
     scope's promise: `.scope(F.data.service)`); an unscoped rule promises no order, so its
-    runs run side by side. At most `max_concurrent_runs` actions run at once; a run waiting
-    for its scope key does not hold one of those places.
+    runs run side by side (two copies of one run id, never). At most `max_concurrent_runs`
+    actions run at once; a run waiting for its scope key does not hold one of those places.
     """
 
     def __init__(
@@ -85,7 +76,7 @@ class RunExecutor:
         self.stats = stats or ReactorStats()
         self.sleep = sleep
         self._runs = asyncio.Semaphore(max_concurrent_runs)
-        self._scopes: dict[str, _ScopeLock] = {}
+        self._scopes = KeyedLocks()
         self.lookup: Callable[[str, str], Rule | None] | None = None
 
     def rule_of(self, started: Envelope) -> Rule | None:
@@ -107,29 +98,21 @@ class RunExecutor:
 
     @contextlib.asynccontextmanager
     async def _in_scope(self, started: Envelope) -> AsyncIterator[None]:
-        """Inside, no other run of the same tenant, rule and scope key runs (nothing is held
-        for an unscoped rule's run)."""
+        """Inside, no other run of the same tenant, rule and scope key runs (for an unscoped
+        rule's run, no other copy of the same run)."""
         run = started.event
         assert isinstance(run, RunStarted)
-        if not run.scope:
+        # An unscoped rule's runs share no key; but one run read twice (a batch redone after
+        # a crash, two overlapping backfills) must not run twice at once: keyed by its id.
+        key = scope_lock_key(started) if run.scope else \
+            f"{started.tenant}|{run.rule}|run:{run.run_id}"
+        async with self._scopes.hold(key):
             yield
-            return
-        key = scope_lock_key(started)
-        held = self._scopes.get(key)
-        if held is None:
-            held = self._scopes[key] = _ScopeLock()
-        held.users += 1
-        try:
-            async with held.lock:
-                yield
-        finally:
-            held.users -= 1
-            if held.users == 0:
-                del self._scopes[key]
 
     @property
     def scopes_held(self) -> int:
-        """How many scope keys have a run in flight or waiting (for tests and stats)."""
+        """How many keys (scope keys, and unscoped runs' ids) have a run in flight or
+        waiting."""
         return len(self._scopes)
 
     async def reaction(self, started: Envelope, attempt: int) -> Reaction:

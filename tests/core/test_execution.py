@@ -129,3 +129,36 @@ async def test_a_run_waiting_for_its_scope_key_leaves_its_place_to_another_key()
     action.release.set()
     await asyncio.gather(*tasks)
     assert executor.stats.succeeded == 4
+
+
+async def test_one_run_read_twice_never_runs_twice_at_once() -> None:
+    # A batch redone after a crash, or two overlapping backfills, hand the executor the same
+    # run_started again: the copies take turns (each still runs: runs are at least once).
+    action = Tracker()
+    executor, _emitted = executor_of(action)
+    started = started_factory()()
+    tasks = [asyncio.create_task(executor.execute(started)) for _ in range(2)]
+    await settle()
+    assert action.inside == {"run_1"} and action.most == 1
+    action.release.set()
+    await asyncio.gather(*tasks)
+    assert action.order == ["run_1", "run_1"] and executor.scopes_held == 0
+
+
+async def test_cancelled_runs_leave_no_scope_key_held() -> None:
+    action = Tracker()
+    executor, _emitted = executor_of(action)
+    make = started_factory()
+    running, waiting = make({"service": "api"}), make({"service": "api"})
+    tasks = [asyncio.create_task(executor.execute(s)) for s in (running, waiting)]
+    await settle()
+    assert action.inside == {"run_1"}
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert executor.scopes_held == 0
+    later = asyncio.create_task(executor.execute(make({"service": "api"})))
+    await settle()
+    assert "run_3" in action.inside  # the key is free again
+    action.release.set()
+    await later
