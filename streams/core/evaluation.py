@@ -44,6 +44,7 @@ reuses every shadow verdict it recorded: its keys are the same.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -58,6 +59,7 @@ from streams.core.evaluators import Evaluator, HandOff, Verdict, check_verdict
 from streams.core.events import AppEvent, Envelope
 from streams.core.feedback import Feedback
 from streams.core.ids import verdict_event_id
+from streams.core.keyed import KeyedLocks
 from streams.core.prices import ModelPrice
 from streams.core.runs import ActingWorkspace, Reaction, RunRecord, run_record_of
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
@@ -189,6 +191,7 @@ class EvaluatorAction(Generic[In]):
         self.cost = cost
         self.model = model
         self.price: ModelPrice | None = None  # a money budget's, bound by `priced`
+        self._judging = KeyedLocks()  # verdict keys being looked up, judged and recorded
 
     def priced(self, prices: Mapping[str, ModelPrice]) -> None:
         """Bind the model's price from the worker's price table (a money budget's claims
@@ -209,24 +212,28 @@ class EvaluatorAction(Generic[In]):
         judged = await self.input(reaction)
         target = await self.target(reaction)
         key = verdict_key(self.evaluator, judged)
-        checked = await _reusable(reaction, key, self.evaluator) if self.reuse else None
-        reused = checked is not None
-        claim: dict[str, Any] | None = None
-        if checked is None and self.budget is not None:
-            claim = self._claim_of(judged, reaction)
-            if not await _claim(reaction, self.budget, claim):
-                # Held back: no call. The run succeeds, judging nothing (why: over_budget).
-                return {"over_budget": self.budget.name, **_claimed(claim),
-                        "evaluator": self.evaluator.name, "version": self.evaluator.version,
-                        "verdict_key": key}
-        if checked is None:
-            try:
-                verdict = await self.evaluator.evaluate(judged)
-            except HandOff:
-                return {"handed_off": self.name}
-            checked = check_verdict(verdict, self.evaluator.verdict_type)
-            if self.reuse:  # recorded before it is given: a retry after this reuses it
-                await _record(reaction, key, checked)
+        # Two runs of this process on the same input (one answer judged by two rules at
+        # once, say) take turns from the look-up to the record: the second reuses the
+        # first's verdict instead of calling the model too.
+        async with self._judging.hold(key) if self.reuse else contextlib.nullcontext():
+            checked = await _reusable(reaction, key, self.evaluator) if self.reuse else None
+            reused = checked is not None
+            claim: dict[str, Any] | None = None
+            if checked is None and self.budget is not None:
+                claim = self._claim_of(judged, reaction)
+                if not await _claim(reaction, self.budget, claim):
+                    # Held back: no call. The run succeeds, judging nothing (over_budget).
+                    return {"over_budget": self.budget.name, **_claimed(claim),
+                            "evaluator": self.evaluator.name,
+                            "version": self.evaluator.version, "verdict_key": key}
+            if checked is None:
+                try:
+                    verdict = await self.evaluator.evaluate(judged)
+                except HandOff:
+                    return {"handed_off": self.name}
+                checked = check_verdict(verdict, self.evaluator.verdict_type)
+                if self.reuse:  # recorded before it is given: a retry after this reuses it
+                    await _record(reaction, key, checked)
         recorded = await reaction.workspace.as_actor(checked.actor).give_feedback(
             checked.value, on=target)
         output = {**checked.as_output(), "feedback_id": recorded.id,

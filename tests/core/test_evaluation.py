@@ -4,6 +4,7 @@ the record instead of calling the evaluator; a new version judges afresh."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
@@ -122,6 +123,27 @@ async def test_the_same_input_is_judged_once_and_its_verdict_given_again(
     assert record.event_id == verdict_event_id("prod", first["verdict_key"])
     assert record.event.name == VERDICT_RECORD  # type: ignore[attr-defined]
     assert log.envelopes.index(record) < log.envelopes.index(given[0])
+
+
+async def test_two_runs_of_one_process_on_the_same_input_at_once_call_the_judge_once(
+        reaction_in: Callable[..., Reaction]) -> None:
+    # Runs of an unscoped rule run side by side: without taking turns per verdict key, both
+    # would miss the look-up while the first judge call is under way.
+    log = Log()
+    calls: list[str] = []
+
+    async def slow(judged: Judged) -> Graded:
+        calls.append(judged.text)
+        await asyncio.sleep(0.02)  # a model call's latency: the other run looks up meanwhile
+        return Graded(good=True)
+
+    action = action_for(FunctionEvaluator(slow, verdict_type=Graded, name="grader",
+                                          version="1"))
+    first, second = await asyncio.gather(action(reaction_in(log, "run_1")),
+                                         action(reaction_in(log, "run_2")))
+    assert calls == ["good answer"]
+    assert sorted([first["reused"], second["reused"]]) == [False, True]
+    assert len(log.feedback()) == 2
 
 
 async def test_a_retried_attempt_reuses_the_verdict_recorded_before_it_failed(
