@@ -12,6 +12,7 @@ from typing import Any
 
 from streams.adapters.kafka.index import IndexRun, TenantIndex
 from streams.adapters.kafka.index_store import IndexStore
+from streams.core.errors import KafkaUnavailable
 from streams.settings import Settings
 
 
@@ -63,26 +64,68 @@ def test_calls_made_during_a_catch_up_share_one_catch_up_after_it(tmp_path: Path
     assert tail.calls == 3
 
 
+class BlockingEnds:
+    """A stand-in index consumer for the real `_read_partition`: every partition is empty,
+    and the first end asked for waits for `release`."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def get_watermark_offsets(self, *_args: Any, **_kw: Any) -> tuple[int, int]:
+        self.asked += 1
+        if self.asked == 1:
+            self.entered.set()
+            assert self.release.wait(10)
+        return 0, 0
+
+
 def test_look_ups_made_during_a_partitions_read_share_one_read_after_it(
         tmp_path: Path) -> None:
     index = index_of(tmp_path)
-    read = Blocking()
-    index._open = lambda: None  # type: ignore[assignment, method-assign, return-value]
+    consumer = BlockingEnds()
+    index._consumer = consumer  # type: ignore[assignment]  # the real read, on a stand-in
     index._partitions = 1
-
-    def began(partition: int) -> None:  # as _read_partition: the start noted once read
-        start = time.monotonic()
-        read(partition)
-        index._read_began[partition] = start
-
-    index._read_partition = began  # type: ignore[method-assign]
     first = threading.Thread(target=index.lookup, args=("event:e1",))
     first.start()
-    assert read.entered.wait(10)
+    assert consumer.entered.wait(10)
     waiting = waiting_threads(lambda: index.lookup("event:e2"), 2)
-    read.release.set()
+    consumer.release.set()
     for thread in [first, *waiting]:
         thread.join(10)
-    assert read.calls == 2
+    assert consumer.asked == 2  # the first read, then one read for both waiters
     index.lookup("event:e3")
-    assert read.calls == 3
+    assert consumer.asked == 3
+
+
+def test_a_catch_up_that_failed_answers_no_one(tmp_path: Path) -> None:
+    index = index_of(tmp_path)
+    calls: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def tail(**_kw: Any) -> IndexRun:
+        calls.append("tail")
+        if len(calls) == 1:
+            entered.set()
+            assert release.wait(10)
+            raise KafkaUnavailable("the brokers went away")
+        return IndexRun()
+
+    index._index_tail = tail  # type: ignore[method-assign, assignment]
+    failed: list[BaseException] = []
+
+    def first_call() -> None:
+        try:
+            index.catch_up()
+        except KafkaUnavailable as exc:
+            failed.append(exc)
+
+    first = threading.Thread(target=first_call)
+    first.start()
+    assert entered.wait(10)
+    waiting = waiting_threads(index.catch_up, 1)
+    release.set()
+    for thread in [first, *waiting]:
+        thread.join(10)
+    assert len(failed) == 1 and calls == ["tail", "tail"]  # the waiter caught up itself
