@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -33,7 +33,7 @@ from streams.core.rulebook import (
     check_install,
     history_before,
 )
-from streams.core.rules import InvalidRule, Rule
+from streams.core.rules import Fire, InvalidRule, Rule
 from streams.core.rules.serialized import rule_from_dict
 from streams.core.runs import fire_envelopes
 from streams.core.tenancy import rulebook_group, rulebook_topic, tenant_topics
@@ -245,14 +245,44 @@ class Rulebook:
         every = [(f, c) for f, c in backfill_firings(rule, history, ()) if scope.holds(c)]
         missing = [(f, c) for f, c in every if f.firing_id not in fired]
         chosen = missing if scope.limit is None else missing[:scope.limit]
-        for n, (fire, cause) in enumerate(chosen, start=1):
+        await _write_firings(client, tenant, chosen, progress)
+        return Backfilled(events=len(history), written=len(chosen),
+                          already=len(every) - len(missing), left=len(missing) - len(chosen))
+
+
+BACKFILL_IN_FLIGHT = 64
+"""Firings a backfill writes at once: each firing's envelopes in order, awaited one by one
+(its `run_started` never lands before its `rule_fired`), many firings side by side (one at a
+time, a backfill wrote about 70 firings a second: two acknowledgements each)."""
+
+
+async def _write_firings(client: StreamsClient, tenant: str,
+                         chosen: Sequence[tuple[Fire, Envelope]],
+                         progress: BackfillProgress | None) -> None:
+    """Write `chosen` firings, BACKFILL_IN_FLIGHT at a time; the first failure stops the
+    others and is raised (what was written is in the log: the same backfill again skips
+    it)."""
+    pending = iter(chosen)
+    done = [0]
+
+    async def writer() -> None:
+        for fire, cause in pending:  # one iterator: each firing is taken once
             ws = client.workspace(tenant, cause.workspace)
             for envelope in fire_envelopes(fire, cause):
                 await ws.append_envelope(envelope)
+            done[0] += 1
             if progress is not None:
-                progress(n, len(chosen))
-        return Backfilled(events=len(history), written=len(chosen),
-                          already=len(every) - len(missing), left=len(missing) - len(chosen))
+                progress(done[0], len(chosen))
+
+    writers = [asyncio.ensure_future(writer())
+               for _ in range(min(BACKFILL_IN_FLIGHT, len(chosen)))]
+    try:
+        await asyncio.gather(*writers)
+    except BaseException:
+        for task in writers:
+            task.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+        raise
 
 
 class RuleFinder:
