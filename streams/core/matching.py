@@ -73,6 +73,9 @@ class ReactorStats:
     dead_lettered: int = 0
     undecodable: int = 0
     caught_up: int = 0
+    # Batches that ran actions: each waits for its runs before the next batch is read, so
+    # runs / run_batches is how many runs share that wait.
+    run_batches: int = 0
     per_rule: dict[str, int] = field(default_factory=dict)
     budget_refusals: dict[str, int] = field(default_factory=dict)  # by budget name
 

@@ -210,6 +210,7 @@ class Reactor:
         if newest:
             outputs += self._ticks(newest)
         if runs:
+            self.stats.run_batches += 1
             if self.loop is None:
                 raise RuntimeError("Reactor.bind(loop) was not called before runs arrived")
             execute = self.executor.execute
