@@ -43,11 +43,12 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from rich.console import Console
 
+from bench.writes import produce_envelope
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.config import producer_config, reader_config
-from streams.adapters.kafka.log import envelope_headers, header_value, watermarks
+from streams.adapters.kafka.log import header_value, watermarks
 from streams.core.actors import EvaluatorActor, UserActor
 from streams.core.events import AppEvent, Envelope, FeedbackGiven, RunSucceeded
 from streams.core.feedback import value_record
@@ -66,14 +67,7 @@ def _produce(settings: Settings, topic: str, envelopes: list[Envelope],
              serde: AvroSerde) -> None:
     producer = Producer(producer_config(settings, **{"linger.ms": 20}))
     for envelope in envelopes:
-        value = serde.encode_envelope(envelope, topic)
-        while True:
-            try:
-                producer.produce(topic, value, key=envelope.correlation_id.encode(),
-                                 headers=envelope_headers(envelope))
-                break
-            except BufferError:
-                producer.poll(0.1)
+        produce_envelope(producer, serde, topic, envelope)
     if producer.flush(120):
         raise SystemExit("the producer did not deliver everything within 120 s")
 
@@ -104,14 +98,7 @@ def floor_rate(settings: Settings, serde: AvroSerde, tenant: str, n: int) -> flo
                                           attempt=1, output={"ok": True}),
                              actor=judge)
         for envelope in (record, feedback, done):
-            value = serde.encode_envelope(envelope, topic)
-            while True:
-                try:
-                    producer.produce(topic, value, key=envelope.correlation_id.encode(),
-                                     headers=envelope_headers(envelope))
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce_envelope(producer, serde, topic, envelope)
     if producer.flush(120):
         raise SystemExit("the floor's producer did not deliver everything within 120 s")
     return n / (time.perf_counter() - start)

@@ -36,11 +36,11 @@ from pathlib import Path
 from confluent_kafka import Producer
 from rich.console import Console
 
+from bench.writes import produce_envelope
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.config import producer_config
-from streams.adapters.kafka.log import envelope_headers
 from streams.core.actors import UserActor
 from streams.core.events import (
     AppEvent,
@@ -92,15 +92,7 @@ def produce(settings: Settings, serde: AvroSerde, topic: str,
     producer = Producer(producer_config(settings, **{"linger.ms": 20}))
     values = []
     for envelope in envelopes:
-        value = serde.encode_envelope(envelope, topic)
-        values.append(value)
-        while True:
-            try:
-                producer.produce(topic, value, key=envelope.correlation_id.encode(),
-                                 headers=envelope_headers(envelope))
-                break
-            except BufferError:
-                producer.poll(0.1)
+        values.append(produce_envelope(producer, serde, topic, envelope))
     producer.flush(60)
     return values
 

@@ -39,8 +39,8 @@ from confluent_kafka import Message, TopicPartition
 from rich.console import Console
 
 from bench.rules50 import ACTIONS, RULES
+from bench.writes import produce_envelope
 from streams.adapters.avro.fast import without_logical_types
-from streams.adapters.kafka.log import envelope_headers
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope, FeedbackGiven, RunSucceeded
 from streams.core.feedback import Feedback
@@ -88,14 +88,7 @@ def produce(runtime: Runtime, tenant: str, n: int) -> None:
     serde = runtime.serde
     for i in range(n):
         envelope = _event(i, tenant)
-        value = serde.encode_envelope(envelope, topic)
-        while True:
-            try:
-                producer.produce(topic, value, key=envelope.correlation_id.encode(),
-                                 headers=envelope_headers(envelope))
-                break
-            except BufferError:
-                producer.poll(0.1)
+        produce_envelope(producer, serde, topic, envelope)
     producer.flush(60)
 
 

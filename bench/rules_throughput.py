@@ -24,11 +24,11 @@ from confluent_kafka import Producer
 from rich.console import Console
 
 from bench.rules50 import RULES
+from bench.writes import produce_envelope
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.config import producer_config
-from streams.adapters.kafka.log import envelope_headers
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope
 from streams.core.tenancy import tenant_topics
@@ -47,15 +47,7 @@ def produce(settings: Settings, serde: AvroSerde, tenant: str, n: int) -> list[b
             AppEvent(name="bench:event", data={"service": f"svc-{i % 40}", "errors": i % 1000,
                                                "region": f"r{i % 13}", "canary": i % 7 == 0}),
             tenant=tenant, workspace="bench", actor=UserActor(id="bench"))
-        value = serde.encode_envelope(envelope, topic)
-        values.append(value)
-        while True:
-            try:
-                producer.produce(topic, value, key=envelope.correlation_id.encode(),
-                                 headers=envelope_headers(envelope))
-                break
-            except BufferError:
-                producer.poll(0.1)
+        values.append(produce_envelope(producer, serde, topic, envelope))
     producer.flush(60)
     return values
 
