@@ -155,11 +155,9 @@ class TenantIndex:
         self._partitions = 0
         self.store = store if store is not None else IndexStore(
             settings.state_path("index", f"{self.topic}.sqlite"))
-        # Index partitions read to their end by this process at least once: a look-up of a
-        # key in one of them only reads what was written since.
-        self._synced: set[int] = set()
-        # Per partition, when (time.monotonic) the last read to its end began: a look-up
-        # asked before then is answered by that read (it fetched the end after the ask).
+        # Per partition read to its end by this process, when (time.monotonic) the last such
+        # read began: a look-up asked before then is answered by that read (it fetched the
+        # end after the ask).
         self._read_began: dict[int, float] = {}
         # When the last catch-up began (the same reasoning for catch-ups).
         self._caught_up_began = float("-inf")
@@ -271,7 +269,6 @@ class TenantIndex:
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.topic} failed: {exc}; check that the "
                                    "brokers are up") from exc
-        self._synced.add(partition)
         self._read_began[partition] = began
         if partition == CURSOR_PARTITION:
             found = store.with_prefix(b"cursor:")
@@ -472,7 +469,7 @@ class TenantIndex:
         to the cursor partition's current end (`fresh`) or as this process last saw them."""
         with self._lock:
             self._open()
-            if fresh or CURSOR_PARTITION not in self._synced:
+            if fresh or CURSOR_PARTITION not in self._read_began:
                 self._read_partition(CURSOR_PARTITION)
             return dict(self._cursors)
 
