@@ -102,8 +102,7 @@ def floor_records(settings: Settings, event_values: list[tuple[bytes, bytes]],
         key = f"prod\nuser:floor\nfloor_{n}".encode()
         claim = LedgerEntry(state="claimed", digest="d" * 64, claim=uuid.uuid4().hex,
                             owner="floor", at_ms=int(time.time() * 1000))
-        done = claim.model_copy(update={"state": "recorded", "partition": 0, "offset": n,
-                                        "event_id": f"evt_{n}"})
+        done = claim.replace(state="recorded", partition=0, offset=n, event_id=f"evt_{n}")
         event_key, event_value = event_values[n % len(event_values)]
         records += [(commands, key, claim.encode()), (events, event_key, event_value),
                     (commands, key, done.encode())]

@@ -37,6 +37,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from streams.core.errors import (
@@ -354,10 +355,13 @@ def feedback_digest(feedback_type: str, target: Mapping[str, Any],
     """`command_digest` of a give_feedback command from its parts in JSON form (a target's
     and a value's `model_dump(mode="json")`), without building the command: what a batch
     computes per item, sharing each target's form."""
-    text = json.dumps({"type": "give_feedback", "feedback_type": feedback_type,
-                       "target": target, "value": value},
-                      sort_keys=True, separators=(",", ":"))
+    text = _CANONICAL.encode({"type": "give_feedback", "feedback_type": feedback_type,
+                              "target": target, "value": value})
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# json.dumps with these options builds an encoder per call; a batch digests every item.
+_CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 def ledger_key(workspace: str, participant: str, command_id: str) -> str:
@@ -366,13 +370,20 @@ def ledger_key(workspace: str, participant: str, command_id: str) -> str:
     return f"{workspace}\n{participant}\n{command_id}"
 
 
-class LedgerEntry(_Frame):
+class LedgerEntry(msgspec.Struct, frozen=True, omit_defaults=True,
+                  forbid_unknown_fields=True):
     """One record of a tenant's command ledger (`<prefix>.<tenant>.commands`).
 
     `claimed`: a process (`owner`) is about to record the command; `claim` names this attempt,
     `supersedes` the stale claim it takes over. `recorded`: the command's outcome (its
     feedback's seq and event id). `released`: the claim's attempt failed before it produced
     anything (a validation error, a target not found), so the next claim may go ahead.
+
+    A msgspec struct, not a pydantic model: every command writes two of these and every
+    process reads each one back, so its cost is on the path of every command (about 1 µs to
+    make and encode against 6 µs as a model; `bench.feedback_many`). Decoding is as strict as
+    the model's was, stricter on types (no text for a number); the JSON is byte for byte what
+    the model wrote.
     """
 
     state: Literal["claimed", "recorded", "released"]
@@ -393,17 +404,25 @@ class LedgerEntry(_Frame):
         return OutcomeFrame(command_id=command_id, outcome=RecordedOutcome(
             seq=SeqOut(partition=self.partition, offset=self.offset), id=self.event_id))
 
+    def replace(self, **changes: Any) -> LedgerEntry:
+        """A copy with `changes` applied (the entry is frozen)."""
+        return msgspec.structs.replace(self, **changes)
+
     def encode(self) -> bytes:
-        """The record value."""
-        return self.model_dump_json(exclude_defaults=True).encode()
+        """The record value: compact JSON without the fields at their defaults."""
+        return _LEDGER_ENCODER.encode(self)
 
     @classmethod
     def decode(cls, value: bytes) -> LedgerEntry | None:
         """The entry of a record value; None for one this version cannot read."""
         try:
-            return cls.model_validate_json(value)
-        except ValidationError:
+            return _LEDGER_DECODER.decode(value)
+        except msgspec.DecodeError:  # ValidationError is a DecodeError
             return None
+
+
+_LEDGER_ENCODER: Final = msgspec.json.Encoder()
+_LEDGER_DECODER: Final = msgspec.json.Decoder(LedgerEntry)
 
 
 def fold_ledger(current: LedgerEntry | None, record: LedgerEntry) -> LedgerEntry | None:

@@ -235,7 +235,12 @@ def value_record(value: BaseModel) -> dict[str, Any]:
     return {k: _plain(v) for k, v in value.model_dump().items()}
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
+    if type(value) in _SCALARS:  # most fields: no isinstance check (an Enum's costs most)
+        return value
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, Mapping):

@@ -32,12 +32,13 @@ KEPT = 10_000
 
 
 class _Run:
-    __slots__ = ("fields", "parsed", "varying")
+    __slots__ = ("alone", "fields", "parsed", "varying")
 
     def __init__(self, varying: bool) -> None:
         self.varying = varying
         self.fields: list[tuple[str, str, Any]] = []  # (dotted name, field name here, type)
         self.parsed: Any = None
+        self.alone: str | None = None  # a varying run's one field's dotted name
 
 
 class RecordTemplate:
@@ -75,6 +76,8 @@ class RecordTemplate:
                 self.runs.append(_Run(vary))
             self.runs[-1].fields.append((name, f"f{len(self.runs[-1].fields)}", kind))
         for n, run in enumerate(self.runs):
+            if run.varying and len(run.fields) == 1:
+                run.alone = run.fields[0][0]
             schema = {"type": "record", "name": f"_run{n}", "namespace": "streams.template",
                       "fields": [{"name": here, "type": without_logical_types(kind)}
                                  for _, here, kind in run.fields]}
@@ -110,12 +113,29 @@ class RecordTemplate:
         order); `values` needs only the fixed fields."""
         return tuple(self._write(run, values) for run in self.runs if not run.varying)
 
-    def encode(self, fixed: tuple[bytes, ...], values: Mapping[str, Any]) -> bytes:
+    def encode_field(self, name: str, value: Any) -> bytes:
+        """The bytes of the varying field `name` alone, for `encode`'s `known`: a value
+        that many records share (a batch's time, its trace context) is encoded once.
+        SchemaError unless `name` is a varying field with no varying neighbour."""
+        for run in self.runs:
+            if run.alone == name:
+                return self._write(run, {name: value})
+        raise SchemaError(f"{self.writer.name}: {name} is not a varying field of its own "
+                          "in this template")
+
+    def encode(self, fixed: tuple[bytes, ...], values: Mapping[str, Any],
+               known: Mapping[str, bytes] | None = None) -> bytes:
         """Confluent-framed bytes of a record whose fixed runs are `fixed` (from `fixed()`)
-        and whose varying fields are in `values`."""
+        and whose varying fields are in `values`, or already encoded in `known` (by
+        `encode_field`; a field there need not be in `values`)."""
         parts = [self._header]
         shared = iter(fixed)
         for run in self.runs:
-            parts.append(self._write(run, values) if run.varying else next(shared))
+            if not run.varying:
+                parts.append(next(shared))
+            elif known is not None and run.alone is not None and run.alone in known:
+                parts.append(known[run.alone])
+            else:
+                parts.append(self._write(run, values))
         return b"".join(parts)
 

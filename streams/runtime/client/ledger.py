@@ -254,13 +254,13 @@ class CommandLedger:
                 at_partition, at_offset, event_id = await record()
             except (ValidationFailed, NotFound):
                 # Refused before anything was produced: let a corrected retry go ahead.
-                released = mine.model_copy(update={"state": "released"})
+                released = mine.replace(state="released")
                 await self._write(key, released)
                 raise
             if self.settings.serve_fault == "kill_after_produce":
                 os.kill(os.getpid(), signal.SIGKILL)  # failure tests: die before answering
-            done = mine.model_copy(update={"state": "recorded", "partition": at_partition,
-                                           "offset": at_offset, "event_id": event_id})
+            done = mine.replace(state="recorded", partition=at_partition, offset=at_offset,
+                                event_id=event_id)
             # Not waited for: the answer is known. Should this record be lost, a retry finds
             # the claim without an outcome and the event in the log (find_event).
             self._produce(key, done, _log_failure)
@@ -285,8 +285,10 @@ class CommandLedger:
         out: list[Outgoing] = []
         now = int(time.time() * 1000)
         prefix = uuid.uuid4().hex[:24]
-        for n, (key, digest, command_id) in enumerate(commands):
-            current = self.get(key)
+        with self._lock:  # once for the batch: the tail thread takes it per record
+            found = [self._state.get(key) for key, _, _ in commands]
+        for n, ((key, digest, command_id), current) in enumerate(zip(commands, found,
+                                                                      strict=True)):
             if current is not None and current.state in ("recorded", "claimed"):
                 try:
                     self._answer(current, digest, command_id)
@@ -319,9 +321,11 @@ class CommandLedger:
             raise KafkaUnavailable(f"{self.topic} was not read back within {timeout:g} s; "
                                    "check the brokers, then retry with the same command ids")
         claims: list[Claim | Conflict] = []
+        with self._lock:
+            winners = {n: self._state.get(commands[n][0]) for n in mine}
         for n, answer in enumerate(answers):
             if not isinstance(answer, Exception) and answer[0] == "won":
-                winner = self.get(commands[n][0])
+                winner = winners[n]
                 if winner is None or winner.claim != mine[n].claim or \
                         winner.state != "claimed":
                     answer = ("held", None)  # another attempt's claim came first
@@ -332,23 +336,24 @@ class CommandLedger:
         """Write the outcomes of claims `claim_many` won: (key, claim, partition, offset,
         event id) each; not waited for, and applied here at once (as `run` does: should a
         record be lost, a retry finds the claim and the event in the log)."""
+        written: list[tuple[str, LedgerEntry]] = []
         for key, claim, partition, offset, event_id in outcomes:
-            done = LedgerEntry(
-                state="recorded", digest=claim.digest, claim=claim.claim,
-                supersedes=claim.supersedes, owner=claim.owner, at_ms=claim.at_ms,
-                partition=partition, offset=offset, event_id=event_id)
+            done = claim.replace(state="recorded", partition=partition, offset=offset,
+                                 event_id=event_id)
             value = done.encode()
             self._remember(value, done)
             self._produce_value(key, value, _log_failure)
-            with self._lock:
+            written.append((key, done))
+        with self._lock:
+            for key, done in written:
                 folded = fold_ledger(self._state.get(key), done)
                 if folded is not None:
                     self._state[key] = folded
 
     async def _recorded(self, key: str, claimed: LedgerEntry,
                         found: tuple[int, int, str]) -> LedgerEntry:
-        done = claimed.model_copy(update={"state": "recorded", "partition": found[0],
-                                          "offset": found[1], "event_id": found[2]})
+        done = claimed.replace(state="recorded", partition=found[0], offset=found[1],
+                               event_id=found[2])
         await self._write(key, done)
         return done
 

@@ -198,12 +198,23 @@ async def _writer(ws: Handle, cls: type[Feedback], deadline: float) -> WriterSch
 
 
 class _Traced:
-    """The record headers of a batch's events, made once per trace context."""
+    """The record headers of a batch's events, and the trace field's encoded bytes per
+    template, made once per trace context (a batch's items usually share one)."""
 
     def __init__(self, workspace: str) -> None:
         self._base: Headers = [(HEADER_EVENT_TYPE, FeedbackGiven.event_type.encode()),
                                ("workspace", workspace.encode())]
         self._made: dict[tuple[str, str | None], Headers] = {}
+        self._encoded: dict[tuple[int, TraceContext | None], bytes] = {}
+
+    def field(self, template: RecordTemplate, trace: TraceContext | None) -> bytes:
+        """The `envelope.trace` field of `template`'s records, encoded."""
+        key = (id(template), trace)
+        made = self._encoded.get(key)
+        if made is None:
+            made = self._encoded[key] = template.encode_field(
+                "envelope.trace", None if trace is None else trace.model_dump())
+        return made
 
     def headers(self, trace: TraceContext | None) -> Headers:
         if trace is None:
@@ -275,7 +286,7 @@ async def _batch(ws: Handle, batch: list[FeedbackItem]) -> list[Given | StreamsE
             item.headers = traced.headers(item.trace)
         writers = {cls: _template(await _writer(ws, cls, deadline))
                    for cls in {type(i.feedback) for i in ready}}
-        kept = _encoded(ws, ready, located, results, writers, shared)
+        kept = _encoded(ws, ready, located, results, writers, shared, traced)
         await _record(ws, kept, results)
         counts: dict[str, int] = {}
         for item in kept:
@@ -292,10 +303,12 @@ def _encoded(ws: Handle, ready: list[_Item],
              located: Mapping[tuple[str, str], Located | StreamsError],
              results: list[Given | StreamsError | None],
              writers: Mapping[type[Feedback], RecordTemplate],
-             shared: Mapping[str, Any]) -> list[_Item]:
+             shared: Mapping[str, Any], traced: _Traced) -> list[_Item]:
     """Encode each located item's event (and digest its command); the items to record."""
     participant = ws.actor.participant
     now = shared["time"]
+    # The batch's time, encoded once per template (the trace by `traced`, per context).
+    times = {made: made.encode_field("envelope.time", now) for made in writers.values()}
     limit = ws.client.settings.max_record_bytes
     target_json: dict[tuple[type[Feedback], str, str], dict[str, Any]] = {}
     kept: list[_Item] = []
@@ -321,10 +334,9 @@ def _encoded(ws: Handle, ready: list[_Item],
                 where.rule, where.action))))
         item.event_id = new_id("evt") if item.command_id is None else command_event_id(
             ws.tenant, ws.workspace, participant, item.command_id)
-        item.value = made.encode(fixed, {
-            "envelope.event_id": item.event_id, "envelope.time": now,
-            "value": value_record(item.feedback),
-            "envelope.trace": None if item.trace is None else item.trace.model_dump()})
+        item.value = made.encode(
+            fixed, {"envelope.event_id": item.event_id, "value": value_record(item.feedback)},
+            {"envelope.time": times[made], "envelope.trace": traced.field(made, item.trace)})
         if len(item.value) > limit:
             results[item.n] = _too_large(item, len(item.value), limit)
             continue

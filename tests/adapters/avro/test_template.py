@@ -112,3 +112,38 @@ def test_kept_fixed_runs_are_bounded_oldest_first(monkeypatch: pytest.MonkeyPatc
     template.keep("c", (b"3",))
     assert (template.cached("a"), template.cached("b"), template.cached("c")) == (
         None, (b"2",), (b"3",))
+
+
+BATCH_VARYING = ("envelope.event_id", "envelope.time", "envelope.trace", "value")
+
+
+@settings(max_examples=200)
+@given(head=heads, value=triage, event_id=texts, context=traces,
+       time=st.integers(min_value=-2**62, max_value=2**62))
+def test_fields_encoded_once_give_the_same_bytes(head: dict[str, Any], value: dict[str, Any],
+                                                 event_id: str,
+                                                 context: dict[str, Any] | None,
+                                                 time: int) -> None:
+    # What give_feedback_many does: a batch's time and trace context encoded once, passed
+    # to every record of the batch as `known`.
+    writer = writer_of(TriageQuality)
+    template = RecordTemplate(writer, BATCH_VARYING)
+    whole = record({**head, "event_id": event_id, "time": time, "trace": context}, value,
+                   "run", "run_1", None, None, None)
+    known = {"envelope.time": template.encode_field("envelope.time", time),
+             "envelope.trace": template.encode_field("envelope.trace", context)}
+    assert template.encode(template.fixed(flat(whole)),
+                           {"envelope.event_id": event_id, "value": value}, known) == \
+        FastCodec.encode(writer, whole)
+
+
+def test_only_a_varying_field_of_its_own_is_encoded_alone() -> None:
+    template = RecordTemplate(writer_of(TriageQuality), ("envelope.event_id", "envelope.tenant",
+                                                         "value"))
+    with pytest.raises(SchemaError, match="not a varying field of its own"):
+        template.encode_field("envelope.event_id", "e")  # it shares its run with tenant
+    with pytest.raises(SchemaError, match="not a varying field of its own"):
+        template.encode_field("envelope.time", 1)  # a fixed field
+    # true, the enum's first symbol ("low"), the null branch of the note's union
+    assert template.encode_field("value", {"correct": True, "severity": "low",
+                                           "note": None}) == b"\x01\x00\x00"
