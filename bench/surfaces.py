@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import time
 import uuid
@@ -72,6 +73,25 @@ def _pct(values: list[float], q: float) -> float:
 def _summary(latencies: list[float], elapsed: float) -> Result:
     return {"per_s": len(latencies) / elapsed, "p50_ms": _pct(latencies, 0.5),
             "p99_ms": _pct(latencies, 0.99)}
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds (user and system) used so far by process `pid` (default: this one)."""
+    if pid is None:
+        return time.process_time()
+    with open(f"/proc/{pid}/stat") as stat:
+        # The fields after the command name, which is in parentheses and may hold spaces.
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def costed(pid: int | None, commands: int, measure: Awaitable[Result]) -> Result:
+    """`measure`'s result with the CPU µs per command of process `pid` (the server's, or
+    this process's for a floor) while it ran: rates move with the machine's load, CPU per
+    command much less."""
+    before = cpu_seconds(pid)
+    result = await measure
+    return {**result, "cpu_us": (cpu_seconds(pid) - before) / commands * 1e6}
 
 
 def _command(command_id: str, run_id: str) -> dict[str, Any]:
@@ -263,22 +283,24 @@ async def main_async(args: argparse.Namespace) -> None:
         handle = StreamsClient(Runtime(settings))
         ws = handle.workspace(TENANT, "prod", actor=UserActor(id="floor"))
         await _warm("floor", lambda: floor(ws, runs, 500, args.window, "floor_warm"))
-        results["floor (handle)"] = await floor(ws, runs, args.commands, args.window)
+        n, pid = args.commands, server.pid
+        results["floor (handle)"] = await costed(None, n, floor(ws, runs, n, args.window))
         if args.without_ids:
-            results["floor, no ids"] = await floor_without_ids(ws, runs, args.commands,
-                                                               args.window)
+            results["floor, no ids"] = await costed(
+                None, n, floor_without_ids(ws, runs, n, args.window))
         handle.close()
         await _warm("websocket", lambda: websocket(f"ws://{base}", token, runs, 500,
                                                    args.window, "ws_warm"))
-        results["websocket (1 conn)"] = await websocket(f"ws://{base}", token, runs,
-                                                        args.commands, args.window)
+        results["websocket (1 conn)"] = await costed(
+            pid, n, websocket(f"ws://{base}", token, runs, n, args.window))
         if args.without_ids:
-            results["websocket, no ids"] = await websocket_without_ids(
-                f"ws://{base}", token, runs, args.commands, args.window)
-        results[f"rest ({args.rest_clients} clients)"] = await rest(
-            f"http://{base}", token, runs, args.commands, args.rest_clients)
-        results[f"mcp ({args.mcp_clients} sessions)"] = await mcp(
-            f"http://{base}", token, runs, args.mcp_commands, args.mcp_clients)
+            results["websocket, no ids"] = await costed(pid, n, websocket_without_ids(
+                f"ws://{base}", token, runs, n, args.window))
+        results[f"rest ({args.rest_clients} clients)"] = await costed(
+            pid, n, rest(f"http://{base}", token, runs, n, args.rest_clients))
+        results[f"mcp ({args.mcp_clients} sessions)"] = await costed(
+            pid, args.mcp_commands,
+            mcp(f"http://{base}", token, runs, args.mcp_commands, args.mcp_clients))
     finally:
         server.terminate()  # the server this run started, by its handle
         await server.wait()
@@ -292,10 +314,14 @@ async def main_async(args: argparse.Namespace) -> None:
         # A surface without command ids is compared with the floor without them.
         return floors["floor, no ids" if "no ids" in name else "floor (handle)"]
 
-    print(f"{'surface':<24}{'commands/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'vs floor':>10}")
+    print("CPU µs per command: the server process's for a surface, this process's for a "
+          "floor")
+    print(f"{'surface':<24}{'commands/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'vs floor':>10}"
+          f"{'CPU µs':>9}")
     for name, result in results.items():
         print(f"{name:<24}{result['per_s']:>12.0f}{result['p50_ms']:>10.1f}"
-              f"{result['p99_ms']:>10.1f}{result['per_s'] / rate_of(name):>10.2f}")
+              f"{result['p99_ms']:>10.1f}{result['per_s'] / rate_of(name):>10.2f}"
+              f"{result['cpu_us']:>9.0f}")
 
 
 def main() -> None:
