@@ -200,6 +200,11 @@ class Settings:
     stream_slow_timeout: float = _setting(
         10.0, "STREAMS_STREAM_SLOW_TIMEOUT", "seconds a WebSocket subscriber may leave its "
         "buffer full (or a frame unsent) before it is disconnected as too slow", positive=True)
+    stream_compression: bool = _setting(
+        False, "STREAMS_STREAM_COMPRESSION", "whether `streams serve` offers WebSocket "
+        "clients per-message compression (permessage-deflate); off by default: frames are "
+        "small JSON, and compressing them cost about a tenth of a command's CPU on each end "
+        "(docs/api.md); turn it on for clients on slow links that read long subscriptions")
     mcp_key: str = _setting(
         "", "STREAMS_MCP_KEY", "the API key `streams mcp` (MCP over stdio) acts with: its "
         "tenant, actor and capabilities", secret=True)

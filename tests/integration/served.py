@@ -67,7 +67,9 @@ async def serve(settings: Settings) -> AsyncIterator[Served]:
     # The service's own app: REST, the stream and the MCP mount (run by its lifespan).
     server = uvicorn.Server(uvicorn.Config(create_app(service=service, settings=settings),
                                            host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+                                           log_level="warning", lifespan="on",
+                                           # as `streams serve` runs it
+                                           ws_per_message_deflate=settings.stream_compression))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

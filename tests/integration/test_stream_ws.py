@@ -242,3 +242,20 @@ async def test_commands_of_a_client_that_leaves_are_recorded_once_and_a_retry_ge
                  if isinstance(e.event, FeedbackGiven)]
         assert len(given) == 50
         assert {e.event_id for e in given} == {a["outcome"]["id"] for a in answers}
+
+
+@pytest.mark.parametrize("compression", [False, True])
+async def test_compression_is_offered_only_when_the_setting_asks(
+        settings: Settings, tenant_factory: Callable[..., str], compression: bool) -> None:
+    tenant = tenant_factory()
+    async with serve(settings.replace(stream_compression=compression)) as served:
+        await start_run(served.client.workspace(tenant, "prod"))
+        # The websockets client offers permessage-deflate by default; the server takes it up
+        # only with STREAMS_STREAM_COMPRESSION on. Commands are answered either way.
+        async with connect(f"{served.ws}/v1/workspaces/{tenant}.prod/stream",
+                           additional_headers=_auth(served.key(tenant))) as ws:
+            assert ws.response is not None
+            extensions = ws.response.headers.get("Sec-WebSocket-Extensions") or ""
+            assert ("permessage-deflate" in extensions) is compression, extensions
+            answer = await _answer(ws, command("fb_1"))
+            assert answer["type"] == "outcome", answer

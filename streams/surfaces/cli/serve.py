@@ -52,10 +52,11 @@ def serve(
     config = settings()
     if workers == 1:
         uvicorn.run(create_app(Runtime(config)), host=config.serve_host,
-                    port=port or config.serve_port, log_level=loglevel, access_log=False)
+                    port=port or config.serve_port, log_level=loglevel, access_log=False,
+                    ws_per_message_deflate=config.stream_compression)
         return
     # Each worker process builds its app from the environment: hand it the types given here.
     os.environ["STREAMS_FEEDBACK_MODULES"] = ",".join(modules)
     uvicorn.run("streams.surfaces.http.app:app_from_env", factory=True, workers=workers,
                 host=config.serve_host, port=port or config.serve_port, log_level=loglevel,
-                access_log=False)
+                access_log=False, ws_per_message_deflate=config.stream_compression)
