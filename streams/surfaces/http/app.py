@@ -150,7 +150,12 @@ def _bearer(authorization: str | None) -> str | None:
 # -- the shared dependencies ---------------------------------------------------------------
 
 
-def bearer_key(authorization: Annotated[str | None, Header()] = None) -> str | None:
+# The dependencies are coroutines although they do not wait: FastAPI runs a plain `def`
+# dependency in its thread pool, a thread hop per dependency per request, which cost a REST
+# command about a third of its CPU (bench.surfaces).
+
+
+async def bearer_key(authorization: Annotated[str | None, Header()] = None) -> str | None:
     """The request's API key (`Authorization: Bearer fsk_...`), None without one: the service
     answers unauthorized."""
     return _bearer(authorization)
@@ -165,7 +170,7 @@ def started_service(app: FastAPI) -> CommandService:
     return found
 
 
-def service_of(request: Request) -> CommandService:
+async def service_of(request: Request) -> CommandService:
     """The service of the request's app, once started."""
     return started_service(request.app)
 
@@ -183,8 +188,8 @@ def started_queues(app: FastAPI) -> QueueService:
     return made
 
 
-def queues_of(request: Request) -> QueueService:
-    """The queue service of the request's app."""
+async def queues_of(request: Request) -> QueueService:
+    """The queue service of the request's app (made on the first call: no I/O)."""
     return started_queues(request.app)
 
 
@@ -315,10 +320,14 @@ commands = APIRouter(prefix=WORKSPACE)
     summary="Run a command (give_feedback); the answer is an outcome or error frame",
     name="command",
 )
-async def _command(request: Request, workspace_id: str, key: Key,
-                   service: Service) -> JSONResponse:
+async def _command(request: Request, workspace_id: str) -> JSONResponse:
     # Run one command frame. It was admitted before routing (ShedCommands, the outermost
-    # layer): a command past the limit never gets here.
+    # layer): a command past the limit never gets here. The key and the service are read
+    # here, not through the dependencies the other routes use: solving them was about a
+    # sixth of a command's CPU on this, the hot route. (The document declares the bearer
+    # key on every route either way.)
+    service = started_service(request.app)
+    key = _bearer(request.headers.get("authorization"))
     try:
         body = await _body(request)
     except CommandFailed as exc:
