@@ -37,16 +37,18 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.served import until_ready
+from bench.served import cpu_seconds, until_ready
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
@@ -340,17 +342,19 @@ def _spawn_empty_endpoint(port: int) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def _http_ceiling(runs: list[str], commands: int, clients: int) -> dict[str, float]:
-    port = _free_port()
-    server = _spawn_empty_endpoint(port)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        await until_ready(base)
-        return await _throughput(f"{base}/v1/workspaces/{TENANT}.prod/commands", "x", runs,
-                                 commands, clients)
-    finally:
-        server.terminate()
-        server.wait(30)
+async def _costed(pid: int | None, commands: int,
+                  measure: Awaitable[dict[str, float]]) -> dict[str, float]:
+    """`measure`'s result with the server process's CPU µs per command while it ran (None
+    for several worker processes: their CPU is not the parent's)."""
+    if pid is None:
+        return {**await measure, "server_cpu_us": float("nan")}
+    before = cpu_seconds(pid)
+    result = await measure
+    return {**result, "server_cpu_us": round((cpu_seconds(pid) - before) / commands * 1e6, 1)}
+
+
+def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {key: round(statistics.median(r[key] for r in rounds), 1) for key in rounds[0]}
 
 
 def _start_server(settings: Settings, port: int, workers: int = 1,
@@ -371,6 +375,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     client = StreamsClient(runtime)
     keys = KeyStore(runtime)
     server: subprocess.Popen[bytes] | None = None
+    ceiling_server: subprocess.Popen[bytes] | None = None
     try:
         runs = await _seed(client, args.runs)
         keys.start()
@@ -380,11 +385,31 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         base = f"http://127.0.0.1:{port}"
         await until_ready(base)
         url = f"{base}/v1/workspaces/{TENANT}.prod/commands"
+        # The HTTP ceiling: an empty endpoint, up beside the service, measured in rounds
+        # alternating with the service's (the machine's load moves rates between rounds).
+        ceiling_port = _free_port()
+        ceiling_server = _spawn_empty_endpoint(ceiling_port)
+        ceiling_url = f"http://127.0.0.1:{ceiling_port}/v1/workspaces/{TENANT}.prod/commands"
+        await until_ready(f"http://127.0.0.1:{ceiling_port}")
         _say("warming up")
         await _throughput(url, token, runs, min(500, args.commands), args.clients)  # warm up
-        _say(f"throughput: {args.commands} commands from {args.clients} clients")
-        rest = await _throughput(url, token, runs, args.commands, args.clients)
-        _say(f"  {rest['per_s']:,.0f}/s; fixed rate {args.rate:g}/s for {args.seconds:g} s")
+        await _throughput(ceiling_url, "x", runs, min(500, args.commands), args.clients)
+        rest_rounds: list[dict[str, float]] = []
+        ceiling_rounds: list[dict[str, float]] = []
+        pid = server.pid if args.workers == 1 else None
+        for r in range(args.rounds):
+            _say(f"round {r + 1}: {args.commands} commands from {args.clients} clients, to "
+                 "the service and to the empty endpoint")
+            rest_rounds.append(await _costed(pid, args.commands, _throughput(
+                url, token, runs, args.commands, args.clients)))
+            ceiling_rounds.append(await _costed(ceiling_server.pid, args.commands, _throughput(
+                ceiling_url, "x", runs, args.commands, args.clients)))
+            _say(f"  service {rest_rounds[-1]['per_s']:,.0f}/s "
+                 f"({rest_rounds[-1]['server_cpu_us']:,.0f} µs server CPU per command), "
+                 f"empty endpoint {ceiling_rounds[-1]['per_s']:,.0f}/s "
+                 f"({ceiling_rounds[-1]['server_cpu_us']:,.0f} µs)")
+        rest, ceiling = _median(rest_rounds), _median(ceiling_rounds)
+        _say(f"fixed rate {args.rate:g}/s for {args.seconds:g} s")
         rate = await _fixed_rate(url, token, runs, args.rate, args.seconds)
         for key in ("admitted_ids", "shed_ids"):
             rate.pop(key)
@@ -406,24 +431,31 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                          overload.pop("shed_ids"))
             overload = {"factor": args.overload, "asked_per_s": round(offered, 1),
                         **overload, **check}
-        _say("floors: the handle with and without command ids, the HTTP ceiling")
+        _say("floors: the handle with and without command ids")
         floor_ids = await _floor(client, runs, args.commands, args.clients, True)
         floor_plain = await _floor(client, runs, args.commands, args.clients, False)
-        ceiling = await _http_ceiling(runs, args.commands, args.clients)
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(30)
+        for process in (server, ceiling_server):  # the servers this run started
+            if process is not None:
+                process.terminate()
+                process.wait(30)
         keys.close()
         client.close()
         admin.delete_tenant(TENANT)
     return {
         "commands": args.commands, "clients": args.clients, "workers": args.workers,
-        "rest": rest, "rest_at_fixed_rate": {"rate": args.rate, **rate},
+        "rounds": args.rounds,
+        "rest": rest, "rest_rounds": rest_rounds,
+        "rest_at_fixed_rate": {"rate": args.rate, **rate},
         "rest_overloaded": overload,
         "floor_handle_with_command_ids": floor_ids, "floor_handle_plain": floor_plain,
-        "http_ceiling_empty_endpoint": ceiling,
+        "http_ceiling_empty_endpoint": ceiling, "http_ceiling_rounds": ceiling_rounds,
         "ratio_rest_to_http_ceiling": round(rest["per_s"] / ceiling["per_s"], 3),
+        "ratio_rounds_rest_to_http_ceiling": [
+            round(a["per_s"] / b["per_s"], 3) for a, b in zip(rest_rounds, ceiling_rounds,
+                                                              strict=True)],
+        "ratio_server_cpu_http_ceiling_to_rest": round(
+            ceiling["server_cpu_us"] / rest["server_cpu_us"], 3),
         "ratio_rest_to_handle_with_ids": round(rest["per_s"] / floor_ids["per_s"], 3),
         "ratio_rest_to_handle_plain": round(rest["per_s"] / floor_plain["per_s"], 3),
         "http_retries_after_connection_errors": RETRIES["transport"],
@@ -439,6 +471,9 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=1, help="streams serve --workers")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of the service's and the empty endpoint's throughput, "
+                        "alternating (medians are reported)")
     parser.add_argument("--overload", type=float, default=3.0,
                         help="offer this many times the measured throughput (0: skip)")
     parser.add_argument("--overload-seconds", type=float, default=20.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -40,3 +41,13 @@ async def until_ready(base: str, seconds: float = 60.0) -> None:
                 pass
             await asyncio.sleep(0.1)
     raise SystemExit(f"{base} did not become ready in {seconds:.0f} s")
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds (user and system) used so far by process `pid` (default: this one)."""
+    if pid is None:
+        return time.process_time()
+    with open(f"/proc/{pid}/stat") as stat:
+        # The fields after the command name, which is in parentheses and may hold spaces.
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

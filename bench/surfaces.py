@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import socket
 import time
 import uuid
@@ -43,7 +42,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from websockets.asyncio.client import connect
 
-from bench.served import start_serve, until_ready
+from bench.served import cpu_seconds, start_serve, until_ready
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
@@ -73,16 +72,6 @@ def _pct(values: list[float], q: float) -> float:
 def _summary(latencies: list[float], elapsed: float) -> Result:
     return {"per_s": len(latencies) / elapsed, "p50_ms": _pct(latencies, 0.5),
             "p99_ms": _pct(latencies, 0.99)}
-
-
-def cpu_seconds(pid: int | None = None) -> float:
-    """CPU seconds (user and system) used so far by process `pid` (default: this one)."""
-    if pid is None:
-        return time.process_time()
-    with open(f"/proc/{pid}/stat") as stat:
-        # The fields after the command name, which is in parentheses and may hold spaces.
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def costed(pid: int | None, commands: int, measure: Awaitable[Result]) -> Result:

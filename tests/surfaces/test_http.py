@@ -348,3 +348,48 @@ async def test_a_read_past_its_time_limit_is_unavailable_and_health_answers_mean
     assert late.status_code == 503
     assert late.json()["error"]["code"] == "unavailable"
     assert "STREAMS_SERVE_READ_TIMEOUT" in late.json()["error"]["message"]
+
+
+async def test_commands_run_before_the_router_answer_what_the_route_answers() -> None:
+    import httpx
+
+    from streams.core.commands import CommandFailed, OutcomeFrame, RecordedOutcome, SeqOut
+    from streams.surfaces.http.app import create_app
+
+    # Commands to a started service are run by CommandsFirst, before the router: the same
+    # status, frames and headers the route answers, and the same refusals around them.
+    calls: list[tuple[object, str, bytes]] = []
+
+    class Recording:
+        """A started service that answers an outcome, or an error for a bad workspace."""
+
+        async def execute(self, key: object, workspace: str, body: bytes) -> object:
+            calls.append((key, workspace, body))
+            if workspace == "nope":
+                return CommandFailed("validation_failed", "bad workspace id").frame("c1")
+            return OutcomeFrame(command_id="c1", outcome=RecordedOutcome(
+                seq=SeqOut(partition=2, offset=7), id="evt_1"))
+
+    app = create_app(service=Recording())  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://test") as client:
+        answer = await client.post("/v1/workspaces/acme.prod/commands", content=b'{"a": 1}',
+                                   headers={"Authorization": "Bearer fsk_x_y"})
+        assert (answer.status_code, answer.json()) == (200, {
+            "type": "outcome", "command_id": "c1",
+            "outcome": {"type": "recorded", "seq": {"partition": 2, "offset": 7},
+                        "id": "evt_1"}})
+        assert answer.headers["content-type"] == "application/json"
+        assert calls == [("fsk_x_y", "acme.prod", b'{"a": 1}')]
+        refused = await client.post("/v1/workspaces/nope/commands", content=b"{}")
+        assert refused.status_code == 422
+        assert refused.json()["error"]["code"] == "validation_failed"
+        # Not a command path: the router answers, as it always did.
+        missing = await client.post("/v1/workspaces/a/b/commands", content=b"{}")
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "not_found"
+        too_large = await client.post("/v1/workspaces/acme.prod/commands",
+                                      content=b"x" * (1024 * 1024 + 1))
+        assert too_large.status_code == 413
+    assert len(calls) == 2  # the too large body never reached the service
+    await app.state.admission.close()

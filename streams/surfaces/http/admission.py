@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse
 
 from streams.core.commands import CommandFailed
 
-__all__ = ["Admission", "ShedCommands", "is_command"]
+__all__ = ["COMMAND_PREFIX", "COMMAND_SUFFIX", "Admission", "ShedCommands", "is_command"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -33,7 +33,9 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 COMMAND_PREFIX = "/v1/workspaces/"
+"""What a command request's path starts with (then the workspace id)."""
 COMMAND_SUFFIX = "/commands"
+"""What a command request's path ends with."""
 
 
 def is_command(scope: Scope) -> bool:
