@@ -5,15 +5,17 @@
 
 1. Seeds a fresh tenant (a topic prefix of its own) with `--runs` runs and starts
    `python -m streams serve` on a free loopback port, with a key of the tenant.
-2. Throughput: `--commands` commands, each with its own command id, from `--clients`
-   concurrent HTTP clients (one connection each, kept alive): commands/s, p50, p99.
+2. Throughput, in `--rounds` rounds alternating with the HTTP ceiling: `--commands`
+   commands, each with its own command id, from `--clients` concurrent HTTP clients (one
+   connection each, kept alive): commands/s, p50, p99 and the server process's CPU µs per
+   command; the ceiling is the same clients posting the same frames to an empty FastAPI
+   endpoint under uvicorn, up beside the service (what HTTP alone costs here). Medians.
 3. Latency at a fixed rate: `--rate` commands/s, sent on schedule (open loop) for
-   `--seconds`: p50, p99 and the rate achieved.
+   `--seconds`: p50, p99 and the rate achieved (by vegeta with `--loadgen vegeta`).
 4. The floors: the same feedback given directly through the workspace handle in this
    process, `--clients` calls at a time, with command ids (what the service does per command
-   after HTTP and auth) and without (the plain append); and the HTTP ceiling: the same
-   clients posting the same frames to an empty FastAPI endpoint under uvicorn (what HTTP
-   alone costs here). Ratios are service / floor.
+   after HTTP and auth) and without (the plain append). Ratios are service / floor, and
+   the server CPU per request of the ceiling / that of the service.
 
 5. Overload (`--overload F`, default 3): `F` times the measured throughput offered open loop
    for `--overload-seconds` (default 20). Past `STREAMS_SERVE_MAX_IN_FLIGHT` the server sheds
@@ -410,7 +412,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                  f"({ceiling_rounds[-1]['server_cpu_us']:,.0f} µs)")
         rest, ceiling = _median(rest_rounds), _median(ceiling_rounds)
         _say(f"fixed rate {args.rate:g}/s for {args.seconds:g} s")
-        rate = await _fixed_rate(url, token, runs, args.rate, args.seconds)
+        # With --loadgen vegeta the fixed rate is offered by vegeta too: the Python generator
+        # cannot offer 500/s here beside the server (it ran out of connections and CPU).
+        rate = await asyncio.to_thread(
+            _vegeta_rate, url, token, runs, args.rate, args.seconds,
+            f"fr{uuid.uuid4().hex[:6]}") if args.loadgen == "vegeta" else \
+            await _fixed_rate(url, token, runs, args.rate, args.seconds)
         for key in ("admitted_ids", "shed_ids"):
             rate.pop(key)
         overload: dict[str, Any] = {}
@@ -478,8 +485,8 @@ if __name__ == "__main__":
                         help="offer this many times the measured throughput (0: skip)")
     parser.add_argument("--overload-seconds", type=float, default=20.0)
     parser.add_argument("--loadgen", choices=("python", "vegeta"), default="python",
-                        help="the overload phase's load generator: this process (httpx), or "
-                        f"vegeta ({VEGETA}; built with go when missing)")
+                        help="the fixed-rate and overload phases' load generator: this process "
+                        f"(httpx), or vegeta ({VEGETA}; built with go when missing)")
     parser.add_argument("--overload-connections", type=int, default=400,
                         help="the overload phase's connections: a command due while all "
                         "are busy is counted unsent, not queued")
