@@ -346,10 +346,10 @@ def _spawn_empty_endpoint(port: int) -> subprocess.Popen[bytes]:
 
 async def _costed(pid: int | None, commands: int,
                   measure: Awaitable[dict[str, float]]) -> dict[str, float]:
-    """`measure`'s result with the server process's CPU µs per command while it ran (None
-    for several worker processes: their CPU is not the parent's)."""
+    """`measure`'s result with `server_cpu_us`, the server process's CPU µs per command while
+    it ran (left out for several worker processes: their CPU is not the parent's)."""
     if pid is None:
-        return {**await measure, "server_cpu_us": float("nan")}
+        return await measure
     before = cpu_seconds(pid)
     result = await measure
     return {**result, "server_cpu_us": round((cpu_seconds(pid) - before) / commands * 1e6, 1)}
@@ -406,8 +406,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 url, token, runs, args.commands, args.clients)))
             ceiling_rounds.append(await _costed(ceiling_server.pid, args.commands, _throughput(
                 ceiling_url, "x", runs, args.commands, args.clients)))
+            cpu = rest_rounds[-1].get("server_cpu_us")
             _say(f"  service {rest_rounds[-1]['per_s']:,.0f}/s "
-                 f"({rest_rounds[-1]['server_cpu_us']:,.0f} µs server CPU per command), "
+                 f"({'?' if cpu is None else f'{cpu:,.0f}'} µs server CPU per command), "
                  f"empty endpoint {ceiling_rounds[-1]['per_s']:,.0f}/s "
                  f"({ceiling_rounds[-1]['server_cpu_us']:,.0f} µs)")
         rest, ceiling = _median(rest_rounds), _median(ceiling_rounds)
@@ -462,7 +463,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             round(a["per_s"] / b["per_s"], 3) for a, b in zip(rest_rounds, ceiling_rounds,
                                                               strict=True)],
         "ratio_server_cpu_http_ceiling_to_rest": round(
-            ceiling["server_cpu_us"] / rest["server_cpu_us"], 3),
+            ceiling["server_cpu_us"] / rest["server_cpu_us"], 3)
+        if "server_cpu_us" in rest else None,
         "ratio_rest_to_handle_with_ids": round(rest["per_s"] / floor_ids["per_s"], 3),
         "ratio_rest_to_handle_plain": round(rest["per_s"] / floor_plain["per_s"], 3),
         "http_retries_after_connection_errors": RETRIES["transport"],

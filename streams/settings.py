@@ -203,8 +203,8 @@ class Settings:
     stream_compression: bool = _setting(
         False, "STREAMS_STREAM_COMPRESSION", "whether `streams serve` offers WebSocket "
         "clients per-message compression (permessage-deflate); off by default: frames are "
-        "small JSON, and compressing them cost about a tenth of a command's CPU on each end "
-        "(docs/api.md); turn it on for clients on slow links that read long subscriptions")
+        "small JSON, and compressing them cost the server about 4% of its CPU, and the client as "
+        "much (docs/api.md); turn it on for clients on slow links that read long subscriptions")
     mcp_key: str = _setting(
         "", "STREAMS_MCP_KEY", "the API key `streams mcp` (MCP over stdio) acts with: its "
         "tenant, actor and capabilities", secret=True)
