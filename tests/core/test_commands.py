@@ -282,6 +282,7 @@ def test_ledger_records_keep_their_wire_form() -> None:
     b'{"state":"claimed","digest":"d","at_ms":"5"}',  # a number as text
     b'{"state":"claimed","digest":"d","later":1}',  # a field of a later version
     b'[1,2]',
+    b'{"state":"claimed","digest":"\xff"}',  # not UTF-8
 ])
 def test_a_ledger_record_this_version_cannot_read_is_none(value: bytes) -> None:
     assert LedgerEntry.decode(value) is None

@@ -287,3 +287,27 @@ async def test_why_over_rest_and_mcp_for_a_module_rule_and_an_installed_rule(
                                                     "rule": "ops:error-spike",
                                                     "event_id": spike.id}))
         assert answer == counted
+
+
+@pytest.mark.parametrize(("args", "env", "compressed"), [
+    ((), {}, False),
+    ((), {"STREAMS_STREAM_COMPRESSION": "true"}, True),
+    (("--workers", "2"), {"STREAMS_STREAM_COMPRESSION": "true"}, True),
+])
+async def test_streams_serve_offers_websocket_compression_only_when_asked(
+        tenant_factory: Callable[..., str], serve_factory: Callable[..., Server],
+        keys: KeyStore, args: tuple[str, ...], env: dict[str, str],
+        compressed: bool) -> None:
+    from websockets.asyncio.client import connect
+
+    tenant = tenant_factory()
+    _k, token = keys.create(tenant, UserActor(id="ada"), {"read"})
+    server = serve_factory(200, *args, **env)
+    ws_url = server.url.replace("http://", "ws://")
+    # Each worker process of `--workers 2` reads the setting: a few connections reach both.
+    for _ in range(1 if not args else 6):
+        async with connect(f"{ws_url}/v1/workspaces/{tenant}.prod/stream",
+                           additional_headers=auth(token)) as ws:
+            assert ws.response is not None
+            offered = ws.response.headers.get("Sec-WebSocket-Extensions") or ""
+            assert ("permessage-deflate" in offered) is compressed, offered

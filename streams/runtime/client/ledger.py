@@ -337,18 +337,20 @@ class CommandLedger:
         event id) each; not waited for, and applied here at once (as `run` does: should a
         record be lost, a retry finds the claim and the event in the log)."""
         written: list[tuple[str, LedgerEntry]] = []
-        for key, claim, partition, offset, event_id in outcomes:
-            done = claim.replace(state="recorded", partition=partition, offset=offset,
-                                 event_id=event_id)
-            value = done.encode()
-            self._remember(value, done)
-            self._produce_value(key, value, _log_failure)
-            written.append((key, done))
-        with self._lock:
-            for key, done in written:
-                folded = fold_ledger(self._state.get(key), done)
-                if folded is not None:
-                    self._state[key] = folded
+        try:
+            for key, claim, partition, offset, event_id in outcomes:
+                done = claim.replace(state="recorded", partition=partition, offset=offset,
+                                     event_id=event_id)
+                value = done.encode()
+                self._remember(value, done)
+                self._produce_value(key, value, _log_failure)
+                written.append((key, done))
+        finally:  # what was written is known here, even if a later write failed
+            with self._lock:
+                for key, done in written:
+                    folded = fold_ledger(self._state.get(key), done)
+                    if folded is not None:
+                        self._state[key] = folded
 
     async def _recorded(self, key: str, claimed: LedgerEntry,
                         found: tuple[int, int, str]) -> LedgerEntry:

@@ -205,11 +205,11 @@ class _Traced:
         self._base: Headers = [(HEADER_EVENT_TYPE, FeedbackGiven.event_type.encode()),
                                ("workspace", workspace.encode())]
         self._made: dict[tuple[str, str | None], Headers] = {}
-        self._encoded: dict[tuple[int, TraceContext | None], bytes] = {}
+        self._encoded: dict[tuple[RecordTemplate, TraceContext | None], bytes] = {}
 
     def field(self, template: RecordTemplate, trace: TraceContext | None) -> bytes:
         """The `envelope.trace` field of `template`'s records, encoded."""
-        key = (id(template), trace)
+        key = (template, trace)
         made = self._encoded.get(key)
         if made is None:
             made = self._encoded[key] = template.encode_field(

@@ -351,8 +351,8 @@ class CommandsFirst:
     """ASGI middleware: a command request (POST /v1/workspaces/{id}/commands) to a started
     service is run at once, as the `command` route runs it, without the router, its route
     matching and its exception layers (the server's CPU per command fell from about 950 to
-    about 600 µs in bench.rest_commands); any other request, and a command while the service is starting,
-    goes on to the app. Inside ShedCommands: admission applies first."""
+    about 600 µs in bench.rest_commands); any other request, and a command while the
+    service is starting, goes on to the app. Inside ShedCommands: admission applies first."""
 
     def __init__(self, app: Any, fastapi: FastAPI) -> None:
         self.app = app
