@@ -43,6 +43,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from rich.console import Console
 
+from bench.served import cpu_seconds
 from bench.writes import produce_envelope
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.serde import AvroSerde
@@ -118,11 +119,6 @@ def install(settings: Settings, tenant: str, name: str, action: str, *extra: str
     path.unlink()
     if done.returncode != 0:
         raise SystemExit(f"installing {name} failed:\n{done.stderr[-3000:]}")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")

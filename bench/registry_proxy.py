@@ -24,11 +24,11 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 from rich.console import Console
 
+from bench.served import cpu_seconds
 from streams.adapters.avro.schemas import score_schema
 from streams.adapters.kafka.access import TenantAccess, new_password
 from streams.adapters.kafka.admin import TenantAdmin
@@ -43,11 +43,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _time(client: httpx.Client, paths: list[str], n: int) -> float:
@@ -107,9 +102,9 @@ def main() -> None:
             _time(proxied, paths, 20)
             for rnd in range(args.rounds):
                 d = _time(direct, paths, args.requests)
-                cpu = _cpu_seconds(proxy.pid)
+                cpu = cpu_seconds(proxy.pid)
                 p = _time(proxied, paths, args.requests)
-                cpu_total += _cpu_seconds(proxy.pid) - cpu
+                cpu_total += cpu_seconds(proxy.pid) - cpu
                 direct_total += d
                 proxied_total += p
                 console.print(f"round {rnd + 1}: direct {d / args.requests * 1000:.2f} ms, "
