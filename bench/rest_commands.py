@@ -44,13 +44,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.served import cpu_seconds, until_ready
+from bench.served import costed, until_ready
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
@@ -344,17 +343,6 @@ def _spawn_empty_endpoint(port: int) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def _costed(pid: int | None, commands: int,
-                  measure: Awaitable[dict[str, float]]) -> dict[str, float]:
-    """`measure`'s result with `server_cpu_us`, the server process's CPU µs per command while
-    it ran (left out for several worker processes: their CPU is not the parent's)."""
-    if pid is None:
-        return await measure
-    before = cpu_seconds(pid)
-    result = await measure
-    return {**result, "server_cpu_us": round((cpu_seconds(pid) - before) / commands * 1e6, 1)}
-
-
 def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {key: round(statistics.median(r[key] for r in rounds), 1) for key in rounds[0]}
 
@@ -398,14 +386,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await _throughput(ceiling_url, "x", runs, min(500, args.commands), args.clients)
         rest_rounds: list[dict[str, float]] = []
         ceiling_rounds: list[dict[str, float]] = []
-        pid = server.pid if args.workers == 1 else None
         for r in range(args.rounds):
             _say(f"round {r + 1}: {args.commands} commands from {args.clients} clients, to "
                  "the service and to the empty endpoint")
-            rest_rounds.append(await _costed(pid, args.commands, _throughput(
-                url, token, runs, args.commands, args.clients)))
-            ceiling_rounds.append(await _costed(ceiling_server.pid, args.commands, _throughput(
-                ceiling_url, "x", runs, args.commands, args.clients)))
+            measure = _throughput(url, token, runs, args.commands, args.clients)
+            # Several worker processes: their CPU is not the parent's, so it is left out.
+            rest_rounds.append(await costed(server.pid, args.commands, measure, "server_cpu_us")
+                               if args.workers == 1 else await measure)
+            ceiling_rounds.append(await costed(ceiling_server.pid, args.commands, _throughput(
+                ceiling_url, "x", runs, args.commands, args.clients), "server_cpu_us"))
             cpu = rest_rounds[-1].get("server_cpu_us")
             _say(f"  service {rest_rounds[-1]['per_s']:,.0f}/s "
                  f"({'?' if cpu is None else f'{cpu:,.0f}'} µs server CPU per command), "

@@ -42,7 +42,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from websockets.asyncio.client import connect
 
-from bench.served import cpu_seconds, start_serve, until_ready
+from bench.served import costed, start_serve, until_ready
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, RunStarted
@@ -72,15 +72,6 @@ def _pct(values: list[float], q: float) -> float:
 def _summary(latencies: list[float], elapsed: float) -> Result:
     return {"per_s": len(latencies) / elapsed, "p50_ms": _pct(latencies, 0.5),
             "p99_ms": _pct(latencies, 0.99)}
-
-
-async def costed(pid: int | None, commands: int, measure: Awaitable[Result]) -> Result:
-    """`measure`'s result with the CPU µs per command of process `pid` (the server's, or
-    this process's for a floor) while it ran: rates move with the machine's load, CPU per
-    command much less."""
-    before = cpu_seconds(pid)
-    result = await measure
-    return {**result, "cpu_us": (cpu_seconds(pid) - before) / commands * 1e6}
 
 
 def _command(command_id: str, run_id: str) -> dict[str, Any]:
