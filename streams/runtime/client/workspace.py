@@ -668,12 +668,17 @@ class Workspace:
         (`StreamsClient.batcher`, group commit through give_feedback_many): a surface's
         commands in flight share the ledger's claims and the broker's round trips."""
         self._check_append(FeedbackGiven.event_type)
+
+        async def give() -> Given:
+            # The item carries the trace context current when it is made (the span's).
+            return await self.client.batcher(self).give(FeedbackItem(
+                value, on, feedback_type, command_id, trace=current_trace()))
+
         if not tracing_enabled():
             # No provider: a span would record nothing and carry its parent's context, which
             # the event then carries as it is. Starting one was about a tenth of a
             # WebSocket command's CPU in a sampling profile of bench.surfaces.
-            given = await self.client.batcher(self).give(FeedbackItem(
-                value, on, feedback_type, command_id, trace=current_trace()))
+            given = await give()
             return given.seq, given.id
         attributes = {"streams.tenant": self.tenant, "streams.workspace": self.workspace,
                       "streams.feedback_type": feedback_type, "streams.target_kind": on.kind,
@@ -682,8 +687,7 @@ class Workspace:
         # of its own, whose context its event carries, as give_feedback's does.
         with tracer().start_as_current_span(f"streams.feedback {feedback_type}",
                                             attributes=attributes) as span:
-            given = await self.client.batcher(self).give(FeedbackItem(
-                value, on, feedback_type, command_id, trace=current_trace()))
+            given = await give()
             span.set_attribute("streams.seq", str(given.seq))
             span.set_attribute("streams.event_id", given.id)
         return given.seq, given.id
