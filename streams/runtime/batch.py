@@ -29,6 +29,9 @@ producer can no longer abort, the producer is replaced by a new one, and the loo
 to the committed offsets and does the work again: never skipped, never committed twice. Each
 abort logs one line `transaction aborted (<reason>)` (its `reason` also in the record's
 `extra`) and counts in `BatchStats.aborts` (the `streams.loop.transaction_aborts` metric).
+A second abort in a row, with no commit between, while the broker answers a client made for
+the asking, replaces both transactional producers (`producer_resets`): after a one-broker
+restart a producer was seen failing every transaction for good while its aborts succeeded.
 
 Two transactional producers take turns, a transaction each: a transaction's commit returns
 once its coordinator has logged the decision, but the coordinator then writes the commit
@@ -164,6 +167,9 @@ _DOWN = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TI
          KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
 # Delivery reports of the records an abort purges: the abort's own doing, not a failure.
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+# Aborted transactions in a row, none committed between them, after which the loop makes
+# new transactional producers if the broker answers (see BatchLoop._abort).
+ABORTS_BEFORE_NEW_PRODUCERS = 2
 
 
 def abort_reason(error: KafkaError | None) -> str:
@@ -292,6 +298,8 @@ class BatchLoop:
         # Whether a transaction is open (exactly_once): begun before a batch's outputs are
         # produced, ended by the commit or an abort.
         self._in_transaction = False
+        # Transactions aborted since the last commit (see _abort).
+        self._aborts_in_row = 0
         # Counts rebalance callbacks, so a batch fetched across one can be checked.
         self._rebalances = 0
         self.group = group
@@ -490,6 +498,7 @@ class BatchLoop:
         """Replace a fenced or failed transactional producer with a new one (a new id)."""
         self.stats.producer_resets += 1
         self._in_transaction = False
+        self._aborts_in_row = 0
         producer = self._producer = self._make_producer()
         return producer
 
@@ -575,6 +584,7 @@ class BatchLoop:
                         and not error.fatal() else abort_reason(error), exc)
             return False
         self._in_transaction = False
+        self._aborts_in_row = 0
         for tp in chosen:
             self._done.pop(tp, None)
         self.stats.commits += 1
@@ -609,8 +619,23 @@ class BatchLoop:
                     self.name, reason, exc if exc is not None else why,
                     extra={"event": "transaction_aborted", "reason": reason,
                            "loop": self.name})
+        self._aborts_in_row += 1
         if fatal and producer is not None:
             self._reset_producer()
+        elif producer is not None and self._aborts_in_row >= ABORTS_BEFORE_NEW_PRODUCERS \
+                and self.runtime.broker_answers():
+            # Transactions keep failing while the broker answers a client made for the
+            # asking: after a one-broker restart a producer was seen whose every transaction
+            # failed (its records timed out, its offsets never reached the coordinator) while
+            # its aborts went through and the broker served everyone else, for good. New
+            # producers (a new id each) start clean; the old ones hold nothing open.
+            log.warning("%s: %d transactions in a row failed while the broker answers; "
+                        "replacing the transactional producers", self.name,
+                        self._aborts_in_row, extra={"event": "producers_replaced",
+                                                    "loop": self.name})
+            self._reset_producer()
+            if self._spare is not None:
+                self._spare = self._make_producer()
         if consumer is None:
             self._failed = 0
             self._done.clear()

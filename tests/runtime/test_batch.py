@@ -64,6 +64,9 @@ class Broker:
     lookup_resets: bool = False
     consumers: list[FakeConsumer] = field(default_factory=list)
     looks: int = 0  # ListOffsets requests for the owned partitions' offsets (stall looks)
+    # The first `wedged` producers made time out every offsets they send, for good, while
+    # everything else works (seen after a one-broker restart); later producers are healthy.
+    wedged: int = 0
 
     def fail(self, call: str) -> None:
         queue = self.failures.get(call)
@@ -204,6 +207,7 @@ class FakeProducer:
         self.pending_offsets: dict[int, int] = {}
         self.open = False
         self.calls: list[str] = []
+        self.wedged = len(broker.producers) < broker.wedged
         broker.producers.append(self)
 
     def _call(self, name: str) -> None:
@@ -236,6 +240,8 @@ class FakeProducer:
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: int,
                                     _timeout: float) -> None:
         self._call("send_offsets_to_transaction")
+        if self.wedged:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, txn_requires_abort=True))
         if metadata != self.broker.generation:
             raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION,
                                             txn_requires_abort=True))
@@ -426,14 +432,16 @@ def test_a_transactional_call_failing_past_the_transaction_timeout_is_given_up(
     # times out, retriably, for good: the loop must not retry it until the outage limit (a
     # worker hung for 600 s, then exit 70), but give it up after the transaction timeout,
     # abort and redo the work.
-    broker = Broker(records(6), failures={"send_offsets_to_transaction": _timeouts(8)})
+    # Three timeouts, 0.1 s apart at least (the outage backoff), outlast the 0.2 s: one
+    # transaction given up, and the producer kept (its abort went through).
+    broker = Broker(records(6), failures={"send_offsets_to_transaction": _timeouts(3)})
     loop = make(broker)
     loop.transaction_timeout = 0.2
     with caplog.at_level(logging.WARNING, "streams.runtime.batch"):
         run_until(loop, all_committed(broker))
     assert sorted(broker.visible) == expected(broker)  # nothing lost, nothing twice
-    assert loop.stats.aborts >= 1 and set(loop.stats.aborts_by_reason) == {"timed_out"}
-    assert broker.calls.count("abort_transaction") == loop.stats.aborts
+    assert loop.stats.aborts == 1 and loop.stats.aborts_by_reason == {"timed_out": 1}
+    assert broker.calls.count("abort_transaction") == 1
     assert loop.stats.producer_resets == 0
     assert any("still failing after" in r.getMessage() for r in caplog.records)
 
@@ -449,6 +457,49 @@ def test_an_abort_failing_past_the_transaction_timeout_replaces_the_producer() -
     assert sorted(broker.visible) == expected(broker)
     assert loop.stats.producer_resets >= 1
     assert broker.calls.count("init_transactions") == 2 + loop.stats.producer_resets
+
+
+def test_transactions_failing_in_a_row_while_the_broker_answers_get_new_producers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Both producers time out every offsets they send while their aborts go through: the
+    # second abort in a row, the broker answering, replaces both, and the work is done once.
+    broker = Broker(records(6), wedged=2)
+    loop = make(broker)
+    with caplog.at_level(logging.WARNING, "streams.runtime.batch"):
+        run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)  # nothing lost, nothing twice
+    assert loop.stats.aborts == 2  # the second in a row replaced them
+    assert loop.stats.producer_resets == 1 and len(broker.producers) == 4
+    assert set(broker.committers) <= set(broker.producers[2:])
+    assert [r for r in caplog.records if getattr(r, "event", "") == "producers_replaced"]
+
+
+def test_transactions_failing_while_the_broker_does_not_answer_keep_their_producers() -> None:
+    # The same failures while a fresh client cannot reach the broker are an outage's: the
+    # producers are kept however many transactions fail; once it answers, new ones.
+    broker = Broker(records(6), wedged=2)
+    loop = make(broker)
+    answers = threading.Event()
+    cast(Any, loop.runtime).broker_answers = lambda timeout=5.0: answers.is_set()
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while loop.stats.aborts < 6:
+            assert time.monotonic() < deadline, "the loop did not abort"
+            time.sleep(0.01)
+        assert loop.stats.producer_resets == 0 and len(broker.producers) == 2
+        answers.set()
+        while not all_committed(broker)():
+            assert time.monotonic() < deadline, "the loop did not recover"
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert loop.stats.producer_resets == 1
+    assert sorted(broker.visible) == expected(broker)
 
 
 @pytest.mark.parametrize("wedged", ["send_offsets_to_transaction", "commit_transaction",
