@@ -257,6 +257,37 @@ class WorkerProcess:
             self.proc.kill()
             self.proc.wait(timeout=30)
 
+    def stacks(self, wait: float = 5.0) -> str:
+        """Every thread's stack, for a failure's report: SIGUSR1 makes the worker (mode's
+        Worker) print them to its log from its event loop; what it printed within `wait`
+        seconds, without the local variables it adds (or a line saying it printed none: an
+        event loop that is blocked cannot answer)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return "(not running)"
+        with self.log_path.open("rb") as log:
+            start = log.seek(0, 2)
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + wait
+        text = ""
+        while time.monotonic() < deadline:  # until the dump has begun and stopped growing
+            time.sleep(0.5)
+            with self.log_path.open("rb") as log:
+                log.seek(start)
+                now = log.read().decode(errors="replace")
+            if "THREAD " in now and now == text:
+                break
+            text = now
+        kept: list[str] = []
+        skipping = False
+        for line in text.splitlines():
+            if line.startswith("LOCAL VARIABLES"):
+                skipping = True
+            elif line.startswith("THREAD "):
+                skipping = False
+            if not skipping and '{"stats"' not in line:
+                kept.append(line)
+        return "\n".join(kept) if kept else f"(no stacks printed within {wait:.0f} s)"
+
     def log(self, since_start: bool = False) -> str:
         """What the worker printed (`since_start`: since the process last started)."""
         with self.log_path.open("rb") as log:

@@ -98,7 +98,8 @@ def _exact(settings: Settings, topic: str, given: list[str],
             lines = [line for line in worker.log().splitlines() if '{"stats"' not in line]
             alive = worker.proc is not None and worker.proc.poll() is None
             told.append(f"worker {n} (alive: {alive}) last stats {_loop_stats(worker)}; its "
-                        "log's last lines:\n" + "\n".join(lines[-40:]))
+                        "log's last lines:\n" + "\n".join(lines[-40:])
+                        + "\n\nits threads now:\n" + worker.stacks())
         pytest.fail("\n\n".join(told))
     repeats = check_scores(scores, dict.fromkeys(given, NAMES))
     assert repeats == 0, f"{repeats} scores written twice\n" + repeats_report(
