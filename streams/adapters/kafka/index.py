@@ -36,12 +36,19 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from streams.adapters.avro.fast import FastCodec
 from streams.adapters.kafka.config import reader_config
 from streams.adapters.kafka.index_store import IndexStore
-from streams.adapters.kafka.log import WRITTEN_ENDS, reached_end, watermarks
+from streams.adapters.kafka.log import WRITTEN_ENDS, ends, reached_end, watermarks
 from streams.core.errors import IndexBehind, KafkaUnavailable, SchemaError, ValidationFailed
 from streams.core.events import Envelope
 from streams.core.targets import ChainTarget, FiringTarget, RunTarget
@@ -148,10 +155,16 @@ class TenantIndex:
         self._ensure_topic = ensure_topic
         self._consumer: Consumer | None = None
         self._ends: Consumer | None = None
+        # Asks where index partitions end (never assigned: see _partition_ends).
+        self._index_ends: Consumer | None = None
+        # Partitions look-ups waiting for the lock will read: the next read takes them too.
+        self._wanted: set[int] = set()
         # The reader of events by place (chain_events, message_at): made once, one read at a
         # time (a consumer made per read cost more than the read).
         self._events_reader: Consumer | None = None
         self._events_lock = threading.Lock()
+        # The reader of the events topic's unindexed tail (catch-ups), made once.
+        self._tail_reader: Consumer | None = None
         self._partitions = 0
         self.store = store if store is not None else IndexStore(
             settings.state_path("index", f"{self.topic}.sqlite"))
@@ -220,65 +233,100 @@ class TenantIndex:
         return consumer
 
     def _read_partition(self, partition: int) -> None:
-        """Read one index partition from where this process (or, before it, the local
-        store) stopped to its current end. What is read is answered from memory at once and
-        written to the store by a background thread (a cold partition of a million-envelope
-        tenant is about 75,000 records: reading them takes 0.3 s, storing them 1-2 s)."""
+        """Read one index partition to its current end (`_read_partitions`)."""
+        self._read_partitions([partition])
+
+    def _read_partitions(self, partitions: list[int]) -> None:
+        """Read index partitions from where this process (or, before it, the local store)
+        stopped to their current ends, in one pass: one request for all their ends, one
+        assignment. What is read is answered from memory at once and written to the store by
+        a background thread (a cold partition of a million-envelope tenant is about 75,000
+        records: reading them takes 0.3 s, storing them 1-2 s)."""
         consumer = self._open()
         store = self.store
         began = time.monotonic()
-        start = self._read_to.get(partition)
-        if start is None:
-            start = store.position(partition)
-        tp = TopicPartition(self.topic, partition)
+        starts: dict[int, int] = {}
+        for partition in partitions:
+            start = self._read_to.get(partition)
+            starts[partition] = store.position(partition) if start is None else start
+        read: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in partitions}
         try:
-            _low, high = consumer.get_watermark_offsets(tp, timeout=self.settings.admin_timeout)
-            if start > high:  # the topic was made again since the store read it
-                store.drop_partition(partition)
-                self._pending.pop(partition, None)
-                start = 0
-            pending = self._pending.setdefault(partition, {})
-            records: list[tuple[bytes, bytes | None]] = []
-            if start < high:
-                consumer.assign([TopicPartition(self.topic, partition, start)])
-                position = start
-                while position < high:
+            highs = self._partition_ends(partitions)
+            for partition, high in highs.items():
+                if starts[partition] > high:  # the topic was made again since the store read it
+                    store.drop_partition(partition)
+                    self._pending.pop(partition, None)
+                    starts[partition] = 0
+            todo = {p: high for p, high in highs.items() if starts[p] < high}
+            if todo:
+                consumer.assign([TopicPartition(self.topic, p, starts[p]) for p in todo])
+                at = {p: starts[p] for p in todo}
+                while todo:
                     # consume() waits until it has as many records as asked or the timeout
                     # passes: ask for what is left, so the last batch returns at once.
-                    batch = consumer.consume(min(_READ_BATCH, high - position), _WAIT)
+                    left = sum(high - at[p] for p, high in todo.items())
+                    batch = consumer.consume(min(_READ_BATCH, left), _WAIT)
                     if not batch:
-                        [now] = consumer.position([tp])
-                        if now.offset >= high:
-                            break
+                        for now in consumer.position(
+                                [TopicPartition(self.topic, p) for p in todo]):
+                            if now.offset >= todo[now.partition]:
+                                del todo[now.partition]
                         continue
                     for msg in batch:
                         if msg.error():
                             raise KafkaUnavailable(
                                 f"reading {self.topic} failed: {msg.error()}")
-                        position = (msg.offset() or 0) + 1
+                        partition, offset = msg.partition() or 0, msg.offset() or 0
+                        if partition not in todo or offset >= todo[partition]:
+                            continue  # past the end this read is for
+                        at[partition] = offset + 1
                         self.index_records_read += 1
                         key, value = msg.key() or b"", msg.value()
-                        records.append((key, value))
-                        if key.startswith(_KEEP_FIRST) and key in pending:
-                            continue
-                        pending[key] = value
+                        read[partition].append((key, value))
+                        pending = self._pending.setdefault(partition, {})
+                        if not (key.startswith(_KEEP_FIRST) and key in pending):
+                            pending[key] = value
+                    for partition in [p for p in todo if at[p] >= todo[p]]:
+                        del todo[partition]
                 consumer.unassign()
-            self._read_to[partition] = max(start, high)
-            if records or start < high:
-                self._persist(partition, records, max(start, high))
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.topic} failed: {exc}; check that the "
                                    "brokers are up") from exc
-        self._read_began[partition] = began
-        if partition == CURSOR_PARTITION:
+        for partition in partitions:
+            high = max(starts[partition], highs[partition])
+            self._pending.setdefault(partition, {})
+            self._read_to[partition] = high
+            if read[partition] or starts[partition] < high:
+                self._persist(partition, read[partition], high)
+            self._read_began[partition] = began
+        if CURSOR_PARTITION in read:
             found = store.with_prefix(b"cursor:")
-            found.update({k: v for k, v in pending.items()
+            found.update({k: v for k, v in self._pending[CURSOR_PARTITION].items()
                           if k.startswith(b"cursor:") and v is not None})
             for key, value in found.items():
                 try:
                     self._cursors[int(key[7:])] = int(value)
                 except ValueError:
                     log.warning("skipping a malformed cursor in %s: %r", self.topic, key)
+
+    def _partition_ends(self, partitions: list[int]) -> dict[int, int]:
+        """The current end of each index partition (its last stable offset), all in one
+        request, by a client that never fetches: a request on the reading consumer's
+        connection waits behind its fetch in flight (up to fetch.wait.max.ms), which made
+        each look-up's end cost 5-6 ms under load."""
+        with self._own_lock:
+            if self._index_ends is None:
+                self._index_ends = Consumer(reader_config(
+                    self.settings, reader_group(self.topic, "index-ends",
+                                                self.settings.topic_prefix)))
+            ends = self._index_ends
+        found = ends.offsets_for_times(
+            [TopicPartition(self.topic, p, OFFSET_END) for p in partitions],
+            timeout=self.settings.admin_timeout)
+        failed = [tp for tp in found if tp.error is not None]
+        if failed:
+            raise KafkaException(failed[0].error)
+        return {tp.partition: tp.offset for tp in found}
 
     def _get(self, key: bytes, partition: int) -> bytes | None:
         """A key's value: read by this process and not yet stored, or in the store (a run's
@@ -366,6 +414,8 @@ class TenantIndex:
         asked = time.monotonic()
         with self._own_lock:
             own = self._own.get(key)
+            if self._partitions:  # the read this one waits for may take its partition too
+                self._wanted.add(index_partition(key, self._partitions))
         with self._lock:
             with self._own_lock:  # found meanwhile by a look-up this one waited for
                 kept = self._found.get(key)
@@ -373,11 +423,14 @@ class TenantIndex:
                 return kept if own is None else merge_entry(key, kept, own)
             self._open()
             partition = index_partition(key, self._partitions)
-            # Concurrent look-ups of one partition share a read: one that began after this
-            # call did (while this one waited for the lock) read everything written before
-            # it, so it is not read again.
+            # Concurrent look-ups share reads: one that began after this call did (while
+            # this one waited for the lock) read everything written before it, so it is not
+            # read again; and a read takes every partition waiting look-ups want, in one
+            # pass, rather than each look-up reading its own in turn.
             if self._read_began.get(partition, float("-inf")) <= asked:
-                self._read_partition(partition)
+                with self._own_lock:
+                    wanted, self._wanted = self._wanted, set()
+                self._read_partitions(sorted(wanted | {partition}))
             value = self._get(key.encode(), partition)
         found = self._decoded(key, value)
         if own is not None:
@@ -494,12 +547,9 @@ class TenantIndex:
         start = self.cursors()
         # Every record written before now, open transactions waited for (WRITTEN_ENDS): a
         # read_committed consumer's own ends would stop short of them.
-        ends = {p: high for p, (_low, high) in
-                watermarks(self._written_ends(), self.events_topic,
-                           settings=self.settings).items()}
-        return start, ends
+        return start, ends(self._written_ends(), self.events_topic, settings=self.settings)
 
-    def catch_up(self, *, limit: int | None = None) -> IndexRun:
+    def catch_up(self, *, limit: int | None = None, asked: float | None = None) -> IndexRun:
         """Index the events appended since the cursors (by handles that died before writing
         their entries, producers other than this project's, or while no worker ran the
         index step), then advance the cursors.
@@ -507,13 +557,15 @@ class TenantIndex:
         Reads only the events topic's unindexed tail. Concurrent calls share catch-ups: a
         call that waited for another's catch-up returns when that one began after it was
         made (it read every event acknowledged before the call), and catches up again
-        otherwise. IndexBehind, before anything is read, when that tail is longer than
-        `limit` events (default STREAMS_INDEX_CATCH_UP_LIMIT, a look-up's bound; `build` has
-        none).
+        otherwise. `asked` (time.monotonic(), default now) is when the call was made, for a
+        caller that hopped to a thread to make it. IndexBehind, before anything is read, when
+        that tail is longer than `limit` events (default STREAMS_INDEX_CATCH_UP_LIMIT, a
+        look-up's bound; `build` has none).
         """
         if limit is None:
             limit = self.settings.index_catch_up_limit or None
-        asked = time.monotonic()
+        if asked is None:
+            asked = time.monotonic()
         with self._catch_up_lock:
             if self._caught_up_began > asked:
                 return IndexRun()
@@ -600,12 +652,17 @@ class TenantIndex:
 
     def _read_events_tail(self, start: dict[int, int],
                           todo: dict[int, int]) -> Iterator[list[Message]]:
-        """The events topic's records from `start` to `todo`'s ends, in batches."""
-        consumer = Consumer(reader_config(self.settings,
-                                          reader_group(self.topic, "index-tail",
-                                                       self.settings.topic_prefix)))
+        """The events topic's records from `start` to `todo`'s ends, in batches. Through one
+        reader kept between catch-ups (they take turns: `_catch_up_lock`): making a consumer
+        per catch-up cost more than a short tail's read."""
+        consumer = self._tail_reader
+        if consumer is None:
+            consumer = self._tail_reader = Consumer(reader_config(
+                self.settings, reader_group(self.topic, "index-tail",
+                                            self.settings.topic_prefix)))
         todo = dict(todo)
         at = {p: start.get(p, 0) for p in todo}
+        done = False
         try:
             consumer.assign([TopicPartition(self.events_topic, p, at[p]) for p in todo])
             while todo:
@@ -631,10 +688,14 @@ class TenantIndex:
                     out.append(msg)
                 if out:
                     yield out
+            consumer.unassign()
+            done = True
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.events_topic} failed: {exc}") from exc
         finally:
-            consumer.close()
+            if not done:  # failed or abandoned midway: the next catch-up starts afresh
+                self._tail_reader = None
+                consumer.close()
 
     def chain_messages(self, head: IndexEntry) -> list[Message]:
         """The events-topic records of the chain `head` starts, in log order.
@@ -724,10 +785,17 @@ class TenantIndex:
             if self._ends is not None:
                 self._ends.close()
                 self._ends = None
+            if self._index_ends is not None:
+                self._index_ends.close()
+                self._index_ends = None
         with self._events_lock:
             if self._events_reader is not None:
                 self._events_reader.close()
                 self._events_reader = None
+        with self._catch_up_lock:
+            if self._tail_reader is not None:
+                self._tail_reader.close()
+                self._tail_reader = None
 
 
 class IndexWriter:

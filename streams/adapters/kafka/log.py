@@ -12,6 +12,7 @@ from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    OFFSET_END,
     Consumer,
     IsolationLevel,
     KafkaError,
@@ -337,6 +338,27 @@ def watermarks(consumer: Consumer, topic: str, timeout: float = 30.0,
             time.sleep(0.2)
 
 
+def ends(consumer: Consumer, topic: str, timeout: float = 30.0,
+         settings: Settings | None = None) -> dict[int, int]:
+    """Each partition's end, as `watermarks` gives it (for a read_committed consumer the last
+    stable offset, for a read_uncommitted one the high watermark), in two round trips
+    whatever the partition count: the topic's metadata, then one ListOffsets request for all
+    its partitions (`watermarks` makes one per partition, in turn). Falls back to
+    `watermarks` (its retries, NotFound, AccessDenied) when either fails."""
+    try:
+        info = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if info is not None and info.error is None and info.partitions:
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, p, OFFSET_END) for p in sorted(info.partitions)],
+                timeout=timeout)
+            if all(tp.error is None and tp.offset >= 0 for tp in found):
+                return {tp.partition: tp.offset for tp in found}
+    except KafkaException:
+        pass  # watermarks says what is wrong, or waits it out
+    return {p: high for p, (_low, high) in
+            watermarks(consumer, topic, timeout=timeout, settings=settings).items()}
+
+
 # confluent-kafka's OffsetSpec factories are untyped.
 _LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
@@ -464,9 +486,8 @@ class TopicReader:
         """Messages from the remembered positions up to each partition's current end (every
         record written before the call, committed ones handed on)."""
         try:
-            ends = {p: high for p, (_low, high) in watermarks(
-                self._ends_consumer, self.topic, settings=self.settings).items()}
-            todo = {p: e for p, e in ends.items() if self._positions.get(p, 0) < e}
+            written = ends(self._ends_consumer, self.topic, settings=self.settings)
+            todo = {p: e for p, e in written.items() if self._positions.get(p, 0) < e}
             if not todo:
                 return
             self._consumer.assign([
@@ -531,6 +552,7 @@ __all__ = [
     "Landed",
     "TopicReader",
     "decode_envelopes",
+    "ends",
     "envelope_headers",
     "header_value",
     "largest_field",

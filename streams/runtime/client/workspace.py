@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from confluent_kafka import Message
@@ -163,6 +164,14 @@ class _TenantLog:
     async def catch_up(self) -> None:
         """Read to the end of the log as it is now, folding every envelope into the index."""
         await asyncio.to_thread(self._catch_up, time.monotonic())
+
+
+async def _caught_up(index: TenantIndex) -> None:
+    """Catch `index` up with what was acknowledged before this call. The call's time is
+    taken here, before the thread hop: a caller queued for a thread while another's
+    catch-up began shares that one instead of waiting for the next (the pool's few threads
+    would otherwise make each catch-up serve only the callers that held one)."""
+    await asyncio.to_thread(partial(index.catch_up, asked=time.monotonic()))
 
 
 class StreamsClient:
@@ -425,7 +434,7 @@ class Workspace:
         index = await self._index()
         head = await asyncio.to_thread(index.lookup, f"chain:{correlation_id}")
         if head is None:
-            await asyncio.to_thread(index.catch_up)
+            await _caught_up(index)
             head = await asyncio.to_thread(index.lookup, f"chain:{correlation_id}")
         if head is None or head.located.workspace != self.workspace:
             return []
@@ -462,7 +471,7 @@ class Workspace:
         entry = await asyncio.to_thread(index.lookup, event_key(event_id))
         caught_up = entry is None and catch_up
         if caught_up:  # events are indexed by catch-ups
-            await asyncio.to_thread(index.catch_up)
+            await _caught_up(index)
             entry = await asyncio.to_thread(index.lookup, event_key(event_id))
         at = None if entry is None else await asyncio.to_thread(index.message_at, entry)
         return ([] if at is None else self._decoded([at])), caught_up
@@ -723,7 +732,7 @@ class Workspace:
 
         async def find_event() -> tuple[int, int, str] | None:
             index = await self._index()
-            await asyncio.to_thread(index.catch_up)
+            await _caught_up(index)
             entry = await asyncio.to_thread(index.lookup, event_key(event_id))
             return None if entry is None else (entry.partition, entry.offset, event_id)
 

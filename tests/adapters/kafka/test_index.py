@@ -10,9 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import TopicPartition
+
 from streams.adapters.kafka.index import IndexRun, TenantIndex
 from streams.adapters.kafka.index_store import IndexStore
 from streams.core.errors import KafkaUnavailable
+from streams.core.view import index_partition
 from streams.settings import Settings
 
 
@@ -64,21 +67,43 @@ def test_calls_made_during_a_catch_up_share_one_catch_up_after_it(tmp_path: Path
     assert tail.calls == 3
 
 
+def test_a_call_made_before_a_catch_up_began_shares_it_though_it_waited_for_a_thread(
+    tmp_path: Path,
+) -> None:
+    # An async caller takes the call's time before its hop to a thread: queued behind the
+    # pool's busy threads while another catch-up began and ended, it needs no catch-up of
+    # its own; a call made after that one began reads again.
+    index = index_of(tmp_path)
+    tail = Blocking()
+    tail.release.set()
+    index._index_tail = tail  # type: ignore[method-assign]
+    asked = time.monotonic()
+    index.catch_up()
+    assert tail.calls == 1
+    index.catch_up(asked=asked)
+    assert tail.calls == 1 and index.catch_ups == 1
+    index.catch_up(asked=time.monotonic())
+    assert tail.calls == 2 and index.catch_ups == 2
+
+
 class BlockingEnds:
     """A stand-in index consumer for the real `_read_partition`: every partition is empty,
     and the first end asked for waits for `release`."""
 
     def __init__(self) -> None:
         self.asked = 0
+        self.partitions_asked: list[list[int]] = []
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def get_watermark_offsets(self, *_args: Any, **_kw: Any) -> tuple[int, int]:
+    def offsets_for_times(self, partitions: list[TopicPartition],
+                          **_kw: Any) -> list[TopicPartition]:
         self.asked += 1
+        self.partitions_asked.append([tp.partition for tp in partitions])
         if self.asked == 1:
             self.entered.set()
             assert self.release.wait(10)
-        return 0, 0
+        return [TopicPartition(tp.topic, tp.partition, 0) for tp in partitions]
 
 
 def test_look_ups_made_during_a_partitions_read_share_one_read_after_it(
@@ -86,6 +111,7 @@ def test_look_ups_made_during_a_partitions_read_share_one_read_after_it(
     index = index_of(tmp_path)
     consumer = BlockingEnds()
     index._consumer = consumer  # type: ignore[assignment]  # the real read, on a stand-in
+    index._index_ends = consumer  # type: ignore[assignment]
     index._partitions = 1
     first = threading.Thread(target=index.lookup, args=("event:e1",))
     first.start()
@@ -97,6 +123,31 @@ def test_look_ups_made_during_a_partitions_read_share_one_read_after_it(
     assert consumer.asked == 2  # the first read, then one read for both waiters
     index.lookup("event:e3")
     assert consumer.asked == 3
+
+
+def test_look_ups_of_different_partitions_waiting_for_a_read_share_the_next_one(
+        tmp_path: Path) -> None:
+    # Waiting look-ups of four other partitions: one read of all four after the first, not
+    # a read each in turn (their ends asked for in one request).
+    index = index_of(tmp_path)
+    consumer = BlockingEnds()
+    index._consumer = consumer  # type: ignore[assignment]
+    index._index_ends = consumer  # type: ignore[assignment]
+    index._partitions = 32
+    keys = {index_partition(f"event:e{i}", 32): f"event:e{i}" for i in range(40)}
+    first, *others = list(keys.values())[:5]
+    reader = threading.Thread(target=index.lookup, args=(first,))
+    reader.start()
+    assert consumer.entered.wait(10)
+    waiting = [threading.Thread(target=index.lookup, args=(key,)) for key in others]
+    for thread in waiting:
+        thread.start()
+    time.sleep(0.2)  # all wait for the lock while the first read runs
+    consumer.release.set()
+    for thread in [reader, *waiting]:
+        thread.join(10)
+    assert consumer.asked == 2
+    assert consumer.partitions_asked[1] == sorted(index_partition(k, 32) for k in others)
 
 
 def test_a_catch_up_that_failed_answers_no_one(tmp_path: Path) -> None:

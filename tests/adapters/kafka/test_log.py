@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from streams.adapters.kafka.log import LEADER_MOVING, EventLog, watermarks
+from streams.adapters.kafka.log import LEADER_MOVING, EventLog, ends, watermarks
 from streams.core.errors import KafkaUnavailable
 from streams.settings import Settings
 
@@ -81,3 +81,30 @@ def test_watermarks_give_up_at_the_deadline_or_on_an_error_that_is_not_a_move() 
     with pytest.raises(KafkaUnavailable):
         watermarks(cast(Any, refused), "fs.acme.index", timeout=5.0)
     assert refused.asked == 1
+
+
+class OneRequest(NotYetEverywhere):
+    """NotYetEverywhere that also answers every partition's end in one request
+    (`offsets_for_times` with OFFSET_END), or refuses it (`refused`)."""
+
+    def __init__(self, refused: bool) -> None:
+        super().__init__(refusals=0)
+        self.refused = refused
+        self.requests: list[list[int]] = []
+
+    def offsets_for_times(self, partitions: list[TopicPartition],
+                          timeout: float) -> list[TopicPartition]:
+        self.requests.append([tp.partition for tp in partitions])
+        if self.refused:
+            raise KafkaException(KafkaError(KafkaError.REQUEST_TIMED_OUT))
+        return [TopicPartition(tp.topic, tp.partition, tp.partition * 10 + 5)
+                for tp in partitions]
+
+
+def test_ends_ask_for_every_partition_in_one_request_and_fall_back_to_watermarks() -> None:
+    one = OneRequest(refused=False)
+    assert ends(cast(Any, one), "fs.acme.events") == {0: 5, 1: 15}
+    assert one.requests == [[0, 1]] and one.asked == 0  # no watermark read per partition
+    refused = OneRequest(refused=True)
+    assert ends(cast(Any, refused), "fs.acme.events") == {0: 0, 1: 10}
+    assert refused.asked == 2  # watermarks, a partition at a time
