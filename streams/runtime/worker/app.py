@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
@@ -301,6 +302,12 @@ class Worker:
         if reactor is not None:
             # Actions run on the app's event loop; the reactor's thread waits for them.
             reactor.bind(self.app.loop)
+            # Their reads block in threads (index look-ups and catch-ups, `to_thread`): as
+            # many threads as runs at once. asyncio's default, cores + 4, made runs queue
+            # for a thread behind look-ups waiting for a shared read (6 on 2 cores).
+            self.app.loop.set_default_executor(ThreadPoolExecutor(
+                max_workers=max(self.settings.max_concurrent_runs, 8),
+                thread_name_prefix="actions-io"))
         # The loops start with the process, not after Faust's own group has settled: a new
         # worker takes its share of the partitions at once.
         stop = threading.Event()
