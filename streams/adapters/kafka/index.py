@@ -734,13 +734,21 @@ class TenantIndex:
     def _read_events_with(self, consumer: Consumer, partition: int,
                           ranges: list[tuple[int, int | None]]) -> list[Message]:
         out: list[Message] = []
-        try:
-            tp = TopicPartition(self.events_topic, partition)
+        tp = TopicPartition(self.events_topic, partition)
+
+        def written_end() -> int:
             # Every record written before now, open transactions waited for (WRITTEN_ENDS).
             _low, high = self._written_ends().get_watermark_offsets(
                 tp, timeout=self.settings.admin_timeout)
+            return int(high)
+
+        try:
+            # Asked only when a range is open-ended: a bounded one (a record at an index
+            # entry's place, written before its entry) asks only if it comes up short.
+            high = written_end() if any(stop is None for _start, stop in ranges) else None
             for start, stop in ranges:
-                end = high if stop is None else min(stop, high)
+                end = high if stop is None else stop if high is None else min(stop, high)
+                assert end is not None
                 if start >= end:
                     continue
                 consumer.assign([TopicPartition(self.events_topic, partition, start)])
@@ -749,6 +757,9 @@ class TenantIndex:
                     batch = consumer.consume(min(1000, end - position), _WAIT)
                     if not batch and reached_end(consumer, self.events_topic, partition, end):
                         break  # the rest is transaction markers or aborted records
+                    if not batch and high is None:  # past the topic's end, if anywhere
+                        high = written_end()
+                        end = min(end, high)
                     for msg in batch:
                         if msg.error():
                             raise KafkaUnavailable(
