@@ -167,6 +167,37 @@ async def test_an_oversized_value_is_refused_before_anything_is_sent(
     assert len(await ws.read()) == before
 
 
+async def test_events_by_id_finds_events_of_any_workspace_through_the_index(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., Any],
+) -> None:
+    # What a worker's run reads of its firing's events that its reactor did not read: one
+    # appended through a handle of another workspace, one written without the handle (found
+    # by the catch-up), and an id nobody wrote (left out); the tenant's log is never kept.
+    tenant = tenant_factory()
+    writer = client_factory()
+    prod = await writer.workspace(tenant, "prod", actor=UserActor(id="app")).append(
+        AppEvent(name="ops:error_spike", data={"service": "api"}))
+    staging = await writer.workspace(tenant, "staging", actor=UserActor(id="app")).append(
+        AppEvent(name="ops:error_spike", data={"service": "db"}))
+    _flush(writer)
+    raw = Envelope.new(AppEvent(name="ops:error_spike"), tenant=tenant, workspace="prod",
+                       actor=UserActor(id="app"))
+    producer = Producer(producer_config(settings))
+    topic = tenant_topics(tenant, settings.topic_prefix).events
+    producer.produce(topic, writer.serde.encode_envelope(raw, topic),
+                     raw.correlation_id.encode(), headers=envelope_headers(raw))
+    assert producer.flush(30) == 0
+
+    reader = client_factory()
+    found = await reader.events_by_id(tenant, [prod.id, staging.id, raw.event_id, "evt_none"])
+    assert set(found) == {prod.id, staging.id, raw.event_id}
+    assert found[staging.id].workspace == "staging" and found[raw.event_id].seq is not None
+    assert reader.tenant_index(tenant).catch_ups == 1  # the unindexed one: one catch-up
+    assert reader.tenant_log_if_kept(tenant) is None
+    assert await reader.events_by_id(tenant, []) == {}
+
+
 async def test_100_concurrent_feedback_calls_each_get_their_own_seq(
     tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
 ) -> None:

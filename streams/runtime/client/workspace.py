@@ -34,7 +34,13 @@ from streams.core.commands import (
     LedgerEntry,
     command_digest,
 )
-from streams.core.errors import KafkaUnavailable, NotFound, StreamsError, ValidationFailed
+from streams.core.errors import (
+    IndexBehind,
+    KafkaUnavailable,
+    NotFound,
+    StreamsError,
+    ValidationFailed,
+)
 from streams.core.events import (
     ArtifactCreated,
     Change,
@@ -277,6 +283,44 @@ class StreamsClient:
                 index = self._indexes[tenant] = self.runtime.index(tenant)
             return index
 
+    async def events_by_id(self, tenant: str, event_ids: Sequence[str]) -> dict[str, Envelope]:
+        """Events of `tenant`, of any workspace, by id: the index looked up, then, for ids it
+        does not have, caught up once and looked up again, so an event acknowledged before
+        the call is found; each found event is one record read where the index says it is.
+        Ids not found are left out. An index too far behind to catch up (IndexBehind) is
+        answered from the tenant's whole log instead (read into this process, as before
+        the index: a worker's runs then still find their events)."""
+        wanted = list(dict.fromkeys(event_ids))
+        if not wanted:
+            return {}
+        index = self.tenant_index(tenant)
+        if not index.is_open:
+            await self.log.require_topic(tenant)
+            await asyncio.to_thread(index.open)
+
+        def look(ids: list[str]) -> dict[str, IndexEntry]:
+            found = {i: index.lookup(event_key(i)) for i in ids}
+            return {i: e for i, e in found.items() if e is not None}
+
+        entries = await asyncio.to_thread(look, wanted)
+        missing = [i for i in wanted if i not in entries]
+        if missing:
+            try:
+                await _caught_up(index)
+            except IndexBehind:
+                log = self.tenant_log(tenant)
+                await log.catch_up()
+                return {i: log.by_id[i] for i in wanted if i in log.by_id}
+            entries.update(await asyncio.to_thread(look, missing))
+
+        def read() -> list[Message]:
+            at = [index.message_at(e) for e in entries.values()]
+            return [m for m in at if m is not None]
+
+        decoded = decode_envelopes(self.serde, iter(await asyncio.to_thread(read)),
+                                   on_error=lambda _m, _e: None)
+        return {e.event_id: e for e in decoded if e.event_id in entries}
+
     def batcher(self, ws: Workspace) -> FeedbackBatcher:
         """The event loop's group commit for `ws`'s actor in `ws`'s workspace (see
         FeedbackBatcher): every handle of that actor, workspace and capabilities shares it."""
@@ -406,8 +450,9 @@ class Workspace:
         events appended since the last catch-up (by workers, say), so anything acknowledged
         before the call is found; the whole log is never read for it.
         """
-        # A process that keeps the tenant's whole log (a worker running actions does) has
-        # every target it read already: a hit there needs no broker; a miss asks the index.
+        # A process that keeps the tenant's whole log (`read()`'s, or a proposal-outcome
+        # rule's) has every target it read already: a hit there needs no broker; a miss
+        # asks the index.
         view = self.client.tenant_log_if_kept(self.tenant)
         if view is not None:
             seen = view.index.locate(target, self.workspace)
@@ -450,8 +495,8 @@ class Workspace:
         """One event of this workspace by its id, or None: read where the index says it is
         (one record), the index caught up with the unindexed tail first on a miss, so an
         event acknowledged before the call is found (an evaluator's verdict record, say).
-        A process that keeps the tenant's whole log (a worker running actions) answers an
-        event it has read from memory, with no read."""
+        A process that keeps the tenant's whole log (`read()`'s, or a proposal-outcome
+        rule's) answers an event it has read from memory, with no read."""
         self._check_read("an event")
         kept = self.client.tenant_log_if_kept(self.tenant)
         seen = None if kept is None else kept.by_id.get(event_id)

@@ -1,6 +1,6 @@
 """The worker's run executor: the pure one of `streams.core.execution` (retries, timeouts,
 per-scope serialisation, dead letters; shared with the in-memory replay), building each
-attempt's `Reaction` from the tenant's log as this process reads it from the broker.
+attempt's `Reaction` from the events the reactor read last, or through the tenant's index.
 
 Traced: a run is a span `run <rule>`, the child of its `run_started`'s trace context (the
 firing's span), and each attempt of its action a span `action <name>` inside it; what the
@@ -25,6 +25,7 @@ from streams.core.matching import ReactorStats
 from streams.core.rules import RuleSet
 from streams.core.runs import ActionFn, Reaction, rule_actor
 from streams.runtime.client.workspace import StreamsClient
+from streams.runtime.worker.records import RecentEvents
 
 __all__ = ["Emit", "RunExecutor", "scope_lock_key"]
 
@@ -43,6 +44,7 @@ class RunExecutor(CoreRunExecutor):
         action_timeout: float = 300.0,
         max_concurrent_runs: int = 32,
         stats: ReactorStats | None = None,
+        recent: RecentEvents | None = None,
     ) -> None:
         traced = {name: _traced_action(name, fn) for name, fn in actions.items()}
         super().__init__(rules, traced, reaction=self._from_log, emit=_traced_emit(emit),
@@ -50,6 +52,7 @@ class RunExecutor(CoreRunExecutor):
                          action_timeout=action_timeout,
                          max_concurrent_runs=max_concurrent_runs, stats=stats)
         self._client = client
+        self.recent = recent if recent is not None else RecentEvents()
 
     async def execute(self, started: Envelope) -> None:
         """Run one run's action to success or to its dead letter, in a span `run <rule>`."""
@@ -68,18 +71,24 @@ class RunExecutor(CoreRunExecutor):
 
     async def _from_log(self, started: Envelope, attempt: int,
                         deps: Mapping[str, Any]) -> Reaction:
-        """The reaction an action gets: its run, the matched events, its workspace."""
+        """The reaction an action gets: its run, the matched events, its workspace.
+
+        The firing and the events it matched come from what the reactor decoded last
+        (`recent`: a live run's were read moments before), else through the tenant's index
+        (a backfill's matched events are history): never from a read of the whole log, so
+        the worker's memory does not grow with it."""
         run = started.event
         assert isinstance(run, RunStarted)
-        log_view = self.client.tenant_log(started.tenant)
-        fired = log_view.by_id.get(started.causation_id or "")
-        if fired is None or any(i not in log_view.by_id
-                                for i in getattr(fired.event, "matched", [])):
-            # Only read the log when this process has not seen the firing's events yet.
-            await log_view.catch_up()
-            fired = log_view.by_id.get(started.causation_id or "")
+        firing_id = started.causation_id or ""
+        fired = self.recent.get(firing_id)
+        if fired is None:
+            fired = (await self.client.events_by_id(started.tenant, [firing_id])).get(firing_id)
         matched_ids = list(getattr(fired.event, "matched", [])) if fired else []
-        matched = [log_view.by_id[i] for i in matched_ids if i in log_view.by_id]
+        have = self.recent.found(matched_ids)
+        missing = [i for i in matched_ids if i not in have]
+        if missing:
+            have.update(await self.client.events_by_id(started.tenant, missing))
+        matched = [have[i] for i in matched_ids if i in have]
         workspace = self.client.workspace(started.tenant, started.workspace,
                                           actor=rule_actor(run.rule))
         return Reaction(run=run, started=started, events=matched, workspace=workspace,

@@ -40,7 +40,7 @@ from streams.adapters.kafka.index import IndexWriter
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output, rule_tick
 from streams.core.errors import StreamsError
-from streams.core.events import RUN_STARTED, Envelope
+from streams.core.events import RULE_FIRED, RUN_STARTED, Envelope
 from streams.core.matching import Forward, Hit, Matcher, ReactorStats, is_stateful
 from streams.core.rulebook import LiveRule
 from streams.core.rules import RuleSet
@@ -52,7 +52,7 @@ from streams.runtime.root import Runtime
 from streams.runtime.worker.decider import RuleDecider
 from streams.runtime.worker.executor import RunExecutor
 from streams.runtime.worker.follower import RulebookFollower
-from streams.runtime.worker.records import RuleRecords, firing_outputs
+from streams.runtime.worker.records import RecentEvents, RuleRecords, firing_outputs
 
 __all__ = ["Reactor", "ReactorStats", "is_stateful"]
 
@@ -62,6 +62,9 @@ _PARTITIONS_TTL = 60.0
 _TICK_STEP = timedelta(seconds=1)
 """A tenant's ticks go out when its newest event time moved this much (a second): quiet
 periods are minutes, and a tick is one record per rules partition."""
+
+
+_RULE_FIRED = RULE_FIRED.encode()
 
 
 class Reactor:
@@ -108,8 +111,11 @@ class Reactor:
 
         self.index_writer = IndexWriter(runtime.index, tenant_of) \
             if settings.worker_index else None
+        # What a run's reaction needs, where the run is live (see RecentEvents).
+        self.recent = RecentEvents()
         self.executor = RunExecutor(
             rules, actions, client=lambda: client, emit=self.emit, deps=deps,
+            recent=self.recent,
             action_timeout=settings.action_timeout,
             max_concurrent_runs=settings.max_concurrent_runs, stats=self.stats)
 
@@ -173,14 +179,24 @@ class Reactor:
         wants = self.matcher.wants
         taken = self.taken
         index = self.index_writer
+        recent = self.recent
+        # Firings are remembered for their runs' reactions only when this worker runs
+        # actions (a firing's run lands in its chain, on this partition, just after it).
+        firings = _RULE_FIRED if self.executor.actions else None
         for msg in messages:
             if msg.error() is not None:
                 continue
             taken[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
             self.stats.events += 1
-            if not wants(header_value(msg.headers(), "event_type")):
+            event_type = header_value(msg.headers(), "event_type")
+            if not wants(event_type):
                 if index is not None:
                     index.index(msg)
+                if event_type == firings:
+                    fired = self.records.decode(msg.value(), msg.topic() or "",
+                                                msg.partition() or 0, msg.offset() or 0)
+                    if fired is not None:
+                        recent.add(fired)
                 continue
             raw = msg.value()
             partition, offset = msg.partition() or 0, msg.offset() or 0
@@ -200,6 +216,7 @@ class Reactor:
             envelope = self.records.envelope_of(record, partition, offset)
             if envelope is None:
                 continue
+            recent.add(envelope)
             if self.matcher.moves_clock(envelope):
                 seen = newest.get(envelope.tenant)
                 if seen is None or envelope.time > seen:

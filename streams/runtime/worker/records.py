@@ -5,6 +5,7 @@ The reactor agent and the decider share one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from streams.adapters.avro.codec import envelope_from_record, plain_from_record
@@ -21,7 +22,7 @@ from streams.core.rules import Fire
 from streams.core.runs import Cause
 from streams.core.tenancy import tenant_topics
 
-__all__ = ["HEADER_RULE", "RuleRecords", "firing_outputs"]
+__all__ = ["HEADER_RULE", "RECENT_EVENTS", "RecentEvents", "RuleRecords", "firing_outputs"]
 
 
 class RuleRecords:
@@ -101,3 +102,42 @@ def firing_outputs(records: RuleRecords, matcher: Matcher, decision: Decision, c
                 "streams.event_id": fired[0].event_id}) as span:
             fired = [traced_as(e, span) for e in fired]
     return [records.envelope(e) for e in fired]
+
+
+RECENT_EVENTS = 10_000
+"""How many envelopes a reactor remembers (`RecentEvents`): a live run's firing and causes
+are read moments before its `run_started`, in the same partition; 10,000 is tens of MB."""
+
+
+class RecentEvents:
+    """The envelopes a reactor decoded last (firings, the events its rules matched, runs
+    started), by event id, at most `capacity` of them, oldest forgotten first: what a run's
+    reaction needs without a read, where the run is live. A run whose events are older (a
+    backfill's matched events) finds them through the index.
+
+    Written by the reactor's thread only, read by the event loop's while that thread waits
+    for the batch's runs: plain dict operations, no lock."""
+
+    def __init__(self, capacity: int = RECENT_EVENTS) -> None:
+        self.capacity = capacity
+        self._by_id: dict[str, Envelope] = {}
+
+    def add(self, envelope: Envelope) -> None:
+        """Remember an envelope (again: it moves to the newest)."""
+        by_id = self._by_id
+        by_id.pop(envelope.event_id, None)
+        by_id[envelope.event_id] = envelope
+        while len(by_id) > self.capacity:
+            del by_id[next(iter(by_id))]
+
+    def get(self, event_id: str) -> Envelope | None:
+        """The envelope of that id, if it is among the remembered ones."""
+        return self._by_id.get(event_id)
+
+    def found(self, event_ids: Sequence[str]) -> dict[str, Envelope]:
+        """The remembered envelopes among `event_ids`."""
+        by_id = self._by_id
+        return {i: by_id[i] for i in event_ids if i in by_id}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
