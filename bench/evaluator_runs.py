@@ -15,8 +15,9 @@ runs, in turn (each phase waits for the worker's stats to count its N runs):
 The floor: the records the judged phase writes per run (a verdict record, the feedback, the
 run's outcome) encoded and produced in one loop with one producer, flushed once: what the
 writes cost as fast as Python can make them. Each phase prints runs/s, the worker's CPU µs
-per run and the ratio to the floor; the log's counts are checked at the end (N verdict
-records, 2N feedback, every reused run's output `reused`).
+per run, the ratio to the floor and the worker's resident memory after the phase (and its
+peak); the log's counts are checked at the end (N verdict records, 2N feedback, every reused
+run's output `reused`).
 
     eval "$(deploy/stack.sh env)"
     .venv/bin/python -m bench.evaluator_runs --runs 2000 --judge-ms 0
@@ -172,8 +173,12 @@ class Worker:
         """Wait until `upto` runs succeeded; (runs/s from the last stats line at `base` to
         the first at `upto`, the worker's CPU seconds per run between them, runs per batch
         that ran actions)."""
-        started = time.monotonic()
+        started = shown = time.monotonic()
         while self.succeeded() < upto:
+            if time.monotonic() - shown > 15:  # progress on long phases
+                shown = time.monotonic()
+                console.print(f"  {self.succeeded() - base:,} of {upto - base:,} runs, "
+                              f"worker RSS {self.memory()[0]:,.0f} MB")
             if self.proc.poll() is not None:
                 raise SystemExit(f"the worker exited {self.proc.returncode}; see {self.log}")
             if time.monotonic() - started > timeout:
@@ -189,6 +194,16 @@ class Worker:
         cpu = self._cpu_at(last[0]) - self._cpu_at(first[0])
         return (runs / max(last[0] - first[0], 1e-9), cpu / max(runs, 1),
                 runs / max(last[2] - first[2], 1))
+
+    def memory(self) -> tuple[float, float]:
+        """The worker's resident memory now and at its peak, MB (/proc: VmRSS, VmHWM)."""
+        found = {"VmRSS": 0.0, "VmHWM": 0.0}
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                name, _, value = line.partition(":")
+                if name in found:
+                    found[name] = int(value.split()[0]) / 1024
+        return found["VmRSS"], found["VmHWM"]
 
     def stop(self) -> None:
         self._sampling = False
@@ -252,16 +267,21 @@ def main() -> None:
         _produce(settings, tenant_topics(tenant, settings.topic_prefix).events,
                  answers(tenant, n), serde)
         results = {"noop": worker.phase(0, n, timeout)}
+        memory = {"noop": worker.memory()}
         install(settings, tenant, "b:judged", "grade", "--backfill")
         results["judged"] = worker.phase(n, 2 * n, timeout + n * args.judge_ms / 1000)
+        memory["judged"] = worker.memory()
         install(settings, tenant, "b:reused", "grade", "--backfill")
         results["reused"] = worker.phase(2 * n, 3 * n, timeout)
+        memory["reused"] = worker.memory()
     finally:
         worker.stop()
     found = counts(settings, tenant)
     for phase, (rate, cpu, per_batch) in results.items():
+        rss, peak = memory[phase]
         print(f"{phase:>7}: {rate:8,.1f} runs/s  {cpu * 1e6:8,.0f} µs CPU per run  "
               f"{rate / floor:.3f} of the floor  {per_batch:5.1f} runs per batch  "
+              f"worker RSS {rss:,.0f} MB (peak {peak:,.0f})  "
               f"({n} runs, judge {args.judge_ms} ms)")
     print(f"  floor: {floor:8,.1f} runs/s; log: {found}")
     expected = {"verdicts": n, "feedback": 2 * n, "judged": n, "reused": n}
