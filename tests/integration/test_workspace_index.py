@@ -34,6 +34,18 @@ async def _incident(ws: Workspace, run_id: str = "run_1") -> dict[str, Any]:
     return {"spike": spike, "fired": fired, "run": run}
 
 
+def _write_unindexed(settings: Settings, client: StreamsClient,
+                     envelopes: list[Envelope]) -> None:
+    """Write envelopes to their tenant's events topic through a producer of their own, as a
+    worker writes its runs: without index entries."""
+    producer = Producer(producer_config(settings))
+    for envelope in envelopes:
+        topic = tenant_topics(envelope.tenant, settings.topic_prefix).events
+        producer.produce(topic, client.serde.encode_envelope(envelope, topic),
+                         envelope.correlation_id.encode(), headers=envelope_headers(envelope))
+    assert producer.flush(30) == 0
+
+
 def _flush(client: StreamsClient) -> None:
     """Wait until everything the client produced (its index entries too) is on the broker."""
     assert client.log.producer.flush(30) == 0
@@ -109,12 +121,7 @@ async def test_events_written_without_the_handle_are_indexed_by_a_catch_up(
     spike = Envelope.new(AppEvent(name="ops:error_spike"), tenant=tenant, workspace="prod",
                          actor=UserActor(id="app"))
     started = spike.follow(RunStarted(run_id="run_w", rule="r", action="a", firing_id="f"))
-    producer = Producer(producer_config(settings))
-    topic = tenant_topics(tenant, settings.topic_prefix).events
-    for envelope in (spike, started):
-        producer.produce(topic, raw.serde.encode_envelope(envelope, topic),
-                         envelope.correlation_id.encode(), headers=envelope_headers(envelope))
-    assert producer.flush(30) == 0
+    _write_unindexed(settings, raw, [spike, started])
 
     first = client_factory()
     ada = first.workspace(tenant, "prod", actor=UserActor(id="ada"))
@@ -139,9 +146,7 @@ async def test_events_written_without_the_handle_are_indexed_by_a_catch_up(
 
     # A chain's events include those no one has indexed yet (a worker's, written later).
     later = started.follow(AppEvent(name="ops:triaged"))
-    producer.produce(topic, raw.serde.encode_envelope(later, topic),
-                     later.correlation_id.encode(), headers=envelope_headers(later))
-    assert producer.flush(30) == 0
+    _write_unindexed(settings, raw, [later])
     chain = await bob.chain_events(spike.event_id)
     assert chain[0].event_id == spike.event_id
     assert chain[1].event_id == started.event_id
@@ -183,11 +188,7 @@ async def test_events_by_id_finds_events_of_any_workspace_through_the_index(
     _flush(writer)
     raw = Envelope.new(AppEvent(name="ops:error_spike"), tenant=tenant, workspace="prod",
                        actor=UserActor(id="app"))
-    producer = Producer(producer_config(settings))
-    topic = tenant_topics(tenant, settings.topic_prefix).events
-    producer.produce(topic, writer.serde.encode_envelope(raw, topic),
-                     raw.correlation_id.encode(), headers=envelope_headers(raw))
-    assert producer.flush(30) == 0
+    _write_unindexed(settings, writer, [raw])
 
     reader = client_factory()
     found = await reader.events_by_id(tenant, [prod.id, staging.id, raw.event_id, "evt_none"])

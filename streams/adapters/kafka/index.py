@@ -33,6 +33,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,24 @@ _SMALL_PREFETCH = {"queued.max.messages.kbytes": 16384, "fetch.wait.max.ms": 10}
 
 # Records asked of one consume() call when reading a partition through.
 _READ_BATCH = 5000
+
+# The longest span of a partition read through for the records at several of its offsets
+# (message_at's shared reads): places further apart are read in spans of their own.
+_SPAN = 500
+
+
+def _spans(offsets: list[int]) -> list[tuple[int, int, set[int]]]:
+    """Sorted offsets as spans [start, stop) of at most _SPAN records, with the offsets each
+    holds."""
+    spans: list[tuple[int, int, set[int]]] = []
+    for offset in offsets:
+        if spans and offset - spans[-1][0] < _SPAN:
+            start, _stop, held = spans[-1]
+            held.add(offset)
+            spans[-1] = (start, offset + 1, held)
+        else:
+            spans.append((offset, offset + 1, {offset}))
+    return spans
 
 # Keys whose first value stays (a run recorded again keeps its first place: merge_entry).
 _KEEP_FIRST = (b"run:",)
@@ -163,6 +182,8 @@ class TenantIndex:
         # time (a consumer made per read cost more than the read).
         self._events_reader: Consumer | None = None
         self._events_lock = threading.Lock()
+        # Places (partition, offset) message_at callers wait for: the next read takes them.
+        self._places: list[tuple[tuple[int, int], Future[Message | None]]] = []
         # The reader of the events topic's unindexed tail (catch-ups), made once.
         self._tail_reader: Consumer | None = None
         self._partitions = 0
@@ -716,20 +737,99 @@ class TenantIndex:
         return [m for m in self._read_events(head.partition, ranges) if m.key() == chain]
 
     def message_at(self, entry: IndexEntry) -> Message | None:
-        """The one events-topic record at an entry's place."""
-        found = self._read_events(entry.partition, [(entry.offset, entry.offset + 1)])
-        return found[0] if found else None
+        """The one events-topic record at an entry's place (None if it is not there).
+
+        Concurrent calls share reads: the caller that gets the reader reads every place
+        asked for meanwhile, every partition at once (a fetch round trip for them all, where
+        each call read its own in turn, a round trip each)."""
+        asked: Future[Message | None] = Future()
+        with self._own_lock:
+            self._places.append(((entry.partition, entry.offset), asked))
+        with self._events_lock:
+            if not asked.done():
+                with self._own_lock:
+                    taken, self._places = self._places, []
+                try:
+                    found = self._read_places(self._events_consumer(),
+                                              {place for place, _ in taken})
+                except BaseException as exc:
+                    for _place, waiting in taken:
+                        waiting.set_exception(exc)
+                    raise
+                for place, waiting in taken:
+                    waiting.set_result(found.get(place))
+        return asked.result()
+
+    def _events_consumer(self) -> Consumer:
+        """The reader of events by place (call with `_events_lock` held)."""
+        if self._events_reader is None:
+            self._events_reader = Consumer(reader_config(
+                self.settings, reader_group(self.topic, "chain", self.settings.topic_prefix),
+                **_SMALL_PREFETCH))
+        return self._events_reader
+
+    def _read_places(self, consumer: Consumer,
+                     places: set[tuple[int, int]]) -> dict[tuple[int, int], Message]:
+        """The records at `places` (partition, offset) of the events topic, by place. Each
+        partition's offsets are read through in spans of at most _SPAN records; every
+        partition's next span is read in one round (one assignment)."""
+        by_partition: dict[int, list[int]] = {}
+        for partition, offset in sorted(places):
+            by_partition.setdefault(partition, []).append(offset)
+        spans = {p: _spans(offsets) for p, offsets in by_partition.items()}
+        found: dict[tuple[int, int], Message] = {}
+        while spans:
+            found.update(self._read_round(consumer, {p: s[0] for p, s in spans.items()}))
+            spans = {p: s[1:] for p, s in spans.items() if len(s) > 1}
+        return found
+
+    def _read_round(self, consumer: Consumer, round_: dict[int, tuple[int, int, set[int]]],
+                    ) -> dict[tuple[int, int], Message]:
+        """One span per partition, [start, stop), keeping the records at its offsets."""
+        topic = self.events_topic
+        todo = {p: stop for p, (_start, stop, _wanted) in round_.items()}
+        out: dict[tuple[int, int], Message] = {}
+        checked = False
+        try:
+            consumer.assign([TopicPartition(topic, p, start)
+                             for p, (start, _stop, _wanted) in round_.items()])
+            while todo:
+                batch = consumer.consume(min(1000, len(todo) * _SPAN), _WAIT)
+                if not batch:
+                    for p in [p for p, e in todo.items() if reached_end(consumer, topic, p, e)]:
+                        del todo[p]  # the rest is transaction markers or aborted records
+                    if todo and not checked:  # a place past the topic's end, if any
+                        checked = True
+                        written = ends(self._written_ends(), topic, settings=self.settings)
+                        for p in list(todo):
+                            todo[p] = min(todo[p], written.get(p, 0))
+                            if round_[p][0] >= todo[p]:
+                                del todo[p]
+                    continue
+                for msg in batch:
+                    if msg.error():
+                        raise KafkaUnavailable(f"reading {topic} failed: {msg.error()}")
+                    p, o = msg.partition() or 0, msg.offset() or 0
+                    if p not in todo or o >= todo[p]:
+                        continue
+                    self.event_records_read += 1
+                    if o in round_[p][2]:
+                        out[(p, o)] = msg
+                    if o + 1 >= todo[p]:
+                        del todo[p]
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"reading {topic} failed: {exc}") from exc
+        finally:
+            with contextlib.suppress(KafkaException):
+                consumer.unassign()
+        return out
 
     def _read_events(self, partition: int,
                      ranges: list[tuple[int, int | None]]) -> list[Message]:
         """The records of one events partition in each [start, end) range (end None: the
         partition's current end)."""
         with self._events_lock:
-            if self._events_reader is None:
-                self._events_reader = Consumer(reader_config(
-                    self.settings, reader_group(self.topic, "chain", self.settings.topic_prefix),
-                    **_SMALL_PREFETCH))
-            return self._read_events_with(self._events_reader, partition, ranges)
+            return self._read_events_with(self._events_consumer(), partition, ranges)
 
     def _read_events_with(self, consumer: Consumer, partition: int,
                           ranges: list[tuple[int, int | None]]) -> list[Message]:

@@ -8,15 +8,16 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import TopicPartition
 
 from streams.adapters.kafka.index import IndexRun, TenantIndex
 from streams.adapters.kafka.index_store import IndexStore
 from streams.core.errors import KafkaUnavailable
-from streams.core.view import index_partition
+from streams.core.view import IndexEntry, Located, index_partition
 from streams.settings import Settings
+from tests.kafka_fakes import FakeMessage
 
 
 class Blocking:
@@ -180,3 +181,99 @@ def test_a_catch_up_that_failed_answers_no_one(tmp_path: Path) -> None:
     for thread in [first, *waiting]:
         thread.join(10)
     assert len(failed) == 1 and calls == ["tail", "tail"]  # the waiter caught up itself
+
+
+class EventsLog:
+    """A stand-in events reader (and ends consumer) over an in-memory log: `assign`,
+    `consume` in offset order per partition, `position`; counts its assignments. The first
+    assignment waits for `release` once `entered` is set."""
+
+    def __init__(self, log: dict[int, int], topic: str = "fs.acme.events") -> None:
+        self.log = {p: [FakeMessage(topic, p, o, b"k", f"{p}:{o}".encode()) for o in range(n)]
+                    for p, n in log.items()}
+        self.topic = topic
+        self.at: dict[int, int] = {}
+        self.assignments: list[dict[int, int]] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.at = {tp.partition: tp.offset for tp in partitions}
+        self.assignments.append(dict(self.at))
+        if len(self.assignments) == 1:
+            self.entered.set()
+            assert self.release.wait(10)
+
+    def unassign(self) -> None:
+        self.at = {}
+
+    def consume(self, n: int, _timeout: float) -> list[FakeMessage]:
+        out: list[FakeMessage] = []
+        for p in self.at:
+            while len(out) < n and self.at[p] < len(self.log[p]):
+                out.append(self.log[p][self.at[p]])
+                self.at[p] += 1
+        return out
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.at.get(tp.partition, -1001))
+                for tp in partitions]
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        parts = {p: object() for p in self.log}
+        return type("M", (), {"topics": {topic: type("T", (), {"error": None,
+                                                               "partitions": parts})()}})()
+
+    def offsets_for_times(self, partitions: list[TopicPartition],
+                          timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, len(self.log[tp.partition]))
+                for tp in partitions]
+
+
+def entry(partition: int, offset: int) -> IndexEntry:
+    return IndexEntry(partition=partition, offset=offset,
+                      located=Located(workspace="prod", correlation_id="c", event_id="e",
+                                      trace_id=None))
+
+
+def test_records_asked_for_by_place_meanwhile_are_read_in_one_round(tmp_path: Path) -> None:
+    # The first caller holds the reader; five others wait meanwhile: one round reads all
+    # their places (two partitions at once, each read through from its first place), and a
+    # place past a partition's end is None, not a wait.
+    index = index_of(tmp_path)
+    log = EventsLog({0: 50, 1: 50})
+    log.release.clear()
+    index._events_reader = log  # type: ignore[assignment]
+    index._ends = log  # type: ignore[assignment]
+    got: dict[tuple[int, int], Any] = {}
+
+    def read(p: int, o: int) -> None:
+        found = index.message_at(entry(p, o))
+        got[(p, o)] = None if found is None else found.value()
+
+    first = threading.Thread(target=read, args=(0, 3))
+    first.start()
+    assert log.entered.wait(10)
+    places = [(0, 10), (0, 12), (1, 7), (1, 40), (1, 99)]
+    waiting = [threading.Thread(target=read, args=place) for place in places]
+    for thread in waiting:
+        thread.start()
+    time.sleep(0.2)
+    log.release.set()
+    for thread in [first, *waiting]:
+        thread.join(10)
+    assert got == {(0, 3): b"0:3", (0, 10): b"0:10", (0, 12): b"0:12", (1, 7): b"1:7",
+                   (1, 40): b"1:40", (1, 99): None}
+    assert log.assignments == [{0: 3}, {0: 10, 1: 7}]
+
+
+def test_places_far_apart_in_one_partition_are_read_in_spans_of_their_own(
+        tmp_path: Path) -> None:
+    index = index_of(tmp_path)
+    log = EventsLog({0: 2000})
+    index._events_reader = log  # type: ignore[assignment]
+    found = index._read_places(cast(Any, log), {(0, 5), (0, 300), (0, 1500)})
+    assert {place: m.value() for place, m in found.items()} == {
+        (0, 5): b"0:5", (0, 300): b"0:300", (0, 1500): b"0:1500"}
+    assert log.assignments == [{0: 5}, {0: 1500}]  # 5-300 read through; 1500 on its own
