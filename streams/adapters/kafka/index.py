@@ -788,13 +788,16 @@ class TenantIndex:
         """One span per partition, [start, stop), keeping the records at its offsets."""
         topic = self.events_topic
         todo = {p: stop for p, (_start, stop, _wanted) in round_.items()}
+        at = {p: start for p, (start, _stop, _wanted) in round_.items()}
         out: dict[tuple[int, int], Message] = {}
         checked = False
         try:
-            consumer.assign([TopicPartition(topic, p, start)
-                             for p, (start, _stop, _wanted) in round_.items()])
+            consumer.assign([TopicPartition(topic, p, start) for p, start in at.items()])
             while todo:
-                batch = consumer.consume(min(1000, len(todo) * _SPAN), _WAIT)
+                # consume() waits until it has as many records as asked or the timeout
+                # passes: ask for what is left, so the last batch returns at once.
+                left = sum(stop - at[p] for p, stop in todo.items())
+                batch = consumer.consume(max(1, min(1000, left)), _WAIT)
                 if not batch:
                     for p in [p for p, e in todo.items() if reached_end(consumer, topic, p, e)]:
                         del todo[p]  # the rest is transaction markers or aborted records
@@ -812,6 +815,7 @@ class TenantIndex:
                     p, o = msg.partition() or 0, msg.offset() or 0
                     if p not in todo or o >= todo[p]:
                         continue
+                    at[p] = o + 1
                     self.event_records_read += 1
                     if o in round_[p][2]:
                         out[(p, o)] = msg
