@@ -91,12 +91,13 @@ committed offsets, never skipped, never committed twice (`consumers_replaced` in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -168,8 +169,10 @@ _DOWN = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TI
 # Delivery reports of the records an abort purges: the abort's own doing, not a failure.
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 # Aborted transactions in a row, none committed between them, after which the loop makes
-# new transactional producers if the broker answers (see BatchLoop._abort).
+# new transactional producers if the broker answers (see BatchLoop._abort): aborts for the
+# reasons a stuck producer gives, not for a rebalance's.
 ABORTS_BEFORE_NEW_PRODUCERS = 2
+_PRODUCER_FAILURES = frozenset({"timed_out", "delivery_failed"})
 
 
 def abort_reason(error: KafkaError | None) -> str:
@@ -298,8 +301,11 @@ class BatchLoop:
         # Whether a transaction is open (exactly_once): begun before a batch's outputs are
         # produced, ended by the commit or an abort.
         self._in_transaction = False
-        # Transactions aborted since the last commit (see _abort).
+        # Transactions aborted since the last commit for a producer's failures (see _abort).
         self._aborts_in_row = 0
+        # Inside a rebalance callback: no producers are made there (init_transactions can
+        # wait out an outage), the next abort outside one does it.
+        self._in_callback = False
         # Counts rebalance callbacks, so a batch fetched across one can be checked.
         self._rebalances = 0
         self.group = group
@@ -619,11 +625,12 @@ class BatchLoop:
                     self.name, reason, exc if exc is not None else why,
                     extra={"event": "transaction_aborted", "reason": reason,
                            "loop": self.name})
-        self._aborts_in_row += 1
+        if reason in _PRODUCER_FAILURES:
+            self._aborts_in_row += 1
         if fatal and producer is not None:
             self._reset_producer()
         elif producer is not None and self._aborts_in_row >= ABORTS_BEFORE_NEW_PRODUCERS \
-                and self.runtime.broker_answers():
+                and not self._in_callback and self.runtime.broker_answers():
             # Transactions keep failing while the broker answers a client made for the
             # asking: after a one-broker restart a producer was seen whose every transaction
             # failed (its records timed out, its offsets never reached the coordinator) while
@@ -708,11 +715,24 @@ class BatchLoop:
 
     # -- rebalances ----------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _callback(self) -> Iterator[None]:
+        """Inside a rebalance callback (see `_in_callback`)."""
+        self._in_callback = True
+        try:
+            yield
+        finally:
+            self._in_callback = False
+
     def _replaced(self, consumer: Consumer) -> bool:
         # A callback of a stalled consumer that outlived its bounded close: not ours now.
         return self._consumer is not None and consumer is not self._consumer
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._callback():
+            self._on_assign_now(consumer, partitions)
+
+    def _on_assign_now(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._replaced(consumer):
             return
         self._rebalances += 1
@@ -759,6 +779,10 @@ class BatchLoop:
                 for tp in committed]
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._callback():
+            self._on_revoke_now(consumer, partitions)
+
+    def _on_revoke_now(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._replaced(consumer):
             return
         self._rebalances += 1
@@ -774,6 +798,10 @@ class BatchLoop:
             self.on_revoked(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._callback():
+            self._on_lost_now(consumer, partitions)
+
+    def _on_lost_now(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Lost, not revoked: another member may own them already; committing would be wrong.
         if self._replaced(consumer):
             return

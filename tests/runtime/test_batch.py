@@ -475,6 +475,21 @@ def test_transactions_failing_in_a_row_while_the_broker_answers_get_new_producer
     assert [r for r in caplog.records if getattr(r, "event", "") == "producers_replaced"]
 
 
+def test_aborts_for_the_group_moving_on_keep_the_producers() -> None:
+    # A zombie's commits fail again and again (the group moved on): the producers are not
+    # at fault, and are kept however many transactions abort.
+    broker = Broker(records(6))
+
+    def step(messages: Sequence[Any]) -> list[Output]:
+        broker.generation = 2  # thrown out once it works: its metadata stays stale
+        return copy(messages)
+
+    loop = make(broker, step=step)
+    run_until(loop, lambda: loop.stats.aborts >= 4)
+    assert set(loop.stats.aborts_by_reason) == {"group_moved"}
+    assert loop.stats.producer_resets == 0 and len(broker.producers) == 2
+
+
 def test_transactions_failing_while_the_broker_does_not_answer_keep_their_producers() -> None:
     # The same failures while a fresh client cannot reach the broker are an outage's: the
     # producers are kept however many transactions fail; once it answers, new ones.

@@ -32,7 +32,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -344,9 +344,11 @@ class TenantIndex:
         found = ends.offsets_for_times(
             [TopicPartition(self.topic, p, OFFSET_END) for p in partitions],
             timeout=self.settings.admin_timeout)
-        failed = [tp for tp in found if tp.error is not None]
+        failed = [tp for tp in found if tp.error is not None or tp.offset < 0]
         if failed:
-            raise KafkaException(failed[0].error)
+            raise KafkaUnavailable(f"the end of {self.topic} partition {failed[0].partition} "
+                                   f"is not known ({failed[0].error}); check that the brokers "
+                                   "are up")
         return {tp.partition: tp.offset for tp in found}
 
     def _get(self, key: bytes, partition: int) -> bytes | None:
@@ -643,36 +645,39 @@ class TenantIndex:
                                            f"within {self.settings.flush_timeout:g} s")
                 run.steps += 1
 
-        for batch in self._read_events_tail(start, todo):
-            for msg in batch:
-                p, o = msg.partition() or 0, msg.offset() or 0
-                run.reached[p] = o + 1
-                run.events += 1
-                entries = self._entries_of(msg)
-                if entries is None:
-                    run.skipped += 1
-                    continue
-                for key, value in entries:
-                    if key.startswith("last:"):
-                        # Only a chain's latest within a step matters (merge_entry): the
-                        # tail is read in offset order per partition, a chain's one.
-                        last[key] = value
+        # Closed here, with the catch-up lock held, if this stops midway: the generator's
+        # cleanup drops the kept reader, which must not wait for garbage collection.
+        with contextlib.closing(self._read_events_tail(start, todo)) as tail:
+            for batch in tail:
+                for msg in batch:
+                    p, o = msg.partition() or 0, msg.offset() or 0
+                    run.reached[p] = o + 1
+                    run.events += 1
+                    entries = self._entries_of(msg)
+                    if entries is None:
+                        run.skipped += 1
                         continue
-                    self._produce(key, value)
-                    run.entries += 1
-            since += len(batch)
-            if since >= step:
-                checkpoint()
-                since = 0
-            if progress is not None:
-                progress(run)
+                    for key, value in entries:
+                        if key.startswith("last:"):
+                            # Only a chain's latest within a step matters (merge_entry): the
+                            # tail is read in offset order per partition, a chain's one.
+                            last[key] = value
+                            continue
+                        self._produce(key, value)
+                        run.entries += 1
+                since += len(batch)
+                if since >= step:
+                    checkpoint()
+                    since = 0
+                if progress is not None:
+                    progress(run)
         checkpoint()
         if progress is not None:
             progress(run)
         return run
 
     def _read_events_tail(self, start: dict[int, int],
-                          todo: dict[int, int]) -> Iterator[list[Message]]:
+                          todo: dict[int, int]) -> Generator[list[Message], None, None]:
         """The events topic's records from `start` to `todo`'s ends, in batches. Through one
         reader kept between catch-ups (they take turns: `_catch_up_lock`): making a consumer
         per catch-up cost more than a short tail's read."""
@@ -813,8 +818,8 @@ class TenantIndex:
                     if msg.error():
                         raise KafkaUnavailable(f"reading {topic} failed: {msg.error()}")
                     p, o = msg.partition() or 0, msg.offset() or 0
-                    if p not in todo or o >= todo[p]:
-                        continue
+                    if p not in todo or o >= todo[p] or o < round_[p][0]:
+                        continue  # before the span: a place past the end reset the reader
                     at[p] = o + 1
                     self.event_records_read += 1
                     if o in round_[p][2]:
@@ -870,7 +875,9 @@ class TenantIndex:
                                 f"reading {self.events_topic} failed: {msg.error()}")
                         position = (msg.offset() or 0) + 1
                         self.event_records_read += 1
-                        if position <= end:
+                        # A start past the partition's end resets the reader to its
+                        # beginning (auto.offset.reset): nothing before `start` is kept.
+                        if start < position <= end:
                             out.append(msg)
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.events_topic} failed: {exc}") from exc

@@ -80,11 +80,11 @@ class RunExecutor(CoreRunExecutor):
         run = started.event
         assert isinstance(run, RunStarted)
         firing_id = started.causation_id or ""
-        fired = self.recent.get(firing_id)
+        fired = self.recent.get(started.tenant, firing_id)
         if fired is None:
             fired = (await self.client.events_by_id(started.tenant, [firing_id])).get(firing_id)
         matched_ids = list(getattr(fired.event, "matched", [])) if fired else []
-        have = self.recent.found(matched_ids)
+        have = self.recent.found(started.tenant, matched_ids)
         missing = [i for i in matched_ids if i not in have]
         if missing:
             have.update(await self.client.events_by_id(started.tenant, missing))

@@ -212,6 +212,10 @@ class Reactor:
             # matches or may match, or a run to start (or one the plain form cannot hold).
             hits = None if plain is None else self.matcher.match_plain(plain)
             if plain is not None and not hits and plain.event_type != RUN_STARTED:
+                if firings is not None and plain.event_type == RULE_FIRED:
+                    fired = self.records.envelope_of(record, partition, offset)
+                    if fired is not None:  # a rule watches firings; its run may be ours
+                        recent.add(fired)
                 continue
             envelope = self.records.envelope_of(record, partition, offset)
             if envelope is None:

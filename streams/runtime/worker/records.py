@@ -111,33 +111,37 @@ are read moments before its `run_started`, in the same partition; 10,000 is tens
 
 class RecentEvents:
     """The envelopes a reactor decoded last (firings, the events its rules matched, runs
-    started), by event id, at most `capacity` of them, oldest forgotten first: what a run's
-    reaction needs without a read, where the run is live. A run whose events are older (a
-    backfill's matched events) finds them through the index.
+    started), by tenant and event id (ids derive from workspace names, which tenants share),
+    at most `capacity` of them, oldest forgotten first: what a run's reaction needs without
+    a read, where the run is live. A run whose events are older (a backfill's matched
+    events) finds them through the index.
 
-    Written by the reactor's thread only, read by the event loop's while that thread waits
-    for the batch's runs: plain dict operations, no lock."""
+    Written by the reactor's thread, read by the event loop's, mostly while that thread
+    waits for the batch's runs: each read is one dict look-up, safe under the GIL even when
+    a batch is redone while runs of the last one still read."""
 
     def __init__(self, capacity: int = RECENT_EVENTS) -> None:
         self.capacity = capacity
-        self._by_id: dict[str, Envelope] = {}
+        self._by_id: dict[tuple[str, str], Envelope] = {}
 
     def add(self, envelope: Envelope) -> None:
         """Remember an envelope (again: it moves to the newest)."""
         by_id = self._by_id
-        by_id.pop(envelope.event_id, None)
-        by_id[envelope.event_id] = envelope
+        key = (envelope.tenant, envelope.event_id)
+        by_id.pop(key, None)
+        by_id[key] = envelope
         while len(by_id) > self.capacity:
             del by_id[next(iter(by_id))]
 
-    def get(self, event_id: str) -> Envelope | None:
-        """The envelope of that id, if it is among the remembered ones."""
-        return self._by_id.get(event_id)
+    def get(self, tenant: str, event_id: str) -> Envelope | None:
+        """The envelope of that id in `tenant`, if it is among the remembered ones."""
+        return self._by_id.get((tenant, event_id))
 
-    def found(self, event_ids: Sequence[str]) -> dict[str, Envelope]:
-        """The remembered envelopes among `event_ids`."""
-        by_id = self._by_id
-        return {i: by_id[i] for i in event_ids if i in by_id}
+    def found(self, tenant: str, event_ids: Sequence[str]) -> dict[str, Envelope]:
+        """The remembered envelopes of `tenant` among `event_ids`."""
+        get = self._by_id.get
+        found = {i: get((tenant, i)) for i in event_ids}
+        return {i: e for i, e in found.items() if e is not None}
 
     def __len__(self) -> int:
         return len(self._by_id)

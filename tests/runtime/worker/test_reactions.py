@@ -99,9 +99,23 @@ def test_recent_events_keep_the_newest_up_to_their_capacity() -> None:
     recent = RecentEvents(capacity=3)
     for envelope in answers:
         recent.add(envelope)
-    assert len(recent) == 3 and recent.get(answers[0].event_id) is None
+    assert len(recent) == 3 and recent.get("acme", answers[0].event_id) is None
     recent.add(answers[1])  # seen again: the newest now
     recent.add(fired)
-    assert recent.get(answers[2].event_id) is None
-    assert set(recent.found([a.event_id for a in answers] + [fired.event_id])) == {
+    assert recent.get("acme", answers[2].event_id) is None
+    assert set(recent.found("acme", [a.event_id for a in answers] + [fired.event_id])) == {
         answers[1].event_id, answers[3].event_id, fired.event_id}
+
+
+async def test_another_tenants_events_of_the_same_ids_are_never_a_reaction() -> None:
+    # Ids derive from workspace names, which tenants share: the same firing and answer ids
+    # in another tenant are not this run's.
+    answers, fired, started = chain(1)
+    elsewhere = [e.model_copy(update={"tenant": "globex"}) for e in (*answers, fired)]
+    recent = RecentEvents()
+    for envelope in elsewhere:
+        recent.add(envelope)
+    client = ByIndex([*answers, fired])
+    reaction = await executor(client, recent).reaction(started, 1)
+    assert [e.tenant for e in reaction.events] == ["acme"]
+    assert client.asked == [[fired.event_id], [answers[0].event_id]]
