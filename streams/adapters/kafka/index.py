@@ -32,7 +32,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +93,19 @@ _READ_BATCH = 5000
 # The longest span of a partition read through for the records at several of its offsets
 # (message_at's shared reads): places further apart are read in spans of their own.
 _SPAN = 500
+
+
+@contextlib.contextmanager
+def _reading(consumer: Consumer, topic: str) -> Iterator[None]:
+    """Around a read of `topic` by a consumer assigned inside: a librdkafka error becomes
+    KafkaUnavailable, and the consumer is unassigned however the read ends."""
+    try:
+        yield
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"reading {topic} failed: {exc}") from exc
+    finally:
+        with contextlib.suppress(KafkaException):
+            consumer.unassign()
 
 
 def _spans(offsets: list[int]) -> list[tuple[int, int, set[int]]]:
@@ -796,7 +809,7 @@ class TenantIndex:
         at = {p: start for p, (start, _stop, _wanted) in round_.items()}
         out: dict[tuple[int, int], Message] = {}
         checked = False
-        try:
+        with _reading(consumer, topic):
             consumer.assign([TopicPartition(topic, p, start) for p, start in at.items()])
             while todo:
                 # consume() waits until it has as many records as asked or the timeout
@@ -808,7 +821,8 @@ class TenantIndex:
                         del todo[p]  # the rest is transaction markers or aborted records
                     if todo and not checked:  # a place past the topic's end, if any
                         checked = True
-                        written = ends(self._written_ends(), topic, settings=self.settings)
+                        written = ends(self._written_ends(), topic, self.settings.admin_timeout,
+                                       self.settings)
                         for p in list(todo):
                             todo[p] = min(todo[p], written.get(p, 0))
                             if round_[p][0] >= todo[p]:
@@ -826,11 +840,6 @@ class TenantIndex:
                         out[(p, o)] = msg
                     if o + 1 >= todo[p]:
                         del todo[p]
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"reading {topic} failed: {exc}") from exc
-        finally:
-            with contextlib.suppress(KafkaException):
-                consumer.unassign()
         return out
 
     def _read_events(self, partition: int,
@@ -851,7 +860,7 @@ class TenantIndex:
                 tp, timeout=self.settings.admin_timeout)
             return int(high)
 
-        try:
+        with _reading(consumer, self.events_topic):
             # Asked only when a range is open-ended: a bounded one (a record at an index
             # entry's place, written before its entry) asks only if it comes up short.
             high = written_end() if any(stop is None for _start, stop in ranges) else None
@@ -879,11 +888,6 @@ class TenantIndex:
                         # beginning (auto.offset.reset): nothing before `start` is kept.
                         if start < position <= end:
                             out.append(msg)
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"reading {self.events_topic} failed: {exc}") from exc
-        finally:
-            with contextlib.suppress(KafkaException):
-                consumer.unassign()
         return out
 
     def _written_ends(self) -> Consumer:
