@@ -32,7 +32,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -755,16 +755,22 @@ class TenantIndex:
         return [m for m in self._read_events(head.partition, ranges) if m.key() == chain]
 
     def message_at(self, entry: IndexEntry) -> Message | None:
-        """The one events-topic record at an entry's place (None if it is not there).
+        """The one events-topic record at an entry's place (None if it is not there)."""
+        return self.messages_at([entry])[0]
+
+    def messages_at(self, entries: Sequence[IndexEntry]) -> list[Message | None]:
+        """The events-topic records at entries' places, in their order (None where one is
+        not there).
 
         Concurrent calls share reads: the caller that gets the reader reads every place
         asked for meanwhile, every partition at once (a fetch round trip for them all, where
         each call read its own in turn, a round trip each)."""
-        asked: Future[Message | None] = Future()
+        asked: list[Future[Message | None]] = [Future() for _ in entries]
         with self._own_lock:
-            self._places.append(((entry.partition, entry.offset), asked))
+            self._places.extend(((e.partition, e.offset), waiting)
+                                for e, waiting in zip(entries, asked, strict=True))
         with self._events_lock:
-            if not asked.done():
+            if not all(waiting.done() for waiting in asked):  # none taken by another read
                 with self._own_lock:
                     taken, self._places = self._places, []
                 try:
@@ -776,7 +782,7 @@ class TenantIndex:
                     raise
                 for place, waiting in taken:
                     waiting.set_result(found.get(place))
-        return asked.result()
+        return [waiting.result() for waiting in asked]
 
     def _events_consumer(self) -> Consumer:
         """The reader of events by place (call with `_events_lock` held)."""

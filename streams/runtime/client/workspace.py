@@ -314,8 +314,7 @@ class StreamsClient:
             entries.update(await asyncio.to_thread(look, missing))
 
         def read() -> list[Message]:
-            at = [index.message_at(e) for e in entries.values()]
-            return [m for m in at if m is not None]
+            return [m for m in index.messages_at(list(entries.values())) if m is not None]
 
         decoded = decode_envelopes(self.serde, iter(await asyncio.to_thread(read)),
                                    on_error=lambda _m, _e: None)

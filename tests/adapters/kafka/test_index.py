@@ -277,3 +277,15 @@ def test_places_far_apart_in_one_partition_are_read_in_spans_of_their_own(
     assert {place: m.value() for place, m in found.items()} == {
         (0, 5): b"0:5", (0, 300): b"0:300", (0, 1500): b"0:1500"}
     assert log.assignments == [{0: 5}, {0: 1500}]  # 5-300 read through; 1500 on its own
+
+
+def test_one_callers_records_by_place_are_read_in_one_round_in_its_order(
+        tmp_path: Path) -> None:
+    index = index_of(tmp_path)
+    log = EventsLog({0: 20, 1: 20})
+    index._events_reader = log  # type: ignore[assignment]
+    index._ends = log  # type: ignore[assignment]
+    found = index.messages_at([entry(1, 4), entry(0, 9), entry(1, 2), entry(0, 25)])
+    assert [None if m is None else m.value() for m in found] == [b"1:4", b"0:9", b"1:2", None]
+    assert log.assignments == [{0: 9, 1: 2}]
+    assert index.messages_at([]) == []
