@@ -208,9 +208,14 @@ async def test_timeouts_are_retried_then_hand_off(chat: ChatStandIn) -> None:
     with pytest.raises(HandOff) as raised:
         await RetrievalEvaluator(model_for(chat, timeout=0.2)).evaluate(QUESTION)
     assert time.monotonic() - started < 1.5
-    assert chat.calls == 3
-    assert raised.value.reason is not None
-    assert "timed out after 0.2s" in raised.value.reason
+    # The judge's own record of its three attempts, each cut at the timeout. The stand-in
+    # counts the requests it got to (a request still in its accept queue when the client
+    # gave up is not one: under a loaded CI it counted 2), never more than three.
+    reason = raised.value.reason
+    assert reason is not None
+    assert [f"attempt {n}: timed out after 0.2s" in reason for n in (1, 2, 3)] == [True] * 3
+    assert "after 3 attempt(s)" in reason
+    assert 1 <= chat.calls <= 3
 
 
 async def test_a_timeout_then_an_answer_is_a_verdict(chat: ChatStandIn) -> None:
