@@ -75,8 +75,9 @@ class RunExecutor(CoreRunExecutor):
 
         The firing and the events it matched come from what the reactor decoded last
         (`recent`: a live run's were read moments before), else through the tenant's index
-        (a backfill's matched events are history): never from a read of the whole log, so
-        the worker's memory does not grow with it."""
+        (a backfill's matched events are history), so the worker's memory does not grow
+        with the log; the whole log is read only when the index is too far behind to catch
+        up (`StreamsClient.events_by_id`)."""
         run = started.event
         assert isinstance(run, RunStarted)
         firing_id = started.causation_id or ""
