@@ -283,42 +283,59 @@ class StreamsClient:
                 index = self._indexes[tenant] = self.runtime.index(tenant)
             return index
 
-    async def events_by_id(self, tenant: str, event_ids: Sequence[str]) -> dict[str, Envelope]:
-        """Events of `tenant`, of any workspace, by id: the index looked up, then, for ids it
-        does not have, caught up once and looked up again, so an event acknowledged before
-        the call is found; each found event is one record read where the index says it is.
-        Ids not found are left out. An index too far behind to catch up (IndexBehind) is
-        answered from the tenant's whole log instead (read into this process, as before
-        the index: a worker's runs then still find their events)."""
-        wanted = list(dict.fromkeys(event_ids))
-        if not wanted:
-            return {}
+    async def opened_index(self, tenant: str) -> TenantIndex:
+        """`tenant_index`, opened on first use (the tenant's topics required first)."""
         index = self.tenant_index(tenant)
         if not index.is_open:
             await self.log.require_topic(tenant)
             await asyncio.to_thread(index.open)
+        return index
+
+    async def indexed_events(self, index: TenantIndex, event_ids: Sequence[str], *,
+                             catch_up: bool = True) -> list[Envelope]:
+        """The events `event_ids` (of any workspace) the index knows, each read where its
+        entry says it is, in the ids' order (ids not found left out); on a miss, when
+        `catch_up`, the index is first caught up once with what was acknowledged before the
+        call and the missing ids looked up again. IndexBehind when the index is too far
+        behind to catch up."""
+        wanted = list(dict.fromkeys(event_ids))
 
         def look(ids: list[str]) -> dict[str, IndexEntry]:
             found = {i: index.lookup(event_key(i)) for i in ids}
             return {i: e for i, e in found.items() if e is not None}
 
-        entries = await asyncio.to_thread(look, wanted)
+        entries = await asyncio.to_thread(look, wanted) if wanted else {}
         missing = [i for i in wanted if i not in entries]
-        if missing:
-            try:
-                await _caught_up(index)
-            except IndexBehind:
-                log = self.tenant_log(tenant)
-                await log.catch_up()
-                return {i: log.by_id[i] for i in wanted if i in log.by_id}
+        if missing and catch_up:
+            await _caught_up(index)
             entries.update(await asyncio.to_thread(look, missing))
+        if not entries:
+            return []
+        places = [entries[i] for i in wanted if i in entries]
 
         def read() -> list[Message]:
-            return [m for m in index.messages_at(list(entries.values())) if m is not None]
+            return [m for m in index.messages_at(places) if m is not None]
 
         decoded = decode_envelopes(self.serde, iter(await asyncio.to_thread(read)),
                                    on_error=lambda _m, _e: None)
-        return {e.event_id: e for e in decoded if e.event_id in entries}
+        return [e for e in decoded if e.event_id in entries]
+
+    async def events_by_id(self, tenant: str, event_ids: Sequence[str]) -> dict[str, Envelope]:
+        """Events of `tenant`, of any workspace, by id (`indexed_events`: the index looked
+        up, caught up once on a miss, each found event one record read). Ids not found are
+        left out. An index too far behind to catch up (IndexBehind) is answered from the
+        tenant's whole log instead (read into this process, as before the index: a worker's
+        runs then still find their events)."""
+        if not event_ids:
+            return {}
+        index = await self.opened_index(tenant)
+        try:
+            found = await self.indexed_events(index, event_ids)
+        except IndexBehind:
+            log = self.tenant_log(tenant)
+            await log.catch_up()
+            return {i: log.by_id[i] for i in event_ids if i in log.by_id}
+        return {e.event_id: e for e in found}
 
     def batcher(self, ws: Workspace) -> FeedbackBatcher:
         """The event loop's group commit for `ws`'s actor in `ws`'s workspace (see
@@ -435,11 +452,7 @@ class Workspace:
                         envelope=envelope.model_copy(update={"seq": seq}))
 
     async def _index(self) -> TenantIndex:
-        index = self.client.tenant_index(self.tenant)
-        if not index.is_open:
-            await self.client.log.require_topic(self.tenant)
-            await asyncio.to_thread(index.open)
-        return index
+        return await self.client.opened_index(self.tenant)
 
     async def locate(self, target: RunTarget | FiringTarget | ChainTarget) -> Located:
         """Where a target is in this workspace; NotFound if the log does not have it.
@@ -504,21 +517,15 @@ class Workspace:
             # asks the index, which waits for open transactions (the kept log's reader stops
             # at the last stable offset).
             return seen
-        found, _caught_up = await self._indexed_event(await self._index(), event_id,
-                                                      catch_up=True)
+        found = await self._indexed_events(await self._index(), [event_id], catch_up=True)
         return found[0] if found else None
 
-    async def _indexed_event(self, index: TenantIndex, event_id: str, *,
-                             catch_up: bool) -> tuple[list[Envelope], bool]:
-        """An event of this workspace read where the index says it is ([] if none), the
-        index caught up first on a miss when `catch_up`; and whether it caught up."""
-        entry = await asyncio.to_thread(index.lookup, event_key(event_id))
-        caught_up = entry is None and catch_up
-        if caught_up:  # events are indexed by catch-ups
-            await _caught_up(index)
-            entry = await asyncio.to_thread(index.lookup, event_key(event_id))
-        at = None if entry is None else await asyncio.to_thread(index.message_at, entry)
-        return ([] if at is None else self._decoded([at])), caught_up
+    async def _indexed_events(self, index: TenantIndex, event_ids: list[str], *,
+                              catch_up: bool) -> list[Envelope]:
+        """Events of this workspace read where the index says they are (those it has), the
+        index caught up once first on a miss when `catch_up`."""
+        found = await self.client.indexed_events(index, event_ids, catch_up=catch_up)
+        return [e for e in found if e.workspace == self.workspace]
 
     async def why(self, rule: Rule, event_id: str) -> Why:
         """What `rule` did with the event `event_id` of this workspace, and why: left out
@@ -578,11 +585,11 @@ class Workspace:
         while True:
             # One catch-up of the index per look, on the first miss: the second look-up
             # finds in it whatever the first catch-up indexed.
-            fired, _ = await self._indexed_event(index, fired_event_id(firing), catch_up=True)
+            fired = await self._indexed_events(index, [fired_event_id(firing)], catch_up=True)
             if fired:
                 return True
-            held, _ = await self._indexed_event(index, throttled_event_id(firing),
-                                                catch_up=False)
+            held = await self._indexed_events(index, [throttled_event_id(firing)],
+                                              catch_up=False)
             if held:
                 return False
             if loop.time() + pause > deadline:
@@ -615,18 +622,12 @@ class Workspace:
     async def _matched_elsewhere(self, envelopes: list[Envelope],
                                  fired: RuleFired) -> list[Envelope]:
         """The events a firing matched that are not among `envelopes` (a counting rule's,
-        of other chains): each one read where the index says it is."""
+        of other chains): read where the index says they are, in one round."""
         have = {e.event_id for e in envelopes}
-        index = await self._index()
-        caught_up = False
-        found: list[Envelope] = []
-        for event_id in fired.matched:
-            if event_id in have:
-                continue
-            one, did = await self._indexed_event(index, event_id, catch_up=not caught_up)
-            found += one
-            caught_up = caught_up or did
-        return found
+        elsewhere = [i for i in fired.matched if i not in have]
+        if not elsewhere:
+            return []
+        return await self._indexed_events(await self._index(), elsewhere, catch_up=True)
 
     async def firing_record(self, firing_id: str) -> tuple[Envelope, list[Envelope],
                                                            list[Envelope]]:
