@@ -91,15 +91,14 @@ committed offsets, never skipped, never committed twice (`consumers_replaced` in
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import partial, wraps
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +257,27 @@ class BatchStats:
     commits_before_blocking: int = 0
     commit_seconds: float = 0.0
     aborts_by_reason: dict[str, int] = field(default_factory=dict)
+
+
+_RebalanceCallback = Callable[["BatchLoop", Consumer, list[TopicPartition]], None]
+
+
+def _rebalance_callback(body: _RebalanceCallback) -> _RebalanceCallback:
+    """A rebalance callback of the loop's consumer: ignored for a consumer the loop has
+    replaced (a stalled one that outlived its bounded close), and run with `_in_callback`
+    set (no producer is made inside one: init_transactions can wait out an outage)."""
+
+    @wraps(body)
+    def callback(loop: BatchLoop, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if loop._consumer is not None and consumer is not loop._consumer:
+            return
+        loop._in_callback = True
+        try:
+            body(loop, consumer, partitions)
+        finally:
+            loop._in_callback = False
+
+    return callback
 
 
 class BatchLoop:
@@ -715,26 +735,8 @@ class BatchLoop:
 
     # -- rebalances ----------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _callback(self) -> Iterator[None]:
-        """Inside a rebalance callback (see `_in_callback`)."""
-        self._in_callback = True
-        try:
-            yield
-        finally:
-            self._in_callback = False
-
-    def _replaced(self, consumer: Consumer) -> bool:
-        # A callback of a stalled consumer that outlived its bounded close: not ours now.
-        return self._consumer is not None and consumer is not self._consumer
-
+    @_rebalance_callback
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        with self._callback():
-            self._on_assign_now(consumer, partitions)
-
-    def _on_assign_now(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if self._replaced(consumer):
-            return
         self._rebalances += 1
         log.info("%s: assigned %s", self.name, _named(partitions))
         starts = self._committed_starts(consumer, partitions)
@@ -778,13 +780,8 @@ class BatchLoop:
         return [tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING)
                 for tp in committed]
 
+    @_rebalance_callback
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        with self._callback():
-            self._on_revoke_now(consumer, partitions)
-
-    def _on_revoke_now(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if self._replaced(consumer):
-            return
         self._rebalances += 1
         log.info("%s: revoked %s", self.name, _named(partitions))
         revoked = {(tp.topic, tp.partition) for tp in partitions}
@@ -797,14 +794,9 @@ class BatchLoop:
         if self.on_revoked is not None:
             self.on_revoked(partitions)
 
+    @_rebalance_callback
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        with self._callback():
-            self._on_lost_now(consumer, partitions)
-
-    def _on_lost_now(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Lost, not revoked: another member may own them already; committing would be wrong.
-        if self._replaced(consumer):
-            return
         self._rebalances += 1
         self._stall.lost()
         log.warning("%s: lost %s", self.name, _named(partitions))
