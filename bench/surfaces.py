@@ -272,15 +272,19 @@ async def main_async(args: argparse.Namespace) -> None:
         await _warm("websocket", lambda: websocket(f"ws://{base}", token, runs, 500,
                                                    args.window, "ws_warm"))
         results["websocket (1 conn)"] = await costed(
-            pid, n, websocket(f"ws://{base}", token, runs, n, args.window))
+            pid, n, costed(None, n, websocket(f"ws://{base}", token, runs, n, args.window),
+                           key="client_us"))
         if args.without_ids:
             results["websocket, no ids"] = await costed(pid, n, websocket_without_ids(
                 f"ws://{base}", token, runs, n, args.window))
         results[f"rest ({args.rest_clients} clients)"] = await costed(
-            pid, n, rest(f"http://{base}", token, runs, n, args.rest_clients))
+            pid, n, costed(None, n, rest(f"http://{base}", token, runs, n, args.rest_clients),
+                           key="client_us"))
         results[f"mcp ({args.mcp_clients} sessions)"] = await costed(
-            pid, args.mcp_commands,
-            mcp(f"http://{base}", token, runs, args.mcp_commands, args.mcp_clients))
+            pid, args.mcp_commands, costed(
+                None, args.mcp_commands,
+                mcp(f"http://{base}", token, runs, args.mcp_commands, args.mcp_clients),
+                key="client_us"))
     finally:
         server.terminate()  # the server this run started, by its handle
         await server.wait()
@@ -295,13 +299,14 @@ async def main_async(args: argparse.Namespace) -> None:
         return floors["floor, no ids" if "no ids" in name else "floor (handle)"]
 
     print("CPU µs per command: the server process's for a surface, this process's for a "
-          "floor")
+          "floor; client µs: this process's (the real clients') for a surface")
     print(f"{'surface':<24}{'commands/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'vs floor':>10}"
-          f"{'CPU µs':>9}")
+          f"{'CPU µs':>9}{'client µs':>11}")
     for name, result in results.items():
+        client = result.get("client_us")
         print(f"{name:<24}{result['per_s']:>12.0f}{result['p50_ms']:>10.1f}"
               f"{result['p99_ms']:>10.1f}{result['per_s'] / rate_of(name):>10.2f}"
-              f"{result['cpu_us']:>9.0f}")
+              f"{result['cpu_us']:>9.0f}{'' if client is None else f'{client:.0f}':>11}")
 
 
 def main() -> None:
