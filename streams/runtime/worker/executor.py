@@ -42,7 +42,7 @@ class RunExecutor(CoreRunExecutor):
         emit: Emit,
         deps: Mapping[str, Any] | None = None,
         action_timeout: float = 300.0,
-        max_concurrent_runs: int = 32,
+        max_concurrent_runs: int = 128,
         stats: ReactorStats | None = None,
         recent: RecentEvents | None = None,
     ) -> None:
