@@ -813,3 +813,29 @@ def test_a_stalled_consumer_that_fails_to_close_has_its_open_transaction_aborted
     assert loop.stats.consumers_replaced == 1
     assert loop.stats.aborts_by_reason == {"consumer_stalled": 1}
     assert sorted(broker.visible) == expected(broker)
+
+
+def test_a_replaced_consumers_rebalance_callbacks_are_ignored() -> None:
+    # A stalled consumer that outlived its bounded close may still call back: its callbacks
+    # neither act nor touch the flag that a live callback may hold meanwhile.
+    broker = Broker(records(3))
+    loop = make(broker, commit_every=10**9, commit_interval=10**9)
+    live, stale = FakeConsumer(broker), FakeConsumer(broker)
+    loop._consumer = cast(Any, live)
+    loop._in_callback = True  # a live callback in progress
+    before = loop._rebalances
+    for callback in (loop._on_assign, loop._on_revoke, loop._on_lost):
+        callback(cast(Any, stale), [TopicPartition(TOPIC, 0)])
+    assert loop._rebalances == before and loop._in_callback
+    assert stale.assignment() == [] and broker.calls == []
+
+
+def test_a_live_rebalance_callback_runs_with_the_flag_set() -> None:
+    broker = Broker(records(3))
+    loop = make(broker)
+    consumer = FakeConsumer(broker)
+    loop._consumer = cast(Any, consumer)
+    seen: list[bool] = []
+    loop.on_revoked = lambda _parts: seen.append(loop._in_callback)
+    loop._on_revoke(cast(Any, consumer), [TopicPartition(TOPIC, 0)])
+    assert seen == [True] and not loop._in_callback
