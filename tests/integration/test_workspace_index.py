@@ -199,6 +199,34 @@ async def test_events_by_id_finds_events_of_any_workspace_through_the_index(
     assert await reader.events_by_id(tenant, []) == {}
 
 
+async def test_indexed_events_answer_in_the_ids_order_once_each_within_a_workspace(
+    tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+) -> None:
+    # The one index read the workspace's event reads and events_by_id share: the ids'
+    # order, a repeated id once, an unknown id left out after one catch-up, and another
+    # workspace's event known by its entry and not read.
+    tenant = tenant_factory()
+    writer = client_factory()
+    prod = writer.workspace(tenant, "prod", actor=UserActor(id="app"))
+    first = await prod.append(AppEvent(name="ops:error_spike", data={"n": 1}))
+    second = await prod.append(AppEvent(name="ops:error_spike", data={"n": 2}))
+    staging = await writer.workspace(tenant, "staging", actor=UserActor(id="app")).append(
+        AppEvent(name="ops:error_spike", data={"n": 3}))
+    _flush(writer)
+
+    reader = client_factory()
+    index = await reader.opened_index(tenant)
+    found = await reader.indexed_events(
+        index, [second.id, staging.id, first.id, second.id, "evt_none"], workspace="prod")
+    assert [e.event_id for e in found] == [second.id, first.id]
+    assert index.catch_ups == 1
+    assert [e.workspace for e in await reader.indexed_events(index, [staging.id])] == [
+        "staging"]
+    read = index.event_records_read
+    assert await reader.indexed_events(index, [staging.id], workspace="prod") == []
+    assert index.event_records_read == read and index.catch_ups == 1
+
+
 async def test_100_concurrent_feedback_calls_each_get_their_own_seq(
     tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
 ) -> None:

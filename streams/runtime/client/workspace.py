@@ -292,11 +292,12 @@ class StreamsClient:
         return index
 
     async def indexed_events(self, index: TenantIndex, event_ids: Sequence[str], *,
-                             catch_up: bool = True) -> list[Envelope]:
-        """The events `event_ids` (of any workspace) the index knows, each read where its
-        entry says it is, in the ids' order (ids not found left out); on a miss, when
-        `catch_up`, the index is first caught up once with what was acknowledged before the
-        call and the missing ids looked up again. IndexBehind when the index is too far
+                             catch_up: bool = True, workspace: str | None = None,
+                             ) -> list[Envelope]:
+        """The events `event_ids` the index knows (of `workspace`, or of any), each read
+        where its entry says it is, in the ids' order (ids not found left out); on a miss,
+        when `catch_up`, the index is first caught up once with what was acknowledged before
+        the call and the missing ids looked up again. IndexBehind when the index is too far
         behind to catch up."""
         wanted = list(dict.fromkeys(event_ids))
 
@@ -309,6 +310,8 @@ class StreamsClient:
         if missing and catch_up:
             await _caught_up(index)
             entries.update(await asyncio.to_thread(look, missing))
+        if workspace is not None:  # another workspace's event is known by its entry: not read
+            entries = {i: e for i, e in entries.items() if e.located.workspace == workspace}
         if not entries:
             return []
         places = [entries[i] for i in wanted if i in entries]
@@ -524,7 +527,8 @@ class Workspace:
                               catch_up: bool) -> list[Envelope]:
         """Events of this workspace read where the index says they are (those it has), the
         index caught up once first on a miss when `catch_up`."""
-        found = await self.client.indexed_events(index, event_ids, catch_up=catch_up)
+        found = await self.client.indexed_events(index, event_ids, catch_up=catch_up,
+                                                 workspace=self.workspace)
         return [e for e in found if e.workspace == self.workspace]
 
     async def why(self, rule: Rule, event_id: str) -> Why:
@@ -605,7 +609,7 @@ class Workspace:
         NotFound if this workspace has no such run.
 
         Reads the run's chain (see `chain_events`) and, for matched events of other chains
-        (a counting rule's), each one event where the index says it is.
+        (a counting rule's), those events where the index says they are, in one round.
         """
         self._check_read("a run")
         where = await self.locate(RunTarget(run_id=run_id))
@@ -633,7 +637,8 @@ class Workspace:
                                                            list[Envelope]]:
         """A firing: its rule_fired envelope, the envelopes it matched and the runs it
         started (their run_started envelopes, first attempts); NotFound if this workspace
-        has no such firing. Reads its chain and, for matched events elsewhere, each one."""
+        has no such firing. Reads its chain and, for matched events elsewhere, those events
+        in one round."""
         self._check_read("a firing")
         where = await self.locate(FiringTarget(firing_id=firing_id))
         envelopes = await self.chain_events(where.correlation_id)
