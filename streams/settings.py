@@ -178,7 +178,9 @@ class Settings:
     # 128, not 32: a judged run mostly waits (index reads, shared catch-ups, the model), and
     # a reactor batch holds about 100 runs; docs/rules.md#evaluators has the measurement.
     max_concurrent_runs: int = _setting(128, "STREAMS_MAX_CONCURRENT_RUNS",
-                                        "runs a worker executes at once", minimum=1)
+                                        "runs a worker executes at once (lower it when a "
+                                        "model's provider limits the calls in flight)",
+                                        minimum=1)
     replay_timeout: float = _setting(
         5.0, "STREAMS_REPLAY_TIMEOUT", "seconds the decider waits for the next record "
         "while rebuilding its state, before it starts over", positive=True)

@@ -63,7 +63,7 @@ class RunExecutor:
         emit: Emit,
         deps: Mapping[str, Any] | None = None,
         action_timeout: float = 300.0,
-        max_concurrent_runs: int = 32,
+        max_concurrent_runs: int = 128,
         stats: ReactorStats | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
