@@ -21,6 +21,11 @@ Requests that are not JSON objects with ``model`` and a ``messages`` list get 40
 ``api_key`` set, a missing or wrong ``Authorization: Bearer`` gets 401; other paths 404. Error
 bodies follow OpenAI's shape ``{"error": {"message", "type", "code"}}``.
 
+With ``max_in_flight``, a chat completion request that arrives while that many are being
+answered (their delays included) gets 429 ``rate_limit_error`` with ``Retry-After: 1``, as a
+provider that limits requests in flight answers; ``peak_in_flight`` is the most answered at
+once and ``refused_in_flight`` how many were refused that way.
+
 Every chat completion request is recorded before it is answered (``requests``, ``calls``), so a
 client that timed out during a delay still counts as a call, as it would with a real server.
 ``usage`` counts are rough (whitespace-separated words), not a tokenizer.
@@ -155,8 +160,16 @@ class _Handler(BaseHTTPRequestHandler):
         standin = cast(ChatStandIn, self.server.standin)
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length > 0 else b""
+        admitted = standin._enter()
+        try:
+            self._answer(standin, raw, admitted)
+        finally:
+            if admitted:
+                standin._leave()
+
+    def _answer(self, standin: ChatStandIn, raw: bytes, admitted: bool) -> None:
         status, headers, body, delay = standin._handle(
-            self.command, self.path, dict(self.headers.items()), raw
+            self.command, self.path, dict(self.headers.items()), raw, admitted
         )
         if delay > 0 and standin.stopping.wait(delay):
             self.close_connection = True
@@ -187,19 +200,25 @@ class ChatStandIn(LoopbackService):
         responder: Responder | None = None,
         *,
         api_key: str | None = None,
+        max_in_flight: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         """Configure the server; nothing listens until ``start()``.
 
         ``responder`` answers when the queue is empty. With ``api_key``, requests must carry
-        ``Authorization: Bearer <api_key>``.
+        ``Authorization: Bearer <api_key>``. With ``max_in_flight``, requests past that many
+        at once get 429.
         """
         super().__init__(host, port, threading.Lock())
         self._responder = responder
         self._api_key = api_key
         self._queue: deque[ChatReply] = deque()
         self._log: list[RecordedRequest] = []
+        self._max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._peak = 0
+        self._refused = 0
 
     @property
     def url(self) -> str:
@@ -228,10 +247,13 @@ class ChatStandIn(LoopbackService):
             return len(self._queue)
 
     def reset(self) -> None:
-        """Forget queued answers and recorded requests (the responder stays)."""
+        """Forget queued answers, recorded requests and the in-flight counts (the responder
+        stays)."""
         with self._lock:
             self._queue.clear()
             self._log.clear()
+            self._peak = self._in_flight
+            self._refused = 0
 
     # -- inspection --------------------------------------------------------------------------
 
@@ -252,6 +274,18 @@ class ChatStandIn(LoopbackService):
             return sum(1 for r in self._log if r.path == CHAT_PATH)
 
     @property
+    def peak_in_flight(self) -> int:
+        """The most requests answered at once so far."""
+        with self._lock:
+            return self._peak
+
+    @property
+    def refused_in_flight(self) -> int:
+        """How many requests got 429 for arriving past ``max_in_flight``."""
+        with self._lock:
+            return self._refused
+
+    @property
     def request_log(self) -> list[RecordedRequest]:
         """Every request received, with headers (copies)."""
         with self._lock:
@@ -259,8 +293,23 @@ class ChatStandIn(LoopbackService):
 
     # -- serving -----------------------------------------------------------------------------
 
+    def _enter(self) -> bool:
+        """Take a place among the requests answered at once; False past max_in_flight."""
+        with self._lock:
+            if self._max_in_flight is not None and self._in_flight >= self._max_in_flight:
+                self._refused += 1
+                return False
+            self._in_flight += 1
+            self._peak = max(self._peak, self._in_flight)
+            return True
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
     def _handle(
-        self, method: str, path: str, headers: dict[str, str], raw: bytes
+        self, method: str, path: str, headers: dict[str, str], raw: bytes,
+        admitted: bool = True,
     ) -> tuple[int, dict[str, str], bytes, float]:
         json_type = {"Content-Type": "application/json"}
         try:
@@ -290,6 +339,10 @@ class ChatStandIn(LoopbackService):
                 "the body must be a JSON object with 'model' and a non-empty 'messages' list",
                 "invalid_request_error",
             ), 0.0
+        if not admitted:
+            return 429, {**json_type, "Retry-After": "1"}, _error_body(
+                f"too many requests in flight (at most {self._max_in_flight} at once)",
+                "rate_limit_error", "rate_limit_exceeded"), 0.0
         reply = self._next_reply(body)
         return (*self._render(reply, body), reply.delay)
 

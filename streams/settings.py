@@ -178,8 +178,8 @@ class Settings:
     # 128, not 32: a judged run mostly waits (index reads, shared catch-ups, the model), and
     # a reactor batch holds about 100 runs; docs/rules.md#evaluators has the measurement.
     max_concurrent_runs: int = _setting(128, "STREAMS_MAX_CONCURRENT_RUNS",
-                                        "runs a worker executes at once (lower it when a "
-                                        "model's provider limits the calls in flight)",
+                                        "runs a worker executes at once (their model "
+                                        "calls are bounded apart: STREAMS_LLM_MAX_IN_FLIGHT)",
                                         minimum=1)
     replay_timeout: float = _setting(
         5.0, "STREAMS_REPLAY_TIMEOUT", "seconds the decider waits for the next record "
@@ -323,6 +323,11 @@ class Settings:
     llm_backoff: float = _setting(0.5, "STREAMS_LLM_BACKOFF",
                                   "first pause, in seconds, between judge attempts",
                                   minimum=0)
+    llm_max_in_flight: int = _setting(
+        32, "STREAMS_LLM_MAX_IN_FLIGHT", "requests a process has open to one model (base URL, "
+        "model and key) at once; a judgement past it waits for one to end (set it to the "
+        "provider's limit of requests in flight; runs that reuse a verdict never wait)",
+        minimum=1)
     llm_prices: str = _setting(
         "", "STREAMS_LLM_PRICES", "JSON price table of the judges' models in money per "
         'million tokens, `{"<model>": {"prompt": 0.15, "completion": 0.6}}` keyed by the '
@@ -569,7 +574,8 @@ class Settings:
         values: dict[str, Any] = {"base_url": self.llm_base_url, "model": self.llm_model,
                                   "api_key": self.llm_api_key, "timeout": self.llm_timeout,
                                   "max_retries": self.llm_max_retries,
-                                  "backoff": self.llm_backoff}
+                                  "backoff": self.llm_backoff,
+                                  "max_in_flight": self.llm_max_in_flight}
         values.update(overrides)
         for key, name in (("base_url", "llm_base_url"), ("model", "llm_model")):
             if not values[key]:

@@ -141,15 +141,19 @@ def test_chat_model_from_settings() -> None:
         "STREAMS_LLM_API_KEY": "sk-secret",
         "STREAMS_LLM_TIMEOUT": "12.5",
         "STREAMS_LLM_MAX_RETRIES": "4",
+        "STREAMS_LLM_MAX_IN_FLIGHT": "6",
     }).chat_model()
     assert model == ChatModel("https://llm.example/v1", "gpt-4o-mini", "sk-secret",
-                              timeout=12.5, max_retries=4)
+                              timeout=12.5, max_retries=4, max_in_flight=6)
     assert model.completions_url == "https://llm.example/v1/chat/completions"
     assert "sk-secret" not in repr(model)
 
     bare = Settings.from_env({"STREAMS_LLM_BASE_URL": "http://127.0.0.1:8000/v1",
                               "STREAMS_LLM_MODEL": "local"}).chat_model()
-    assert (bare.api_key, bare.timeout, bare.max_retries) == (None, 30.0, 2)
+    assert (bare.api_key, bare.timeout, bare.max_retries, bare.max_in_flight) == \
+        (None, 30.0, 2, 32)
+    with pytest.raises(ConfigError, match="STREAMS_LLM_MAX_IN_FLIGHT"):
+        Settings.from_env({"STREAMS_LLM_MAX_IN_FLIGHT": "0"})
     assert Settings.from_env({}).chat_model(base_url="http://h/v1", model="m").model == "m"
     with pytest.raises(ValueError, match="STREAMS_LLM_BASE_URL"):
         Settings.from_env({"STREAMS_LLM_MODEL": "m"}).chat_model()

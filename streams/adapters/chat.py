@@ -30,6 +30,11 @@ person (or the next evaluator of a ``Fallback``) takes over. Any other 4xx (400,
 404, ...) raises HandOff at once: asking again would not help. A judge never raises anything
 else for a model's misbehaviour; cancellation propagates as usual.
 
+Requests in flight. A process has at most ``ChatModel.max_in_flight`` requests open to one
+model at once (judges with equal ChatModels share the limit, on one event loop); an attempt
+past it waits for a request to end, and the model's span records the wait
+(``streams.queued_ms``). Retries' pauses are not spent holding a place.
+
 ``Verdict.trace`` holds ``model`` (as the server names it), ``attempts`` and, when the server
 reports usage, ``prompt_tokens``, ``completion_tokens`` and ``total_tokens`` summed over every
 attempt of the evaluation (so retries are costed too).
@@ -45,6 +50,7 @@ import functools
 import math
 import ssl
 import time
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -146,6 +152,20 @@ def _usage_attributes(span: Span, usage: Mapping[str, int], served_by: str,
         span.set_attribute("gen_ai.usage.output_tokens", usage["completion_tokens"])
 
 
+_GATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[ChatModel, asyncio.Semaphore]] \
+    = weakref.WeakKeyDictionary()
+
+
+def _gate(model: ChatModel) -> asyncio.Semaphore:
+    """The running loop's limit of requests in flight to `model` (a semaphore belongs to one
+    event loop, so each loop has its own)."""
+    gates = _GATES.setdefault(asyncio.get_running_loop(), {})
+    gate = gates.get(model)
+    if gate is None:
+        gate = gates[model] = asyncio.Semaphore(model.max_in_flight)
+    return gate
+
+
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     # Building the default context costs tens of milliseconds; a judge without a shared
@@ -220,22 +240,27 @@ class ChatJudge(EvaluatorBase[_In, _Out]):
         headers = self._headers()
         problems: list[str] = []
         usage: dict[str, int] = {}
+        queued: list[float] = []
         with _model_span(model, self.name, self.version) as span:
             try:
                 answer, trace = await self._attempts(client_payload=(payload, headers),
                                                      answer_type=answer_type,
-                                                     problems=problems, usage=usage)
+                                                     problems=problems, usage=usage,
+                                                     queued=queued)
             except HandOff as exc:
                 span.set_attribute("error.type", "HandOff")
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
                 _usage_attributes(span, usage, model.model, max(1, len(problems)))
                 raise
+            finally:
+                span.set_attribute("streams.queued_ms", sum(queued))
             _usage_attributes(span, usage, trace["model"], int(trace["attempts"]))
             return answer, trace
 
     async def _attempts(self, *, client_payload: tuple[dict[str, Any], dict[str, str]],
                         answer_type: type[_Answer], problems: list[str],
-                        usage: dict[str, int]) -> tuple[_Answer, dict[str, str]]:
+                        usage: dict[str, int],
+                        queued: list[float]) -> tuple[_Answer, dict[str, str]]:
         model = self._model
         attempts = 1 + model.max_retries
         payload, headers = client_payload
@@ -243,10 +268,7 @@ class ChatJudge(EvaluatorBase[_In, _Out]):
         async with self._http() as client:
             for attempt in range(1, attempts + 1):
                 try:
-                    response = await client.post(
-                        model.completions_url, json=payload, headers=headers,
-                        timeout=model.timeout,
-                    )
+                    response = await self._post(client, payload, headers, queued)
                     completion = self._completion(response)
                     if completion.model:
                         served_by = completion.model
@@ -274,6 +296,18 @@ class ChatJudge(EvaluatorBase[_In, _Out]):
             f"{self.name}@{self.version}: no valid answer from {model.model} after "
             f"{attempts} attempt(s): {' | '.join(problems)}"
         )
+
+    async def _post(self, client: httpx.AsyncClient, payload: dict[str, Any],
+                    headers: dict[str, str], queued: list[float]) -> httpx.Response:
+        """One request, holding one of the model's places in flight while it is open; how
+        long it waited for a place is appended to `queued` (ms)."""
+        model = self._model
+        gate = _gate(model)
+        started = time.perf_counter()
+        async with gate:
+            queued.append(_elapsed_ms(started))
+            return await client.post(model.completions_url, json=payload, headers=headers,
+                                     timeout=model.timeout)
 
     def _pause(self, attempt: int, wait: float | None) -> float:
         pause = self._model.backoff * float(2 ** (attempt - 1))

@@ -138,11 +138,15 @@ class ChatModel:
     ``api_key`` is sent as ``Authorization: Bearer`` (None or "" sends none, for local
     servers); ``timeout`` bounds each request in seconds; ``max_retries`` is how many times an
     evaluation asks again after a retryable failure; ``backoff`` is the first pause between
-    attempts in seconds (doubling each time).
+    attempts in seconds (doubling each time); ``max_in_flight`` is how many requests to this
+    model (one base URL, model name and key) a process has open at once: a judgement past it
+    waits for a request to end before it asks (a provider that limits requests in flight
+    answers 429 past its limit, and a worker runs up to STREAMS_MAX_CONCURRENT_RUNS runs at
+    once, most of them not asking a model).
 
     From the environment: ``Settings.from_env().chat_model()`` (STREAMS_LLM_BASE_URL,
     STREAMS_LLM_MODEL, STREAMS_LLM_API_KEY, STREAMS_LLM_TIMEOUT, STREAMS_LLM_MAX_RETRIES,
-    STREAMS_LLM_BACKOFF; see streams.settings).
+    STREAMS_LLM_BACKOFF, STREAMS_LLM_MAX_IN_FLIGHT; see streams.settings).
     """
 
     base_url: str
@@ -151,6 +155,7 @@ class ChatModel:
     timeout: float = 30.0
     max_retries: int = 2
     backoff: float = 0.5
+    max_in_flight: int = 32
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -164,6 +169,10 @@ class ChatModel:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries!r}")
         if not (math.isfinite(self.backoff) and self.backoff >= 0):
             raise ValueError(f"backoff must be >= 0 seconds, got {self.backoff!r}")
+        if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int) \
+                or self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be an integer >= 1 (requests open at once), "
+                             f"got {self.max_in_flight!r}")
 
     @property
     def completions_url(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from standins.chat_standin import ChatReply, ChatStandIn
 from streams.adapters.chat import RetrievalEvaluator, WorkflowReviewer
@@ -23,6 +25,9 @@ from streams.core.judges import (
     WorkflowReview,
 )
 from streams.core.scores import score_configs
+from tests.spans import named, spans
+
+__all__ = ["spans"]  # the fixture, imported for the tests below
 
 QUESTION = RetrievalInput(
     question="What is the refund window?",
@@ -339,6 +344,57 @@ async def test_a_hand_off_falls_back_to_another_evaluator(chat: ChatStandIn) -> 
     assert verdict.trace["handed_off"] == "retrieval-evaluator"
 
 
+# -- requests in flight -----------------------------------------------------------------------
+
+
+def slow_yes(_body: dict[str, Any]) -> ChatReply:
+    return ChatReply.text(YES, delay=0.1)
+
+
+async def test_a_judge_keeps_to_its_models_requests_in_flight() -> None:
+    with ChatStandIn(slow_yes, max_in_flight=3) as limited:
+        judge = RetrievalEvaluator(model_for(limited, max_in_flight=3, max_retries=0))
+        verdicts = await asyncio.gather(*(judge.evaluate(QUESTION) for _ in range(12)))
+        assert all(v.value.has_answer for v in verdicts)
+        assert limited.refused_in_flight == 0
+        assert limited.peak_in_flight == 3  # the places were used, not fewer
+        assert limited.calls == 12
+
+
+async def test_past_a_providers_limit_requests_are_refused_without_the_gate() -> None:
+    """The stand-in's limit is real: a model allowed more in flight meets 429s."""
+    with ChatStandIn(slow_yes, max_in_flight=3) as limited:
+        judge = RetrievalEvaluator(model_for(limited, max_in_flight=12, max_retries=0))
+        done = await asyncio.gather(*(judge.evaluate(QUESTION) for _ in range(12)),
+                                    return_exceptions=True)
+        assert limited.refused_in_flight > 0
+        assert any(isinstance(d, HandOff) and "429" in str(d) for d in done)
+
+
+async def test_judges_of_one_model_share_its_places_and_others_do_not() -> None:
+    with ChatStandIn(slow_yes, max_in_flight=2) as limited:
+        model = model_for(limited, max_in_flight=2, max_retries=0)
+        gates = [RetrievalEvaluator(model, "gate-a", "1"), RetrievalEvaluator(model, "gate-b", "1")]
+        await asyncio.gather(*(gates[i % 2].evaluate(QUESTION) for i in range(8)))
+        assert (limited.peak_in_flight, limited.refused_in_flight) == (2, 0)
+    with ChatStandIn(slow_yes) as open_chat:
+        first = RetrievalEvaluator(model_for(open_chat, model="a", max_in_flight=2))
+        second = RetrievalEvaluator(model_for(open_chat, model="b", max_in_flight=2))
+        await asyncio.gather(*(j.evaluate(QUESTION) for j in (first, second) for _ in range(4)))
+        assert open_chat.peak_in_flight == 4  # two models, two places each
+
+
+async def test_a_wait_for_a_place_is_on_the_models_span(spans: InMemorySpanExporter) -> None:
+    with ChatStandIn(slow_yes, max_in_flight=1) as limited:
+        judge = RetrievalEvaluator(model_for(limited, max_in_flight=1))
+        await asyncio.gather(*(judge.evaluate(QUESTION) for _ in range(3)))
+        assert limited.refused_in_flight == 0
+    waits = sorted(float((s.attributes or {})["streams.queued_ms"])
+                   for s in named(spans, "chat judge-mini"))
+    assert len(waits) == 3
+    assert waits[0] < 50 and waits[-1] >= 150  # the third waited for two answers of 0.1 s
+
+
 # -- workflow reviewer ------------------------------------------------------------------------
 
 
@@ -415,7 +471,8 @@ def test_judges_are_evaluators(chat: ChatStandIn) -> None:
 @pytest.mark.parametrize(
     "overrides",
     [{"base_url": "llm.example"}, {"model": ""}, {"timeout": 0}, {"max_retries": -1},
-     {"backoff": -1.0}],
+     {"backoff": -1.0}, {"max_in_flight": 0}, {"max_in_flight": 2.5},
+     {"max_in_flight": True}],
 )
 def test_chat_model_is_checked(overrides: dict[str, Any]) -> None:
     values: dict[str, Any] = {"base_url": "http://h/v1", "model": "m"}
