@@ -264,12 +264,15 @@ _RebalanceCallback = Callable[["BatchLoop", Consumer, list[TopicPartition]], Non
 
 def _rebalance_callback(body: _RebalanceCallback) -> _RebalanceCallback:
     """A rebalance callback of the loop's consumer: ignored for a consumer the loop has
-    replaced (a stalled one that outlived its bounded close), and run with `_in_callback`
-    set (no producer is made inside one: init_transactions can wait out an outage)."""
+    replaced or given up (a stalled one that outlived its bounded close: from the moment the
+    close timed out, before the new consumer is subscribed too), and run with
+    `_in_callback` set (no producer is made inside one: init_transactions can wait out an
+    outage)."""
 
     @wraps(body)
     def callback(loop: BatchLoop, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if loop._consumer is not None and consumer is not loop._consumer:
+        if (loop._consumer is not None and consumer is not loop._consumer) \
+                or any(consumer is given_up for given_up in loop._given_up):
             return
         loop._in_callback = True
         try:
@@ -326,6 +329,8 @@ class BatchLoop:
         # Inside a rebalance callback: no producers are made there (init_transactions can
         # wait out an outage), the next abort outside one does it.
         self._in_callback = False
+        # Stalled consumers whose close timed out: their late callbacks are ignored.
+        self._given_up: list[Consumer] = []
         # Counts rebalance callbacks, so a batch fetched across one can be checked.
         self._rebalances = 0
         self.group = group
@@ -892,6 +897,10 @@ class BatchLoop:
         if raised is not None:  # a stalled consumer may fail to close: carry on
             log.warning("%s: closing the stalled consumer failed (%s)", self.name, raised)
         if not closed:
+            # Its close may still call back later, on its own thread, while this one clears
+            # its work: from now on its callbacks do nothing (held, not weakly: a freed
+            # consumer's address could be a new one's).
+            self._given_up.append(consumer)
             log.error("%s: the stalled consumer did not close within %.0f s; left to its "
                       "thread (the group expels it after its session timeout)", self.name,
                       self.flush_timeout + self.hang_grace)

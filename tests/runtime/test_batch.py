@@ -58,6 +58,9 @@ class Broker:
     stalls: list[int | str | None] = field(default_factory=list)
     down_until: float = 0.0  # the broker answers nobody until this time.monotonic()
     stalled_close_fails: bool = False  # a stalled consumer's close raises, revoking nothing
+    # A stalled consumer's close waits for this before it revokes (a close that outlives the
+    # loop's bound and calls back late, on its own thread).
+    stalled_close_hangs: threading.Event | None = None
     # Where a partition the application assigns without an offset starts: its committed
     # offset, or (True) the beginning, as librdkafka's lookup does when the assignment
     # changed while an open transaction held the offset.
@@ -88,6 +91,7 @@ class FakeConsumer:
         self.stall = broker.stalls.pop(0) if broker.stalls else None
         self.handed = 0
         self.closed = False
+        self.close_done = threading.Event()
         broker.consumers.append(self)
 
     def subscribe(self, _topics: list[str], **callbacks: Callable[..., None]) -> None:
@@ -192,10 +196,15 @@ class FakeConsumer:
         # Like librdkafka's: the assignment is revoked (the callback runs) before it leaves.
         self.closed = True
         self.closed_at = time.monotonic()
-        if self.stall is not None and self.broker.stalled_close_fails:
-            raise RuntimeError("the consumer could not close")
-        if self.joined and self.at:
-            self.callbacks["on_revoke"](self, [TopicPartition(TOPIC, p) for p in self.at])
+        try:
+            if self.stall is not None and self.broker.stalled_close_fails:
+                raise RuntimeError("the consumer could not close")
+            if self.stall is not None and self.broker.stalled_close_hangs is not None:
+                self.broker.stalled_close_hangs.wait(10)
+            if self.joined and self.at:
+                self.callbacks["on_revoke"](self, [TopicPartition(TOPIC, p) for p in self.at])
+        finally:
+            self.close_done.set()
 
 
 class FakeProducer:
@@ -828,6 +837,31 @@ def test_a_replaced_consumers_rebalance_callbacks_are_ignored() -> None:
         callback(cast(Any, stale), [TopicPartition(TOPIC, 0)])
     assert loop._rebalances == before and loop._in_callback
     assert stale.assignment() == [] and broker.calls == []
+
+
+def test_a_stalled_consumers_late_callback_is_ignored_once_its_close_timed_out() -> None:
+    # Its close outlives the loop's bound, then revokes on its own thread while the loop
+    # still clears the stalled consumer's work, before a new consumer is subscribed: that
+    # late callback must neither commit, abort nor hand partitions back a second time.
+    release = threading.Event()
+    broker = Broker(records(12), stalls=[7], stalled_close_hangs=release)
+    loop = make(broker, stall_timeout=0.2, flush_timeout=0.2)
+    loop.hang_grace = 0.1
+    late: list[tuple[int, int]] = []
+
+    def on_revoked(_parts: list[TopicPartition]) -> None:
+        stalled = broker.consumers[0]
+        if stalled.closed and not release.is_set():  # the loop gave its close up
+            rebalances, calls = loop._rebalances, len(broker.calls)
+            release.set()
+            assert stalled.close_done.wait(5)
+            late.append((loop._rebalances - rebalances, len(broker.calls) - calls))
+
+    loop.on_revoked = on_revoked
+    run_until(loop, all_committed(broker))
+    assert late == [(0, 0)]
+    assert loop.stats.consumers_replaced == 1
+    assert sorted(broker.visible) == expected(broker)  # each output once
 
 
 def test_a_live_rebalance_callback_runs_with_the_flag_set() -> None:
