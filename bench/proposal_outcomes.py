@@ -4,12 +4,17 @@ check scales with the log.
 1. Worker: writes N traced proposals and their resolutions to a fresh tenant (each: a cause,
    a drafting rule's `rule_fired` and `run_started`, the run's `proposal_made`, a person's
    `proposal_resolved`), starts `streams worker --proposal-outcome` and times it from its
-   first finished proposal-outcome run to its N-th (its stats lines count them). Each run
-   goes the worker's whole way: the reactor forwards the resolution to the rules topic, the
-   decider starts the run, the action catches the log up, folds what is new, decides (the
-   earlier-feedback check included) and gives the ProposalOutcome, awaiting its delivery.
-2. Floor: the same decisions and feedback in a plain loop, in process: decode the records,
-   fold them into one ProposalFold, decide per resolution, encode each feedback record.
+   first finished proposal-outcome run to its N-th (its stats lines count them), with its
+   CPU seconds per resolution between them. Each run goes the worker's whole way: the
+   reactor forwards the resolution to the rules topic, the decider starts the run, the
+   action catches the log up, folds what is new, decides (the earlier-feedback check
+   included) and gives the ProposalOutcome, awaiting its delivery.
+2. Floor: the same decisions and feedback in a plain loop, in process, over the same
+   records: decode each with the fast codec (fastavro, the writer's schema cached), build an
+   envelope only for what the fold needs whole and fold the rest by its place in its chain,
+   decide per resolution, encode each feedback record; its CPU per resolution too.
+   `--rounds` rounds alternate floor and worker, each on a fresh tenant; a line per round,
+   then the medians (rates, ratio, CPU µs per resolution of both and their ratio).
 3. The action alone, in process: the handle's proposal fold, the decision and the feedback
    (delivered) per resolution, many in flight, without the reactor, decider and mirror.
 4. Scaling: the cost of one decision, earlier-feedback check included, after a log of L
@@ -17,7 +22,7 @@ check scales with the log.
    before (fold the ledger and scan every feedback per resolution).
 
     eval "$(deploy/stack.sh env)"    # or the shared stack's KAFKA_BOOTSTRAP_SERVERS etc.
-    .venv/bin/python -m bench.proposal_outcomes --proposals 3000
+    .venv/bin/python -m bench.proposal_outcomes --proposals 3000 --rounds 3
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,8 +42,10 @@ from pathlib import Path
 from confluent_kafka import Producer
 from rich.console import Console
 
+from bench.served import cpu_seconds
 from bench.writes import produce_envelope
 from streams.adapters.avro.codec import envelope_from_record
+from streams.adapters.avro.fast import FastCodec
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.config import producer_config
@@ -51,7 +59,14 @@ from streams.core.events import (
     ProposalResolved,
 )
 from streams.core.feedback import value_record
-from streams.core.proposals import EVALUATOR, PROPOSAL_OUTCOME, ProposalFold, decide, fold_ledger
+from streams.core.proposals import (
+    EVALUATOR,
+    PROPOSAL_OUTCOME,
+    ProposalFold,
+    decide,
+    fold_ledger,
+    folded_whole,
+)
 from streams.core.rules import Rule, RuleEngine, on, run
 from streams.core.runs import fire_envelopes, rule_actor
 from streams.core.tenancy import tenant_topics
@@ -97,15 +112,26 @@ def produce(settings: Settings, serde: AvroSerde, topic: str,
     return values
 
 
-def floor(serde: AvroSerde, topic: str, values: list[bytes]) -> float:
-    """Decode, fold, decide per resolution, encode each feedback: no broker, one loop."""
-    start = time.perf_counter()
+def floor(codec: FastCodec, serde: AvroSerde, topic: str,
+          values: list[bytes]) -> tuple[float, float]:
+    """Decode, fold, decide per resolution, encode each feedback: no broker, one loop, the
+    way the worker's folds read (the fast codec; an envelope only for what the fold needs
+    whole, the rest folded by its place in its chain). (resolutions/s, CPU s per
+    resolution)."""
+    start, cpu = time.perf_counter(), time.process_time()
     fold = ProposalFold()
-    given = 0
+    given = resolutions = 0
     for value in values:
-        envelope = envelope_from_record(serde.decode(value, topic))
+        _writer, record = codec.decode(value)
+        head = record["envelope"]
+        kind = head["event_type"]
+        if not folded_whole(kind, record.get("feedback_type")):
+            fold.link(head["event_id"], kind, head["correlation_id"], head.get("causation_id"))
+            continue
+        envelope = envelope_from_record(record)
         fold.add(envelope)
         if isinstance(envelope.event, ProposalResolved):
+            resolutions += 1
             decision = fold.decide(envelope)
             if decision.score:
                 assert decision.feedback is not None and decision.target is not None
@@ -115,12 +141,15 @@ def floor(serde: AvroSerde, topic: str, values: list[bytes]) -> float:
                 serde.encode_envelope(feedback, topic)
                 fold.add(feedback)
                 given += 1
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     console.print(f"  floor gave {given} outcomes")
-    return given / elapsed
+    return resolutions / elapsed, cpu / max(resolutions, 1)
 
 
-def worker_rate(settings: Settings, n: int) -> tuple[float, float]:
+def worker_rate(settings: Settings, n: int) -> tuple[float, float, float]:
+    """`streams worker --proposal-outcome` over the tenants under the prefix: (resolutions/s
+    from its first finished run to its N-th, seconds to its first, its CPU s per
+    resolution between them)."""
     log_path = Path(tempfile.mkstemp(prefix="bench-outcomes-", suffix=".log")[1])
     env = settings.child_env()
     started = time.monotonic()
@@ -129,7 +158,8 @@ def worker_rate(settings: Settings, n: int) -> tuple[float, float]:
             [sys.executable, "-m", "streams", "worker", "--proposal-outcome",
              "--stats-interval", "0.2", "--cursor", f"bench-{uuid.uuid4().hex[:6]}"],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    first = last = None
+    first: tuple[float, int, float] | None = None
+    last: tuple[float, float] | None = None
     try:
         while time.monotonic() - started < 900:
             lines = [x for x in log_path.read_text(errors="replace").splitlines()
@@ -138,9 +168,9 @@ def worker_rate(settings: Settings, n: int) -> tuple[float, float]:
                 stats = json.loads(lines[-1][lines[-1].index("{"):])["rules"]
                 now = time.monotonic()
                 if stats["succeeded"] and first is None:
-                    first = (now, stats["succeeded"])
+                    first = (now, stats["succeeded"], cpu_seconds(worker.pid))
                 if stats["succeeded"] >= n:
-                    last = now
+                    last = (now, cpu_seconds(worker.pid))
                     break
             if worker.poll() is not None:
                 raise SystemExit(f"worker exited {worker.returncode}; see {log_path}")
@@ -150,7 +180,9 @@ def worker_rate(settings: Settings, n: int) -> tuple[float, float]:
         worker.wait(30)
     if first is None or last is None:
         raise SystemExit(f"worker did not finish; see {log_path}")
-    return (n - first[1]) / max(last - first[0], 1e-9), first[0] - started
+    done = n - first[1]
+    return (done / max(last[0] - first[0], 1e-9), first[0] - started,
+            (last[1] - first[2]) / max(done, 1))
 
 
 def action_rate(settings: Settings, serde: AvroSerde, n: int, in_flight: int) -> float:
@@ -216,17 +248,19 @@ def main() -> None:
                         help="resolutions in flight in the in-process action measurement")
     parser.add_argument("--sizes", default="1000,10000,100000",
                         help="log sizes (envelopes) of the scaling measurement")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds of the floor and the worker")
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     serde = AvroSerde(settings)
     admin = TenantAdmin(settings)
-    admin.create_tenant("bench")
     try:
         measure(settings, serde, args)
     finally:
         # A shared broker holds a file per partition: leave no bench topics behind.
-        for tenant in ("bench", "action"):
-            admin.delete_tenant(tenant)
+        for tenant in ("action", *(f"bench-r{r}" for r in range(args.rounds))):
+            with contextlib.suppress(Exception):
+                admin.delete_tenant(tenant)
         for future in admin.client.delete_topics(
                 [f"{settings.topic_prefix}._control"]).values():  # the worker's
             with contextlib.suppress(Exception):
@@ -234,16 +268,32 @@ def main() -> None:
 
 
 def measure(settings: Settings, serde: AvroSerde, args: argparse.Namespace) -> None:
-    """The four measurements, each printed as it finishes."""
-    topic = tenant_topics("bench", settings.topic_prefix).events
-    console.print(f"producing {args.proposals} traced proposals and their resolutions")
-    values = produce(settings, serde, topic, story("bench", args.proposals))
-    floor_rate = floor(serde, topic, values)
-    console.print(f"  floor (decode, fold, decide, encode feedback): {floor_rate:,.0f}/s")
-    rate, startup = worker_rate(settings, args.proposals)
-    console.print(f"  worker: {rate:,.0f} resolutions/s (start-up {startup:.1f}s)")
-    print(f"proposals={args.proposals} worker_rate={rate:.0f}/s floor_rate={floor_rate:.0f}/s "
-          f"ratio={rate / floor_rate:.3f} goal=1000/s", flush=True)
+    """The measurements, each printed as it finishes: `--rounds` alternating rounds of the
+    floor and the worker, each on a fresh tenant of the same story, then their medians."""
+    admin = TenantAdmin(settings)
+    codec = Runtime(settings).codec
+    rows = []
+    for r in range(args.rounds):
+        tenant = f"bench-r{r}"
+        admin.create_tenant(tenant)
+        topic = tenant_topics(tenant, settings.topic_prefix).events
+        console.print(f"round {r + 1}: producing {args.proposals} traced proposals and their "
+                      "resolutions")
+        values = produce(settings, serde, topic, story(tenant, args.proposals))
+        floor_rate, floor_cpu = floor(codec, serde, topic, values)
+        console.print(f"  floor (decode, fold, decide, encode feedback): {floor_rate:,.0f}/s")
+        rate, startup, cpu = worker_rate(settings, args.proposals)
+        admin.delete_tenant(tenant)  # the next round's worker reads every tenant's log
+        console.print(f"  worker: {rate:,.0f} resolutions/s (start-up {startup:.1f}s)")
+        print(f"round={r + 1} worker_rate={rate:.0f}/s ({cpu * 1e6:,.0f} us CPU) "
+              f"floor_rate={floor_rate:.0f}/s ({floor_cpu * 1e6:,.0f} us CPU) "
+              f"ratio={rate / floor_rate:.3f} startup={startup:.1f}s", flush=True)
+        rows.append((rate, floor_rate, rate / floor_rate, cpu, floor_cpu))
+    med = [statistics.median(col) for col in zip(*rows, strict=True)]
+    print(f"proposals={args.proposals} rounds={args.rounds} worker_rate={med[0]:.0f}/s "
+          f"floor_rate={med[1]:.0f}/s ratio={med[2]:.3f} worker_cpu={med[3] * 1e6:,.0f}us "
+          f"floor_cpu={med[4] * 1e6:,.0f}us cpu_ratio={med[4] / med[3]:.3f} "
+          "goal=0.6 of the floor and 2000/s", flush=True)
     action = action_rate(settings, serde, args.proposals, args.in_flight)
     print(f"action_in_process={action:.0f}/s in_flight={args.in_flight}", flush=True)
     for size, incremental, whole in scaling([int(s) for s in args.sizes.split(",")]):

@@ -515,6 +515,11 @@ class TopicReader:
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.topic} failed: {exc}") from exc
 
+    def rewind(self, partition: int, offset: int) -> None:
+        """Read `partition` from `offset` again at the next `read_to_end` (a record its
+        caller could not handle now, in a registry outage say); never moves forward."""
+        self._positions[partition] = min(self._positions.get(partition, offset), offset)
+
     def close(self) -> None:
         """Leave the broker (a reader that never read has nothing to close)."""
         made, self._made = self._made, None

@@ -15,8 +15,14 @@ from streams.core.proposals.evaluator import (
     decide_scored,
     scored_proposals,
 )
-from streams.core.proposals.fold import ProposalFold, ProposalSource, fold_proposals
+from streams.core.proposals.fold import (
+    ProposalFold,
+    ProposalSource,
+    fold_proposals,
+    folded_whole,
+)
 from streams.core.proposals.ledger import (
+    FOLDED_EVENT_TYPES,
     ArtifactState,
     Ledger,
     Outcome,
@@ -48,6 +54,7 @@ from streams.core.proposals.outcome import PROPOSAL_OUTCOME, ProposalOutcome
 
 __all__ = [
     "EVALUATOR",
+    "FOLDED_EVENT_TYPES",
     "PROPOSAL_OUTCOME",
     "ArtifactState",
     "Decision",
@@ -74,6 +81,7 @@ __all__ = [
     "fold_proposal_rates",
     "fold_proposals",
     "fold_rule_conversion",
+    "folded_whole",
     "history",
     "history_of",
     "proposal_rates",

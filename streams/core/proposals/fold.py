@@ -18,16 +18,25 @@ from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 from streams.core.actors import AnyActor
-from streams.core.events import Envelope
+from streams.core.events import FEEDBACK_GIVEN, Envelope
 from streams.core.proposals.evaluator import (
     EVALUATOR,
     Decision,
     decide_scored,
     scored_proposal_id,
 )
-from streams.core.proposals.ledger import Ledger
+from streams.core.proposals.ledger import FOLDED_EVENT_TYPES, Ledger
+from streams.core.proposals.outcome import PROPOSAL_OUTCOME
 
-__all__ = ["ProposalFold", "ProposalSource", "fold_proposals"]
+__all__ = ["ProposalFold", "ProposalSource", "fold_proposals", "folded_whole"]
+
+
+def folded_whole(event_type: str, feedback_type: str | None = None) -> bool:
+    """Whether a fold needs the event as an envelope (`ProposalFold.add`): the ledger's
+    types and `proposal_outcome` feedback; any other event it folds by its place in its
+    chain (`ProposalFold.link`). `feedback_type` is a `feedback_given`'s."""
+    return event_type in FOLDED_EVENT_TYPES or (
+        event_type == FEEDBACK_GIVEN and feedback_type == PROPOSAL_OUTCOME)
 
 
 class ProposalFold:
@@ -51,6 +60,15 @@ class ProposalFold:
         proposal_id = scored_proposal_id(envelope, self.evaluator)
         if proposal_id is not None:
             self.scored.add(proposal_id)
+
+    def link(self, event_id: str, event_type: str, correlation_id: str,
+             causation_id: str | None) -> None:
+        """Fold an event by its place in its chain alone (`Ledger.link`): for a reader that
+        knows from the record's header that it is none of the ledger's types
+        (`FOLDED_EVENT_TYPES`) nor the evaluator's `proposal_outcome` feedback, and so need
+        not build its envelope. The same fold as `add` of the envelope."""
+        self.ledger.link(event_id, event_type, correlation_id, causation_id)
+        self.folded += 1
 
     def extend(self, envelopes: Iterable[Envelope]) -> None:
         """Fold envelopes in order."""

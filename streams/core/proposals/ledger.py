@@ -10,6 +10,11 @@ proposal to a run. `Ledger.run_of` links one only through the run's own recorded
 appended in that run's chain, caused (directly or through the run's other events) by that
 `run_started`, by the same rule's actor (`agent:rule:<name>`, `runs.rule_actor`).
 
+What it keeps of other events: their place in their chain (correlation and causation ids,
+which `run_of` walks), and every `run_started` in full. A reader that knows an event is of
+no other type (its record header says so) gives the ledger only that place (`link`), without
+building an Envelope: the same ledger as `add` of the envelope would make.
+
 Repeats: an envelope seen again (same event id) is one event. A proposal id's first
 `proposal_made` defines it; a later one under the same id is ignored (a retried attempt's
 repeat, or a collision, listed in `problems` when it differs). A proposal's first resolution
@@ -39,6 +44,7 @@ from streams.core.ids import run_id_of, started_event_id
 from streams.core.runs import rule_actor
 
 __all__ = [
+    "FOLDED_EVENT_TYPES",
     "ArtifactState",
     "Ledger",
     "Outcome",
@@ -48,6 +54,11 @@ __all__ = [
     "apply_change",
     "fold_ledger",
 ]
+
+FOLDED_EVENT_TYPES: frozenset[str] = frozenset(
+    cls.event_type for cls in (ArtifactCreated, ArtifactRevised, ArtifactArchived,
+                               ProposalMade, ProposalResolved, RunStarted))
+"""The event types the ledger needs as envelopes (`add`); any other event can be `link`ed."""
 
 Outcome = Literal["accepted", "edited", "rejected"]
 """How a person received a proposal: taken as it was, taken with changes that did
@@ -168,18 +179,20 @@ class Ledger:
     artifacts: dict[str, ArtifactState] = field(default_factory=dict)
     proposals: dict[str, ProposalState] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    _seen: set[str] = field(default_factory=set)
-    _by_id: dict[str, Envelope] = field(default_factory=dict)
+    # Every event folded or linked: its chain and its cause (what run_of walks).
+    _links: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    _runs: dict[str, Envelope] = field(default_factory=dict)
     _waiting: dict[str, list[Envelope]] = field(default_factory=dict)
 
     def add(self, envelope: Envelope) -> None:
         """Fold one envelope (a repeat of an event id already folded changes nothing)."""
-        if envelope.event_id in self._seen:
+        if envelope.event_id in self._links:
             return
-        self._seen.add(envelope.event_id)
-        self._by_id[envelope.event_id] = envelope
+        self._links[envelope.event_id] = (envelope.correlation_id, envelope.causation_id)
         event = envelope.event
-        if isinstance(event, ArtifactCreated):
+        if isinstance(event, RunStarted):
+            self._runs[envelope.event_id] = envelope
+        elif isinstance(event, ArtifactCreated):
             self._created(envelope, event)
         elif isinstance(event, ArtifactRevised):
             self._revised(envelope, event)
@@ -189,6 +202,16 @@ class Ledger:
             self._proposed(envelope, event)
         elif isinstance(event, ProposalResolved):
             self._resolved(envelope, event)
+
+    def link(self, event_id: str, event_type: str, correlation_id: str,
+             causation_id: str | None) -> None:
+        """Fold an event of a type the ledger does not fold (not one of FOLDED_EVENT_TYPES)
+        by its place in its chain alone, as `add` of its envelope would. ValueError for a
+        folded type: such an event must be added whole."""
+        if event_type in FOLDED_EVENT_TYPES:
+            raise ValueError(f"a {event_type} event is folded whole: add its envelope")
+        if event_id not in self._links:
+            self._links[event_id] = (correlation_id, causation_id)
 
     # -- queries --------------------------------------------------------------------------
 
@@ -245,12 +268,13 @@ class Ledger:
         cause = envelope.causation_id
         while cause is not None and cause not in seen:
             seen.add(cause)
-            found = self._by_id.get(cause)
-            if found is None or found.correlation_id != envelope.correlation_id:
+            found = self._links.get(cause)
+            if found is None or found[0] != envelope.correlation_id:
                 return None
-            if isinstance(found.event, RunStarted):
-                return found
-            cause = found.causation_id
+            started = self._runs.get(cause)
+            if started is not None:
+                return started
+            cause = found[1]
         return None
 
     # -- folding --------------------------------------------------------------------------

@@ -91,7 +91,7 @@ from streams.core.view import (
     target_key,
 )
 from streams.core.viewrows import PageKey, decode_cursor, encode_cursor
-from streams.runtime.client.folds import ProposalFolds
+from streams.runtime.client.folds import ProposalLog
 from streams.runtime.client.ledger import CommandLedger
 from streams.runtime.client.many import FeedbackBatcher, FeedbackItem, Given, give_many
 from streams.runtime.client.telemetry import feedback_counter, tracer
@@ -142,7 +142,6 @@ class _TenantLog:
         self.index = LogIndex()
         self.envelopes: list[Envelope] = []
         self.by_id: dict[str, Envelope] = {}
-        self.proposals = ProposalFolds()
         # A thread lock, not an asyncio one: the client may be used from several event loops.
         self.lock = threading.Lock()
         self.caught_up_at = float("-inf")
@@ -160,12 +159,6 @@ class _TenantLog:
                 self.envelopes.append(envelope)
                 self.by_id[envelope.event_id] = envelope
             self.caught_up_at = started
-
-    def proposal_fold(self, workspace: str, evaluator: AnyActor, asked: float) -> ProposalFold:
-        """The workspace's proposal fold, after a catch-up that started after `asked` (one
-        thread hop for both: the rule's action calls this per resolution)."""
-        self._catch_up(asked)
-        return self.proposals.fold(self.envelopes, workspace, evaluator)
 
     async def catch_up(self) -> None:
         """Read to the end of the log as it is now, folding every envelope into the index."""
@@ -200,6 +193,7 @@ class StreamsClient:
         # Who may do what (streams.core.capabilities); every handle checks it before I/O.
         self.grants = grants or builtin_grants()
         self._tenants: dict[str, _TenantLog] = {}
+        self._proposal_logs: dict[str, ProposalLog] = {}
         self._indexes: dict[str, TenantIndex] = {}
         self._views: dict[str, TenantView] = {}
         self._ledgers: dict[str, CommandLedger] = {}
@@ -253,6 +247,22 @@ class StreamsClient:
             if log is None:
                 log = self._tenants[tenant] = _TenantLog(self.runtime, tenant)
             return log
+
+    def proposal_log(self, tenant: str) -> ProposalLog:
+        """The tenant's proposal folds (the proposal-outcome rule's state), created on first
+        use; no I/O until a fold is asked for."""
+        with self._made:
+            found = self._proposal_logs.get(tenant)
+            if found is None:
+                topic = tenant_topics(tenant, self.settings.topic_prefix).events
+                found = self._proposal_logs[tenant] = ProposalLog(
+                    partial(self.runtime.topic_reader, topic), self.runtime.codec)
+            return found
+
+    def proposal_log_if_kept(self, tenant: str) -> ProposalLog | None:
+        """The tenant's proposal folds if this process keeps them already (None otherwise:
+        they are never made for this)."""
+        return self._proposal_logs.get(tenant)
 
     def tenant_log_if_kept(self, tenant: str) -> _TenantLog | None:
         """The tenant's whole-log view if this process keeps one already (None otherwise:
@@ -380,6 +390,8 @@ class StreamsClient:
             ledger.close()
         for log in self._tenants.values():
             log.reader.close()
+        for folds in self._proposal_logs.values():
+            folds.close()
         for index in self._indexes.values():
             index.close()
         for view in self._views.values():
@@ -465,14 +477,19 @@ class Workspace:
         events appended since the last catch-up (by workers, say), so anything acknowledged
         before the call is found; the whole log is never read for it.
         """
-        # A process that keeps the tenant's whole log (`read()`'s, or a proposal-outcome
-        # rule's) has every target it read already: a hit there needs no broker; a miss
-        # asks the index.
+        # A process that keeps the tenant's whole log (`read()`'s) has every target it read
+        # already, and one running the proposal-outcome rule every run its folds read: a
+        # hit there needs no broker; a miss asks the index.
         view = self.client.tenant_log_if_kept(self.tenant)
         if view is not None:
             seen = view.index.locate(target, self.workspace)
             if seen is not None:
                 return seen
+        folds = self.client.proposal_log_if_kept(self.tenant)
+        if folds is not None and isinstance(target, RunTarget):
+            read = folds.locate_run(target.run_id, self.workspace)
+            if read is not None:
+                return read
         index = await self._index()
         cached = index.cached(target_key(target))
         if cached is not None:
@@ -510,8 +527,8 @@ class Workspace:
         """One event of this workspace by its id, or None: read where the index says it is
         (one record), the index caught up with the unindexed tail first on a miss, so an
         event acknowledged before the call is found (an evaluator's verdict record, say).
-        A process that keeps the tenant's whole log (`read()`'s, or a proposal-outcome
-        rule's) answers an event it has read from memory, with no read."""
+        A process that keeps the tenant's whole log (`read()`'s) answers an event it has
+        read from memory, with no read."""
         self._check_read("an event")
         kept = self.client.tenant_log_if_kept(self.tenant)
         seen = None if kept is None else kept.by_id.get(event_id)
@@ -864,8 +881,8 @@ class Workspace:
         fold kept per workspace, so a call costs what was appended since the last one.
         """
         self._check_read("proposals")
-        log = self.client.tenant_log(self.tenant)
-        return await asyncio.to_thread(log.proposal_fold, self.workspace, evaluator,
+        folds = self.client.proposal_log(self.tenant)
+        return await asyncio.to_thread(folds.fold, self.workspace, evaluator,
                                        time.monotonic())
 
     async def create_artifact(self, artifact_id: str, content: Mapping[str, str], *,

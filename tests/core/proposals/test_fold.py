@@ -3,14 +3,24 @@ fold (ledger, scored proposals, every decision), and it decides as `decide` does
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.actors import AgentActor, EvaluatorActor
-from streams.core.events import Change, Envelope, FeedbackGiven, ProposalResolved, RunStarted
+from streams.core.events import (
+    AppEvent,
+    Change,
+    Envelope,
+    FeedbackGiven,
+    ProposalMade,
+    ProposalResolved,
+    RunStarted,
+)
 from streams.core.feedback import value_record
 from streams.core.proposals import (
     EVALUATOR,
+    FOLDED_EVENT_TYPES,
     PROPOSAL_OUTCOME,
     Ledger,
     ProposalFold,
@@ -18,7 +28,9 @@ from streams.core.proposals import (
     decide,
     fold_ledger,
     fold_proposals,
+    folded_whole,
 )
+from streams.core.runs import rule_actor
 from streams.core.targets import RunTarget
 from tests.core.proposals.log import ADA, BOB, Log, agent
 
@@ -29,7 +41,8 @@ OTHER_EVALUATOR = EvaluatorActor(name="someone-else")
 Op = tuple[str, int, int]
 ops = st.lists(st.tuples(
     st.sampled_from(["create", "run", "propose_run", "propose_agent", "propose_person",
-                     "accept", "edit", "reject", "archive_proposal", "feedback", "repeat"]),
+                     "accept", "edit", "reject", "archive_proposal", "feedback", "repeat",
+                     "propose_through_a_step", "other_feedback"]),
     st.integers(0, 5), st.integers(0, 5)), max_size=40)
 
 
@@ -73,6 +86,23 @@ def story(steps: list[Op]) -> list[Envelope]:
             log.append(FeedbackGiven(feedback_type=PROPOSAL_OUTCOME,
                                      target=RunTarget(run_id=started.event.run_id), value=value),
                        actor)
+        elif kind == "propose_through_a_step" and runs:
+            # The run's action records a step, then proposes caused by it: run_of walks
+            # the chain back through the step to the run_started.
+            started = runs[a % len(runs)]
+            assert isinstance(started.event, RunStarted)
+            actor = rule_actor(started.event.rule)
+            step = log.append(AppEvent(name="chat:step", data={"n": b}), actor, after=started)
+            proposals.append(log.append(ProposalMade(
+                proposal_id=f"p{len(proposals)}", artifact_id=artifact,
+                change=Change(set={"via": f"s{b}"}), kind="rule",
+                run_id=started.event.run_id if b % 2 else None), actor, after=step))
+        elif kind == "other_feedback" and runs:
+            started = runs[a % len(runs)]
+            assert isinstance(started.event, RunStarted)
+            log.append(FeedbackGiven(feedback_type="triage_quality",
+                                     target=RunTarget(run_id=started.event.run_id),
+                                     value={"correct": True}), ADA, after=started)
         elif kind == "repeat" and log.envelopes:
             log.envelopes.append(log.envelopes[a % len(log.envelopes)])
     return log.envelopes
@@ -107,6 +137,38 @@ def test_an_incremental_fold_equals_the_whole_fold(steps: list[Op], cuts: list[i
         if isinstance(envelope.event, ProposalResolved):
             assert incremental.decide(envelope) == decide(fold_ledger(envelopes), envelopes,
                                                           envelope)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops, st.lists(st.integers(0, 60), max_size=6))
+def test_a_fold_given_only_the_places_of_other_events_equals_the_envelope_fold(
+        steps: list[Op], cuts: list[int]) -> None:
+    # What a log reader does: envelopes only for what folded_whole names, the rest linked by
+    # their chain and cause (read from the record, no Envelope built).
+    envelopes = story(steps)
+    whole = fold_proposals(envelopes)
+    linked = ProposalFold()
+    for envelope in envelopes:
+        event = envelope.event
+        feedback_type = event.feedback_type if isinstance(event, FeedbackGiven) else None
+        if folded_whole(envelope.event_type, feedback_type):
+            linked.add(envelope)
+        else:
+            linked.link(envelope.event_id, envelope.event_type, envelope.correlation_id,
+                        envelope.causation_id)
+    assert ledger_view(linked.ledger) == ledger_view(whole.ledger)
+    assert linked.scored == whole.scored and linked.folded == whole.folded
+    for envelope in envelopes:
+        if isinstance(envelope.event, ProposalResolved):
+            assert linked.decide(envelope) == whole.decide(envelope)
+
+
+def test_a_folded_type_cannot_be_linked() -> None:
+    fold = ProposalFold()
+    for kind in FOLDED_EVENT_TYPES:
+        with pytest.raises(ValueError, match=f"a {kind} event is folded whole"):
+            fold.link("evt_1", kind, "chain_1", None)
+    assert fold.folded == 0
 
 
 def test_the_fold_keeps_only_the_evaluators_own_proposal_outcomes() -> None:
