@@ -160,17 +160,17 @@ class _Handler(BaseHTTPRequestHandler):
         standin = cast(ChatStandIn, self.server.standin)
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length > 0 else b""
-        admitted = standin._enter()
+        status, headers, body, delay, entered = standin._handle(
+            self.command, self.path, dict(self.headers.items()), raw
+        )
         try:
-            self._answer(standin, raw, admitted)
+            self._answer(standin, status, headers, body, delay)
         finally:
-            if admitted:
+            if entered:
                 standin._leave()
 
-    def _answer(self, standin: ChatStandIn, raw: bytes, admitted: bool) -> None:
-        status, headers, body, delay = standin._handle(
-            self.command, self.path, dict(self.headers.items()), raw, admitted
-        )
+    def _answer(self, standin: ChatStandIn, status: int, headers: dict[str, str], body: bytes,
+                delay: float) -> None:
         if delay > 0 and standin.stopping.wait(delay):
             self.close_connection = True
             return  # stopping: drop the answer
@@ -309,8 +309,9 @@ class ChatStandIn(LoopbackService):
 
     def _handle(
         self, method: str, path: str, headers: dict[str, str], raw: bytes,
-        admitted: bool = True,
-    ) -> tuple[int, dict[str, str], bytes, float]:
+    ) -> tuple[int, dict[str, str], bytes, float, bool]:
+        """(status, headers, body, delay, whether a place in flight was taken: the caller
+        gives it back once the answer is written)."""
         json_type = {"Content-Type": "application/json"}
         try:
             body: Any = json.loads(raw) if raw else None
@@ -320,15 +321,17 @@ class ChatStandIn(LoopbackService):
         with self._lock:
             self._log.append(RecordedRequest(method, route, headers, body))
         if route != CHAT_PATH:
-            return 404, json_type, _error_body(f"no route {route}", "invalid_request_error"), 0.0
+            return (404, json_type, _error_body(f"no route {route}", "invalid_request_error"),
+                    0.0, False)
         if method != "POST":
-            return 405, json_type, _error_body("use POST", "invalid_request_error"), 0.0
+            return (405, json_type, _error_body("use POST", "invalid_request_error"), 0.0,
+                    False)
         if self._api_key is not None:
             given = {k.lower(): v for k, v in headers.items()}.get("authorization")
             if given != f"Bearer {self._api_key}":
                 return 401, json_type, _error_body(
                     "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
-                ), 0.0
+                ), 0.0, False
         if (
             not isinstance(body, dict)
             or not isinstance(body.get("model"), str)
@@ -338,13 +341,13 @@ class ChatStandIn(LoopbackService):
             return 400, json_type, _error_body(
                 "the body must be a JSON object with 'model' and a non-empty 'messages' list",
                 "invalid_request_error",
-            ), 0.0
-        if not admitted:
+            ), 0.0, False
+        if not self._enter():  # a valid chat request past max_in_flight
             return 429, {**json_type, "Retry-After": "1"}, _error_body(
                 f"too many requests in flight (at most {self._max_in_flight} at once)",
-                "rate_limit_error", "rate_limit_exceeded"), 0.0
+                "rate_limit_error", "rate_limit_exceeded"), 0.0, False
         reply = self._next_reply(body)
-        return (*self._render(reply, body), reply.delay)
+        return (*self._render(reply, body), reply.delay, True)
 
     def _next_reply(self, body: dict[str, Any]) -> ChatReply:
         with self._lock:

@@ -324,7 +324,7 @@ class Settings:
                                   "first pause, in seconds, between judge attempts",
                                   minimum=0)
     llm_max_in_flight: int = _setting(
-        32, "STREAMS_LLM_MAX_IN_FLIGHT", "requests a process has open to one model (base URL, "
+        32, "STREAMS_LLM_MAX_IN_FLIGHT", "requests a worker has open to one model (base URL, "
         "model and key) at once; a judgement past it waits for one to end (set it to the "
         "provider's limit of requests in flight; runs that reuse a verdict never wait)",
         minimum=1)

@@ -30,8 +30,9 @@ person (or the next evaluator of a ``Fallback``) takes over. Any other 4xx (400,
 404, ...) raises HandOff at once: asking again would not help. A judge never raises anything
 else for a model's misbehaviour; cancellation propagates as usual.
 
-Requests in flight. A process has at most ``ChatModel.max_in_flight`` requests open to one
-model at once (judges with equal ChatModels share the limit, on one event loop); an attempt
+Requests in flight. An event loop (a worker runs its actions on one) has at most
+``ChatModel.max_in_flight`` requests open to one model at once: judges whose ChatModels have
+the same base URL, model name, key and limit share it, whatever their timeouts; an attempt
 past it waits for a request to end, and the model's span records the wait
 (``streams.queued_ms``). Retries' pauses are not spent holding a place.
 
@@ -152,17 +153,20 @@ def _usage_attributes(span: Span, usage: Mapping[str, int], served_by: str,
         span.set_attribute("gen_ai.usage.output_tokens", usage["completion_tokens"])
 
 
-_GATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[ChatModel, asyncio.Semaphore]] \
+_GateKey = tuple[str, str, str | None, int]
+_GATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_GateKey, asyncio.Semaphore]] \
     = weakref.WeakKeyDictionary()
 
 
 def _gate(model: ChatModel) -> asyncio.Semaphore:
-    """The running loop's limit of requests in flight to `model` (a semaphore belongs to one
-    event loop, so each loop has its own)."""
+    """The running loop's limit of requests in flight to `model`: one per base URL, model
+    name, key and limit, whatever the judges' timeouts and retries (a semaphore belongs to
+    one event loop, so each loop has its own; a worker runs its actions on one)."""
     gates = _GATES.setdefault(asyncio.get_running_loop(), {})
-    gate = gates.get(model)
+    key = (model.base_url, model.model, model.api_key, model.max_in_flight)
+    gate = gates.get(key)
     if gate is None:
-        gate = gates[model] = asyncio.Semaphore(model.max_in_flight)
+        gate = gates[key] = asyncio.Semaphore(model.max_in_flight)
     return gate
 
 

@@ -139,7 +139,8 @@ class ChatModel:
     servers); ``timeout`` bounds each request in seconds; ``max_retries`` is how many times an
     evaluation asks again after a retryable failure; ``backoff`` is the first pause between
     attempts in seconds (doubling each time); ``max_in_flight`` is how many requests to this
-    model (one base URL, model name and key) a process has open at once: a judgement past it
+    model (one base URL, model name and key) an event loop has open at once (a worker runs
+    its actions on one; judges with the same limit share it): a judgement past it
     waits for a request to end before it asks (a provider that limits requests in flight
     answers 429 past its limit, and a worker runs up to STREAMS_MAX_CONCURRENT_RUNS runs at
     once, most of them not asking a model).

@@ -894,13 +894,14 @@ class BatchLoop:
                   extra={"event": "consumer_replaced", "loop": self.name})
         closed, raised = _on_own_thread(f"{self.name}: closing a stalled consumer",
                                         consumer.close, self.flush_timeout + self.hang_grace)
+        if not closed:
+            # Its close may still call back later, on its own thread, while this one clears
+            # its work: from now on its callbacks do nothing. (Held, not weakly: confluent's
+            # Consumer takes no weak reference. One per consumer given up: a few at most.)
+            self._given_up.append(consumer)
         if raised is not None:  # a stalled consumer may fail to close: carry on
             log.warning("%s: closing the stalled consumer failed (%s)", self.name, raised)
         if not closed:
-            # Its close may still call back later, on its own thread, while this one clears
-            # its work: from now on its callbacks do nothing (held, not weakly: a freed
-            # consumer's address could be a new one's).
-            self._given_up.append(consumer)
             log.error("%s: the stalled consumer did not close within %.0f s; left to its "
                       "thread (the group expels it after its session timeout)", self.name,
                       self.flush_timeout + self.hang_grace)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import time
@@ -348,7 +349,7 @@ async def test_a_hand_off_falls_back_to_another_evaluator(chat: ChatStandIn) -> 
 
 
 def slow_yes(_body: dict[str, Any]) -> ChatReply:
-    return ChatReply.text(YES, delay=0.1)
+    return ChatReply.text(YES, delay=0.3)  # long enough to overlap on a loaded machine
 
 
 async def test_a_judge_keeps_to_its_models_requests_in_flight() -> None:
@@ -374,7 +375,9 @@ async def test_past_a_providers_limit_requests_are_refused_without_the_gate() ->
 async def test_judges_of_one_model_share_its_places_and_others_do_not() -> None:
     with ChatStandIn(slow_yes, max_in_flight=2) as limited:
         model = model_for(limited, max_in_flight=2, max_retries=0)
-        gates = [RetrievalEvaluator(model, "gate-a", "1"), RetrievalEvaluator(model, "gate-b", "1")]
+        # Another timeout is the same model to the provider: the places are shared.
+        gates = [RetrievalEvaluator(model, "gate-a", "1"),
+                 RetrievalEvaluator(dataclasses.replace(model, timeout=0.4), "gate-b", "1")]
         await asyncio.gather(*(gates[i % 2].evaluate(QUESTION) for i in range(8)))
         assert (limited.peak_in_flight, limited.refused_in_flight) == (2, 0)
     with ChatStandIn(slow_yes) as open_chat:
@@ -392,7 +395,7 @@ async def test_a_wait_for_a_place_is_on_the_models_span(spans: InMemorySpanExpor
     waits = sorted(float((s.attributes or {})["streams.queued_ms"])
                    for s in named(spans, "chat judge-mini"))
     assert len(waits) == 3
-    assert waits[0] < 50 and waits[-1] >= 150  # the third waited for two answers of 0.1 s
+    assert waits[0] < 50 and waits[-1] >= 450  # the third waited for two answers of 0.3 s
 
 
 # -- workflow reviewer ------------------------------------------------------------------------

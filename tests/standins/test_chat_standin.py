@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -194,3 +195,28 @@ def test_stop_and_start_again_on_the_same_url() -> None:
         assert _ask(chat).json()["choices"][0]["message"]["content"] == "a"
     finally:
         chat.stop()
+
+
+def test_past_max_in_flight_a_chat_request_gets_429_and_bad_requests_take_no_place() -> None:
+    release = threading.Event()
+
+    def held(_body: dict[str, Any]) -> ChatReply:
+        release.wait(10)  # the first request keeps its place until the test lets it go
+        return ChatReply.text("{}")
+
+    with ChatStandIn(held, max_in_flight=1) as chat:
+        slow = threading.Thread(target=_ask, args=(chat,))
+        slow.start()
+        deadline = time.monotonic() + 5
+        while chat.peak_in_flight < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Requests that are not chat completions are answered as before, not refused.
+        assert httpx.get(f"{chat.url}/models", timeout=5).status_code == 404
+        assert httpx.post(f"{chat.url}/chat/completions", json={}, timeout=5).status_code == 400
+        refused = _ask(chat)
+        release.set()
+        slow.join()
+        assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        assert (chat.peak_in_flight, chat.refused_in_flight) == (1, 1)
+        assert _ask(chat).status_code == 200  # the place was given back

@@ -51,7 +51,7 @@ class ProposalFold:
         self.ledger = Ledger()
         self.scored: set[str] = set()
         self.folded = 0
-        """How many envelopes were added (repeats included)."""
+        """How many events were added or linked (repeats included)."""
 
     def add(self, envelope: Envelope) -> None:
         """Fold one envelope."""
@@ -64,7 +64,7 @@ class ProposalFold:
     def link(self, event_id: str, event_type: str, correlation_id: str,
              causation_id: str | None) -> None:
         """Fold an event by its place in its chain alone (`Ledger.link`): for a reader that
-        knows from the record's header that it is none of the ledger's types
+        knows from the record's envelope fields that it is none of the ledger's types
         (`FOLDED_EVENT_TYPES`) nor the evaluator's `proposal_outcome` feedback, and so need
         not build its envelope. The same fold as `add` of the envelope."""
         self.ledger.link(event_id, event_type, correlation_id, causation_id)

@@ -11,9 +11,9 @@ appended in that run's chain, caused (directly or through the run's other events
 `run_started`, by the same rule's actor (`agent:rule:<name>`, `runs.rule_actor`).
 
 What it keeps of other events: their place in their chain (correlation and causation ids,
-which `run_of` walks), and every `run_started` in full. A reader that knows an event is of
-no other type (its record header says so) gives the ledger only that place (`link`), without
-building an Envelope: the same ledger as `add` of the envelope would make.
+which `run_of` walks), and every `run_started` in full. A reader that knows from a record's
+envelope fields that it is of none of those types gives the ledger only that place (`link`),
+without building an Envelope: the same ledger as `add` of the envelope would make.
 
 Repeats: an envelope seen again (same event id) is one event. A proposal id's first
 `proposal_made` defines it; a later one under the same id is ignored (a retried attempt's

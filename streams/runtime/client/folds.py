@@ -24,7 +24,7 @@ from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.fast import RegistryUnavailable
 from streams.core.actors import AnyActor
 from streams.core.errors import SchemaError
-from streams.core.events import RunStarted, Seq
+from streams.core.events import Envelope, RunStarted, Seq
 from streams.core.proposals.fold import ProposalFold, folded_whole
 from streams.core.view import Located
 
@@ -72,6 +72,7 @@ class ProposalLog:
         self._folds: dict[tuple[str, str], ProposalFold] = {}
         self._by_workspace: dict[bytes, list[ProposalFold]] = {}
         self._runs: dict[str, Located] = {}
+        self._histories: dict[tuple[str, str], threading.Lock] = {}
         self.read = 0
         self.built = 0
         self.caught_up_at = float("-inf")
@@ -86,26 +87,46 @@ class ProposalLog:
         key = (workspace, evaluator.participant)
         with self._lock:
             fold = self._folds.get(key)
-            if fold is None:
-                fold = ProposalFold(evaluator)
-                if self._reader is not None:
-                    # The shared reader has moved on: this fold reads the history itself.
-                    # What it reads past the shared reader comes again from that one, and
-                    # a fold skips an event id it has folded.
-                    history = self._reader_of()
-                    try:
-                        self._feed(history, {workspace.encode(): [fold]})
-                    finally:
-                        history.close()
-                self._folds[key] = fold
-                self._by_workspace.setdefault(workspace.encode(), []).append(fold)
+            if fold is None and self._reader is None:  # the first: the shared read feeds it
+                fold = self._add(key, ProposalFold(evaluator))
+            gate = self._histories.setdefault(key, threading.Lock()) if fold is None else None
+        if fold is None:
+            assert gate is not None
+            fold = self._with_history(key, evaluator, gate)
+        with self._lock:
             if self.caught_up_at < asked:
                 started = time.monotonic()
                 if self._reader is None:
                     self._reader = self._reader_of()
                 self._feed(self._reader, self._by_workspace)
                 self.caught_up_at = started
-            return fold
+        return fold
+
+    def _add(self, key: tuple[str, str], fold: ProposalFold) -> ProposalFold:
+        self._folds[key] = fold
+        self._by_workspace.setdefault(key[0].encode(), []).append(fold)
+        return fold
+
+    def _with_history(self, key: tuple[str, str], evaluator: AnyActor,
+                      gate: threading.Lock) -> ProposalFold:
+        """A fold asked for after the shared reader moved on reads the history itself, with a
+        reader of its own and without the tenant's lock (the other folds' catch-ups go on
+        meanwhile; a second caller for the same fold waits for the first). What it reads past
+        the shared reader comes again from that one: a fold skips an event id it has
+        folded."""
+        with gate:
+            with self._lock:
+                found = self._folds.get(key)
+            if found is not None:
+                return found
+            fold = ProposalFold(evaluator)
+            history = self._reader_of()
+            try:
+                self._feed(history, {key[0].encode(): [fold]})
+            finally:
+                history.close()
+            with self._lock:
+                return self._add(key, fold)
 
     def locate_run(self, run_id: str, workspace: str) -> Located | None:
         """Where a run this process read is, or None (not read here, or of another
@@ -121,7 +142,6 @@ class ProposalLog:
             reader.close()
 
     def _feed(self, reader: LogReader, folds_of: dict[bytes, list[ProposalFold]]) -> None:
-        decode = self._codec.decode
         for msg in reader.read_to_end():
             self.read += 1
             workspace: bytes | None = None
@@ -129,38 +149,50 @@ class ProposalLog:
                 if name == "workspace":
                     workspace = value
                     break
-            folds = folds_of.get(workspace) if workspace is not None else None
-            if folds is None and workspace is not None:
+            if workspace is not None and workspace not in folds_of:
                 continue  # a workspace no fold follows: not decoded
-            try:
-                _writer, record = decode(msg.value() or b"")
-                head = record["envelope"]
-                if folds is None:  # no header: the record says
-                    folds = folds_of.get(str(head["workspace"]).encode())
-                    if folds is None:
-                        continue
-                kind = head["event_type"]
-                if folded_whole(kind, record.get("feedback_type")):
-                    envelope = envelope_from_record(record, Seq(partition=msg.partition(),
-                                                                offset=msg.offset()))
-                    self.built += 1
-                    event = envelope.event
-                    if isinstance(event, RunStarted) and event.run_id not in self._runs:
-                        self._runs[event.run_id] = Located(
-                            envelope.workspace, envelope.correlation_id, envelope.event_id,
-                            envelope.trace.trace_id if envelope.trace else None,
-                            rule=event.rule, action=event.action)
-                    for fold in folds:
-                        fold.add(envelope)
-                else:
-                    event_id, chain = head["event_id"], head["correlation_id"]
-                    cause = head.get("causation_id")
-                    for fold in folds:
-                        fold.link(event_id, kind, chain, cause)
-            except RegistryUnavailable:
-                reader.rewind(msg.partition(), msg.offset())  # an outage: read it again
-                raise
-            except (SchemaError, KeyError, TypeError, ValueError) as exc:
-                # Not an event envelope: no fold can hold it (the mirror dead-letters it).
-                log.debug("proposal folds pass over %s[%s]@%s: %s", msg.topic(),
-                          msg.partition(), msg.offset(), exc)
+            read = self._read(reader, msg)
+            if read is None:
+                continue
+            head, envelope = read
+            # The record's own workspace decides (the header only spared decoding the others).
+            folds = folds_of.get(str(head["workspace"]).encode())
+            if folds is None:
+                continue
+            if envelope is None:
+                event_id, kind = head["event_id"], head["event_type"]
+                chain, cause = head["correlation_id"], head.get("causation_id")
+                for fold in folds:
+                    fold.link(event_id, kind, chain, cause)
+                continue
+            event = envelope.event
+            if isinstance(event, RunStarted) and event.run_id not in self._runs:
+                self._runs[event.run_id] = Located(
+                    envelope.workspace, envelope.correlation_id, envelope.event_id,
+                    envelope.trace.trace_id if envelope.trace else None,
+                    rule=event.rule, action=event.action)
+            for fold in folds:
+                fold.add(envelope)
+
+    def _read(self, reader: LogReader, msg: Any) -> tuple[dict[str, Any], Envelope | None] | None:
+        """A record's envelope fields, and its envelope when a fold needs it whole; None for
+        a record that is not an event envelope (no fold can hold it: the mirror dead-letters
+        it). A registry outage rewinds the reader to the record and raises."""
+        try:
+            _writer, record = self._codec.decode(msg.value() or b"")
+            head = record["envelope"]
+            for name in ("event_id", "event_type", "workspace", "correlation_id"):
+                if not isinstance(head[name], str):
+                    raise SchemaError(f"the envelope's {name} is not text")
+            if not folded_whole(head["event_type"], record.get("feedback_type")):
+                return head, None
+            self.built += 1
+            return head, envelope_from_record(record, Seq(partition=msg.partition(),
+                                                          offset=msg.offset()))
+        except RegistryUnavailable:
+            reader.rewind(msg.partition(), msg.offset())  # an outage: read it again
+            raise
+        except (SchemaError, KeyError, TypeError, ValueError) as exc:
+            log.debug("proposal folds pass over %s[%s]@%s: %s", msg.topic(), msg.partition(),
+                      msg.offset(), exc)
+            return None

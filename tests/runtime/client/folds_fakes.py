@@ -85,10 +85,14 @@ class FakeTopic:
     log: list[FakeMessage] = field(default_factory=list)
     readers: list[FakeReader] = field(default_factory=list)
 
-    def append(self, codec: FakeCodec, envelopes: Sequence[Envelope]) -> None:
+    def append(self, codec: FakeCodec, envelopes: Sequence[Envelope],
+               headers: bool | list[tuple[str, bytes]] = True) -> None:
+        """Envelopes as records, with their headers (or none, or the ones given)."""
         for envelope in envelopes:
+            given = envelope_headers(envelope) if headers is True else \
+                [] if headers is False else headers
             self.log.append(FakeMessage(len(self.log), codec.encode(envelope_to_record(envelope)),
-                                        envelope_headers(envelope)))
+                                        given))
 
     def append_raw(self, codec: FakeCodec, record: dict[str, Any], *, workspace: bytes) -> None:
         self.log.append(FakeMessage(len(self.log), codec.encode(record),

@@ -84,21 +84,25 @@ def test_other_workspaces_are_passed_over_undecoded_and_folds_equal_the_whole_fo
 
 
 def test_a_fold_asked_for_later_reads_the_history_itself() -> None:
-    log, _started, resolved = story()
+    log, started, resolved = story()
     # The same events in another workspace (the ids a worker derives stay as they are).
     others = [e.model_copy(update={"workspace": "staging"}) for e in log.envelopes]
     topic, codec = FakeTopic(), FakeCodec()
-    topic.append(codec, log.envelopes)
+    topic.append(codec, [*log.envelopes, *others])
     folds = folds_of(topic, codec)
-    folds.fold("prod", EVALUATOR, now())
-    topic.append(codec, others)
+    folds.fold("prod", EVALUATOR, now())  # the shared reader passes staging over
+    assert codec.decoded == len(log.envelopes)
     staging = folds.fold("staging", EVALUATOR, now())
     assert len(topic.readers) == 2 and topic.readers[1].closed  # its own, for the history
     whole = fold_proposals(others)
     assert staging.ledger.outcome("p1") == whole.ledger.outcome("p1")
     assert staging.ledger.run_of("p1") == whole.ledger.run_of("p1") is not None
-    # The shared reader then hands staging the same records again: skipped by event id.
     assert len(staging.ledger.artifacts["a1"].versions) == 2
+    # Later staging records reach it through the shared reader, once each.
+    more = log.propose("p2", "a1", Change(set={"when": "z"}), by=started)
+    topic.append(codec, [more.model_copy(update={"workspace": "staging"})])
+    again = folds.fold("staging", EVALUATOR, now())
+    assert again is staging and set(staging.ledger.proposals) == {"p1", "p2"}
     assert folds.fold("prod", EVALUATOR, now()).decide(resolved).score
 
 
@@ -156,3 +160,21 @@ def test_the_runs_read_are_located_without_the_index() -> None:
         ("prod", started.correlation_id, started.event_id, started.event.rule)
     assert folds.locate_run(started.event.run_id, "staging") is None
     assert folds.locate_run("run_unknown", "prod") is None
+
+
+def test_records_without_headers_are_routed_by_their_own_workspace() -> None:
+    log, started, resolved = story()
+    others = [e.model_copy(update={"workspace": "staging"}) for e in log.envelopes]
+    topic, codec = FakeTopic(), FakeCodec()
+    topic.append(codec, [*others, *log.envelopes], headers=False)
+    # A header that names a followed workspace does not place a record of another one.
+    topic.append(codec, [log.envelopes[0].model_copy(update={"workspace": "staging",
+                                                              "event_id": "e-lying"})],
+                 headers=[("workspace", b"prod")])
+    folds = folds_of(topic, codec)
+    prod = folds.fold("prod", EVALUATOR, now())
+    assert codec.decoded == 2 * len(log.envelopes) + 1  # no header to skip by
+    assert prod.decide(resolved).score and prod.ledger.run_of("p1") is not None
+    assert prod.folded == len(log.envelopes)  # staging's records were not folded here
+    assert isinstance(started.event, RunStarted)
+    assert folds.locate_run(started.event.run_id, "prod") is not None
