@@ -37,6 +37,13 @@ class Located:
     action: str | None = None
 
 
+def run_located(envelope: Envelope, started: RunStarted) -> Located:
+    """Where a run is: its `run_started` envelope (`started` is that envelope's event)."""
+    return Located(envelope.workspace, envelope.correlation_id, envelope.event_id,
+                   envelope.trace.trace_id if envelope.trace else None,
+                   rule=started.rule, action=started.action)
+
+
 @dataclass
 class LogIndex:
     """Runs, firings and chains seen so far, and every event's chain."""
@@ -57,9 +64,7 @@ class LogIndex:
                 envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id)
         event = envelope.event
         if isinstance(event, RunStarted) and event.run_id not in self.runs:
-            self.runs[event.run_id] = Located(
-                envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id,
-                rule=event.rule, action=event.action)
+            self.runs[event.run_id] = run_located(envelope, event)
         elif isinstance(event, RuleFired):
             self.firings[event.firing_id] = Located(
                 envelope.workspace, envelope.correlation_id, envelope.event_id, trace_id,

@@ -899,12 +899,11 @@ class BatchLoop:
             # its work: from now on its callbacks do nothing. (Held, not weakly: confluent's
             # Consumer takes no weak reference. One per consumer given up: a few at most.)
             self._given_up.append(consumer)
-        if raised is not None:  # a stalled consumer may fail to close: carry on
-            log.warning("%s: closing the stalled consumer failed (%s)", self.name, raised)
-        if not closed:
             log.error("%s: the stalled consumer did not close within %.0f s; left to its "
                       "thread (the group expels it after its session timeout)", self.name,
                       self.flush_timeout + self.hang_grace)
+        if raised is not None:  # a stalled consumer may fail to close: carry on
+            log.warning("%s: closing the stalled consumer failed (%s)", self.name, raised)
         # What close's revocation did not clear (a consumer that lost everything has none).
         if self.exactly_once and self._in_transaction:  # the close revoked nothing
             self._abort(None, "consumer_stalled", None, why="the consumer was replaced")

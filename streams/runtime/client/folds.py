@@ -22,11 +22,12 @@ from typing import Any, Protocol
 
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.avro.fast import RegistryUnavailable
+from streams.adapters.kafka.log import header_value
 from streams.core.actors import AnyActor
 from streams.core.errors import SchemaError
 from streams.core.events import Envelope, RunStarted, Seq
 from streams.core.proposals.fold import ProposalFold, folded_whole
-from streams.core.view import Located
+from streams.core.view import Located, run_located
 
 __all__ = ["LogReader", "ProposalLog", "RecordDecoder"]
 
@@ -144,11 +145,7 @@ class ProposalLog:
     def _feed(self, reader: LogReader, folds_of: dict[bytes, list[ProposalFold]]) -> None:
         for msg in reader.read_to_end():
             self.read += 1
-            workspace: bytes | None = None
-            for name, value in msg.headers() or ():
-                if name == "workspace":
-                    workspace = value
-                    break
+            workspace = header_value(msg.headers(), "workspace")
             if workspace is not None and workspace not in folds_of:
                 continue  # a workspace no fold follows: not decoded
             read = self._read(reader, msg)
@@ -167,10 +164,7 @@ class ProposalLog:
                 continue
             event = envelope.event
             if isinstance(event, RunStarted) and event.run_id not in self._runs:
-                self._runs[event.run_id] = Located(
-                    envelope.workspace, envelope.correlation_id, envelope.event_id,
-                    envelope.trace.trace_id if envelope.trace else None,
-                    rule=event.rule, action=event.action)
+                self._runs[event.run_id] = run_located(envelope, event)
             for fold in folds:
                 fold.add(envelope)
 
