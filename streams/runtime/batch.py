@@ -241,7 +241,9 @@ class BatchStats:
     redone from the committed offsets), `aborts_by_reason` them by `abort_reason`, and
     `producer_resets` the transactional producers replaced after being fenced (or given up
     as wedged: `producers_abandoned`); `commit_seconds` is the time spent committing
-    (delivery and offsets, or the transaction's offsets and commit), aborts included."""
+    (delivery and offsets, or the transaction's offsets and commit), aborts included, and
+    `longest_commit_seconds` the longest single commit (one that waited out a broker outage
+    inside librdkafka's own retries shows here, not in `outage_waits`)."""
 
     batches: int = 0
     records: int = 0
@@ -256,6 +258,7 @@ class BatchStats:
     consumers_replaced: int = 0
     commits_before_blocking: int = 0
     commit_seconds: float = 0.0
+    longest_commit_seconds: float = 0.0
     aborts_by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -443,7 +446,10 @@ class BatchLoop:
         try:
             return self._commit_now(consumer, producer, partitions)
         finally:
-            self.stats.commit_seconds += time.perf_counter() - began
+            took = time.perf_counter() - began
+            self.stats.commit_seconds += took
+            if took > self.stats.longest_commit_seconds:
+                self.stats.longest_commit_seconds = took
 
     def _commit_now(self, consumer: Consumer, producer: Producer,
                     partitions: set[tuple[str, int]] | None) -> bool:

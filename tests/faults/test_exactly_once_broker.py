@@ -102,13 +102,19 @@ async def test_broker_restart_mid_stream_counts_exactly(
     assert_alive(*workers)
     stats = [_loop_stats(w) for w in workers]
     met = sum(s.get("outage_waits", 0) + s.get("aborts", 0) for s in stats)
+    # A commit under way when the broker went can also wait it out inside librdkafka's own
+    # retries (its timeout is 30 s) and then succeed: no wait or abort of the loop's, one
+    # commit as long as most of the outage.
+    waited = max(s.get("longest_commit_seconds", 0.0) for s in stats)
     if caught_up == "false":
-        assert met > 0, "neither worker met the outage: the test did not test it"
+        assert met > 0 or waited >= OUTAGE / 2, \
+            f"neither worker met the outage: the test did not test it ({stats})"
     print(f"exactly once, broker restarted mid-stream ({up - down:.0f} s from stop-kafka "
           f"returning to start-kafka returning) under 2 workers: {len(given)} feedback "
           f"({before} before the stop), {counted} score records for {len(given) * 3} scores, "
           f"0 repeats, 0 lost; outage waits {[s.get('outage_waits') for s in stats]}, aborts "
-          f"{[s.get('aborts_by_reason') for s in stats]}")
+          f"{[s.get('aborts_by_reason') for s in stats]}, longest commits "
+          f"{[round(s.get('longest_commit_seconds', 0.0), 1) for s in stats]} s")
 
 
 async def _until(check: Callable[[], Any], seconds: float, what: str) -> None:

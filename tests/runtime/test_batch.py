@@ -555,6 +555,23 @@ def test_a_transactional_call_that_never_returns_gives_its_producer_up(
         release.set()  # let the wedged call's thread end
 
 
+def test_a_commit_that_waits_out_an_outage_shows_as_the_longest_commit() -> None:
+    # librdkafka retries a commit inside its own timeout: one that waits out a broker
+    # outage and then succeeds is no abort and no outage wait of the loop's, only a long
+    # commit, and the stats must show it.
+    class ThirdOfASecond(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            time.sleep(0.3)
+            return True
+
+    broker = Broker(records(6), failures={"commit_transaction": [ThirdOfASecond()]})
+    loop = make(broker)
+    run_until(loop, all_committed(broker))
+    assert sorted(broker.visible) == expected(broker)
+    assert loop.stats.aborts == 0 and loop.stats.outage_waits == 0
+    assert 0.3 <= loop.stats.longest_commit_seconds <= loop.stats.commit_seconds
+
+
 def _noting_transactions(broker: Broker, may_block: bool) -> tuple[BatchLoop, list[bool]]:
     """A loop that commits only when it must, and what it noted at each step: whether a
     transaction was open when the step ran."""

@@ -162,6 +162,10 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str]] = {
                                     "for delivery, then the offsets; exactly_once: the "
                                     "transaction's offsets and commit); over commits, the "
                                     "mean commit"),
+    "streams.loop.longest_commit_seconds": ("gauge", ("loop",),
+                                            "the longest single commit of a loop since it "
+                                            "started: one that waited out a broker outage "
+                                            "inside the client's own retries shows here"),
     "streams.loop.transaction_aborts": ("counter", ("loop", "reason"),
                                         "transactions an exactly-once loop aborted and redid, "
                                         "by reason (fenced, group_moved, coordinator_moved, "
@@ -388,6 +392,8 @@ class Metrics:
         for name, read in {"streams.calibration.value": self._calibration_values,
                            "streams.calibration.pairs": lambda: self._calibration("pairs"),
                            "streams.calibration.alarm": lambda: self._calibration("alarm"),
+                           "streams.loop.longest_commit_seconds":
+                               lambda: self._loop_stat("longest_commit_seconds"),
                            }.items():
             meter.create_observable_gauge(name, callbacks=[_callback(read)],
                                           description=INSTRUMENTS[name][2])

@@ -62,7 +62,7 @@ def test_worker_metrics_by_tenant_loop_outcome_and_partition(local_delays: bool)
     loop.stats.batches, loop.stats.rewinds, loop.stats.outage_waits = 4, 1, 3
     loop.stats.commits, loop.stats.producer_resets = 2, 1
     loop.stats.consumers_replaced = 3
-    loop.stats.commit_seconds = 0.25
+    loop.stats.commit_seconds, loop.stats.longest_commit_seconds = 0.25, 0.125
     loop.stats.aborts_by_reason.update({"fenced": 1, "group_moved": 2})
     loop.lag._lag = {("fs.acme.events", 0): 3, ("fs.acme.events", 1): 0}
     metrics.watch_loop(loop, "fs")
@@ -102,6 +102,7 @@ def test_worker_metrics_by_tenant_loop_outcome_and_partition(local_delays: bool)
     assert got[("streams_loop_outage_waits_total", (("loop", "feedback-mirror"),))] == 3
     assert got[("streams_loop_commits_total", (("loop", "feedback-mirror"),))] == 2
     assert got[("streams_loop_commit_seconds_total", (("loop", "feedback-mirror"),))] == 0.25
+    assert got[("streams_loop_longest_commit_seconds", (("loop", "feedback-mirror"),))] == 0.125
     assert got[("streams_loop_producer_resets_total", (("loop", "feedback-mirror"),))] == 1
     assert got[("streams_loop_consumer_replacements_total",
                 (("loop", "feedback-mirror"),))] == 3
