@@ -46,6 +46,7 @@ Pure: the rule and the checks; the claim is written and awaited by the workspace
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -58,8 +59,8 @@ from streams.core.errors import ValidationFailed
 from streams.core.prices import ModelPrice
 from streams.core.rules import F, Rule, on, run
 
-__all__ = ["BUDGET_CLAIM", "BUDGET_NAME", "GRANT_ACTION", "MICROS", "Budget", "grant",
-           "micros_of", "with_budgets"]
+__all__ = ["BACKFILL_WINDOW", "BUDGET_CLAIM", "BUDGET_NAME", "BUDGET_RULE_PREFIX", "GRANT_ACTION",
+           "MICROS", "Budget", "backfill_budget", "grant", "micros_of", "with_budgets"]
 
 BUDGET_CLAIM: Final = "streams:budget-claim"
 """The app event name of a claim on a budget (its data: `budget`, `tokens`, `run_id`, and
@@ -73,6 +74,14 @@ GRANT_ACTION: Final = "streams:budget-grant"
 
 BUDGET_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 """What a budget's name must match (it names the budget's rule, `streams:budget.<name>`)."""
+
+BUDGET_RULE_PREFIX: Final = "streams:budget."
+"""What every budget's rule name starts with (`Budget.rule_name`)."""
+
+BACKFILL_WINDOW: Final = timedelta(days=1_800_000)
+"""A backfill budget's window: one window from the epoch to the year 6898, so its tokens are
+a total for the rule's backfills, not a rate (windows are fixed from the epoch; a longer one
+would end past the last year a datetime holds)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +131,7 @@ class Budget:
     @property
     def rule_name(self) -> str:
         """The name of the budget's rule."""
-        return f"streams:budget.{self.name}"
+        return f"{BUDGET_RULE_PREFIX}{self.name}"
 
     @property
     def rule(self) -> Rule:
@@ -164,6 +173,21 @@ class Budget:
         return data
 
 
+def backfill_budget(rule: str, tokens: int) -> Budget:
+    """The budget of rule `rule`'s backfills (`streams rules install --backfill
+    --budget-tokens`): `tokens` in all (one BACKFILL_WINDOW), apart from any budget the
+    rule's action carries, so a backfill never spends the live runs' budget and live runs
+    never spend the backfill's. Named `backfill.<rule>`; where the rule's name has what
+    budget names do not allow (`ops:wrong-triage`), those characters become `-` and a short
+    digest of the name follows (`backfill.ops-wrong-triage.c03ee1c1`), so two rules never
+    share one. ValidationFailed for tokens that are not a whole number above 0."""
+    name = f"backfill.{rule}"
+    if not BUDGET_NAME.match(name):
+        readable = re.sub(r"[^a-z0-9_.-]", "-", rule.lower())[:45]
+        name = f"backfill.{readable}.{hashlib.sha256(rule.encode()).hexdigest()[:8]}"
+    return Budget(name, tokens=tokens, per=BACKFILL_WINDOW)
+
+
 def micros_of(tokens: int, per_million: float) -> int:
     """`tokens` at `per_million` (money per million tokens) in micros, rounded up: the
     decimal price as written, so 1,500 tokens at 0.6 are 900, not 901."""
@@ -179,7 +203,8 @@ def with_budgets(rules: Iterable[Rule], actions: Mapping[str, Any], *,
                  prices: Callable[[], Mapping[str, ModelPrice]] | None = None,
                  ) -> tuple[list[Rule], dict[str, Any]]:
     """The rules and actions of a worker with the budgets its actions carry (an action's
-    `budget` attribute): each budget's rule once, and the grants' no-op action. An action
+    `budget` attribute): each budget's rule once, and the grants' no-op action (always: the
+    backfill budgets of installed rules need it too). An action
     with a money budget is given its model's price from `prices()` (the worker's price
     table, read only when some budget counts money). ValidationFailed when two actions carry
     different budgets under one name, or a money budget's model has no price."""
@@ -198,7 +223,6 @@ def with_budgets(rules: Iterable[Rule], actions: Mapping[str, Any], *,
             if table is None:  # read once, and only when some budget counts money
                 table = prices() if prices is not None else {}
             action.priced(table)
-    out = list(rules)
-    if not budgets:
-        return out, dict(actions)
-    return [*out, *(b.rule for b in budgets.values())], {**actions, GRANT_ACTION: grant}
+    # The grants' action is there without budgets too: a backfill's budget is a rule the
+    # rulebook brings (streams.core.rulebook), and its grants run it as well.
+    return [*rules, *(b.rule for b in budgets.values())], {**actions, GRANT_ACTION: grant}

@@ -176,10 +176,10 @@ class EvaluatorAction(Generic[In]):
         self.reuse = reuse
         self.shadow = shadow
         self.shadow_share = shadow_share
-        if (budget is None) != (cost is None):
-            raise ValueError("budget= and cost= go together: the budget claims each "
-                             "evaluation's worst-case cost in tokens (an int, or a function "
-                             "of the input)")
+        if budget is not None and cost is None:
+            # cost= alone is allowed: a backfill's budget (install --budget-tokens) claims it.
+            raise ValueError("budget= needs cost=: the budget claims each evaluation's "
+                             "worst-case cost in tokens (an int, or a function of the input)")
         if budget is not None and not isinstance(budget, Budget):
             raise ValueError(f"budget= takes a Budget, got {budget!r}")
         if budget is not None and budget.money is not None and not model:
@@ -219,11 +219,12 @@ class EvaluatorAction(Generic[In]):
             checked = await _reusable(reaction, key, self.evaluator) if self.reuse else None
             reused = checked is not None
             claim: dict[str, Any] | None = None
-            if checked is None and self.budget is not None:
-                claim = self._claim_of(judged, reaction)
-                if not await _claim(reaction, self.budget, claim):
+            budget = self._budget_of(reaction)
+            if checked is None and budget is not None:
+                claim = self._claim_of(judged, reaction, budget)
+                if not await _claim(reaction, budget, claim):
                     # Held back: no call. The run succeeds, judging nothing (over_budget).
-                    return {"over_budget": self.budget.name, **_claimed(claim),
+                    return {"over_budget": budget.name, **_claimed(claim),
                             "evaluator": self.evaluator.name,
                             "version": self.evaluator.version, "verdict_key": key}
             if checked is None:
@@ -260,13 +261,26 @@ class EvaluatorAction(Generic[In]):
         promoted.budget, promoted.cost, promoted.price = self.budget, self.cost, self.price
         return promoted
 
-    def _claim_of(self, judged: In, reaction: Reaction) -> dict[str, Any]:
-        """The claim data of one evaluation of `judged` (ValidationFailed as Budget.claim)."""
-        assert self.budget is not None
+    def _budget_of(self, reaction: Reaction) -> Budget | None:
+        """The budget this run's evaluations claim from: the reaction's (a backfill run's),
+        else the action's own. ValidationFailed when the reaction has one and the action
+        declares no cost to claim."""
+        if reaction.budget is None:
+            return self.budget
+        if self.cost is None:
+            raise ValidationFailed(
+                f"action {self.name!r} has no cost= and rule {reaction.run.rule!r} was "
+                f"backfilled with a budget ({reaction.budget.name!r}): give the action "
+                "EvaluatorAction(cost=...) (one evaluation's worst case in tokens), or "
+                "backfill without --budget-tokens")
+        return reaction.budget
+
+    def _claim_of(self, judged: In, reaction: Reaction, budget: Budget) -> dict[str, Any]:
+        """The claim data of one evaluation of `judged` on `budget` (ValidationFailed as
+        Budget.claim)."""
         cost = self.cost
         tokens = cost(judged) if callable(cost) else int(cost or 0)
-        return self.budget.claim(tokens, reaction.run.run_id, price=self.price,
-                                 model=self.model)
+        return budget.claim(tokens, reaction.run.run_id, price=self.price, model=self.model)
 
     async def _shadow(self, shadow: Evaluator[In, Any], judged: In, target: Target,
                       reaction: Reaction) -> dict[str, Any]:
@@ -290,12 +304,13 @@ class EvaluatorAction(Generic[In]):
                                   reused=True, event_id=on_id)
             return {**checked.as_output(), "verdict_key": key, "reused": True}
         named = {"evaluator": shadow.name, "version": shadow.version}
-        if self.budget is not None:
-            # The shadow's calls are spent from the same budget (at the action's cost).
+        # The shadow's calls are spent from the same budget (at the action's cost).
+        budget = self._budget_of(reaction)
+        if budget is not None:
             try:
-                claim = self._claim_of(judged, reaction)
-                if not await _claim(reaction, self.budget, claim):
-                    return {**named, "over_budget": self.budget.name, **_claimed(claim)}
+                claim = self._claim_of(judged, reaction, budget)
+                if not await _claim(reaction, budget, claim):
+                    return {**named, "over_budget": budget.name, **_claimed(claim)}
             except Exception as exc:  # a shadow never fails a run
                 return {**named, "failed": f"{type(exc).__name__}: {exc}"}
         try:

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from streams.core.app_events import AppEventTypes
+from streams.core.budgets import Budget, backfill_budget
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, Seq
 from streams.core.rules import Fire, InvalidRule, Rule, RuleEngine, rule_from_dict
@@ -52,6 +53,31 @@ class RulebookEntry:
     archived_event_id: str | None = None
     archived_at: datetime | None = None
     archived_by: str | None = None
+    backfill_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.backfill_tokens is not None:
+            backfill_budget(self.rule, self.backfill_tokens)  # ValidationFailed naming it
+
+    @property
+    def backfill_budget(self) -> Budget | None:
+        """The budget of the rule's backfill runs (`install --backfill --budget-tokens`), or
+        None: its backfill runs claim from what their action carries, as live runs do."""
+        if self.backfill_tokens is None:
+            return None
+        return backfill_budget(self.rule, self.backfill_tokens)
+
+    def budget_of(self, cause: Envelope | None) -> Budget | None:
+        """The budget a run of this rule claims from instead of its action's, given the
+        event that made the rule fire: the backfill budget for a run caused by an event
+        before the installation point (a backfill's), None for a live one. A cause not found
+        counts as history while the rule has a backfill budget: a backfill run must never
+        claim past it, and a live run wrongly counted there can only judge less."""
+        budget = self.backfill_budget
+        if budget is None or (cause is not None and cause.seq is not None
+                              and self.is_live_at(cause.seq)):
+            return None
+        return budget
 
     @property
     def live(self) -> bool:
@@ -82,7 +108,7 @@ class RulebookEntry:
         try:
             raw = json.loads(data)
             archived_at = raw.get("archived_at")
-            return RulebookEntry(
+            entry = RulebookEntry(
                 rule=str(raw["rule"]), state=raw["state"], definition=dict(raw["definition"]),
                 start={int(p): int(o) for p, o in raw["start"].items()},
                 workspace=str(raw["workspace"]),
@@ -91,7 +117,8 @@ class RulebookEntry:
                 installed_by=str(raw["installed_by"]), artifact_id=raw.get("artifact_id"),
                 archived_event_id=raw.get("archived_event_id"),
                 archived_at=datetime.fromisoformat(archived_at) if archived_at else None,
-                archived_by=raw.get("archived_by"))
+                archived_by=raw.get("archived_by"), backfill_tokens=raw.get("backfill_tokens"))
+            return entry
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValidationFailed(f"a rulebook record that is not an entry ({exc!r}); "
                                    f"rulebook records are written by `streams rules install`"
@@ -116,13 +143,19 @@ def live_rules(
     reserved: Collection[str] = (),
     types: AppEventTypes | None = None,
 ) -> tuple[dict[str, LiveRule], dict[str, str]]:
-    """The live rules of a tenant's entries, by name, and the entries refused, by name, with
-    the reason: a definition this process cannot build (an app event type it has not
-    declared, a schema it does not know), or a name of a rule it already has from its rules
-    modules (`reserved`)."""
+    """The live rules of a tenant's entries, by name (with the rules of their backfill
+    budgets: streams.core.budgets), and the entries refused, by name, with the reason: a
+    definition this process cannot build (an app event type it has not declared, a schema
+    it does not know), or a name of a rule it already has from its rules modules
+    (`reserved`)."""
     live: dict[str, LiveRule] = {}
     refused: dict[str, str] = {}
     for entry in entries:
+        budget = entry.backfill_budget
+        if budget is not None:
+            # Its claims are decided by its rule, archived or not: a backfill's runs may
+            # still be running after an archive, and each waits for its claim's answer.
+            live[budget.rule_name] = LiveRule(budget.rule, entry)
         if not entry.live:
             continue
         if entry.rule in reserved:

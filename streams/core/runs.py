@@ -14,6 +14,7 @@ from typing import Any, Generic, Protocol
 from typing_extensions import TypeVar
 
 from streams.core.actors import AgentActor
+from streams.core.budgets import Budget
 from streams.core.errors import ValidationFailed
 from streams.core.events import (
     AppEvent,
@@ -153,6 +154,9 @@ class Reaction(Generic[DepsT]):
     workspace: ActingWorkspace
     attempt: int = 1
     deps: DepsT = field(default_factory=lambda: _no_deps())
+    budget: Budget | None = None
+    """The budget the run's evaluations claim from instead of their action's: a backfill
+    run's, when its rule was installed with one (`RulebookEntry.budget_of`)."""
 
     async def emit(self, event: Event) -> Any:
         """Append an event caused by this run, in its chain."""

@@ -6,18 +6,28 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from streams.core.budgets import BUDGET_CLAIM, GRANT_ACTION, Budget, micros_of, with_budgets
+from streams.core.budgets import (
+    BACKFILL_WINDOW,
+    BUDGET_CLAIM,
+    GRANT_ACTION,
+    Budget,
+    backfill_budget,
+    grant,
+    micros_of,
+    with_budgets,
+)
 from streams.core.errors import ValidationFailed
 from streams.core.events import AppEvent, Envelope, Event
 from streams.core.execution import _count_refusals
 from streams.core.matching import ReactorStats
 from streams.core.prices import ModelPrice
 from streams.core.rules import Fire, Rule, RuleEngine, on, run
+from streams.core.rules.engine import RuleState, evaluate
 from streams.core.runs import Reaction
 from tests.core.test_evaluation import Log, action_for, counting_judge
 
@@ -204,6 +214,24 @@ def test_refused_claims_are_counted_by_budget_for_the_metric() -> None:
     assert stats.budget_refusals == {"judges": 2, "usd": 1}
 
 
+def test_a_backfill_budget_is_a_total_named_after_its_rule() -> None:
+    budget = backfill_budget("wrong-triage", 5_000)
+    assert (budget.name, budget.tokens, budget.per) == ("backfill.wrong-triage", 5_000,
+                                                         BACKFILL_WINDOW)
+    assert budget.rule.name == "streams:budget.backfill.wrong-triage"
+    # One window from the epoch to long after any claim.
+    limit = budget.rule.when.rate_limit
+    assert limit is not None and limit.window(datetime(2026, 12, 7, tzinfo=UTC)) == 0
+    assert limit.window_start(1).year > 6000
+    odd = backfill_budget("ops:wrong-triage", 10)
+    assert odd.name == "backfill.ops-wrong-triage.c03ee1c1"
+    assert odd == backfill_budget("ops:wrong-triage", 10)  # the same name each time
+    assert backfill_budget("ops-wrong-triage", 10).name == "backfill.ops-wrong-triage"
+    assert len(backfill_budget("x:" + "y" * 200, 10).name) <= 64
+    with pytest.raises(ValidationFailed, match="whole number above 0"):
+        backfill_budget("r", 0)
+
+
 def test_a_worker_gets_each_budgets_rule_once_and_the_grant_action() -> None:
     evaluator, _calls = counting_judge()
     one = action_for(evaluator, budget=JUDGES, cost=100)
@@ -213,7 +241,8 @@ def test_a_worker_gets_each_budgets_rule_once_and_the_grant_action() -> None:
     rules, actions = with_budgets([plain], {"one": one, "two": two, "a": other})
     assert [r.name for r in rules] == ["t:r", "streams:budget.judges"]
     assert GRANT_ACTION in actions and actions["one"] is one
-    assert with_budgets([plain], {"a": other}) == ([plain], {"a": other})
+    # The grant action without budgets too: an installed rule's backfill budget needs it.
+    assert with_budgets([plain], {"a": other}) == ([plain], {"a": other, GRANT_ACTION: grant})
     clash = action_for(evaluator, budget=Budget("judges", 5, timedelta(hours=1)), cost=1)
     with pytest.raises(ValidationFailed, match="one name, one budget"):
         with_budgets([], {"one": one, "clash": clash})
@@ -247,10 +276,12 @@ async def test_a_verdict_whose_tokens_pass_its_claim_is_reported_as_an_overrun(
     assert out["budget_overrun_tokens"] == 50
 
 
-def test_budget_and_cost_go_together() -> None:
+def test_a_budget_needs_a_cost_and_a_cost_alone_is_allowed() -> None:
     evaluator, _calls = counting_judge()
-    with pytest.raises(ValueError, match="go together"):
+    with pytest.raises(ValueError, match="budget= needs cost="):
         action_for(evaluator, budget=JUDGES)
+    # A cost alone: what a backfill's budget (install --budget-tokens) claims.
+    assert action_for(evaluator, cost=300).budget is None
     with pytest.raises(ValidationFailed, match="over the whole budget"):
         action_for(evaluator, budget=JUDGES, cost=5_000)
 
@@ -280,3 +311,57 @@ async def test_a_shadow_versions_calls_are_spent_from_the_same_budget(
     assert outputs[1]["shadow"] == {"evaluator": "grader", "version": "2",
                                     "over_budget": "judges", "claimed_tokens": 300}
     assert "value" in outputs[1]  # the current version's verdict is given all the same
+
+
+async def test_a_backfill_runs_evaluations_claim_from_its_budget_not_the_actions(
+        reaction_in: Callable[..., Reaction]) -> None:
+    evaluator, calls = counting_judge()
+    log = Decided()
+    backfill = backfill_budget("grade", 700)
+    outputs = []
+    for i in range(4):
+        # The action's own budget (JUDGES) is not touched by a backfill run's claims.
+        action = action_for(evaluator, text=f"answer {i}", budget=JUDGES, cost=300)
+        reaction = dataclasses.replace(reaction_in(log, f"run_{i}"), budget=backfill)
+        outputs.append(await action(reaction))
+    assert [o.get("over_budget") for o in outputs] == [None, None, "backfill.grade",
+                                                       "backfill.grade"]
+    assert calls == ["answer 0", "answer 1"]
+    assert {c["budget"] for c in log.claims} == {"backfill.grade"}
+    # A live run of the same action claims from its own budget, whole.
+    live = await action_for(evaluator, text="live", budget=JUDGES, cost=300)(
+        reaction_in(log, "run_live"))
+    assert live.get("over_budget") is None and log.claims[-1]["budget"] == "judges"
+    # An action with a cost and no budget of its own claims from the backfill's too.
+    costed = await action_for(evaluator, text="answer 9", cost=300)(
+        dataclasses.replace(reaction_in(log, "run_9"), budget=backfill))
+    assert costed["over_budget"] == "backfill.grade" and "answer 9" not in calls
+
+
+async def test_a_backfill_budget_on_an_action_without_a_cost_fails_the_run_saying_why(
+        reaction_in: Callable[..., Reaction]) -> None:
+    evaluator, calls = counting_judge()
+    reaction = dataclasses.replace(reaction_in(Decided()), budget=backfill_budget("grade", 5))
+    with pytest.raises(ValidationFailed, match=r"no cost=.*EvaluatorAction\(cost=\.\.\.\)"):
+        await action_for(evaluator)(reaction)
+    assert calls == []
+
+
+def test_a_budget_raised_mid_window_keeps_what_it_spent() -> None:
+    # The decider's state of one rule across a change of its limit (a repeat install with
+    # another --budget-tokens, a worker restarted with a bigger Budget): 400 of 450 spent,
+    # raised to 750, leaves 350.
+    state = RuleState()
+
+    def decide(budget: Budget, tokens: int) -> str:
+        claim = Envelope.new(AppEvent(name=BUDGET_CLAIM, data=budget.claim(tokens, "r")),
+                             tenant="acme", workspace="prod")
+        [decision] = evaluate([budget.rule], claim, state)
+        return type(decision).__name__
+
+    small, raised = backfill_budget("grade", 450), backfill_budget("grade", 750)
+    assert [decide(small, 100) for _ in range(5)] == ["Fire"] * 4 + ["Throttled"]
+    assert [decide(raised, 100) for _ in range(4)] == ["Fire"] * 3 + ["Throttled"]
+    # Another window length counts afresh (the windows' numbers differ).
+    daily = Budget(raised.name, tokens=750, per=timedelta(days=1))
+    assert [decide(daily, 100) for _ in range(8)] == ["Fire"] * 7 + ["Throttled"]

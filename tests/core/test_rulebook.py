@@ -92,6 +92,37 @@ def test_live_rules_skip_archived_refuse_what_cannot_be_built_and_reserved_names
     assert "--rules modules" in refused["ops:wrong-triage"]
 
 
+def test_a_backfill_budget_rides_on_the_entry_and_is_decided_as_a_live_rule() -> None:
+    budgeted = entry(backfill_tokens=5_000)
+    assert RulebookEntry.decode(budgeted.encode()) == budgeted
+    assert RulebookEntry.decode(entry().encode()).backfill_tokens is None  # older entries
+    with pytest.raises(ValidationFailed, match="whole number above 0"):
+        entry(backfill_tokens=0)
+    with pytest.raises(ValidationFailed, match="not an entry"):
+        RulebookEntry.decode(entry().encode().replace(b'"backfill_tokens":null',
+                                                      b'"backfill_tokens":-3'))
+    budget = budgeted.backfill_budget
+    assert budget is not None and budget.tokens == 5_000
+    # Its claims' rule is live beside the rule, archived or not (runs may still claim).
+    live, _ = live_rules([budgeted])
+    assert sorted(live) == ["ops:wrong-triage", budget.rule_name]
+    live, _ = live_rules([entry(backfill_tokens=5_000, state="archived")])
+    assert list(live) == [budget.rule_name]
+    assert live_rules([entry()])[0].keys() == {"ops:wrong-triage"}
+
+
+def test_a_run_caused_before_the_installation_point_claims_from_the_backfill_budget() -> None:
+    budgeted = entry(backfill_tokens=5_000, start={0: 10, 1: 0})
+    cause = spike("api")
+    assert budgeted.budget_of(at(cause, 0, 9)) == budgeted.backfill_budget  # history
+    assert budgeted.budget_of(at(cause, 0, 10)) is None  # live
+    assert budgeted.budget_of(at(cause, 1, 0)) is None
+    # A cause not found: counted as history, so a backfill run never claims past its budget.
+    assert budgeted.budget_of(None) == budgeted.backfill_budget
+    assert budgeted.budget_of(cause) == budgeted.backfill_budget  # no seq: not from the log
+    assert entry().budget_of(at(cause, 0, 9)) is None  # no backfill budget
+
+
 def test_install_checks() -> None:
     data = rule_to_dict(WRONG_TRIAGE)
     rule, repeat = check_install(data, actions={"escalate"})

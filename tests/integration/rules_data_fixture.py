@@ -2,7 +2,8 @@
 see that a worker is up and has processed a chain) and the action registry installed rules
 name. `act` appends a `t:acted` event in a chain of its own, with a fresh id, for every
 execution, so the tests count executions, not runs. `grade` judges a `t:answer`'s text with
-an evaluator (a run's output says whether it was called or its recorded verdict reused)."""
+an evaluator (a run's output says whether it was called or its recorded verdict reused);
+`grade-costed` does too, declaring each evaluation's cost for a backfill's budget."""
 
 from __future__ import annotations
 
@@ -66,5 +67,11 @@ shadowed = EvaluatorAction(
     shadow=FunctionEvaluator(_graded_strictly, verdict_type=TriageQuality, name="grader",
                              version="2"), shadow_share=0.5)
 
+# The grader with the worst case of one evaluation declared (100 tokens) and no budget of
+# its own: what a backfill's budget (install --budget-tokens) claims.
+costed = EvaluatorAction(grade.evaluator, input=_answer_text, target=_own_run,
+                         name="grade-costed", cost=100)
+
 RULES = [Rule(name="t:warm", when=on("t:warm"), then=run("noop"))]
-ACTIONS = {"act": act, "noop": noop, "grade": grade, "grade-shadowed": shadowed}
+ACTIONS = {"act": act, "noop": noop, "grade": grade, "grade-shadowed": shadowed,
+           "grade-costed": costed}

@@ -283,6 +283,13 @@ async def test_a_rule_heard_of_late_is_caught_up_from_its_installation_point(
             def find(self, tenant_: str, name: str) -> LiveRule | None:
                 return found if (tenant_, name) == (tenant, "t:late") else None
 
+            find_now = find
+
+            def entry(self, tenant_: str, name: str) -> RulebookEntry | None:
+                return entry if (tenant_, name) == (tenant, "t:late") else None
+
+            entry_now = entry
+
         reactor.follow(Follower())  # type: ignore[arg-type]
         await asyncio.to_thread(reactor.refresh)
         assert reactor.stats.caught_up == len(after)
@@ -363,6 +370,63 @@ async def test_a_backfill_in_a_window_and_a_limit_at_a_time_resumes_where_it_sto
     worker_factory("--rules", MODULE, types=TYPES)
     log = await wait_log(ws, lambda es: len(acted(es)) >= 5, 90, "the backfill's five actions")
     assert sorted(fired_on(log, "t:win")) == sorted(p.id for p in pings[2:7])
+
+
+async def test_a_backfill_spends_its_own_budget_kept_with_the_rule_across_resumes(
+    settings: Settings, tenant_factory: Callable[..., str], client_factory: Callable[..., Any],
+    worker_factory: Callable[..., WorkerProcess], tmp_path: Path,
+) -> None:
+    # 10 answers of history; the rule's action claims 100 tokens an evaluation. A backfill of
+    # 6 with 450 tokens judges 4 and refuses 2; resumed with the budget raised to 750, the 4
+    # left find 350 tokens left (not a new 750): 3 judged, 1 refused. Live runs claim from
+    # no backfill budget.
+    tenant = tenant_factory()
+    ws = client_factory().workspace(tenant, "prod", actor=UserActor(id="ada"))
+    for i in range(10):
+        await ws.append(AppEvent(name="t:answer", data={"text": f"right answer {i}"}))
+    worker_factory("--rules", MODULE, types=TYPES)
+    await warm(ws)
+    rule = rule_json("t:budgeted", "grade-costed", on="t:answer")
+    # Refused, before anything is written: no --backfill, an amount below 1, an action
+    # that declares no cost.
+    for extra, says in ((("--budget-tokens", "450"), "--backfill"),
+                        (("--backfill", "--budget-tokens", "0"), "above 0")):
+        refused = install(settings, tmp_path, tenant, rule, *extra, check=False)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+    uncosted = install(settings, tmp_path, tenant, rule_json("t:uncosted", "grade",
+                                                             on="t:answer"),
+                       "--backfill", "--budget-tokens", "450", check=False)
+    assert uncosted.returncode == 2 and "has no cost" in uncosted.stderr, uncosted.stderr
+
+    first = json.loads(install(settings, tmp_path, tenant, rule, "--backfill", "--limit", "6",
+                               "--budget-tokens", "450").stdout)
+    budget = first["backfill_budget"]
+    assert budget["tokens"] == 450 and budget["name"].startswith("backfill.t-budgeted.")
+    assert (first["backfill"]["written"], first["backfill"]["left"]) == (6, 4)
+    log = await wait_log(ws, lambda es: len(graded(es, "t:budgeted")) >= 6, 120,
+                         "the first six backfill runs")
+    outputs = graded(log, "t:budgeted")
+    assert sorted(o.get("over_budget", "") for o in outputs) == [""] * 4 + [budget["name"]] * 2
+    assert all(o["claimed_tokens"] == 100 for o in outputs)
+
+    again = json.loads(install(settings, tmp_path, tenant, rule, "--backfill", "--limit", "6",
+                               "--budget-tokens", "750").stdout)
+    assert again["repeat"] and again["backfill_budget"]["tokens"] == 750
+    assert (again["backfill"]["written"], again["backfill"]["already"]) == (4, 6)
+    log = await wait_log(ws, lambda es: len(graded(es, "t:budgeted")) >= 10, 120,
+                         "the backfill's last four runs")
+    outputs = graded(log, "t:budgeted")
+    assert sum("over_budget" not in o for o in outputs) == 7  # 700 of 750 tokens
+    judged = [e for e in log if isinstance(e.event, FeedbackGiven)]
+    assert len(judged) == 7
+
+    # Live answers: their runs claim nothing (the action has no budget of its own).
+    for i in range(3):
+        await ws.append(AppEvent(name="t:answer", data={"text": f"right live answer {i}"}))
+    log = await wait_log(ws, lambda es: len(graded(es, "t:budgeted")) >= 13, 120,
+                         "the live runs")
+    live = graded(log, "t:budgeted")[10:]
+    assert all("over_budget" not in o and "claimed_tokens" not in o for o in live)
 
 
 async def test_a_shadow_version_judges_half_the_inputs_apart_and_gives_no_feedback(

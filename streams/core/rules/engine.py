@@ -209,13 +209,19 @@ class RuleState:
         return state
 
     def limiter(self, rule: Rule) -> RateState:
-        """The rule's rate state (a new one if the rule's limit changed)."""
+        """The rule's rate state. A limit whose `n` alone changed keeps the windows'
+        counts (a budget raised mid-window has spent what it spent: raising 450 tokens to
+        750 leaves 300 more, not 750); another window length or weight starts afresh (the
+        windows' numbers or units differ)."""
         limit = rule.when.rate_limit
         if limit is None:
             raise ValueError(f"rule {rule.name!r} has no rate limit")
         state = self.rates.get(rule.name)
         if state is None or state.limit != limit:
+            kept = state.windows if state is not None and \
+                (state.limit.per, state.limit.weight) == (limit.per, limit.weight) else {}
             state = self.rates[rule.name] = RateState(limit)
+            state.windows = kept
         return state
 
     def expire(self, now: datetime) -> None:

@@ -55,8 +55,8 @@ from streams.core.spans import JUMPABLE, ClosedSpan, SpanWalk
 from streams.core.tenancy import tenant_topics
 from streams.core.viewrows import PageKey
 from streams.runtime.client.commands import CommandService
+from streams.runtime.client.entries import EntryView, read_entries, topic_exists, write_entry
 from streams.runtime.client.workspace import Workspace
-from streams.runtime.jobs.entries import EntryView, read_entries, topic_exists, write_entry
 from streams.runtime.jobs.leases import Lease, LeaseBook
 from streams.runtime.root import Runtime
 

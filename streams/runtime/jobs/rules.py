@@ -25,6 +25,7 @@ from datetime import datetime
 from streams.adapters.kafka.log import watermarks
 from streams.core.actors import Actor, SystemActor
 from streams.core.app_events import AppEventTypes
+from streams.core.budgets import backfill_budget
 from streams.core.errors import NotFound, ValidationFailed
 from streams.core.events import Envelope, RuleArchived, RuleFired, RuleInstalled
 from streams.core.rulebook import (
@@ -37,8 +38,8 @@ from streams.core.rules import Fire, InvalidRule, Rule
 from streams.core.rules.serialized import rule_from_dict
 from streams.core.runs import fire_envelopes
 from streams.core.tenancy import rulebook_group, rulebook_topic, tenant_topics
+from streams.runtime.client.entries import read_entries, write_entry
 from streams.runtime.client.workspace import StreamsClient
-from streams.runtime.jobs.entries import read_entries, write_entry
 from streams.runtime.root import Runtime
 
 __all__ = ["BackfillProgress", "BackfillScope", "Backfilled", "Installed", "RuleFinder",
@@ -138,17 +139,36 @@ class Rulebook:
         scope: BackfillScope | None = None,
         progress: BackfillProgress | None = None,
         actor: Actor | None = None,
+        budget_tokens: int | None = None,
+        costed: Collection[str] | None = None,
     ) -> Installed:
         """Install a rule from its JSON form (see the module's docstring); InvalidRule when
         the checks refuse it, NotFound when the tenant does not exist. With `backfill`, the
-        history firings `scope` chooses are written too (`progress` told of each)."""
+        history firings `scope` chooses are written too (`progress` told of each).
+
+        `budget_tokens` gives the rule's backfill runs a budget of their own, that many
+        tokens in all (streams.core.budgets.backfill_budget), kept in the rule's entry (a
+        repeat install with another amount replaces it, and a backfill resumed later spends
+        from what is left); the rule's action must be in `costed` (the actions that declare
+        one evaluation's worst case, `EvaluatorAction(cost=...)`): InvalidRule otherwise,
+        ValidationFailed for an amount that is not a whole number above 0."""
         await self.client.log.require_tenant(tenant)
         installed = await asyncio.to_thread(self.entries, tenant)
         rule, repeat = check_install(definition, actions=actions, module_rules=module_rules,
                                      installed=installed, types=types)
         assert isinstance(definition, dict)  # check_install refused anything else
+        if budget_tokens is not None:
+            backfill_budget(rule.name, budget_tokens)  # ValidationFailed before any write
+            if costed is not None and rule.then.name not in costed:
+                raise InvalidRule(
+                    f"rule {rule.name!r}: --budget-tokens needs an action that declares the "
+                    f"worst case of one evaluation, and action {rule.then.name!r} has no "
+                    "cost (EvaluatorAction(cost=...))")
         if repeat:
             entry = installed[rule.name]
+            if budget_tokens is not None and entry.backfill_tokens != budget_tokens:
+                entry = replace(entry, backfill_tokens=budget_tokens)
+                await asyncio.to_thread(self._write, tenant, entry)
         else:
             start = await asyncio.to_thread(self.installation_point, tenant)
             who = actor or SystemActor()
@@ -162,7 +182,7 @@ class Rulebook:
                 rule=rule.name, state="installed", definition=dict(definition), start=start,
                 workspace=workspace, installed_event_id=recorded.id,
                 installed_at=recorded.envelope.time, installed_by=who.participant,
-                artifact_id=artifact_id)
+                artifact_id=artifact_id, backfill_tokens=budget_tokens)
             await asyncio.to_thread(self._write, tenant, entry)
         done = await self.backfill(tenant, rule, entry, scope=scope, progress=progress) \
             if backfill else None

@@ -143,7 +143,7 @@ class Worker:
         self.client = StreamsClient(self.runtime)
         self.reactor = Reactor(self.runtime, self.rules, self.actions, client=self.client,
                                deps=deps) \
-            if self.rules or self.actions else None
+            if self.rules or actions else None  # not for the grants' action alone
         # Rules installed as data (streams rules install) for every tenant, followed live.
         self.rulebook = RulebookFollower(self.runtime, reserved=self.rules.names(),
                                          actions=self.actions) \

@@ -10,6 +10,7 @@ action emits or gives as feedback carries the action span's context, and the run
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -18,10 +19,12 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from streams.adapters.tracing import child_span, traced_as, tracer, tracing_enabled
+from streams.core.budgets import BUDGET_RULE_PREFIX
 from streams.core.events import Envelope, RunStarted
 from streams.core.execution import Emit, scope_lock_key
 from streams.core.execution import RunExecutor as CoreRunExecutor
 from streams.core.matching import ReactorStats
+from streams.core.rulebook import RulebookEntry
 from streams.core.rules import RuleSet
 from streams.core.runs import ActionFn, Reaction, rule_actor
 from streams.runtime.client.workspace import StreamsClient
@@ -53,6 +56,11 @@ class RunExecutor(CoreRunExecutor):
                          max_concurrent_runs=max_concurrent_runs, stats=stats)
         self._client = client
         self.recent = recent if recent is not None else RecentEvents()
+        # The entries of the tenants' rules installed as data, by (tenant, rule), once the
+        # worker follows the rulebooks: as the follower has them (no I/O), and read from the
+        # rulebook on a miss (blocking). A backfill budget rides on them.
+        self.installed: Callable[[str, str], RulebookEntry | None] | None = None
+        self.installed_now: Callable[[str, str], RulebookEntry | None] | None = None
 
     async def execute(self, started: Envelope) -> None:
         """Run one run's action to success or to its dead letter, in a span `run <rule>`."""
@@ -77,7 +85,9 @@ class RunExecutor(CoreRunExecutor):
         (`recent`: a live run's were read moments before), else through the tenant's index
         (a backfill's matched events are history), so the worker's memory does not grow
         with the log; the whole log is read only when the index is too far behind to catch
-        up (`StreamsClient.events_by_id`)."""
+        up (`StreamsClient.events_by_id`). A run of a rule installed with a backfill budget
+        whose cause is before the rule's installation point gets that budget
+        (`RulebookEntry.budget_of`)."""
         run = started.event
         assert isinstance(run, RunStarted)
         firing_id = started.causation_id or ""
@@ -85,15 +95,35 @@ class RunExecutor(CoreRunExecutor):
         if fired is None:
             fired = (await self.client.events_by_id(started.tenant, [firing_id])).get(firing_id)
         matched_ids = list(getattr(fired.event, "matched", [])) if fired else []
-        have = self.recent.found(started.tenant, matched_ids)
-        missing = [i for i in matched_ids if i not in have]
+        installed = await self._entry_of(started.tenant, run.rule)
+        # A rule installed with a backfill budget: the event that made it fire says whether
+        # the run is the backfill's (before the installation point) or a live one.
+        cause_id = fired.causation_id if fired is not None and installed is not None \
+            and installed.backfill_tokens is not None else None
+        wanted = matched_ids + ([cause_id] if cause_id and cause_id not in matched_ids else [])
+        have = self.recent.found(started.tenant, wanted)
+        missing = [i for i in wanted if i not in have]
         if missing:
             have.update(await self.client.events_by_id(started.tenant, missing))
         matched = [have[i] for i in matched_ids if i in have]
+        budget = installed.budget_of(have.get(cause_id) if cause_id else None) \
+            if installed is not None else None
         workspace = self.client.workspace(started.tenant, started.workspace,
                                           actor=rule_actor(run.rule))
         return Reaction(run=run, started=started, events=matched, workspace=workspace,
-                        attempt=attempt, deps=deps)
+                        attempt=attempt, deps=deps, budget=budget)
+
+
+    async def _entry_of(self, tenant: str, rule: str) -> RulebookEntry | None:
+        """The rulebook entry of a run's rule; None for a rules module's rule or a budget's
+        (its grants judge nothing)."""
+        if self.installed is None or self.rules.get(rule) is not None \
+                or rule.startswith(BUDGET_RULE_PREFIX):
+            return None
+        found = self.installed(tenant, rule)
+        if found is None and self.installed_now is not None:
+            found = await asyncio.to_thread(self.installed_now, tenant, rule)
+        return found
 
 
 def _run_attributes(started: Envelope) -> dict[str, Any]:

@@ -17,7 +17,14 @@ from streams.adapters.kafka.log import reached_end
 from streams.core.app_events import AppEventTypes
 from streams.core.errors import KafkaUnavailable, ValidationFailed
 from streams.core.rulebook import LiveRule, RulebookEntry, live_rules
-from streams.core.tenancy import RULEBOOK, rulebook_follower_group, rulebook_tenant, tenants_pattern
+from streams.core.tenancy import (
+    RULEBOOK,
+    rulebook_follower_group,
+    rulebook_tenant,
+    rulebook_topic,
+    tenants_pattern,
+)
+from streams.runtime.client.entries import read_entries
 from streams.runtime.root import Runtime
 
 __all__ = ["RulebookFollower"]
@@ -63,6 +70,42 @@ class RulebookFollower:
     def find(self, tenant: str, name: str) -> LiveRule | None:
         """A tenant's live rule by name, as the follower has it now."""
         return self._live.get(tenant, {}).get(name)
+
+    def entry(self, tenant: str, name: str) -> RulebookEntry | None:
+        """A tenant's newest entry of rule `name` (live or archived) as the follower has it
+        now: no I/O."""
+        return self._entries.get(tenant, {}).get(name)
+
+    def entry_now(self, tenant: str, name: str) -> RulebookEntry | None:
+        """`entry`, and on a miss the tenant's rulebook read to its end now (blocking). An
+        install writes the rule's entry before any of its firings, so a run of a rule
+        installed a moment ago, read before the follower's tail got to the entry, still
+        finds it (a backfill budget rides on it: a run must not miss it)."""
+        found = self.entry(tenant, name)
+        return found if found is not None else self._read(tenant).get(name)
+
+    def find_now(self, tenant: str, name: str) -> LiveRule | None:
+        """`find`, and for a name none of the tenant's entries as the follower has them
+        accounts for, the live rules of its rulebook read to its end now (blocking): the
+        decider may get a claim on a backfill budget installed a moment ago."""
+        found = self.find(tenant, name)
+        if found is not None or self._knows(tenant, name):
+            return found
+        rules, _refused = live_rules(self._read(tenant).values(), reserved=self.reserved,
+                                     types=self.types)
+        return rules.get(name)
+
+    def _knows(self, tenant: str, name: str) -> bool:
+        """Whether an entry as the follower has it is rule `name`'s, or its budget's."""
+        book = self._entries.get(tenant, {})
+        return name in book or any(
+            (budget := e.backfill_budget) is not None and budget.rule_name == name
+            for e in list(book.values()))
+
+    def _read(self, tenant: str) -> dict[str, RulebookEntry]:
+        log.info("tenant %s: reading its rulebook now (a rule not followed yet)", tenant)
+        return read_entries(self.runtime, rulebook_topic(tenant, self.settings.topic_prefix),
+                            RulebookEntry.decode)
 
     def _consumer_of(self) -> Consumer:
         if self._consumer is None:

@@ -295,7 +295,9 @@ class Reactor:
         """Match the tenants' rules installed as data, as `rulebook` has them: the follower
         calls `refresh` when they change, and each batch checks for a change too."""
         self.rulebook = rulebook
-        self.matcher.fallback = rulebook.find
+        self.matcher.fallback = rulebook.find_now
+        self.executor.installed = rulebook.entry
+        self.executor.installed_now = rulebook.entry_now
         self.executor.lookup = self.matcher.rule
         rulebook.on_change = self.refresh
 

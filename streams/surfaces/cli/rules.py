@@ -57,12 +57,16 @@ def _read_json(path: Path) -> Any:
                    f"column {exc.colno}", 2) from exc
 
 
-def _registry(rules: list[str] | None, types: list[str] | None) -> tuple[list[str], set[str]]:
-    """The rules modules' rule names and action names (importing the types first, so app
-    event types are declared)."""
+def _registry(rules: list[str] | None, types: list[str] | None,
+              ) -> tuple[list[str], set[str], set[str]]:
+    """The rules modules' rule names, action names, and the names of the actions that
+    declare one evaluation's cost (what a backfill budget claims), importing the types
+    first, so app event types are declared."""
     load_types(types)
     found, actions, _deps = load_rules(rules)
-    return [r.name for r in found], set(actions)
+    costed = {name for name, action in actions.items()
+              if getattr(action, "cost", None) is not None}
+    return [r.name for r in found], set(actions), costed
 
 
 @rules_app.command("list")
@@ -109,6 +113,11 @@ def rules_install(
         "--limit", help="With --backfill: write at most this many firings, in log order; "
         "run the same install again to write the next ones (`left` says how many wait).")]
     = None,
+    budget_tokens: Annotated[int | None, typer.Option(
+        "--budget-tokens", help="With --backfill: the backfill's runs may claim at most this "
+        "many tokens in all (each evaluation its action's cost=), apart from the live runs' "
+        "budget; runs past it judge nothing (over_budget). Kept with the rule: a later "
+        "backfill spends what is left, or give a new amount.")] = None,
     rules: RulesOption = None,
     types: TypesOption = None,
 ) -> None:
@@ -124,16 +133,20 @@ def rules_install(
 
     if (file is None) == (from_artifact is None):
         raise typer.BadParameter("give a rule JSON file or --from-artifact ID (one of them)")
-    if not backfill and (since or until or limit is not None):
-        raise typer.BadParameter("--since, --until and --limit choose what --backfill "
-                                 "writes: add --backfill, or leave them out")
+    if not backfill and (since or until or limit is not None or budget_tokens is not None):
+        raise typer.BadParameter("--since, --until, --limit and --budget-tokens bound what "
+                                 "--backfill writes and spends: add --backfill, or leave "
+                                 "them out")
+    if budget_tokens is not None and budget_tokens < 1:
+        raise typer.BadParameter(f"--budget-tokens must be a whole number of tokens above 0, "
+                                 f"got {budget_tokens}")
     try:
         scope = BackfillScope(since=parse_time(since, "--since") if since else None,
                               until=parse_time(until, "--until") if until else None,
                               limit=limit)
     except StreamsError as exc:
         raise fail(exc) from exc
-    module_rules, actions = _registry(rules, types)
+    module_rules, actions, costed = _registry(rules, types)
     definition = _read_json(file) if file is not None else None
 
     async def main(runtime: Any) -> dict[str, Any]:
@@ -150,7 +163,7 @@ def rules_install(
                 done = await Rulebook(runtime).install(
                     tenant, workspace, definition, actions=actions, module_rules=module_rules,
                     artifact_id=from_artifact, backfill=backfill, scope=scope,
-                    progress=progress)
+                    progress=progress, budget_tokens=budget_tokens, costed=costed)
             except InvalidRule as exc:
                 where = f"{file}: " if file is not None else f"artifact {from_artifact!r}: "
                 raise InvalidRule(where + str(exc)) from exc
@@ -165,6 +178,9 @@ def rules_install(
                                "left": done.backfilled.left,
                                "since": scope.since, "until": scope.until,
                                "limit": scope.limit}
+        budget = done.entry.backfill_budget
+        if budget is not None:
+            out["backfill_budget"] = {"name": budget.name, "tokens": budget.tokens}
         return out
 
     _print(run_for_tenant(main, tenant))
@@ -320,7 +336,7 @@ def rules_propose(
     from streams.core.events import Change, ProposalMade
     from streams.core.rules import rule_from_dict
 
-    _module_rules, actions = _registry(rules, types)
+    _module_rules, actions, _costed = _registry(rules, types)
     definition = _read_json(file)
 
     async def main(runtime: Any) -> dict[str, Any]:

@@ -6,17 +6,20 @@ tests/integration/test_rules_as_data.py's backfills, whose matched events are hi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from streams import Rule, on, run
 from streams.core.actors import UserActor
-from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted
+from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted, Seq
+from streams.core.rulebook import RulebookEntry
 from streams.core.rules import RuleSet
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.worker.executor import RunExecutor
 from streams.runtime.worker.records import RecentEvents
 
 RULE = Rule(name="r:answer", when=on("r:answer"), then=run("judge"))
+T0 = datetime(2026, 12, 7, tzinfo=UTC)
 
 
 class ByIndex:
@@ -119,3 +122,64 @@ async def test_another_tenants_events_of_the_same_ids_are_never_a_reaction() -> 
     reaction = await executor(client, recent).reaction(started, 1)
     assert [e.tenant for e in reaction.events] == ["acme"]
     assert client.asked == [[fired.event_id], [answers[0].event_id]]
+
+
+def installed_entry(rule: str, start: dict[int, int], tokens: int | None) -> RulebookEntry:
+    return RulebookEntry(rule=rule, state="installed", definition={}, start=start,
+                         workspace="prod", installed_event_id="ev", installed_at=T0,
+                         installed_by="system", backfill_tokens=tokens)
+
+
+def installed_chain(offset: int) -> tuple[list[Envelope], Envelope, Envelope]:
+    """A run of the installed rule `r:installed`, caused by an answer at `offset` of
+    partition 0."""
+    answers, fired, started = chain(1)
+    answer = answers[0].model_copy(update={"seq": Seq(partition=0, offset=offset)})
+    fired = fired.model_copy(update={"event": RuleFired(rule="r:installed", firing_id="fir_1",
+                                                         matched=[answer.event_id])})
+    started = started.model_copy(update={"event": RunStarted(
+        run_id="run_1", rule="r:installed", action="judge", firing_id="fir_1")})
+    return [answer], fired, started
+
+
+async def test_a_backfill_run_of_a_rule_installed_with_a_budget_gets_that_budget() -> None:
+    entry = installed_entry("r:installed", {0: 10}, 500)
+    asked: list[str] = []
+
+    def read_now(_tenant: str, name: str) -> RulebookEntry | None:
+        asked.append(name)
+        return entry
+
+    for offset, want in ((9, entry.backfill_budget), (10, None)):  # history, then live
+        answers, fired, started = installed_chain(offset)
+        recent = RecentEvents()
+        for envelope in (*answers, fired):
+            recent.add(envelope)
+        run_executor = executor(ByIndex([]), recent)
+        run_executor.installed = lambda _t, _n: None  # the follower has not read it yet
+        run_executor.installed_now = read_now
+        assert (await run_executor.reaction(started, 1)).budget == want
+    assert asked == ["r:installed", "r:installed"]  # read from the rulebook on the miss
+
+
+async def test_runs_of_module_rules_budgets_and_rules_without_one_get_no_budget() -> None:
+    looked: list[str] = []
+
+    def entry_of(_tenant: str, name: str) -> RulebookEntry | None:
+        looked.append(name)
+        return installed_entry(name, {0: 10}, None)
+
+    answers, fired, started = installed_chain(3)
+    recent = RecentEvents()
+    for envelope in (*answers, fired):
+        recent.add(envelope)
+    run_executor = executor(ByIndex([]), recent)
+    run_executor.installed = run_executor.installed_now = entry_of
+    assert (await run_executor.reaction(started, 1)).budget is None  # no backfill budget
+    _answers, _fired, module_run = chain(1)  # r:answer is the executor's module rule
+    assert (await run_executor.reaction(module_run, 1)).budget is None
+    grant = module_run.model_copy(update={"event": RunStarted(
+        run_id="run_2", rule="streams:budget.backfill.r", action="streams:budget-grant",
+        firing_id="fir_2")})
+    assert (await run_executor.reaction(grant, 1)).budget is None
+    assert looked == ["r:installed"]  # neither a module rule nor a budget's is looked up
