@@ -13,8 +13,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from streams.adapters.views import ViewStore
 from streams.core.actors import EvaluatorActor, UserActor
+from streams.core.errors import NotFound
 from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted, RunSucceeded
 from streams.core.runs import RunRecord, latest_runs
 from streams.core.targets import FiringTarget, RunTarget
@@ -122,6 +125,36 @@ async def test_the_view_answers_as_the_whole_log_fold(
                 (e.event_id, e.seq, e.event) for e in expected], (kind, who)
     staging = reader.client.workspace(tenant, "staging")
     assert [r.id for r in await staging.runs()] == ["run_500"]
+
+
+async def test_run_record_reads_the_kept_view_and_answers_as_the_index(
+    settings: Settings, tenant_factory: Callable[..., str],
+    client_factory: Callable[..., StreamsClient],
+) -> None:
+    tenant = tenant_factory()
+    writer = client_factory().workspace(tenant, "prod")
+    await _history(writer)
+    ids = ["run_0", "run_nested", "run_4", "run_99", "run_7"]
+    # No view on this machine yet: the index answers (and no view is built for it).
+    by_index = client_factory()
+    indexed = [await by_index.workspace(tenant, "prod").run_record(i) for i in ids]
+    assert not view_path(settings, tenant).exists()
+    await client_factory().workspace(tenant, "prod").runs(limit=1)  # a server keeps one
+    assert view_path(settings, tenant).exists()
+    by_view = client_factory()
+    reader = by_view.workspace(tenant, "prod")
+    viewed = [await reader.run_record(i) for i in ids]
+    assert [_shape(r) for r in viewed] == [_shape(r) for r in indexed]
+    assert len(viewed[3].matched) == 4  # the counting firing's matches in other chains
+    assert tenant not in by_view._indexes  # the index was not read at all
+    # Read-your-writes: a run appended a moment ago is in the view the call catches up.
+    fresh = await _chain(writer, 600, RULES[1])
+    record = await reader.run_record("run_600")
+    assert record.started.event_id == fresh["run"].id
+    with pytest.raises(NotFound, match="no run 'run_none'"):
+        await reader.run_record("run_none")
+    with pytest.raises(NotFound):  # another workspace's run
+        await reader.run_record("run_500")
 
 
 async def test_pages_have_no_gaps_or_repeats_while_records_arrive(

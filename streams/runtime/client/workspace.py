@@ -95,7 +95,7 @@ from streams.runtime.client.folds import ProposalLog
 from streams.runtime.client.ledger import CommandLedger
 from streams.runtime.client.many import FeedbackBatcher, FeedbackItem, Given, give_many
 from streams.runtime.client.telemetry import feedback_counter, tracer
-from streams.runtime.client.views import TenantView
+from streams.runtime.client.views import TenantView, view_path
 from streams.runtime.root import Runtime
 from streams.settings import Settings
 
@@ -280,6 +280,14 @@ class StreamsClient:
             if view is None:
                 view = self._views[tenant] = TenantView(self.runtime, tenant)
             return view
+
+    def tenant_view_if_kept(self, tenant: str) -> TenantView | None:
+        """The tenant's materialized read view if this machine keeps one: this process has
+        it open, or its file is in STREAMS_STATE_DIR (a serving process's, or one `streams
+        views build` made). None otherwise: a look-up never builds a view from the log."""
+        if tenant in self._views or view_path(self.settings, tenant).exists():
+            return self.tenant_view(tenant)
+        return None
 
     def tenant_index(self, tenant: str) -> TenantIndex:
         """The tenant's index view (its compacted index topic), created on first use; the
@@ -625,10 +633,21 @@ class Workspace:
         """A run, the envelopes that made its rule fire (`matched`) and what it emitted;
         NotFound if this workspace has no such run.
 
-        Reads the run's chain (see `chain_events`) and, for matched events of other chains
-        (a counting rule's), those events where the index says they are, in one round.
+        Where this machine keeps the tenant's read view (`StreamsClient.tenant_view_if_kept`),
+        from the view caught up to the log's end as of the call (what `runs` answers with):
+        a few indexed reads of its file. Otherwise from the index: the run's chain (see
+        `chain_events`) and, for matched events of other chains (a counting rule's), those
+        events where the index says they are, in one round; a process's first index read
+        loads the key's whole index partition (docs/limitations.md).
         """
         self._check_read("a run")
+        view = self.client.tenant_view_if_kept(self.tenant)
+        if view is not None:
+            await asyncio.to_thread(view.catch_up, asked=time.monotonic())
+            kept = await asyncio.to_thread(view.run_record, self.workspace, run_id)
+            if kept is None:
+                raise NotFound(f"no run {run_id!r} in workspace {self.tenant}/{self.workspace}")
+            return kept
         where = await self.locate(RunTarget(run_id=run_id))
         envelopes = await self.chain_events(where.correlation_id)
         record = run_record_of(envelopes, run_id)
