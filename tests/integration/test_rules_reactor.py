@@ -316,12 +316,14 @@ async def test_why_says_what_each_rule_did_with_each_event(
     assert (await why("t:count", hostless.id)).outcome == "filtered_out"
     assert (await why("t:judge", broken.id)).outcome == "not_watched"
     engine = RuleEngine([rules["t:sampled"]])
+    sampled_out = []
     for sample in samples:
         answer = await why("t:sampled", sample.id)
         if engine.evaluate(sample.envelope):
             assert answer.outcome in ("judged", "running", "undecided")
         else:
             assert answer.outcome == "sampled_out"
+            sampled_out.append(sample.id)
     # The same answer from the command line, the rule found in the --rules module.
     shown = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "streams", "rules", "why", "t:broken",
@@ -337,6 +339,25 @@ async def test_why_says_what_each_rule_did_with_each_event(
         assert "evt_nothing" in str(exc)
     else:
         raise AssertionError("why on an unknown event answered")
+
+    # A machine that keeps the tenant's read view answers from it, as the index does.
+    asked = [("t:judge-limited", m.id) for m in many] + [
+        ("t:judge", declined.id), ("t:broken", broken.id), ("t:count", tick.id),
+        ("t:count", hostless.id), ("t:judge", broken.id)] + [
+        ("t:sampled", i) for i in sampled_out]
+    by_index = [(await why(rule, event)).as_dict() for rule, event in asked]
+    await client_factory().workspace(tenant, "prod").runs(limit=1)  # the view's file
+    viewer = client_factory()
+    seen = viewer.workspace(tenant, "prod", actor=UserActor(id="ada"))
+    assert [(await seen.why(rules[rule], event)).as_dict() for rule, event in asked] \
+        == by_index
+    assert tenant not in viewer._indexes  # answered without the index
+    try:
+        await seen.why(rules["t:judge"], "evt_nothing")
+    except NotFound as exc:
+        assert "evt_nothing" in str(exc)
+    else:
+        raise AssertionError("why on an unknown event answered from the view")
 
 
 async def test_a_budget_grants_claims_while_they_fit_and_no_call_is_made_past_it(

@@ -44,6 +44,7 @@ from streams.adapters.views import RawEvent, ViewCorrupt, ViewStore
 from streams.core.errors import KafkaUnavailable, SchemaError, ValidationFailed
 from streams.core.events import Envelope, RuleFired, RunStarted, Seq
 from streams.core.feedback import FeedbackRegistry
+from streams.core.ids import fired_event_id, firing_id, run_id_of, throttled_event_id
 from streams.core.measures.agreement import Verdict, VerdictPair
 from streams.core.measures.calibration import (
     AlarmBook,
@@ -55,6 +56,8 @@ from streams.core.measures.calibration import (
     calibrate,
 )
 from streams.core.queues import Entry
+from streams.core.rules import Rule
+from streams.core.rules.why import Why, considered, decided_why
 from streams.core.runs import RunRecord
 from streams.core.spans import JUMPABLE
 from streams.core.tenancy import check_tenant, reader_group, tenant_topics
@@ -351,6 +354,32 @@ class TenantView:
         return RunRecord(run=started.event, started=started,
                          matched=[decoded[i] for i in ids if i in decoded],
                          emitted=[self._envelope(e) for e in parts.emitted], fired=fired)
+
+    def why(self, workspace: str, rule: Rule, event_id: str) -> Why | None:
+        """What `rule` (one that is not a completion rule: its answers need the event's
+        chain) did with the event, from the view: the event, its firing and throttle records
+        by their derived ids, and its run's events; None if the workspace has no such
+        event (streams.core.rules.why, as `Workspace.why` answers from the index)."""
+        if rule.when.completion is not None:
+            raise ValueError(f"rule {rule.name!r} judges chains: its `why` reads the chain")
+        return self._guarded_read(lambda: self._why(workspace, rule, event_id))
+
+    def _why(self, workspace: str, rule: Rule, event_id: str) -> Why | None:
+        firing = firing_id(rule.name, event_id)
+        found = self.store.events_by_id(
+            workspace, [event_id, fired_event_id(firing), throttled_event_id(firing)])
+        if event_id not in found:
+            return None
+        decoded = {i: self._envelope(raw) for i, raw in found.items()}
+        left_out = considered(rule, decoded[event_id])
+        if left_out is not None:
+            return left_out
+        run_events: list[Envelope] = []
+        if fired_event_id(firing) in decoded:
+            parts = self.store.run_parts(workspace, run_id_of(firing))
+            if parts is not None:
+                run_events = [self._envelope(e) for e in parts.emitted]
+        return decided_why(rule, event_id, decoded.get, run_events)
 
     def runs(self, workspace: str, *, rule: str | None, limit: int | None,
              before: PageKey | None = None) -> list[tuple[RunRecord, PageKey]]:

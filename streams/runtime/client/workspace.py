@@ -563,11 +563,25 @@ class Workspace:
         dead-lettered); see
         streams.core.rules.why. NotFound if the workspace has no such event.
 
-        Two reads, not the log: the event where the index says it is, then (when the rule's
-        checks let it through) its chain, where a firing or a throttle of the event is
-        recorded under an id derived from the rule and the event, and the run's events.
+        Where this machine keeps the tenant's read view (`StreamsClient.tenant_view_if_kept`)
+        and the rule is not a completion rule, from the view: the event, its firing and
+        throttle records by the ids derived from the rule and the event, and its run's
+        events. Otherwise two reads, not the log: the event where the index says it is, then
+        (when the rule's checks let it through) its chain, where a firing or a throttle of
+        the event is recorded under those ids, and the run's events.
         """
         self._check_read("an event")
+        view = self.client.tenant_view_if_kept(self.tenant) \
+            if rule.when.completion is None else None
+        if view is not None:
+            # The machine keeps the tenant's read view: its records by their derived ids
+            # and the run's events, caught up to the log's end as of the call.
+            await asyncio.to_thread(view.catch_up, asked=time.monotonic())
+            answer = await asyncio.to_thread(view.why, self.workspace, rule, event_id)
+            if answer is None:
+                raise NotFound(f"no event {event_id!r} in workspace {self.tenant}/"
+                               f"{self.workspace}")
+            return answer
         target = await self.event(event_id)
         if target is None:
             raise NotFound(f"no event {event_id!r} in workspace {self.tenant}/"
