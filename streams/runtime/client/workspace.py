@@ -179,10 +179,13 @@ class StreamsClient:
     `StreamsClient(runtime)` shares the runtime's producer, serde and registry client (and
     its feedback types); `StreamsClient.from_env()` builds a Runtime of its own. Building one
     does no I/O. Usable from several event loops (and threads) at once: it holds no asyncio
-    object across calls. Closed by `close()` or by its runtime's `close()`.
+    object across calls. Closed by `close()` or by its runtime's `close()`. With
+    `read_views=False` (a worker's), `run_record` and `why` always read the index, never a
+    read view the machine keeps.
     """
 
-    def __init__(self, runtime: Runtime, *, grants: Grants | None = None) -> None:
+    def __init__(self, runtime: Runtime, *, grants: Grants | None = None,
+                 read_views: bool = True) -> None:
         if not isinstance(runtime, Runtime):
             raise TypeError(
                 f"StreamsClient takes a Runtime, not {type(runtime).__name__}: use "
@@ -192,6 +195,10 @@ class StreamsClient:
         self.types = runtime.types
         # Who may do what (streams.core.capabilities); every handle checks it before I/O.
         self.grants = grants or builtin_grants()
+        # Whether look-ups (run_record, why) may read a read view this machine keeps: a
+        # worker's client says no, so its actions never catch a view up (a busy worker would
+        # apply every event twice, and share the file with the machine's server).
+        self.read_views = read_views
         self._tenants: dict[str, _TenantLog] = {}
         self._proposal_logs: dict[str, ProposalLog] = {}
         self._indexes: dict[str, TenantIndex] = {}
@@ -284,7 +291,10 @@ class StreamsClient:
     def tenant_view_if_kept(self, tenant: str) -> TenantView | None:
         """The tenant's materialized read view if this machine keeps one: this process has
         it open, or its file is in STREAMS_STATE_DIR (a serving process's, or one `streams
-        views build` made). None otherwise: a look-up never builds a view from the log."""
+        views build` made). None otherwise (and always for a client made with
+        `read_views=False`, a worker's): a look-up never builds a view from the log."""
+        if not self.read_views:
+            return None
         if tenant in self._views or view_path(self.settings, tenant).exists():
             return self.tenant_view(tenant)
         return None

@@ -140,7 +140,7 @@ class Worker:
             log.warning("no action registered in this worker for %s: another worker must run "
                         "them", ", ".join(missing))
         # The actions' workspace handle, on the runtime's clients (closed with the runtime).
-        self.client = StreamsClient(self.runtime)
+        self.client = StreamsClient(self.runtime, read_views=False)  # look-ups: the index
         self.reactor = Reactor(self.runtime, self.rules, self.actions, client=self.client,
                                deps=deps) \
             if self.rules or actions else None  # not for the grants' action alone

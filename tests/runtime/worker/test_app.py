@@ -1,6 +1,7 @@
 """The worker's guard against going on without a loop, and its refusals (no broker needed)."""
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,17 @@ def test_a_worker_refuses_rules_watching_an_undeclared_event_type() -> None:
         worker.Worker(Runtime(settings), rules=[rule], actions={})
     assert "'r:typo' watches 'ns:run_succeeded'" in str(info.value)
     assert "Known event types: ['artifact_archived', 'artifact_created'" in str(info.value)
+
+
+def test_a_workers_look_ups_read_the_index_and_a_mirror_only_worker_has_no_reactor(
+        tmp_path: Path) -> None:
+    from streams.runtime.root import Runtime
+    from streams.settings import Settings
+
+    settings = Settings(bootstrap_servers="127.0.0.1:9", schema_registry_url="http://127.0.0.1:9",
+                        state_dir=str(tmp_path))
+    mirror_only = worker.Worker(Runtime(settings))
+    # Its actions' look-ups never catch up a read view the machine keeps for its server.
+    assert mirror_only.client.read_views is False
+    # The grants' action every worker has (budgets) does not make it run a rules loop.
+    assert mirror_only.reactor is None and mirror_only.rulebook is None
