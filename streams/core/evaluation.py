@@ -219,8 +219,8 @@ class EvaluatorAction(Generic[In]):
             checked = await _reusable(reaction, key, self.evaluator) if self.reuse else None
             reused = checked is not None
             claim: dict[str, Any] | None = None
-            budget = self._budget_of(reaction)
-            if checked is None and budget is not None:
+            budget = self._budget_of(reaction) if checked is None else None
+            if budget is not None:
                 claim = self._claim_of(judged, reaction, budget)
                 if not await _claim(reaction, budget, claim):
                     # Held back: no call. The run succeeds, judging nothing (over_budget).

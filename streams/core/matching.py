@@ -264,6 +264,9 @@ class Matcher:
         self._live_wanted: frozenset[bytes] = frozenset()
         self._live_any_app_event = False
         self.fallback: Callable[[str, str], LiveRule | None] | None = None
+        # The same, allowed to read the rulebook there and then (blocking): for the decider,
+        # whose claims may name a backfill budget installed a moment ago.
+        self.fallback_now: Callable[[str, str], LiveRule | None] | None = None
 
     def completion_rules(self, tenant: str) -> list[Rule]:
         """The tenant's rules that judge chains when they end (streams.core.rules.chains)."""
@@ -312,6 +315,15 @@ class Matcher:
             return alone[name]
         found = self._live_rule(tenant, name)
         return found.rule if found is not None else None
+
+    def rule_now(self, tenant: str, name: str) -> Rule | None:
+        """`rule`, a miss asked of `fallback_now` (which may block on a read): for a thread
+        that may wait, never an event loop."""
+        found = self.rule(tenant, name)
+        if found is None and self.fallback_now is not None:
+            live = self.fallback_now(tenant, name)
+            found = live.rule if live is not None else None
+        return found
 
     def _live_rule(self, tenant: str, name: str) -> LiveRule | None:
         live = self._live.get(tenant)

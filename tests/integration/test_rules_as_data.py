@@ -288,7 +288,7 @@ async def test_a_rule_heard_of_late_is_caught_up_from_its_installation_point(
             def entry(self, tenant_: str, name: str) -> RulebookEntry | None:
                 return entry if (tenant_, name) == (tenant, "t:late") else None
 
-            entry_now = entry
+            entry_now = entry_current = entry
 
         reactor.follow(Follower())  # type: ignore[arg-type]
         await asyncio.to_thread(reactor.refresh)
@@ -387,10 +387,11 @@ async def test_a_backfill_spends_its_own_budget_kept_with_the_rule_across_resume
     worker_factory("--rules", MODULE, types=TYPES)
     await warm(ws)
     rule = rule_json("t:budgeted", "grade-costed", on="t:answer")
-    # Refused, before anything is written: no --backfill, an amount below 1, an action
-    # that declares no cost.
+    # Refused, before anything is written: no --backfill, an amount below 1 or below one
+    # evaluation's cost, an action that declares no cost.
     for extra, says in ((("--budget-tokens", "450"), "--backfill"),
-                        (("--backfill", "--budget-tokens", "0"), "above 0")):
+                        (("--backfill", "--budget-tokens", "0"), "above 0"),
+                        (("--backfill", "--budget-tokens", "50"), "over the whole")):
         refused = install(settings, tmp_path, tenant, rule, *extra, check=False)
         assert refused.returncode == 2 and says in refused.stderr, refused.stderr
     uncosted = install(settings, tmp_path, tenant, rule_json("t:uncosted", "grade",

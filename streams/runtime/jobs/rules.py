@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -140,7 +140,7 @@ class Rulebook:
         progress: BackfillProgress | None = None,
         actor: Actor | None = None,
         budget_tokens: int | None = None,
-        costed: Collection[str] | None = None,
+        costs: Mapping[str, int | None] | None = None,
     ) -> Installed:
         """Install a rule from its JSON form (see the module's docstring); InvalidRule when
         the checks refuse it, NotFound when the tenant does not exist. With `backfill`, the
@@ -149,9 +149,10 @@ class Rulebook:
         `budget_tokens` gives the rule's backfill runs a budget of their own, that many
         tokens in all (streams.core.budgets.backfill_budget), kept in the rule's entry (a
         repeat install with another amount replaces it, and a backfill resumed later spends
-        from what is left); the rule's action must be in `costed` (the actions that declare
-        one evaluation's worst case, `EvaluatorAction(cost=...)`): InvalidRule otherwise,
-        ValidationFailed for an amount that is not a whole number above 0."""
+        from what is left); the rule's action must be in `costs` (the actions that declare
+        one evaluation's worst case, `EvaluatorAction(cost=...)`: a fixed cost, or None for
+        a function of the input), and a fixed cost must fit the amount: InvalidRule
+        otherwise, ValidationFailed for an amount that is not a whole number above 0."""
         await self.client.log.require_tenant(tenant)
         installed = await asyncio.to_thread(self.entries, tenant)
         rule, repeat = check_install(definition, actions=actions, module_rules=module_rules,
@@ -159,11 +160,17 @@ class Rulebook:
         assert isinstance(definition, dict)  # check_install refused anything else
         if budget_tokens is not None:
             backfill_budget(rule.name, budget_tokens)  # ValidationFailed before any write
-            if costed is not None and rule.then.name not in costed:
+            if costs is not None and rule.then.name not in costs:
                 raise InvalidRule(
                     f"rule {rule.name!r}: --budget-tokens needs an action that declares the "
                     f"worst case of one evaluation, and action {rule.then.name!r} has no "
                     "cost (EvaluatorAction(cost=...))")
+            cost = (costs or {}).get(rule.then.name)
+            if cost is not None and cost > budget_tokens:
+                raise InvalidRule(
+                    f"rule {rule.name!r}: one evaluation of action {rule.then.name!r} costs "
+                    f"{cost} tokens, over the whole --budget-tokens {budget_tokens}: no run "
+                    "could ever be judged; raise the budget")
         if repeat:
             entry = installed[rule.name]
             if budget_tokens is not None and entry.backfill_tokens != budget_tokens:

@@ -169,7 +169,9 @@ class RuleDecider:
                                 None if tick is None else clock_time(tick, now)))
                 continue
             name = (header_value(msg.headers(), HEADER_RULE) or b"").decode()
-            rule = self.matcher.rule(owned.tenant, name) if name else None
+            # A claim may name a backfill budget installed a moment ago: rule_now reads
+            # the rulebook for it (this loop's thread may wait; the executor's may not).
+            rule = self.matcher.rule_now(owned.tenant, name) if name else None
             envelope = None if rule is None else self.records.decode(
                 msg.value(), owned.topic, owned.partition, offset)
             # Only completion rules' matches move the clock (other matches and budget

@@ -61,6 +61,9 @@ class RunExecutor(CoreRunExecutor):
         # rulebook on a miss (blocking). A backfill budget rides on them.
         self.installed: Callable[[str, str], RulebookEntry | None] | None = None
         self.installed_now: Callable[[str, str], RulebookEntry | None] | None = None
+        # The entry as the rulebook holds it now (blocking), for a backfill's run whose
+        # entry as the follower has it has no budget (the follower may be behind).
+        self.installed_current: Callable[[str, str], RulebookEntry | None] | None = None
 
     async def execute(self, started: Envelope) -> None:
         """Run one run's action to success or to its dead letter, in a span `run <rule>`."""
@@ -96,23 +99,29 @@ class RunExecutor(CoreRunExecutor):
             fired = (await self.client.events_by_id(started.tenant, [firing_id])).get(firing_id)
         matched_ids = list(getattr(fired.event, "matched", [])) if fired else []
         installed = await self._entry_of(started.tenant, run.rule)
-        # A rule installed with a backfill budget: the event that made it fire says whether
-        # the run is the backfill's (before the installation point) or a live one.
-        cause_id = fired.causation_id if fired is not None and installed is not None \
-            and installed.backfill_tokens is not None else None
+        # A rule installed as data: the event that made it fire says whether the run is a
+        # backfill's (before the installation point) or a live one.
+        cause_id = fired.causation_id if fired is not None and installed is not None else None
         wanted = matched_ids + ([cause_id] if cause_id and cause_id not in matched_ids else [])
         have = self.recent.found(started.tenant, wanted)
         missing = [i for i in wanted if i not in have]
         if missing:
             have.update(await self.client.events_by_id(started.tenant, missing))
         matched = [have[i] for i in matched_ids if i in have]
-        budget = installed.budget_of(have.get(cause_id) if cause_id else None) \
-            if installed is not None else None
+        cause = have.get(cause_id) if cause_id else None
+        if installed is not None and installed.backfill_tokens is None \
+                and _history(installed, cause) and self.installed_current is not None:
+            # A backfill's run, and the entry as the follower has it has no budget: a repeat
+            # install may have given it one just before writing the run's firing. Asked of
+            # the rulebook as it is now (after the run was read), so no run evaluates
+            # outside a budget it was backfilled with.
+            installed = await asyncio.to_thread(self.installed_current, started.tenant,
+                                                run.rule)
+        budget = installed.budget_of(cause) if installed is not None else None
         workspace = self.client.workspace(started.tenant, started.workspace,
                                           actor=rule_actor(run.rule))
         return Reaction(run=run, started=started, events=matched, workspace=workspace,
                         attempt=attempt, deps=deps, budget=budget)
-
 
     async def _entry_of(self, tenant: str, rule: str) -> RulebookEntry | None:
         """The rulebook entry of a run's rule; None for a rules module's rule or a budget's
@@ -124,6 +133,12 @@ class RunExecutor(CoreRunExecutor):
         if found is None and self.installed_now is not None:
             found = await asyncio.to_thread(self.installed_now, tenant, rule)
         return found
+
+
+def _history(entry: RulebookEntry, cause: Envelope | None) -> bool:
+    """Whether a run caused by `cause` is a backfill's: its cause before the installation
+    point, or not found (taken as history, as `RulebookEntry.budget_of` does)."""
+    return cause is None or cause.seq is None or not entry.is_live_at(cause.seq)
 
 
 def _run_attributes(started: Envelope) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from streams.adapters.kafka.log import reached_end
 from streams.core.app_events import AppEventTypes
+from streams.core.budgets import BUDGET_RULE_PREFIX
 from streams.core.errors import KafkaUnavailable, ValidationFailed
 from streams.core.rulebook import LiveRule, RulebookEntry, live_rules
 from streams.core.tenancy import (
@@ -28,6 +29,9 @@ from streams.runtime.client.entries import read_entries
 from streams.runtime.root import Runtime
 
 __all__ = ["RulebookFollower"]
+
+BACKFILL_BUDGETS = f"{BUDGET_RULE_PREFIX}backfill."
+"""What the rules of backfill budgets are named (streams.core.budgets.backfill_budget)."""
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,9 @@ class RulebookFollower:
         self.refused: dict[tuple[str, str], str] = {}
         self._entries: dict[str, dict[str, RulebookEntry]] = {}
         self._live: dict[str, dict[str, LiveRule]] = {}
+        self._read_to: dict[str, int] = {}  # per rulebook topic, the offset applied up to
+        self._ends: Consumer | None = None  # asks where rulebooks end (`entry_current`)
+        self._ends_lock = threading.Lock()
         self._assigned: set[str] = set()
         self._consumer: Consumer | None = None
         self._warned: set[tuple[str, str, str]] = set()
@@ -84,23 +91,48 @@ class RulebookFollower:
         found = self.entry(tenant, name)
         return found if found is not None else self._read(tenant).get(name)
 
-    def find_now(self, tenant: str, name: str) -> LiveRule | None:
-        """`find`, and for a name none of the tenant's entries as the follower has them
-        accounts for, the live rules of its rulebook read to its end now (blocking): the
-        decider may get a claim on a backfill budget installed a moment ago."""
-        found = self.find(tenant, name)
-        if found is not None or self._knows(tenant, name):
-            return found
-        rules, _refused = live_rules(self._read(tenant).values(), reserved=self.reserved,
-                                     types=self.types)
-        return rules.get(name)
+    def entry_current(self, tenant: str, name: str, wait: float = 2.0) -> RulebookEntry | None:
+        """The entry as the rulebook holds it now (blocking): the follower's, once its tail
+        has read the tenant's rulebook up to the end offset asked for here (waiting up to
+        `wait` seconds for it), else the rulebook read there and then. For a backfill run
+        whose entry, as the follower has it, has no budget: a repeat install may have just
+        given it one, written before the run's firing."""
+        topic = rulebook_topic(tenant, self.settings.topic_prefix)
+        with self._ends_lock:
+            # A client of its own that never fetches: the tail's consumer is busy in its
+            # own thread (a call on it from another waited behind its consume).
+            if self._ends is None:
+                self._ends = self.runtime.reader(
+                    rulebook_follower_group(self.settings.topic_prefix))
+            try:
+                _low, high = self._ends.get_watermark_offsets(
+                    TopicPartition(topic, 0), timeout=self.settings.admin_timeout,
+                    cached=False)
+            except KafkaException as exc:
+                raise KafkaUnavailable(f"cannot ask where {topic} ends: {exc}; check the "
+                                       "broker") from exc
+        deadline = time.monotonic() + wait
+        while self._read_to.get(topic, 0) < high:
+            if time.monotonic() >= deadline:
+                return self._read(tenant).get(name)
+            time.sleep(0.02)
+        return self.entry(tenant, name)
 
-    def _knows(self, tenant: str, name: str) -> bool:
-        """Whether an entry as the follower has it is rule `name`'s, or its budget's."""
-        book = self._entries.get(tenant, {})
-        return name in book or any(
-            (budget := e.backfill_budget) is not None and budget.rule_name == name
-            for e in list(book.values()))
+    def find_now(self, tenant: str, name: str) -> LiveRule | None:
+        """`find`, and for a backfill budget's rule the follower has not made live yet, its
+        rule from the entries the follower has, or else from the tenant's rulebook read
+        there and then (blocking): the decider may get a claim on a budget installed a
+        moment ago. Other names are never read for (a forwarded match of a rule removed
+        long ago would read the rulebook on every record)."""
+        found = self.find(tenant, name)
+        if found is not None or not name.startswith(BACKFILL_BUDGETS):
+            return found
+        rules, _refused = live_rules(list(self._entries.get(tenant, {}).values()),
+                                     reserved=self.reserved, types=self.types)
+        if name not in rules:
+            rules, _refused = live_rules(self._read(tenant).values(), reserved=self.reserved,
+                                         types=self.types)
+        return rules.get(name)
 
     def _read(self, tenant: str) -> dict[str, RulebookEntry]:
         log.info("tenant %s: reading its rulebook now (a rule not followed yet)", tenant)
@@ -125,12 +157,14 @@ class RulebookFollower:
 
     def _apply(self, messages: list[Any]) -> None:
         changed: set[str] = set()
+        read_to: dict[str, int] = {}
         for msg in messages:
             if msg.error() is not None:
                 continue
             tenant = rulebook_tenant(msg.topic() or "", self.settings.topic_prefix)
             if tenant is None:
                 continue
+            read_to[msg.topic() or ""] = (msg.offset() or 0) + 1
             key = (msg.key() or b"").decode()
             book = self._entries.setdefault(tenant, {})
             value = msg.value()
@@ -143,6 +177,8 @@ class RulebookFollower:
                     log.error("tenant %s: rulebook entry %r refused: %s", tenant, key, exc)
                     continue
             changed.add(tenant)
+        # After the entries above are applied: `entry_current` trusts `entry` from here.
+        self._read_to.update(read_to)
         if not changed:
             return
         live = dict(self._live)
@@ -215,3 +251,7 @@ class RulebookFollower:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
+            with self._ends_lock:
+                if self._ends is not None:
+                    self._ends.close()
+                    self._ends = None

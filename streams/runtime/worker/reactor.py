@@ -39,6 +39,7 @@ from confluent_kafka import Message, TopicPartition
 from streams.adapters.kafka.index import IndexWriter
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output, rule_tick
+from streams.core.budgets import BUDGET_RULE_PREFIX
 from streams.core.errors import StreamsError
 from streams.core.events import RULE_FIRED, RUN_STARTED, Envelope
 from streams.core.matching import Forward, Hit, Matcher, ReactorStats, is_stateful
@@ -295,9 +296,11 @@ class Reactor:
         """Match the tenants' rules installed as data, as `rulebook` has them: the follower
         calls `refresh` when they change, and each batch checks for a change too."""
         self.rulebook = rulebook
-        self.matcher.fallback = rulebook.find_now
+        self.matcher.fallback = rulebook.find
+        self.matcher.fallback_now = rulebook.find_now
         self.executor.installed = rulebook.entry
         self.executor.installed_now = rulebook.entry_now
+        self.executor.installed_current = rulebook.entry_current
         self.executor.lookup = self.matcher.rule
         rulebook.on_change = self.refresh
 
@@ -326,8 +329,10 @@ class Reactor:
             # New, or live again from another installation point. A rule pointed at another
             # action with its installation point kept (`streams rules promote`) is not: the
             # events this step took went to the old action already, the rest go to the new.
-            added = [found for name, found in new.items() if name not in old
-                     or old[name].entry.start != found.entry.start]
+            # A budget's rule is not caught up: its claims never reach the events topic.
+            added = [found for name, found in new.items() if (name not in old
+                     or old[name].entry.start != found.entry.start)
+                     and not name.startswith(BUDGET_RULE_PREFIX)]
             self.matcher.set_live(tenant, new)
             for found in added:
                 out += self._catch_up(tenant, found)

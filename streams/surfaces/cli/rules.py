@@ -58,15 +58,18 @@ def _read_json(path: Path) -> Any:
 
 
 def _registry(rules: list[str] | None, types: list[str] | None,
-              ) -> tuple[list[str], set[str], set[str]]:
-    """The rules modules' rule names, action names, and the names of the actions that
-    declare one evaluation's cost (what a backfill budget claims), importing the types
-    first, so app event types are declared."""
+              ) -> tuple[list[str], set[str], dict[str, int | None]]:
+    """The rules modules' rule names, action names, and the costs the actions declare for
+    one evaluation (what a backfill budget claims: a fixed number of tokens, or None for a
+    function of the input), importing the types first, so app event types are declared."""
     load_types(types)
     found, actions, _deps = load_rules(rules)
-    costed = {name for name, action in actions.items()
-              if getattr(action, "cost", None) is not None}
-    return [r.name for r in found], set(actions), costed
+    costs: dict[str, int | None] = {}
+    for name, action in actions.items():
+        cost = getattr(action, "cost", None)
+        if cost is not None:
+            costs[name] = cost if isinstance(cost, int) else None
+    return [r.name for r in found], set(actions), costs
 
 
 @rules_app.command("list")
@@ -146,7 +149,7 @@ def rules_install(
                               limit=limit)
     except StreamsError as exc:
         raise fail(exc) from exc
-    module_rules, actions, costed = _registry(rules, types)
+    module_rules, actions, costs = _registry(rules, types)
     definition = _read_json(file) if file is not None else None
 
     async def main(runtime: Any) -> dict[str, Any]:
@@ -163,7 +166,7 @@ def rules_install(
                 done = await Rulebook(runtime).install(
                     tenant, workspace, definition, actions=actions, module_rules=module_rules,
                     artifact_id=from_artifact, backfill=backfill, scope=scope,
-                    progress=progress, budget_tokens=budget_tokens, costed=costed)
+                    progress=progress, budget_tokens=budget_tokens, costs=costs)
             except InvalidRule as exc:
                 where = f"{file}: " if file is not None else f"artifact {from_artifact!r}: "
                 raise InvalidRule(where + str(exc)) from exc
@@ -336,7 +339,7 @@ def rules_propose(
     from streams.core.events import Change, ProposalMade
     from streams.core.rules import rule_from_dict
 
-    _module_rules, actions, _costed = _registry(rules, types)
+    _module_rules, actions, _costs = _registry(rules, types)
     definition = _read_json(file)
 
     async def main(runtime: Any) -> dict[str, Any]:

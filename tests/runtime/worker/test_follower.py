@@ -54,15 +54,42 @@ def test_a_rule_not_followed_yet_is_read_from_its_rulebook_now(
     assert reads == ["acme", "acme"]
 
 
-def test_what_the_follower_has_is_never_read_again(
+def test_only_a_backfill_budgets_rule_is_read_for_and_what_is_followed_is_not_read(
         follower: tuple[RulebookFollower, list[str]]) -> None:
     made, reads = follower
+    # A forwarded match of a rule removed long ago: never a read per record.
+    assert made.find_now("acme", "nobody") is None and reads == []
+    # The entry applied, its live rules not yet (the follower between the two steps).
     made._entries["acme"] = {WRONG_TRIAGE.name: entry(state="archived")}
     assert made.entry_now("acme", WRONG_TRIAGE.name) == entry(state="archived")
     budget = entry().backfill_budget
     assert budget is not None
-    # Known to the follower (archived, no longer live): not found, and not read again.
-    assert made.find_now("acme", WRONG_TRIAGE.name) is None
-    assert made.find_now("acme", budget.rule_name) is None  # its live rules not applied
+    found = made.find_now("acme", budget.rule_name)
+    assert found is not None and found.rule == budget.rule
     assert reads == []
-    assert made.find_now("acme", "nobody") is None and reads == ["acme"]
+
+
+class Ends:
+    """A stand-in consumer: where the tenant's rulebook ends now."""
+
+    def __init__(self, high: int) -> None:
+        self.high = high
+
+    def get_watermark_offsets(self, _tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        assert cached is False  # the end as of now, not a cached one
+        return 0, self.high
+
+
+def test_the_current_entry_is_the_followers_once_it_has_read_to_the_end(
+        follower: tuple[RulebookFollower, list[str]]) -> None:
+    made, reads = follower
+    made._ends = cast(Any, Ends(high=3))
+    made._entries["acme"] = {WRONG_TRIAGE.name: entry(tokens=None)}
+    made._read_to["fs.acme.rulebook"] = 3  # read to the end: its entry is current
+    assert made.entry_current("acme", WRONG_TRIAGE.name) == entry(tokens=None)
+    assert reads == []
+    # Behind the end (a repeat install gave the rule a budget a moment ago): after a
+    # short wait, the rulebook read there and then has the budget.
+    made._read_to["fs.acme.rulebook"] = 2
+    assert made.entry_current("acme", WRONG_TRIAGE.name, wait=0.05) == entry()
+    assert reads == ["acme"]

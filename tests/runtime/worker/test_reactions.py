@@ -183,3 +183,26 @@ async def test_runs_of_module_rules_budgets_and_rules_without_one_get_no_budget(
         firing_id="fir_2")})
     assert (await run_executor.reaction(grant, 1)).budget is None
     assert looked == ["r:installed"]  # neither a module rule nor a budget's is looked up
+
+
+async def test_a_backfill_run_whose_followed_entry_has_no_budget_asks_the_rulebook_now() -> None:
+    # A repeat install gave the rule a budget just before writing the run's firing; the
+    # follower still has the entry without one.
+    stale = installed_entry("r:installed", {0: 10}, None)
+    current = installed_entry("r:installed", {0: 10}, 500)
+    asked: list[str] = []
+
+    def now(_tenant: str, name: str) -> RulebookEntry | None:
+        asked.append(name)
+        return current
+
+    for offset, want, asks in ((9, current.backfill_budget, 1), (10, None, 1)):
+        answers, fired, started = installed_chain(offset)
+        recent = RecentEvents()
+        for envelope in (*answers, fired):
+            recent.add(envelope)
+        run_executor = executor(ByIndex([]), recent)
+        run_executor.installed = lambda _t, _n: stale
+        run_executor.installed_current = now
+        assert (await run_executor.reaction(started, 1)).budget == want
+        assert len(asked) == asks  # a live run (offset 10) never asks
