@@ -19,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from streams.adapters.tracing import child_span, traced_as, tracer, tracing_enabled
-from streams.core.budgets import BUDGET_RULE_PREFIX
+from streams.core.budgets import BUDGET_RULE_PREFIX, GRANT_ACTION
 from streams.core.events import Envelope, RunStarted
 from streams.core.execution import Emit, scope_lock_key
 from streams.core.execution import RunExecutor as CoreRunExecutor
@@ -93,6 +93,11 @@ class RunExecutor(CoreRunExecutor):
         (`RulebookEntry.budget_of`)."""
         run = started.event
         assert isinstance(run, RunStarted)
+        workspace = self.client.workspace(started.tenant, started.workspace,
+                                          actor=rule_actor(run.rule))
+        if run.action == GRANT_ACTION:  # a budget's grant reads nothing
+            return Reaction(run=run, started=started, events=[], workspace=workspace,
+                            attempt=attempt, deps=deps)
         firing_id = started.causation_id or ""
         fired = self.recent.get(started.tenant, firing_id)
         if fired is None:
@@ -118,8 +123,6 @@ class RunExecutor(CoreRunExecutor):
             installed = await asyncio.to_thread(self.installed_current, started.tenant,
                                                 run.rule)
         budget = installed.budget_of(cause) if installed is not None else None
-        workspace = self.client.workspace(started.tenant, started.workspace,
-                                          actor=rule_actor(run.rule))
         return Reaction(run=run, started=started, events=matched, workspace=workspace,
                         attempt=attempt, deps=deps, budget=budget)
 

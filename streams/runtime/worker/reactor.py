@@ -39,7 +39,7 @@ from confluent_kafka import Message, TopicPartition
 from streams.adapters.kafka.index import IndexWriter
 from streams.adapters.kafka.log import header_value
 from streams.adapters.kafka.outputs import Output, rule_tick
-from streams.core.budgets import BUDGET_RULE_PREFIX
+from streams.core.budgets import BUDGET_RULE_PREFIX, GRANT_ACTION
 from streams.core.errors import StreamsError
 from streams.core.events import RULE_FIRED, RUN_STARTED, Envelope
 from streams.core.matching import Forward, Hit, Matcher, ReactorStats, is_stateful
@@ -182,8 +182,9 @@ class Reactor:
         index = self.index_writer
         recent = self.recent
         # Firings are remembered for their runs' reactions only when this worker runs
-        # actions (a firing's run lands in its chain, on this partition, just after it).
-        firings = _RULE_FIRED if self.executor.actions else None
+        # actions (a firing's run lands in its chain, on this partition, just after it);
+        # the budgets' grants every worker runs need none (they read nothing).
+        firings = _RULE_FIRED if self.executor.actions.keys() - {GRANT_ACTION} else None
         for msg in messages:
             if msg.error() is not None:
                 continue
