@@ -74,10 +74,12 @@ class RulebookEntry:
         counts as history while the rule has a backfill budget: a backfill run must never
         claim past it, and a live run wrongly counted there can only judge less."""
         budget = self.backfill_budget
-        if budget is None or (cause is not None and cause.seq is not None
-                              and self.is_live_at(cause.seq)):
-            return None
-        return budget
+        return budget if budget is not None and self.is_history(cause) else None
+
+    def is_history(self, cause: Envelope | None) -> bool:
+        """Whether a run caused by `cause` is a backfill's: its cause before the
+        installation point, or not found (None, or not read from the log)."""
+        return cause is None or cause.seq is None or not self.is_live_at(cause.seq)
 
     @property
     def live(self) -> bool:
@@ -108,7 +110,7 @@ class RulebookEntry:
         try:
             raw = json.loads(data)
             archived_at = raw.get("archived_at")
-            entry = RulebookEntry(
+            return RulebookEntry(
                 rule=str(raw["rule"]), state=raw["state"], definition=dict(raw["definition"]),
                 start={int(p): int(o) for p, o in raw["start"].items()},
                 workspace=str(raw["workspace"]),
@@ -118,7 +120,6 @@ class RulebookEntry:
                 archived_event_id=raw.get("archived_event_id"),
                 archived_at=datetime.fromisoformat(archived_at) if archived_at else None,
                 archived_by=raw.get("archived_by"), backfill_tokens=raw.get("backfill_tokens"))
-            return entry
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValidationFailed(f"a rulebook record that is not an entry ({exc!r}); "
                                    f"rulebook records are written by `streams rules install`"

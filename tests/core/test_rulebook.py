@@ -121,6 +121,7 @@ def test_a_run_caused_before_the_installation_point_claims_from_the_backfill_bud
     assert budgeted.budget_of(None) == budgeted.backfill_budget
     assert budgeted.budget_of(cause) == budgeted.backfill_budget  # no seq: not from the log
     assert entry().budget_of(at(cause, 0, 9)) is None  # no backfill budget
+    assert entry().is_history(at(cause, 0, 9)) and not entry().is_history(at(cause, 0, 10))
 
 
 def test_install_checks() -> None:

@@ -581,12 +581,10 @@ class Workspace:
         the event is recorded under those ids, and the run's events.
         """
         self._check_read("an event")
-        view = self.client.tenant_view_if_kept(self.tenant) \
-            if rule.when.completion is None else None
+        view = await self._kept_view() if rule.when.completion is None else None
         if view is not None:
             # The machine keeps the tenant's read view: its records by their derived ids
-            # and the run's events, caught up to the log's end as of the call.
-            await asyncio.to_thread(view.catch_up, asked=time.monotonic())
+            # and the run's events.
             answer = await asyncio.to_thread(view.why, self.workspace, rule, event_id)
             if answer is None:
                 raise NotFound(f"no event {event_id!r} in workspace {self.tenant}/"
@@ -665,9 +663,8 @@ class Workspace:
         loads the key's whole index partition (docs/limitations.md).
         """
         self._check_read("a run")
-        view = self.client.tenant_view_if_kept(self.tenant)
+        view = await self._kept_view()
         if view is not None:
-            await asyncio.to_thread(view.catch_up, asked=time.monotonic())
             kept = await asyncio.to_thread(view.run_record, self.workspace, run_id)
             if kept is None:
                 raise NotFound(f"no run {run_id!r} in workspace {self.tenant}/{self.workspace}")
@@ -984,6 +981,13 @@ class Workspace:
         if catch_up:
             await asyncio.to_thread(view.catch_up, asked=time.monotonic())
         return view
+
+    async def _kept_view(self) -> TenantView | None:
+        """`_view`, caught up, where this machine keeps the tenant's view
+        (`StreamsClient.tenant_view_if_kept`); None elsewhere (never built for a look-up)."""
+        if self.client.tenant_view_if_kept(self.tenant) is None:
+            return None
+        return await self._view()
 
     async def runs(self, *, rule: str | None = None, limit: int | None = None,
                    ) -> list[RunRecord]:

@@ -115,7 +115,7 @@ class RunExecutor(CoreRunExecutor):
         matched = [have[i] for i in matched_ids if i in have]
         cause = have.get(cause_id) if cause_id else None
         if installed is not None and installed.backfill_tokens is None \
-                and _history(installed, cause) and self.installed_current is not None:
+                and installed.is_history(cause) and self.installed_current is not None:
             # A backfill's run, and the entry as the follower has it has no budget: a repeat
             # install may have given it one just before writing the run's firing. Asked of
             # the rulebook as it is now (after the run was read), so no run evaluates
@@ -136,12 +136,6 @@ class RunExecutor(CoreRunExecutor):
         if found is None and self.installed_now is not None:
             found = await asyncio.to_thread(self.installed_now, tenant, rule)
         return found
-
-
-def _history(entry: RulebookEntry, cause: Envelope | None) -> bool:
-    """Whether a run caused by `cause` is a backfill's: its cause before the installation
-    point, or not found (taken as history, as `RulebookEntry.budget_of` does)."""
-    return cause is None or cause.seq is None or not entry.is_live_at(cause.seq)
 
 
 def _run_attributes(started: Envelope) -> dict[str, Any]:
