@@ -9,8 +9,9 @@ Tables (every row keyed by its event's position, `streams.core.viewrows.position
 record applied twice changes nothing):
 
 - `events`: every event: id, workspace, type, time and its raw value (Confluent-framed Avro),
-  and whether it is an application event that starts its chain (a partial index pages those:
-  the chains a queue offers);
+  its chain's key (`streams.core.viewrows.chain_key` of its correlation id: one chain's
+  events are an index range), and whether it is an application event that starts its chain
+  (a partial index pages those: the chains a queue offers);
 - `runs`: the first `run_started` of each run id, by workspace (indexed by rule and time);
 - `firings`: the first `rule_fired` of each firing id, by workspace (indexed by rule and time);
 - `feedback`: every `feedback_given`, indexed by type, participant and time;
@@ -41,23 +42,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streams.core.errors import StreamsError
-from streams.core.viewrows import PageKey, Rows, seq_of
+from streams.core.viewrows import PageKey, Rows, chain_key, seq_of
 
 __all__ = ["LAYOUT_VERSION", "RawEvent", "RunParts", "ViewCorrupt", "ViewStore"]
 
 log = logging.getLogger(__name__)
 
-LAYOUT_VERSION = "3"
+LAYOUT_VERSION = "4"
 """Bumped when the tables change: a file of another layout is rebuilt from the topic (2 added
 the firings' rule and time, the chains and the verdicts; 3 shadow versions' verdicts, the
-person verdicts' index and workspaces, and the calibration alarms)."""
+person verdicts' index and workspaces, and the calibration alarms; 4 each event's chain key,
+so a chain's events are read from the view)."""
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE events (pos INTEGER PRIMARY KEY, event_id TEXT NOT NULL, workspace TEXT NOT NULL,
                      event_type TEXT NOT NULL, time_ms INTEGER NOT NULL, raw BLOB NOT NULL,
-                     chain INTEGER NOT NULL);
+                     chain INTEGER NOT NULL, chain_key INTEGER NOT NULL);
 CREATE INDEX events_by_id ON events (event_id);
+CREATE INDEX events_by_chain ON events (chain_key);
 CREATE TABLE runs (workspace TEXT NOT NULL, run_id TEXT NOT NULL, rule TEXT NOT NULL,
                    firing_id TEXT NOT NULL, time_ms INTEGER NOT NULL, pos INTEGER NOT NULL,
                    PRIMARY KEY (workspace, run_id)) WITHOUT ROWID;
@@ -318,9 +321,10 @@ class ViewStore:
         # An event that starts its chain is marked, and a partial index pages the chains
         # (no table of its own to insert into: a third of a typical log is such events).
         db.executemany(
-            "INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(r.event.pos, r.event.event_id, r.event.workspace, r.event.event_type,
-              r.event.time_ms, r.event.raw, r.chain is not None) for r in rows])
+              r.event.time_ms, r.event.raw, r.chain is not None,
+              chain_key(r.event.correlation_id)) for r in rows])
         runs = [r for r in rows if r.run is not None]
         if runs:
             db.executemany("INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?)", [
@@ -625,6 +629,16 @@ class ViewStore:
                 f"({marks}) AND workspace = ? GROUP BY event_id",
                 [*event_ids, workspace]).fetchall()
         return {event_id: _raw(pos, time_ms, raw) for event_id, pos, time_ms, raw in found}
+
+    def chain(self, workspace: str, correlation_id: str) -> list[RawEvent]:
+        """The workspace's events filed under `correlation_id`'s chain key, in log order
+        (a chain's events share a partition). A key two chains share returns both chains'
+        events: the caller keeps those whose decoded correlation id is the one asked for."""
+        with self._guarded() as db:
+            found = db.execute(
+                "SELECT pos, time_ms, raw FROM events WHERE chain_key = ? AND workspace = ? "
+                "ORDER BY pos", (chain_key(correlation_id), workspace)).fetchall()
+        return [_raw(pos, time_ms, raw) for pos, time_ms, raw in found]
 
     def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,
                  limit: int | None, after: PageKey | None = None) -> list[RawEvent]:

@@ -19,6 +19,7 @@ nor repeats.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -43,6 +44,7 @@ __all__ = [
     "PageKey",
     "Rows",
     "RunRow",
+    "chain_key",
     "decode_cursor",
     "encode_cursor",
     "feedback_of",
@@ -68,6 +70,19 @@ def position(partition: int, offset: int) -> int:
 def seq_of(pos: int) -> tuple[int, int]:
     """`(partition, offset)` of a position."""
     return pos >> OFFSET_BITS, pos & _OFFSET_MASK
+
+
+def chain_key(correlation_id: str) -> int:
+    """The 64-bit key a view files an event's chain under: the first 8 bytes of the
+    correlation id's BLAKE2b digest, as a signed integer (SQLite's int64).
+
+    A digest, not the id itself: 8 bytes a row against the id's 36 or more, in the table and
+    in its index (about 0.5 GB less at 10M events). Two chains may share a key (about one
+    pair in 10^19 for two chains of a tenant); a reader keeps only the events whose decoded
+    correlation id is the one asked for, so a shared key costs a read, never a wrong answer.
+    """
+    digest = hashlib.blake2b(correlation_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 @dataclass(frozen=True, slots=True)

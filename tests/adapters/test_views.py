@@ -31,8 +31,8 @@ def _store(tmp_path: Path, tenant: str = "acme") -> ViewStore:
 
 
 def _event(p: int, o: int, event_id: str, *, cause: str | None = None, t: int = 0,
-           kind: str = "app_event", ws: str = "prod") -> EventRow:
-    return EventRow(position(p, o), event_id, ws, kind, t or 1000 + o, "chain", cause,
+           kind: str = "app_event", ws: str = "prod", corr: str = "chain") -> EventRow:
+    return EventRow(position(p, o), event_id, ws, kind, t or 1000 + o, corr, cause,
                     f"raw:{event_id}".encode())
 
 
@@ -253,6 +253,26 @@ def test_run_parts_follow_causation_through_runs(tmp_path: Path) -> None:
     assert two is not None and [e.raw for e in two.emitted] == [b"raw:out2"]
     assert store.run_parts("prod", "r3") is None
     assert set(store.events_by_id("prod", ["a1", "nope"])) == {"a1"}
+
+
+def test_a_chains_events_in_log_order_and_a_shared_key_returns_both_chains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = _store(tmp_path)
+    store.apply([Rows(_event(0, 0, "a1", corr="a1")), Rows(_event(1, 0, "a2", corr="a2")),
+                 Rows(_event(0, 1, "f1", cause="a1", corr="a1")),
+                 Rows(_event(0, 2, "x1", corr="a1", ws="staging")),
+                 Rows(_event(0, 3, "g1", cause="f1", corr="a1"))], [], {0: 4, 1: 1})
+    assert [e.raw for e in store.chain("prod", "a1")] == [b"raw:a1", b"raw:f1", b"raw:g1"]
+    assert [(e.partition, e.offset) for e in store.chain("prod", "a2")] == [(1, 0)]
+    assert [e.raw for e in store.chain("staging", "a1")] == [b"raw:x1"]
+    assert store.chain("prod", "a3") == []
+    # Two chains under one key: the store gives both, in log order (readers keep theirs).
+    monkeypatch.setattr("streams.adapters.views.chain_key", lambda _cid: 7)
+    shared = _store(tmp_path, "shared")
+    shared.apply([Rows(_event(0, 0, "a1", corr="a1")), Rows(_event(0, 1, "a2", corr="a2"))],
+                 [], {0: 2})
+    assert [e.raw for e in shared.chain("prod", "a1")] == [b"raw:a1", b"raw:a2"]
 
 
 def test_feedback_by_type_and_participant_oldest_first(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from streams.core.tenancy import tenant_topics
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, decided_matches, unique, wait_until
+from tests.integration.rules_fixture import RULES as FIXTURE_RULES
 from tests.integration.test_rules_reactor import RULES, TYPES, of, wait_log
 
 
@@ -96,7 +97,7 @@ async def test_a_chain_is_judged_once_on_its_terminal_event_and_late_events_are_
     assert fired_envelope.causation_id == end.event_id
 
     # A late step of the ended chain, and the terminal again: nothing more is judged.
-    await _at(ws, "t:step", now + timedelta(seconds=5), c, kind="act")
+    late = await _at(ws, "t:step", now + timedelta(seconds=5), c, kind="act")
     await _at(ws, "t:step-done", now + timedelta(seconds=6), c)
     wait_until(lambda: _decided_all(settings, tenant), 120, "the decider past every record")
     await asyncio.sleep(2)
@@ -104,6 +105,29 @@ async def test_a_chain_is_judged_once_on_its_terminal_event_and_late_events_are_
     assert len(_fired(log, "t:chain-end")) == 1
     assert not [e for e in log if e.correlation_id == other.correlation_id
                 and isinstance(e.event, RuleFired)]
+
+    # `why` and `chain_events` from the index, then on a machine that keeps the tenant's
+    # read view: the same answers, the view's without the index (a completion rule's `why`
+    # reads the event's chain).
+    rule = {r.name: r for r in FIXTURE_RULES}["t:chain-end"]
+    asked = [*(s.event_id for s in steps), late.event_id, other.event_id]
+    by_index = [(await ws.why(rule, e)).as_dict() for e in asked]
+    chains = (c, other.correlation_id)
+    events_by_index = [[e.event_id for e in await ws.chain_events(x)] for x in chains]
+    assert [o["outcome"] for o in by_index[3:]] == ["late", "gathered"]
+    assert events_by_index[0][:3] == [s.event_id for s in steps]
+    assert events_by_index[1] == [other.event_id]
+    await client_factory().workspace(tenant, "prod").runs(limit=1)  # the view's file
+    viewer = client_factory()
+    seen = viewer.workspace(tenant, "prod", actor=UserActor(id="agent"))
+    assert [(await seen.why(rule, e)).as_dict() for e in asked] == by_index
+    assert [[e.event_id for e in await seen.chain_events(x)] for x in chains] \
+        == events_by_index
+    assert await seen.chain_events("evt_nothing") == []
+    assert tenant not in viewer._indexes
+    # Read-your-writes: an event appended a moment ago is in the chain the call reads.
+    again = await _at(ws, "t:step", now + timedelta(seconds=7), c, kind="act")
+    assert (await seen.chain_events(c))[-1].event_id == again.event_id
 
 
 async def test_a_quiet_chain_is_judged_in_event_time_and_again_with_late_events_after_a_kill(

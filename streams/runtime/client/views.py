@@ -356,12 +356,10 @@ class TenantView:
                          emitted=[self._envelope(e) for e in parts.emitted], fired=fired)
 
     def why(self, workspace: str, rule: Rule, event_id: str) -> Why | None:
-        """What `rule` (one that is not a completion rule: its answers need the event's
-        chain) did with the event, from the view: the event, its firing and throttle records
-        by their derived ids, and its run's events; None if the workspace has no such
-        event (streams.core.rules.why, as `Workspace.why` answers from the index)."""
-        if rule.when.completion is not None:
-            raise ValueError(f"rule {rule.name!r} judges chains: its `why` reads the chain")
+        """What `rule` did with the event, from the view: the event, its firing and throttle
+        records by their derived ids and its run's events, or for a completion rule the
+        event's chain; None if the workspace has no such event (streams.core.rules.why, as
+        `Workspace.why` answers from the index)."""
         return self._guarded_read(lambda: self._why(workspace, rule, event_id))
 
     def _why(self, workspace: str, rule: Rule, event_id: str) -> Why | None:
@@ -374,12 +372,26 @@ class TenantView:
         left_out = considered(rule, decoded[event_id])
         if left_out is not None:
             return left_out
+        if rule.when.completion is not None:
+            # A chain's judgement is recorded in the chain: its firings list what it gathered.
+            chain = self._chain(workspace, decoded[event_id].correlation_id)
+            return decided_why(rule, event_id, {e.event_id: e for e in chain}.get, chain)
         run_events: list[Envelope] = []
         if fired_event_id(firing) in decoded:
             parts = self.store.run_parts(workspace, run_id_of(firing))
             if parts is not None:
                 run_events = [self._envelope(e) for e in parts.emitted]
         return decided_why(rule, event_id, decoded.get, run_events)
+
+    def chain_events(self, workspace: str, correlation_id: str) -> list[Envelope]:
+        """Every envelope of the workspace's chain `correlation_id`, in log order ([] if
+        there is no such chain)."""
+        return self._guarded_read(lambda: self._chain(workspace, correlation_id))
+
+    def _chain(self, workspace: str, correlation_id: str) -> list[Envelope]:
+        decoded = (self._envelope(raw) for raw in self.store.chain(workspace, correlation_id))
+        # Two chains may share a key: keep the one asked for.
+        return [e for e in decoded if e.correlation_id == correlation_id]
 
     def runs(self, workspace: str, *, rule: str | None, limit: int | None,
              before: PageKey | None = None) -> list[tuple[RunRecord, PageKey]]:

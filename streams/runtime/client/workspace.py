@@ -522,10 +522,15 @@ class Workspace:
         """Every envelope of a causal chain in this workspace, in log order ([] if there is
         no such chain).
 
-        Reads, in the chain's one partition, the span from its first to its last indexed
-        event (both found in the index) and the partition's unindexed tail; not the log.
+        Where this machine keeps the tenant's read view (`StreamsClient.tenant_view_if_kept`),
+        from the view: the events filed under the chain's key, an index range. Otherwise, in
+        the chain's one partition, the span from its first to its last indexed event (both
+        found in the index) and the partition's unindexed tail; not the log.
         """
         self._check_read("a chain")
+        view = await self._kept_view()
+        if view is not None:
+            return await asyncio.to_thread(view.chain_events, self.workspace, correlation_id)
         index = await self._index()
         head = await asyncio.to_thread(index.lookup, f"chain:{correlation_id}")
         if head is None:
@@ -573,18 +578,18 @@ class Workspace:
         dead-lettered); see
         streams.core.rules.why. NotFound if the workspace has no such event.
 
-        Where this machine keeps the tenant's read view (`StreamsClient.tenant_view_if_kept`)
-        and the rule is not a completion rule, from the view: the event, its firing and
-        throttle records by the ids derived from the rule and the event, and its run's
-        events. Otherwise two reads, not the log: the event where the index says it is, then
+        Where this machine keeps the tenant's read view (`StreamsClient.tenant_view_if_kept`),
+        from the view: the event, its firing and throttle records by the ids derived from
+        the rule and the event, and its run's events (a completion rule's: the event's
+        chain). Otherwise two reads, not the log: the event where the index says it is, then
         (when the rule's checks let it through) its chain, where a firing or a throttle of
         the event is recorded under those ids, and the run's events.
         """
         self._check_read("an event")
-        view = await self._kept_view() if rule.when.completion is None else None
+        view = await self._kept_view()
         if view is not None:
-            # The machine keeps the tenant's read view: its records by their derived ids
-            # and the run's events.
+            # The machine keeps the tenant's read view: its records by their derived ids,
+            # the run's events and the chains.
             answer = await asyncio.to_thread(view.why, self.workspace, rule, event_id)
             if answer is None:
                 raise NotFound(f"no event {event_id!r} in workspace {self.tenant}/"
