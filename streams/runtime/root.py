@@ -28,6 +28,7 @@ sink, client, jobs) take a Runtime.
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -272,6 +273,18 @@ class Runtime:
         # base_url, not host: the SDK lets its own LANGFUSE_BASE_URL variable beat `host`.
         return Langfuse(public_key=public, secret_key=secret,
                         base_url=host or settings.langfuse_host or None, tracing_enabled=False)
+
+    def started(self) -> None:
+        """Say that the process has started: with `Settings.gc_freeze` (the default), what
+        exists now (modules, schemas, validators, clients) is collected once and frozen out
+        of Python's garbage collector (`gc.freeze`), so a full collection later walks only
+        what was made since. Called by the long-lived processes this project runs (the
+        worker, `streams serve`, `streams sink`), never by the workspace handle: a library
+        must not freeze its user's heap (docs/operations.md says how a user's own server
+        can)."""
+        if self.settings.gc_freeze:
+            gc.collect()
+            gc.freeze()
 
     def on_close(self, close: Callable[[], None]) -> None:
         """Call `close` when the runtime closes, before its shared clients are flushed (a

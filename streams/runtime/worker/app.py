@@ -322,6 +322,7 @@ class Worker:
         threads = [threading.Thread(target=run_or_exit, args=(name, loop, stop),
                                     name=name, daemon=True) for loop, name in loops]
         health = self._serve_health()  # metrics exported, /healthz and /readyz served
+        self.runtime.started()
         for thread in threads:
             thread.start()
         try:

@@ -95,6 +95,7 @@ async def _run_sink(config: Settings, sink: Any, *, cursor: str | None, replay: 
             print(json.dumps({"sink_stats": runner.stats.__dict__}), flush=True)
 
     reporter = asyncio.create_task(report()) if stats_interval else None
+    runtime.started()
     try:
         await runner.run()
     except OutageTooLong as exc:

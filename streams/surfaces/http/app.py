@@ -626,6 +626,7 @@ def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
                     backoff = min(backoff * 2, 10.0)
             app.state.service = CommandService(client, store, rules=RuleFinder(
                 runtime, module_rules(runtime.settings.rule_modules, "STREAMS_RULE_MODULES")))
+            runtime.started()
 
         starting = asyncio.create_task(start())
         try:
