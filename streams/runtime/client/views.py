@@ -67,6 +67,7 @@ from streams.settings import Settings
 
 __all__ = [
     "BATCH",
+    "DECODED_KEPT",
     "PAGES_AT_LEAST",
     "CatchUp",
     "Progress",
@@ -93,6 +94,11 @@ SCAN_PER_WINDOW = 50
 """Calibration reads at most the newest `SCAN_PER_WINDOW x window` person verdicts: enough
 for a version paired with one in 50 of the targets people review to fill its window, and a
 bound on the read however long the log (docs/measures.md)."""
+
+
+DECODED_KEPT = 10_000
+"""Decoded envelopes a tenant's view keeps for reads that return them again (about 20 pages
+of 50 runs; some 30 MB)."""
 
 
 def view_path(settings: Settings, tenant: str) -> Path:
@@ -177,6 +183,12 @@ class TenantView:
         # The events topic's partitions as last seen: later catch-ups ask for their offsets
         # in one round trip (`watermarks_of`).
         self._partitions: list[int] = []
+        # Envelopes decoded lately, by place and raw value (a file rebuilt under the same
+        # places holds other bytes there, so a stale one is never returned): a page read
+        # again, as a dashboard or a team's queue does, skips the decode and the pydantic
+        # objects, about 60% of a page of runs (docs/limitations.md).
+        self._decoded: dict[tuple[int, int, bytes], Envelope] = {}
+        self._decoded_lock = threading.Lock()
 
     # -- catching up ------------------------------------------------------------------------
 
@@ -329,12 +341,22 @@ class TenantView:
             return read()
 
     def _envelope(self, raw: RawEvent) -> Envelope:
+        key = (raw.partition, raw.offset, raw.raw)
+        kept = self._decoded.get(key)
+        if kept is not None:
+            return kept  # envelopes are frozen: sharing one is safe
         try:
             _writer, record = self.runtime.codec.decode(raw.raw)
-            return envelope_from_record(record, Seq(partition=raw.partition, offset=raw.offset))
+            envelope = envelope_from_record(record,
+                                            Seq(partition=raw.partition, offset=raw.offset))
         except SchemaError as exc:  # it decoded when it was applied: the file is not sound
             raise ViewCorrupt(f"a stored event at {raw.partition}:{raw.offset} does not "
                               f"decode: {exc}") from exc
+        with self._decoded_lock:
+            self._decoded[key] = envelope
+            while len(self._decoded) > DECODED_KEPT:  # the oldest decoded go first
+                del self._decoded[next(iter(self._decoded))]
+        return envelope
 
     def run_record(self, workspace: str, run_id: str) -> RunRecord | None:
         """A run's record from the view (None if the workspace has no such run)."""

@@ -1,13 +1,22 @@
 """Which look-ups read a tenant's read view: only where the machine keeps one (this process
 has it open, or its file is in the state directory), and never for a worker's client
-(`read_views=False`); the answers themselves are compared with the index's on the real
-broker (tests/integration/test_views.py, tests/integration/test_rules_reactor.py)."""
+(`read_views=False`); what a view decodes is kept for reads that return it again. The
+answers themselves are compared with the index's on the real broker
+(tests/integration/test_views.py, tests/integration/test_rules_reactor.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
-from streams.runtime.client.views import view_path
+import pytest
+
+from streams.adapters.avro.codec import envelope_to_record
+from streams.adapters.views import RawEvent
+from streams.core.actors import UserActor
+from streams.core.events import AppEvent, Envelope
+from streams.runtime.client.views import TenantView, view_path
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.settings import Settings
@@ -33,3 +42,38 @@ def test_a_workers_client_never_reads_a_view(tmp_path: Path) -> None:
     view_path(settings, "acme").touch()
     worker = StreamsClient(Runtime(settings), read_views=False)
     assert worker.tenant_view_if_kept("acme") is None
+
+
+class _Codec:
+    """Decodes the raw values it was given records for, counting its calls."""
+
+    def __init__(self, records: dict[bytes, dict[str, Any]]) -> None:
+        self.records = records
+        self.calls = 0
+
+    def decode(self, raw: bytes) -> tuple[None, dict[str, Any]]:
+        self.calls += 1
+        return None, self.records[raw]
+
+
+def test_a_view_decodes_an_event_once_and_never_returns_a_stale_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = {f"raw{n}".encode(): envelope_to_record(Envelope.new(
+        AppEvent(name="ops:x", data={"n": n}), tenant="acme", workspace="prod",
+        actor=UserActor(id="ada"))) for n in range(4)}
+    codec = _Codec(events)
+    runtime = SimpleNamespace(settings=Settings(state_dir=str(tmp_path)), codec=codec)
+    view = TenantView(cast(Runtime, runtime), "acme")
+    first = view._envelope(RawEvent(0, 7, 1, b"raw0"))
+    assert view._envelope(RawEvent(0, 7, 1, b"raw0")) is first  # read again: not decoded
+    assert codec.calls == 1 and first.seq is not None and first.seq.offset == 7
+    # The same place with other bytes (a file rebuilt after its topic was made again).
+    other = view._envelope(RawEvent(0, 7, 1, b"raw1"))
+    assert other.event_id != first.event_id and codec.calls == 2
+    monkeypatch.setattr("streams.runtime.client.views.DECODED_KEPT", 2)
+    view._envelope(RawEvent(0, 8, 1, b"raw2"))
+    view._envelope(RawEvent(0, 9, 1, b"raw3"))
+    assert len(view._decoded) == 2  # bounded: the oldest went first
+    view._envelope(RawEvent(0, 7, 1, b"raw0"))
+    assert codec.calls == 5
