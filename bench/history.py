@@ -14,23 +14,29 @@ a fresh process, from the tenant's materialized view.
    offline step: `build_view`, what `streams views build` runs), its rate in envelopes/s and
    the process's peak RSS. The floor: the same records read and decoded by the fast codec
    to plain dicts, nothing stored.
-3. The index's first build over the log (`streams index build`: chain_events is an index
-   read, and a tenant seeded without index entries needs it once), in its own process,
-   untimed beside the view figures but printed.
+3. The index's first build over the log (`streams index build`: what give_feedback and a
+   machine without the view look up; a tenant seeded without index entries needs it once),
+   in its own process, printed beside the view figures (`--no-index-build` leaves it out:
+   no read below uses the index).
 4. Each read in a fresh process, with a state directory of its own holding only the built
    view (so the index's local store starts empty, as on a machine that never read the
    index; one probe's reads do not warm the next one's): time of the first call (from the
    client's construction: the view's catch-up of what was appended since, the query, the
-   decoding), the process's peak RSS, and the p99 of `--warm` further
-   calls: `runs(rule, limit=1)`, `runs(rule, limit=50)`, a participant's feedback of a type
-   (all of it: 1 in 10 of the feedback, so it grows with the log) and its first page of 100,
+   decoding), the process's peak RSS, and the median and p99 of `--warm` further calls,
+   then of `--warm` more after `gc.freeze()` (`_frozen`: as in a process that froze its
+   start-up heap, which `streams serve` does): `runs(rule, limit=1)`, `runs(rule,
+   limit=50)`, a participant's feedback of a type (all of it: 1 in 10 of the feedback, so
+   it grows with the log) and its first page of 100,
    one `run_record`, one chain's `chain_events`, the first and next page of 50 runs by cursor,
    and `why` of a rule on an event it fired on (`why_fired`: the event, its firing and its
    run's events read) and on one its filter leaves out (`why_filtered_out`). The seeded
    firings and runs carry the ids a worker derives, so `why` finds them. Then a queue of the
    first rule's runs: every item id (`queue_items_all`, what a sampled queue's progress
    reads) against its count in the view (`queue_items_count`, what the others' progress
-   reads since this stop).
+   reads since this stop). Then the same reads over REST (`rest`): `streams serve` started
+   on a state directory holding only the view, `GET .../runs?rule=&limit=1` and `limit=50`,
+   `GET .../runs/{id}`, `GET .../chains/{id}`: first call after `/readyz`, median and p99 of
+   `--warm` more, the next page of 50 by cursor, and the server's peak RSS.
 5. With `--fold-limit N` (default 200000) and N or fewer envelopes: the whole-log fold's
    answer to `runs(rule, limit=1)` (`latest_runs(ws.read())`, what runs() did before the view)
    in a fresh process, for comparison.
@@ -41,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import gc
 import json
 import os
 import resource
@@ -54,8 +61,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 from confluent_kafka import TopicPartition
 
+from bench.served import start_serve, until_ready
+from bench.surfaces import _free_port
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.log import envelope_headers, watermarks
 from streams.core.actors import AgentActor, UserActor
@@ -68,6 +78,7 @@ from streams.core.runs import latest_runs
 from streams.core.targets import RunTarget
 from streams.core.tenancy import fresh_group, tenant_topics
 from streams.examples.ops import TriageQuality
+from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.views import build_view
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
@@ -76,6 +87,13 @@ from streams.settings import Settings
 TENANT = "history"
 RULES = ("ops:error-spike", "ops:latency")
 FEEDBACK_EVERY = 20  # feedback on 1 run in 20: 5%
+
+
+def _peak_of(pid: int) -> float:
+    """Process `pid`'s peak RSS in MB (VmHWM)."""
+    with open(f"/proc/{pid}/status") as status:
+        high = next(line for line in status if line.startswith("VmHWM"))
+    return round(int(high.split()[1]) / 1024, 1)
 
 
 def _peak_mb() -> float:
@@ -275,15 +293,73 @@ async def _probe(settings: Settings, what: str, targets: dict[str, Any],
     out = {"first_s": round(first_s, 3), "peak_rss_mb": _peak_mb(),
            "rows": len(answer) if isinstance(answer, list) else 1}
     if warm:
-        times = []
-        for _ in range(warm):
-            t = time.monotonic()
-            await call()
-            times.append(time.monotonic() - t)
-        out["warm_p99_ms"] = round(statistics.quantiles(times, n=100)[98] * 1000, 2)
-        out["warm_median_ms"] = round(statistics.median(times) * 1000, 2)
+        out.update(await _warm(call, warm))
+        # Then as in a process that froze its start-up heap (what `streams serve` does,
+        # Runtime.started): a full garbage collection no longer walks it.
+        gc.collect()
+        gc.freeze()
+        out.update({f"{k}_frozen": v for k, v in (await _warm(call, warm)).items()})
     client.close()
     client.runtime.close()
+    return out
+
+
+async def _warm(call: Callable[[], Awaitable[Any]], calls: int) -> dict[str, float]:
+    """Median and p99 in ms of `calls` calls."""
+    times = []
+    for _ in range(calls):
+        t = time.monotonic()
+        await call()
+        times.append(time.monotonic() - t)
+    return {"warm_median_ms": round(statistics.median(times) * 1000, 2),
+            "warm_p99_ms": round(statistics.quantiles(times, n=100)[98] * 1000, 2)}
+
+
+async def _rest(settings: Settings, targets: dict[str, Any], warm: int) -> dict[str, Any]:
+    """The same reads over REST: `streams serve` started on the probe's state directory (the
+    view built, nothing else), a key made, then each route's first call after /readyz and
+    `warm` further calls; the server's peak RSS at the end."""
+    keys = KeyStore(Runtime(settings))
+    keys.start()
+    token = keys.create(TENANT, UserActor(id="ada"), {"read"})[1]
+    keys.close()
+    port = _free_port()
+    server = await start_serve(settings, port)
+    base = f"http://127.0.0.1:{port}/v1/workspaces/{TENANT}.prod"
+    out: dict[str, Any] = {}
+    try:
+        await until_ready(f"http://127.0.0.1:{port}")
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                     timeout=120) as http:
+
+            async def get(path: str, **params: Any) -> dict[str, Any]:
+                answer = await http.get(f"{base}{path}", params=params)
+                if answer.status_code != 200:
+                    raise SystemExit(f"GET {path} answered {answer.status_code}: "
+                                     f"{answer.text[:500]}")
+                body: dict[str, Any] = answer.json()
+                return body
+
+            routes: dict[str, Callable[[], Awaitable[Any]]] = {
+                "rest_runs_limit_1": lambda: get("/runs", rule=RULES[0], limit=1),
+                "rest_runs_limit_50": lambda: get("/runs", rule=RULES[0], limit=50),
+                "rest_run": lambda: get(f"/runs/{targets['run']}"),
+                "rest_chain": lambda: get(f"/chains/{targets['chain']}"),
+            }
+            for name, call in routes.items():
+                t = time.monotonic()
+                await call()
+                out[name] = {"first_s": round(time.monotonic() - t, 3),
+                             **await _warm(call, warm)}
+            first = await get("/runs", rule=RULES[0], limit=50)
+            t = time.monotonic()
+            second = await get("/runs", rule=RULES[0], limit=50, cursor=first["next_cursor"])
+            out["rest_next_page_of_50"] = {"s": round(time.monotonic() - t, 4),
+                                           "rows": len(second["runs"])}
+        out["server_peak_rss_mb"] = _peak_of(server.pid)
+    finally:
+        server.terminate()
+        await server.wait()
     return out
 
 
@@ -319,6 +395,8 @@ def _child(args: argparse.Namespace, settings: Settings) -> None:
         out = _decode_floor(settings)
     elif args.probe == "index_catch_up":
         out = _index_catch_up(settings)
+    elif args.probe == "rest":
+        out = asyncio.run(_rest(settings, targets, args.warm))
     else:
         out = asyncio.run(_probe(settings, args.probe, targets, args.warm))
     print(json.dumps(out))
@@ -340,6 +418,8 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=200, help="warm calls per read")
     parser.add_argument("--fold-limit", type=int, default=200_000,
                         help="run the whole-log fold for comparison up to this many envelopes")
+    parser.add_argument("--no-index-build", action="store_true",
+                        help="leave out the index's first build (no read probe uses it)")
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     parser.add_argument("--targets", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -356,13 +436,14 @@ def main() -> None:
     targets = seed(settings, args.envelopes)
     report["seed"] = {k: targets[k] for k in ("envelopes", "seed_s", "seed_rate_per_s")}
     print(json.dumps(report["seed"]), file=sys.stderr)
-    steps = [("decode_floor", 0), ("build", 0), ("index_catch_up", 0),
+    steps = [("decode_floor", 0), ("build", 0), *([] if args.no_index_build else
+                                                   [("index_catch_up", 0)]),
              ("runs_limit_1", args.warm), ("runs_limit_50", args.warm),
              ("feedback_of_participant", args.warm), ("feedback_page_100", args.warm),
              ("run_record", args.warm),
              ("chain_events", args.warm), ("pages_of_50", 0),
              ("why_fired", args.warm), ("why_filtered_out", args.warm),
-             ("queue_items_all", 5), ("queue_items_count", args.warm)]
+             ("queue_items_all", 5), ("queue_items_count", args.warm), ("rest", args.warm)]
     if targets["envelopes"] <= args.fold_limit:
         steps.append(("fold_runs_limit_1", 0))
     for probe, warm in steps:
