@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streams.core.errors import StreamsError
-from streams.core.viewrows import PageKey, Rows, chain_key, seq_of
+from streams.core.viewrows import PageKey, Rows, chain_key, position, seq_of
 
 __all__ = ["LAYOUT_VERSION", "RawEvent", "RunParts", "ViewCorrupt", "ViewStore"]
 
@@ -631,13 +631,23 @@ class ViewStore:
         return {event_id: _raw(pos, time_ms, raw) for event_id, pos, time_ms, raw in found}
 
     def chain(self, workspace: str, correlation_id: str) -> list[RawEvent]:
-        """The workspace's events filed under `correlation_id`'s chain key, in log order
-        (a chain's events share a partition). A key two chains share returns both chains'
-        events: the caller keeps those whose decoded correlation id is the one asked for."""
+        """The workspace's chain `correlation_id` as the index answers it: [] unless the
+        workspace has the event that starts it (the event whose id is the correlation id);
+        else the events filed under its chain key in that event's partition from its offset
+        on, in log order (a chain's events share their key, so they share a partition). A
+        key two chains share returns both chains' events: the caller keeps those whose
+        decoded correlation id is the one asked for."""
         with self._guarded() as db:
+            [head] = db.execute("SELECT min(pos) FROM events WHERE event_id = ? AND "
+                                "workspace = ?", (correlation_id, workspace)).fetchone()
+            if head is None:
+                return []
+            partition, _offset = seq_of(head)
             found = db.execute(
                 "SELECT pos, time_ms, raw FROM events WHERE chain_key = ? AND workspace = ? "
-                "ORDER BY pos", (chain_key(correlation_id), workspace)).fetchall()
+                "AND pos >= ? AND pos < ? ORDER BY pos",
+                (chain_key(correlation_id), workspace, head,
+                 position(partition + 1, 0))).fetchall()
         return [_raw(pos, time_ms, raw) for pos, time_ms, raw in found]
 
     def feedback(self, workspace: str, *, feedback_type: str | None, participant: str | None,

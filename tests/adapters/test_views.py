@@ -262,10 +262,14 @@ def test_a_chains_events_in_log_order_and_a_shared_key_returns_both_chains(
     store.apply([Rows(_event(0, 0, "a1", corr="a1")), Rows(_event(1, 0, "a2", corr="a2")),
                  Rows(_event(0, 1, "f1", cause="a1", corr="a1")),
                  Rows(_event(0, 2, "x1", corr="a1", ws="staging")),
-                 Rows(_event(0, 3, "g1", cause="f1", corr="a1"))], [], {0: 4, 1: 1})
+                 Rows(_event(0, 3, "g1", cause="f1", corr="a1")),
+                 Rows(_event(2, 0, "h1", corr="a1")),  # another partition: not the chain's
+                 Rows(_event(1, 1, "o1", corr="order-7"))], [], {0: 4, 1: 2, 2: 1})
     assert [e.raw for e in store.chain("prod", "a1")] == [b"raw:a1", b"raw:f1", b"raw:g1"]
     assert [(e.partition, e.offset) for e in store.chain("prod", "a2")] == [(1, 0)]
-    assert [e.raw for e in store.chain("staging", "a1")] == [b"raw:x1"]
+    # As the index answers: no chain without the event that starts it in the workspace.
+    assert store.chain("staging", "a1") == []
+    assert store.chain("prod", "order-7") == []
     assert store.chain("prod", "a3") == []
     # Two chains under one key: the store gives both, in log order (readers keep theirs).
     monkeypatch.setattr("streams.adapters.views.chain_key", lambda _cid: 7)
@@ -273,6 +277,7 @@ def test_a_chains_events_in_log_order_and_a_shared_key_returns_both_chains(
     shared.apply([Rows(_event(0, 0, "a1", corr="a1")), Rows(_event(0, 1, "a2", corr="a2"))],
                  [], {0: 2})
     assert [e.raw for e in shared.chain("prod", "a1")] == [b"raw:a1", b"raw:a2"]
+    assert [e.raw for e in shared.chain("prod", "a2")] == [b"raw:a2"]
 
 
 def test_feedback_by_type_and_participant_oldest_first(tmp_path: Path) -> None:
