@@ -6,8 +6,9 @@ answers the handle's reads from it.
     records = view.runs("prod", rule="ops:error-spike", limit=50)
     build_view(runtime, "acme", progress=lambda done, total: ...)   # `streams views build`
 
-The view (`streams.adapters.views.ViewStore`, one SQLite file per tenant under
-`Settings.state_path("views", <prefix>, "<tenant>.sqlite")`) outlives the process, so a fresh
+The view (`streams.adapters.views.ViewStore`, one SQLite file per tenant and layout under
+`Settings.state_path("views", <prefix>, "<tenant>.v<layout>.sqlite")`) outlives the process,
+so a fresh
 process pays only for what was appended since the last one caught it up. A catch-up reads
 each events partition from the view's checkpoint to the end offset of the moment it started
 (so a read after an append in the same process sees it), decodes each record with the fast
@@ -40,7 +41,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from streams.adapters.avro.codec import envelope_from_record
 from streams.adapters.kafka.log import take, watermarks_of
-from streams.adapters.views import RawEvent, ViewCorrupt, ViewStore
+from streams.adapters.views import LAYOUT_VERSION, RawEvent, ViewCorrupt, ViewStore
 from streams.core.errors import KafkaUnavailable, SchemaError, ValidationFailed
 from streams.core.events import Envelope, RuleFired, RunStarted, Seq
 from streams.core.feedback import FeedbackRegistry
@@ -96,14 +97,20 @@ for a version paired with one in 50 of the targets people review to fill its win
 bound on the read however long the log (docs/measures.md)."""
 
 
-DECODED_KEPT = 10_000
-"""Decoded envelopes a tenant's view keeps for reads that return them again (about 20 pages
-of 50 runs; some 30 MB)."""
+DECODED_KEPT = 4 * 2**20
+"""Raw bytes of the envelopes a tenant's view keeps decoded for reads that return them again
+(about 10,000 envelopes of 400 bytes, 20 pages of 50 runs); records over DECODED_LARGEST
+bytes are decoded each time."""
+
+DECODED_LARGEST = 16 * 2**10
 
 
 def view_path(settings: Settings, tenant: str) -> Path:
-    """Where a tenant's view file lives: under STREAMS_STATE_DIR, per topic prefix."""
-    return settings.state_path("views", settings.topic_prefix, f"{tenant}.sqlite")
+    """Where a tenant's view file lives: under STREAMS_STATE_DIR, per topic prefix, named by
+    its layout, so a release with a new layout builds its file beside the old one while the
+    old release still reads its own (docs/operations.md, "Upgrading")."""
+    return settings.state_path("views", settings.topic_prefix,
+                               f"{tenant}.v{LAYOUT_VERSION}.sqlite")
 
 
 @dataclass
@@ -184,10 +191,11 @@ class TenantView:
         # in one round trip (`watermarks_of`).
         self._partitions: list[int] = []
         # Envelopes decoded lately, by place and raw value (a file rebuilt under the same
-        # places holds other bytes there, so a stale one is never returned): a page read
-        # again, as a dashboard or a team's queue does, skips the decode and the pydantic
-        # objects, about 60% of a page of runs (docs/limitations.md).
+        # places holds other bytes there, so a stale one is never returned), with the raw
+        # bytes they hold: a page read again, as a dashboard or a team's queue does, skips
+        # the decode and the pydantic objects (docs/design.md, "Decoded envelopes are kept").
         self._decoded: dict[tuple[int, int, bytes], Envelope] = {}
+        self._decoded_bytes = 0
         self._decoded_lock = threading.Lock()
 
     # -- catching up ------------------------------------------------------------------------
@@ -352,10 +360,16 @@ class TenantView:
         except SchemaError as exc:  # it decoded when it was applied: the file is not sound
             raise ViewCorrupt(f"a stored event at {raw.partition}:{raw.offset} does not "
                               f"decode: {exc}") from exc
+        if len(raw.raw) > DECODED_LARGEST:
+            return envelope  # a large run output: kept, it would push out many pages
         with self._decoded_lock:
-            self._decoded[key] = envelope
-            while len(self._decoded) > DECODED_KEPT:  # the oldest decoded go first
-                del self._decoded[next(iter(self._decoded))]
+            if key not in self._decoded:
+                self._decoded[key] = envelope
+                self._decoded_bytes += len(raw.raw)
+            while self._decoded_bytes > DECODED_KEPT:  # the oldest decoded go first
+                oldest = next(iter(self._decoded))
+                del self._decoded[oldest]
+                self._decoded_bytes -= len(oldest[2])
         return envelope
 
     def run_record(self, workspace: str, run_id: str) -> RunRecord | None:
@@ -414,6 +428,7 @@ class TenantView:
         decoded = (self._envelope(raw) for raw in self.store.chain(workspace, correlation_id))
         # Two chains may share a key: keep the one asked for.
         return [e for e in decoded if e.correlation_id == correlation_id]
+
 
     def runs(self, workspace: str, *, rule: str | None, limit: int | None,
              before: PageKey | None = None) -> list[tuple[RunRecord, PageKey]]:

@@ -16,6 +16,7 @@ from streams.adapters.avro.codec import envelope_to_record
 from streams.adapters.views import RawEvent
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope
+from streams.core.viewrows import rows_of
 from streams.runtime.client.views import TenantView, view_path
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
@@ -71,9 +72,39 @@ def test_a_view_decodes_an_event_once_and_never_returns_a_stale_one(
     # The same place with other bytes (a file rebuilt after its topic was made again).
     other = view._envelope(RawEvent(0, 7, 1, b"raw1"))
     assert other.event_id != first.event_id and codec.calls == 2
-    monkeypatch.setattr("streams.runtime.client.views.DECODED_KEPT", 2)
+    monkeypatch.setattr("streams.runtime.client.views.DECODED_KEPT", 8)  # two of 4 bytes
     view._envelope(RawEvent(0, 8, 1, b"raw2"))
     view._envelope(RawEvent(0, 9, 1, b"raw3"))
-    assert len(view._decoded) == 2  # bounded: the oldest went first
+    assert len(view._decoded) == 2 and view._decoded_bytes == 8  # the oldest went first
     view._envelope(RawEvent(0, 7, 1, b"raw0"))
     assert codec.calls == 5
+    # A record larger than DECODED_LARGEST is decoded every time, never kept.
+    monkeypatch.setattr("streams.runtime.client.views.DECODED_LARGEST", 3)
+    view._envelope(RawEvent(0, 10, 1, b"raw1"))
+    view._envelope(RawEvent(0, 10, 1, b"raw1"))
+    assert codec.calls == 7 and (0, 10, b"raw1") not in view._decoded
+
+
+def test_a_chain_read_from_the_view_keeps_only_the_chain_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two chains whose keys collide (forced): the store returns both, the view keeps one.
+    monkeypatch.setattr("streams.adapters.views.chain_key", lambda _cid: 7)
+    a = Envelope.new(AppEvent(name="ops:x"), tenant="acme", workspace="prod",
+                     actor=UserActor(id="ada"))
+    b = Envelope.new(AppEvent(name="ops:x"), tenant="acme", workspace="prod",
+                     actor=UserActor(id="ada"))
+    a2 = Envelope.new(AppEvent(name="ops:y"), tenant="acme", workspace="prod",
+                      actor=UserActor(id="ada"), correlation_id=a.event_id)
+    records = {f"raw{n}".encode(): envelope_to_record(e) for n, e in enumerate((a, b, a2))}
+    runtime = SimpleNamespace(settings=Settings(state_dir=str(tmp_path)),
+                              codec=_Codec(records))
+    view = TenantView(cast(Runtime, runtime), "acme")
+    view.store.open()
+    view.store.apply([rows_of(records[raw], 0, n, raw) for n, raw in enumerate(records)],
+                     [], {0: 3})
+    assert len(view.store.chain("prod", a.event_id)) == 3
+    assert [e.event_id for e in view.chain_events("prod", a.event_id)] == [a.event_id,
+                                                                           a2.event_id]
+    assert [e.event_id for e in view.chain_events("prod", b.event_id)] == [b.event_id]
+    view.close()
