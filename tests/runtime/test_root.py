@@ -237,3 +237,14 @@ def test_the_broker_probe_is_a_fresh_client_that_says_no_when_nothing_answers() 
     assert runtime.broker_answers(timeout=0.5) is False
     assert runtime.broker_answers(timeout=0.5) is False  # a new client each time, no state
     assert "admin" not in runtime._made  # the shared admin client is not made for it
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_a_started_process_freezes_its_start_up_heap_unless_told_not_to(
+    freeze: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr("streams.runtime.root.gc.collect", lambda: calls.append("collect"))
+    monkeypatch.setattr("streams.runtime.root.gc.freeze", lambda: calls.append("freeze"))
+    Runtime(Settings(gc_freeze=freeze)).started()
+    assert calls == (["collect", "freeze"] if freeze else [])

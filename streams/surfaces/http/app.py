@@ -624,9 +624,10 @@ def _serving(runtime: Runtime) -> Callable[[FastAPI], Any]:
                     log.warning("key store not started: %s; retrying in %.1f s", exc, backoff)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 10.0)
-            app.state.service = CommandService(client, store, rules=RuleFinder(
+            service = CommandService(client, store, rules=RuleFinder(
                 runtime, module_rules(runtime.settings.rule_modules, "STREAMS_RULE_MODULES")))
-            runtime.started()
+            runtime.started()  # before /readyz answers 200: its collection blocks the loop
+            app.state.service = service
 
         starting = asyncio.create_task(start())
         try:
