@@ -21,6 +21,7 @@ from streams.adapters.kafka.config import reader_config
 from streams.core.actors import UserActor
 from streams.core.events import AppEvent, Envelope, RuleFired, RunSucceeded
 from streams.core.tenancy import tenant_topics
+from streams.runtime.client.views import view_path
 from streams.runtime.client.workspace import Workspace
 from streams.settings import Settings
 from tests.conftest import WorkerProcess, decided_matches, unique, wait_until
@@ -111,6 +112,7 @@ async def test_a_chain_is_judged_once_on_its_terminal_event_and_late_events_are_
     # reads the event's chain).
     rule = {r.name: r for r in FIXTURE_RULES}["t:chain-end"]
     asked = [*(s.event_id for s in steps), late.event_id, other.event_id]
+    assert not view_path(settings, tenant).exists()  # so the index answers first
     by_index = [(await ws.why(rule, e)).as_dict() for e in asked]
     chains = (c, other.correlation_id)
     events_by_index = [[e.event_id for e in await ws.chain_events(x)] for x in chains]

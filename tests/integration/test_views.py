@@ -134,15 +134,20 @@ async def test_run_record_reads_the_kept_view_and_answers_as_the_index(
     tenant = tenant_factory()
     writer = client_factory().workspace(tenant, "prod")
     chains = [c["app"].id for c in await _history(writer)]
+    # A chain named by an id no event has, and another workspace's chain: no chain here.
+    await writer.append(AppEvent(name="ops:error_spike"), correlation_id="order-42")
+    staging = writer.client.workspace(tenant, "staging")
+    chains += ["order-42", (await _chain(staging, 501, RULES[0]))["app"].id]
     ids = ["run_0", "run_nested", "run_4", "run_99", "run_7"]
     # No view on this machine yet: the index answers (and no view is built for it).
     by_index = client_factory()
     indexed = [await by_index.workspace(tenant, "prod").run_record(i) for i in ids]
     indexed_chains = [[(e.event_id, e.seq) for e in
                        await by_index.workspace(tenant, "prod").chain_events(c)]
-                      for c in chains[:5]]
+                      for c in [*chains[:5], *chains[-2:]]]
     # The first chain: 8 events of its run and the nested run, and 3 pieces of feedback.
     assert len(indexed_chains[0]) == 11
+    assert indexed_chains[-2:] == [[], []]
     assert not view_path(settings, tenant).exists()
     await client_factory().workspace(tenant, "prod").runs(limit=1)  # a server keeps one
     assert view_path(settings, tenant).exists()
@@ -152,7 +157,7 @@ async def test_run_record_reads_the_kept_view_and_answers_as_the_index(
     assert [_shape(r) for r in viewed] == [_shape(r) for r in indexed]
     assert len(viewed[3].matched) == 4  # the counting firing's matches in other chains
     assert [[(e.event_id, e.seq) for e in await reader.chain_events(c)]
-            for c in chains[:5]] == indexed_chains
+            for c in [*chains[:5], *chains[-2:]]] == indexed_chains
     assert tenant not in by_view._indexes  # the index was not read at all
     # Read-your-writes: a run appended a moment ago is in the view the call catches up.
     fresh = await _chain(writer, 600, RULES[1])
