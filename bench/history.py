@@ -36,7 +36,8 @@ a fresh process, from the tenant's materialized view.
    reads since this stop). Then the same reads over REST (`rest`): `streams serve` started
    on a state directory holding only the view, `GET .../runs?rule=&limit=1` and `limit=50`,
    `GET .../runs/{id}`, `GET .../chains/{id}`: first call after `/readyz`, median and p99 of
-   `--warm` more, the next page of 50 by cursor, and the server's peak RSS.
+   `--warm` more, the next page of 50 by cursor, and the server's peak RSS; then again with
+   `STREAMS_GC_FREEZE=false` (`rest_gc_unfrozen`: the server without its frozen heap).
 5. With `--fold-limit N` (default 200000) and N or fewer envelopes: the whole-log fold's
    answer to `runs(rule, limit=1)` (`latest_runs(ws.read())`, what runs() did before the view)
    in a fresh process, for comparison.
@@ -79,7 +80,7 @@ from streams.core.targets import RunTarget
 from streams.core.tenancy import fresh_group, tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.keys import KeyStore
-from streams.runtime.client.views import build_view
+from streams.runtime.client.views import build_view, view_path
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.settings import Settings
@@ -395,7 +396,7 @@ def _child(args: argparse.Namespace, settings: Settings) -> None:
         out = _decode_floor(settings)
     elif args.probe == "index_catch_up":
         out = _index_catch_up(settings)
-    elif args.probe == "rest":
+    elif args.probe in ("rest", "rest_gc_unfrozen"):
         out = asyncio.run(_rest(settings, targets, args.warm))
     else:
         out = asyncio.run(_probe(settings, args.probe, targets, args.warm))
@@ -443,14 +444,17 @@ def main() -> None:
              ("run_record", args.warm),
              ("chain_events", args.warm), ("pages_of_50", 0),
              ("why_fired", args.warm), ("why_filtered_out", args.warm),
-             ("queue_items_all", 5), ("queue_items_count", args.warm), ("rest", args.warm)]
+             ("queue_items_all", 5), ("queue_items_count", args.warm), ("rest", args.warm),
+             ("rest_gc_unfrozen", args.warm)]
     if targets["envelopes"] <= args.fold_limit:
         steps.append(("fold_runs_limit_1", 0))
     for probe, warm in steps:
         own = env if probe in _SHARED_STATE else _own_state(state, probe, env)
+        if probe == "rest_gc_unfrozen":  # the server as it was before Runtime.started()
+            own = {**own, "STREAMS_GC_FREEZE": "false"}
         report[probe] = _fresh(probe, own, targets, warm)
         print(f"{probe}: {json.dumps(report[probe])}", file=sys.stderr)
-    view = settings.state_path("views", settings.topic_prefix, f"{TENANT}.sqlite")
+    view = view_path(settings, TENANT)
     report["view_file_mb"] = round(sum(
         os.path.getsize(f"{view}{s}") for s in ("", "-wal") if os.path.exists(f"{view}{s}"))
         / 2**20, 1)
