@@ -64,16 +64,20 @@ def _commit_transaction(consumer: Consumer, producer: Producer) -> None:
 def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: str, n: int,
               configs: dict[str, ScoreConfigs], batch: int = 1000,
               security: dict[str, Any] | None = None,
-              transactional: bool = False) -> dict[str, float]:
+              transactional: bool = False,
+              subject_topic: str | None = None) -> dict[str, float]:
     """Mirror `n` feedback records from `events_topic` to `out_topic`; returns the rate and
     the process's CPU seconds. `security`: librdkafka security settings for both clients
-    (e.g. SASL_SSL); `transactional`: exactly once (see the module)."""
+    (e.g. SASL_SSL); `transactional`: exactly once (see the module); `subject_topic`: the
+    topic whose subject the score schema is registered under (default `out_topic`)."""
     registry = SchemaRegistryClient({"url": registry_url})
     schema = score_schema()
-    # Under the subject the mirror registers for this topic (its tenant's), so both write
-    # the same schema id and their outputs compare byte for byte.
+    # Under the subject the mirror registers for its scores topic (pass it as
+    # `subject_topic`), so both write the same schema id and their outputs compare byte for
+    # byte: the registry gives each subject's version an id of its own.
+    named_by = subject_topic or out_topic
     score_id_num = registry.register_schema(
-        subject_of(out_topic, "streams.scores.Score", out_topic.split(".")[0]),
+        subject_of(named_by, "streams.scores.Score", named_by.split(".")[0]),
         RegistrySchema(json.dumps(schema), "AVRO"))
     score_parsed = fastavro.parse_schema(without_logical_types(schema))
     header = _FRAME.pack(0, score_id_num)

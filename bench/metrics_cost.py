@@ -86,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings.from_env()
     batch = messages(settings, args.records)
-    codec = FastCodec(registry_client(settings))
+    codec = FastCodec(registry_client(settings), settings.topic_prefix)
 
     prometheus = provider_for(settings.replace(metrics="prometheus"))
     otel = provider_for(settings.replace(metrics="prometheus"))

@@ -72,7 +72,7 @@ def main() -> None:
         console.print(f"tuned floor over {settings.security_protocol}...")
         floor = run_floor(settings.bootstrap_servers, settings.schema_registry_url,
                           topics.events, outs[name], args.events, configs, args.batch,
-                          security=security_config(settings))
+                          security=security_config(settings), subject_topic=topics.scores)
         rates[f"floor_{name}"] = floor["rate"]
         console.print(f"  {floor['rate']:,.0f} feedback/s ({floor['seconds']:.1f}s)")
     for name, settings in (("plain", plain), ("tls", tls)):

@@ -88,7 +88,8 @@ def main() -> None:
     topic = tenant_topics("bench", settings.topic_prefix).events
     produce_feedback(settings, AvroSerde(settings), topic, "bench", args.events, traced=True)
     messages = consumed(settings, topic, args.events)
-    step = MirrorStep(FastCodec(registry_client(settings)), prefix=settings.topic_prefix)
+    step = MirrorStep(FastCodec(registry_client(settings), settings.topic_prefix),
+                      prefix=settings.topic_prefix)
     step.handle_batch(messages[:BATCH])  # schemas fetched and cached before the clock
 
     def spanned(chunk: list[Message]) -> None:
