@@ -24,7 +24,8 @@ a fresh process, from the tenant's materialized view.
    client's construction: the view's catch-up of what was appended since, the query, the
    decoding), the process's peak RSS, and the median and p99 of `--warm` further calls,
    then of `--warm` more after `gc.freeze()` (`_frozen`: as in a process that froze its
-   start-up heap, which `streams serve` does): `runs(rule, limit=1)`, `runs(rule,
+   heap, as `streams serve` does after its start-up), each with the full garbage
+   collections that ran meanwhile (`full_gcs`, `full_gc_max_ms`): `runs(rule, limit=1)`, `runs(rule,
    limit=50)`, a participant's feedback of a type (all of it: 1 in 10 of the feedback, so
    it grows with the log) and its first page of 100,
    one `run_record`, one chain's `chain_events`, the first and next page of 50 runs by cursor,
@@ -305,15 +306,35 @@ async def _probe(settings: Settings, what: str, targets: dict[str, Any],
     return out
 
 
-async def _warm(call: Callable[[], Awaitable[Any]], calls: int) -> dict[str, float]:
-    """Median and p99 in ms of `calls` calls."""
+async def _warm(call: Callable[[], Awaitable[Any]], calls: int, *,
+                collections: bool = True) -> dict[str, float]:
+    """Median and p99 in ms of `calls` calls, and (`collections`) the full garbage
+    collections (generation 2) this process ran meanwhile: how many, and the longest in
+    ms."""
+    full: list[float] = []
+    began = [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                began[0] = time.perf_counter()
+            else:
+                full.append(time.perf_counter() - began[0])
+
+    gc.callbacks.append(timed)
     times = []
-    for _ in range(calls):
-        t = time.monotonic()
-        await call()
-        times.append(time.monotonic() - t)
-    return {"warm_median_ms": round(statistics.median(times) * 1000, 2),
-            "warm_p99_ms": round(statistics.quantiles(times, n=100)[98] * 1000, 2)}
+    try:
+        for _ in range(calls):
+            t = time.monotonic()
+            await call()
+            times.append(time.monotonic() - t)
+    finally:
+        gc.callbacks.remove(timed)
+    out = {"warm_median_ms": round(statistics.median(times) * 1000, 2),
+           "warm_p99_ms": round(statistics.quantiles(times, n=100)[98] * 1000, 2)}
+    if collections:
+        out.update(full_gcs=len(full), full_gc_max_ms=round(max(full, default=0) * 1000, 1))
+    return out
 
 
 async def _rest(settings: Settings, targets: dict[str, Any], warm: int) -> dict[str, Any]:
@@ -350,8 +371,9 @@ async def _rest(settings: Settings, targets: dict[str, Any], warm: int) -> dict[
             for name, call in routes.items():
                 t = time.monotonic()
                 await call()
+                # The server's collections are not this process's: none counted here.
                 out[name] = {"first_s": round(time.monotonic() - t, 3),
-                             **await _warm(call, warm)}
+                             **await _warm(call, warm, collections=False)}
             first = await get("/runs", rule=RULES[0], limit=50)
             t = time.monotonic()
             second = await get("/runs", rule=RULES[0], limit=50, cursor=first["next_cursor"])
