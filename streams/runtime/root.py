@@ -173,8 +173,19 @@ class Runtime:
 
     def server_checks(self) -> dict[str, Check]:
         """The readiness checks every process shares: the broker and the registry answer."""
-        return server_checks(lambda t: self.admin.client.list_topics(timeout=t),
-                             lambda: self.probe_registry().get_subjects())
+        return server_checks(self._broker_metadata, lambda: self.probe_registry().get_subjects())
+
+    def _broker_metadata(self, timeout: float) -> Any:
+        """The brokers' metadata, asked of the shared admin client and, when it cannot get
+        them, of a client made for the asking: after a one-broker restart a long-lived client
+        can stay unable to reach a broker that answers everyone else (a CI run's worker
+        answered /readyz 503 for 120 s after its loops had caught up), and readiness must
+        say whether the broker answers, not whether that client does."""
+        try:
+            return self.admin.client.list_topics(timeout=timeout)
+        except KafkaException:
+            probe = AdminClient(self.admin_config())
+            return probe.list_topics(timeout=timeout)
 
     def stable_offsets(self, partitions: Collection[tuple[str, int]],
                        timeout: float = 5.0) -> dict[tuple[str, int], tuple[int, int]]:

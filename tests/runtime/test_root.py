@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 from faust.auth import SASLCredentials, SSLCredentials
 
 from streams.core.events import RunSucceeded
@@ -248,3 +249,38 @@ def test_a_started_process_freezes_its_start_up_heap_unless_told_not_to(
     monkeypatch.setattr("streams.runtime.root.gc.freeze", lambda: calls.append("freeze"))
     Runtime(Settings(gc_freeze=freeze)).started()
     assert calls == (["collect", "freeze"] if freeze else [])
+
+
+class _Admin:
+    """An admin client whose metadata call answers, or fails as a wedged client does."""
+
+    made: list[_Admin] = []
+
+    def __init__(self, config: dict[str, Any] | None = None, *, answers: bool = True) -> None:
+        self.answers = answers
+        self.asked = 0
+        _Admin.made.append(self)
+
+    def list_topics(self, timeout: float) -> str:
+        self.asked += 1
+        if not self.answers:
+            raise KafkaException("Failed to get metadata: Local: Broker transport failure")
+        return "metadata"
+
+
+@pytest.mark.parametrize("fresh_answers", [True, False])
+def test_readiness_asks_a_fresh_client_before_saying_the_broker_is_down(
+    fresh_answers: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runtime = Runtime(Settings())
+    wedged = _Admin(answers=False)
+    runtime.admin._client = wedged  # type: ignore[assignment]
+    _Admin.made = []
+    monkeypatch.setattr("streams.runtime.root.AdminClient",
+                        lambda config: _Admin(config, answers=fresh_answers))
+    said = runtime.server_checks()["broker"]()
+    assert wedged.asked == 1 and len(_Admin.made) == 1 and _Admin.made[0].asked == 1
+    if fresh_answers:
+        assert said is None  # the broker answers; only the shared client cannot reach it
+    else:
+        assert said is not None and "does not answer" in said
