@@ -352,7 +352,7 @@ class TenantView:
         key = (raw.partition, raw.offset, raw.raw)
         kept = self._decoded.get(key)
         if kept is not None:
-            return kept  # envelopes are frozen: sharing one is safe
+            return kept  # frozen models, shared (callers must not change their dicts)
         try:
             _writer, record = self.runtime.codec.decode(raw.raw)
             envelope = envelope_from_record(record,
@@ -361,7 +361,7 @@ class TenantView:
             raise ViewCorrupt(f"a stored event at {raw.partition}:{raw.offset} does not "
                               f"decode: {exc}") from exc
         if len(raw.raw) > DECODED_LARGEST:
-            return envelope  # a large run output: kept, it would push out many pages
+            return envelope  # a large run output is not kept: it would push out many pages
         with self._decoded_lock:
             if key not in self._decoded:
                 self._decoded[key] = envelope
