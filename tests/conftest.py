@@ -57,20 +57,40 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _port_range() -> tuple[int, int]:
+    """Where this pytest process picks ports: STREAMS_TEST_PORTS ("FROM-TO", inclusive), or
+    from 27000 to below the ephemeral range.
+
+    Why a range per process: deploy/test.sh runs its groups at the same time, and a port one
+    group picked is free again while its test has a server stopped (a registry restart), so
+    another group could pick it and bind it there (CI of stop 47: the registry could not
+    start again on its own port). Each group gets a slice of its own."""
+    low = _ephemeral_low()
+    told = os.environ.get("STREAMS_TEST_PORTS", "")
+    if not told:
+        return _PORTS_FROM, low - 1
+    first, sep, last = told.partition("-")
+    if not (sep and first.isdigit() and last.isdigit() and int(first) < int(last) < low):
+        raise RuntimeError(f"STREAMS_TEST_PORTS={told!r}: give FROM-TO, two ports below the "
+                           f"kernel's ephemeral range ({low}), FROM below TO")
+    return int(first), int(last)
+
+
 def _free_port() -> int:
-    """A loopback port nothing listens on, outside the kernel's ephemeral range.
+    """A loopback port nothing listens on, in this process's range (`_port_range`), outside
+    the kernel's ephemeral range.
 
     Why not bind to port 0: that hands out an ephemeral port, and once a test stops the
     server on it (a broker restart), any outbound connection on the machine (the other test
     groups' clients) may take it as its source port, so the server cannot bind it again."""
-    low = _ephemeral_low()
-    if low - _PORTS_FROM < 1000:
+    first, last = _port_range()
+    if last - first < 1000:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return int(s.getsockname()[1])
     pick = random.SystemRandom()
     for _ in range(1000):
-        port = pick.randrange(_PORTS_FROM, low)
+        port = pick.randrange(first, last + 1)
         if port in _handed_out:
             continue
         with socket.socket() as s:
@@ -80,7 +100,7 @@ def _free_port() -> int:
                 continue
         _handed_out.add(port)
         return port
-    raise RuntimeError(f"no free loopback port in {_PORTS_FROM}-{low - 1}")
+    raise RuntimeError(f"no free loopback port in {first}-{last}")
 
 
 def _docker_answers() -> bool:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO, _free_port, _handed_out
+from tests.conftest import REPO, _free_port, _handed_out, _port_range
 
 __all__ = ["SCRIPT", "START_TIMEOUT", "OwnStack", "own_stack_in"]
 
@@ -148,7 +148,9 @@ def _ports(brokers: int) -> list[int]:
             continue
         kafka_ports = [ports[i] for i in (0, 1, 2, 5)]
         derived = [p + n * NODE_PORT_STEP for p in kafka_ports for n in range(1, brokers)]
-        if len(set(derived) | set(ports)) == len(derived) + 6 and all(map(_bindable, derived)):
+        # The other nodes' ports stay in this process's range, where no other group picks.
+        if len(set(derived) | set(ports)) == len(derived) + 6 \
+                and max(derived, default=0) <= _port_range()[1] and all(map(_bindable, derived)):
             _handed_out.update(derived)
             return ports
     raise RuntimeError(f"no free loopback ports for a stack of {brokers} brokers")
