@@ -28,7 +28,7 @@ import io
 import json
 import struct
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import fastavro
@@ -68,15 +68,17 @@ def frame(schema_id: int, body: bytes) -> bytes:
 
 
 class WriterSchema:
-    """A schema as this codec uses it: registry id, full name, parsed for fastavro."""
+    """A schema as this codec uses it: registry id, full name, parsed for fastavro, and the
+    five bytes that frame a record written with it (`header`)."""
 
-    __slots__ = ("_logical", "id", "name", "parsed", "raw")
+    __slots__ = ("_logical", "header", "id", "name", "parsed", "raw")
 
     def __init__(self, schema_id: int, name: str, parsed: Any, raw: Any = None) -> None:
         self.id = schema_id
         self.name = name
         self.parsed = parsed
         self.raw = raw
+        self.header = _HEADER.pack(MAGIC, schema_id)
         self._logical: Any = None
 
     @property
@@ -210,12 +212,28 @@ class FastCodec:
     def encode(writer: WriterSchema, record: Mapping[str, Any]) -> bytes:
         """Confluent-framed Avro bytes of `record` written with `writer`."""
         out = io.BytesIO()
-        out.write(_HEADER.pack(MAGIC, writer.id))
+        out.write(writer.header)
         try:
             fastavro.schemaless_writer(out, writer.parsed, record)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
         return out.getvalue()
+
+    @staticmethod
+    def encode_all(writer: WriterSchema, records: Sequence[Mapping[str, Any]]) -> list[bytes]:
+        """`encode` of each record, in order: one call for a feedback's scores (a call per
+        record cost the mirror 0.3 µs a score more)."""
+        header, parsed, write = writer.header, writer.parsed, fastavro.schemaless_writer
+        encoded = []
+        try:
+            for record in records:
+                out = io.BytesIO()
+                out.write(header)
+                write(out, parsed, record)
+                encoded.append(out.getvalue())
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
+        return encoded
 
 
 def letter_writer(codec: FastCodec, letters: str) -> WriterSchema:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from streams.adapters.avro.codec import score_records
 from streams.adapters.avro.fast import (
@@ -50,6 +50,8 @@ __all__ = ["BAD_DATA", "MirrorStats", "MirrorStep"]
 log = logging.getLogger(__name__)
 
 _FEEDBACK_HEADER = FEEDBACK_GIVEN.encode()
+_new_tuple = tuple.__new__
+_UNSEEN = object()  # a cache's "not looked up yet" (None is a remembered answer)
 
 BAD_DATA: tuple[type[Exception], ...] = (SchemaError, KeyError, TypeError, ValueError,
                                          AttributeError)
@@ -69,8 +71,10 @@ class MirrorStats:
 
     def bump(self, tenant: str, key: str, n: int = 1) -> None:
         """Add `n` to a tenant's counter `key`."""
-        counters = self.per_tenant.setdefault(tenant, {"feedback": 0, "scores": 0,
-                                                       "skipped": 0, "dead_letters": 0})
+        counters = self.per_tenant.get(tenant)
+        if counters is None:  # not setdefault: that builds the default twice per feedback
+            counters = self.per_tenant[tenant] = {"feedback": 0, "scores": 0, "skipped": 0,
+                                                  "dead_letters": 0}
         counters[key] += n
 
 
@@ -97,17 +101,19 @@ class MirrorStep:
 
     def _route(self, topic: str) -> tuple[str, str] | None:
         """(tenant, scores topic) of an events topic, remembered per topic."""
-        if topic not in self._routes:
+        route = self._routes.get(topic, _UNSEEN)
+        if route is _UNSEEN:
             parsed = parse_topic(topic, self.prefix)
-            self._routes[topic] = (parsed[0], tenant_topics(parsed[0], self.prefix).scores) \
-                if parsed else None
-        return self._routes[topic]
+            route = self._routes[topic] = \
+                (parsed[0], tenant_topics(parsed[0], self.prefix).scores) if parsed else None
+        return cast("tuple[str, str] | None", route)
 
     def _type(self, feedback_type: str) -> tuple[type[Feedback], ScoreConfigs] | None:
-        if feedback_type not in self._types:
+        known = self._types.get(feedback_type, _UNSEEN)
+        if known is _UNSEEN:
             cls = self.types.get(feedback_type)
-            self._types[feedback_type] = (cls, score_configs(cls)) if cls else None
-        return self._types[feedback_type]
+            known = self._types[feedback_type] = (cls, score_configs(cls)) if cls else None
+        return cast("tuple[type[Feedback], ScoreConfigs] | None", known)
 
     def handle_batch(self, messages: Sequence[Any]) -> list[Output]:
         """The records to produce for a batch of confluent-kafka messages (errors skipped).
@@ -120,7 +126,8 @@ class MirrorStep:
                 continue
             event_type = None
             trace: Headers | None = None
-            for name, value in msg.headers() or ():
+            headers = msg.headers()
+            for name, value in headers if headers is not None else ():
                 if name == "event_type":
                     event_type = value
                 elif name == "traceparent" or name == "tracestate":
@@ -153,8 +160,8 @@ class MirrorStep:
             head, scores = mapped
         except BAD_DATA as exc:
             return [self.dead_letter(topic, partition, offset, key, value, f"{exc}")]
-        route = self._route(topic)
-        assert route is not None  # _mapped refused a record of another topic
+        route = self._routes[topic]  # _mapped remembered it, and refused another topic's
+        assert route is not None
         tenant, scores_topic = route
         try:
             writer = self._score_writer(scores_topic)
@@ -164,8 +171,9 @@ class MirrorStep:
             return [self.dead_letter(topic, partition, offset, key, value,
                                      f"the scores' schema cannot be registered: {exc}")]
         feedback_key = head["event_id"].encode()
-        encode = self.codec.encode
-        out = [Output(scores_topic, feedback_key, encode(writer, s), trace) for s in scores]
+        # The tuples made directly: Output's own __new__ is a Python call per score.
+        out = [_new_tuple(Output, (scores_topic, feedback_key, encoded, trace, None))
+               for encoded in self.codec.encode_all(writer, scores)]
         self._scored(tenant, head, len(out))
         return out
 
@@ -208,12 +216,13 @@ class MirrorStep:
             raise SchemaError(f"{topic} is not a tenant events topic")
         if self.workspace is not None and head["workspace"] != self.workspace:
             return None
-        self.stats.feedback += 1
-        self.stats.bump(tenant, "feedback")
+        stats = self.stats
+        stats.feedback += 1
+        stats.bump(tenant, "feedback")
         known = self._type(record["feedback_type"])
         if known is None:
-            self.stats.skipped_unknown_type += 1
-            self.stats.bump(tenant, "skipped")
+            stats.skipped_unknown_type += 1
+            stats.bump(tenant, "skipped")
             return None
         cls, configs = known
         target = record["target"]

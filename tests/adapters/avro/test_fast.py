@@ -80,6 +80,20 @@ def test_score_records_equal_the_records_of_score_objects(
         out = io.BytesIO()
         fastavro.schemaless_writer(out, parsed, slow_record)
         assert codec.encode(writer, record) == frame(7, out.getvalue())
+    # The mirror encodes a feedback's scores in one call: the same bytes, in order.
+    assert codec.encode_all(writer, fast_ms) == [codec.encode(writer, r) for r in fast_ms]
+
+
+def test_encode_all_refuses_a_record_the_schema_cannot_write() -> None:
+    codec = _codec()
+    writer = codec.registered(score_schema(), "fs.acme.scores")
+    [good] = score_records(score_configs(Resolution), {"resolved": True},
+                           feedback_event_id="e", timestamp=1_700_000_000_000,
+                           tenant="t", workspace="w", target_kind="chain", target_id="c",
+                           participant="user:a", trace_id=None, session_id="c", seq=None)
+    assert codec.encode_all(writer, []) == []
+    with pytest.raises(SchemaError, match="cannot encode"):
+        codec.encode_all(writer, [good, {**good, "numeric_value": "not a number"}])
 
 
 def test_decode_round_trip_and_framing_errors() -> None:
