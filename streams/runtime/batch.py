@@ -243,7 +243,8 @@ class BatchStats:
     as wedged: `producers_abandoned`); `commit_seconds` is the time spent committing
     (delivery and offsets, or the transaction's offsets and commit), aborts included, and
     `longest_commit_seconds` the longest single commit (one that waited out a broker outage
-    inside librdkafka's own retries shows here, not in `outage_waits`)."""
+    inside librdkafka's own retries shows here, not in `outage_waits`); `committed_at` is
+    the monotonic clock when the last commit returned (0.0 before the first)."""
 
     batches: int = 0
     records: int = 0
@@ -259,6 +260,7 @@ class BatchStats:
     commits_before_blocking: int = 0
     commit_seconds: float = 0.0
     longest_commit_seconds: float = 0.0
+    committed_at: float = 0.0
     aborts_by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -412,14 +414,17 @@ class BatchLoop:
 
     def _produce(self, producer: Producer, outputs: Sequence[Output]) -> None:
         produce = producer.produce
-        for out in outputs:
+        for topic, key, value, headers, partition in outputs:
             while True:
                 try:
-                    if out.partition is None:
-                        produce(out.topic, out.value, out.key, headers=out.headers)
-                    else:  # a changelog record goes to its input's partition
-                        produce(out.topic, out.value, out.key, out.partition,
-                                headers=out.headers)
+                    # Positional arguments only where it can: a keyword argument costs
+                    # 0.38 µs a call in the client's argument parsing, 60% of a produce.
+                    if partition is not None:  # a changelog record: its input's partition
+                        produce(topic, value, key, partition, headers=headers)
+                    elif headers is not None:
+                        produce(topic, value, key, headers=headers)
+                    else:
+                        produce(topic, value, key)
                     break
                 except BufferError:  # the local queue is full: let deliveries drain
                     producer.poll(0.05)
@@ -487,6 +492,7 @@ class BatchLoop:
         for tp in chosen:
             self._done.pop(tp, None)
         self.stats.commits += 1
+        self.stats.committed_at = time.monotonic()
         return True
 
     # -- transactions (exactly_once) ---------------------------------------------------------
@@ -625,6 +631,7 @@ class BatchLoop:
         for tp in chosen:
             self._done.pop(tp, None)
         self.stats.commits += 1
+        self.stats.committed_at = time.monotonic()
         if self._spare is not None:
             # The next transaction on the other producer: this one's coordinator is still
             # writing the markers of the one just committed, and would refuse its next

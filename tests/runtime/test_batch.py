@@ -333,8 +333,10 @@ def all_committed(broker: Broker) -> Callable[[], bool]:
 def test_exactly_once_commits_outputs_and_offsets_in_one_transaction() -> None:
     broker = Broker(records(12))
     loop = make(broker)
+    began = time.monotonic()
     run_until(loop, all_committed(broker))
     assert loop.stats.commits > 0 and loop.stats.commit_seconds > 0
+    assert began < loop.stats.committed_at <= time.monotonic()
     assert sorted(broker.visible) == expected(broker)
     assert len(broker.visible) == len(set(broker.visible))
     # Two transactional producers, initialised before the first batch.
@@ -718,6 +720,7 @@ def test_an_assignment_hook_chooses_where_partitions_start(guarantee: str) -> No
     broker = Broker(records(5), committed={0: 1}, lookup_resets=True)
     loop = make(broker, guarantee, on_assigned=hook)
     run_until(loop, all_committed(broker))
+    assert loop.stats.committed_at > 0  # when its last commit returned, either guarantee
     # Given the committed offsets (the beginning where there is none), started at its own.
     assert seen == [[(0, 1), (1, OFFSET_BEGINNING)]]
     assert sorted(broker.visible) == [b"p0-3", b"p0-4", b"p1-3", b"p1-4"]
