@@ -184,8 +184,14 @@ class Runtime:
         try:
             return self.admin.client.list_topics(timeout=timeout)
         except KafkaException:
-            probe = AdminClient(self.admin_config())
-            return probe.list_topics(timeout=timeout)
+            return self._fresh_metadata(timeout)
+
+    def _fresh_metadata(self, timeout: float) -> Any:
+        """The brokers' metadata asked of a client made for the asking (raises
+        KafkaException when they do not answer in `timeout` seconds); the client goes when
+        this returns (confluent-kafka's admin client has no close: it is freed with its
+        last reference)."""
+        return AdminClient(self.admin_config()).list_topics(timeout=timeout)
 
     def stable_offsets(self, partitions: Collection[tuple[str, int]],
                        timeout: float = 5.0) -> dict[tuple[str, int], tuple[int, int]]:
@@ -200,9 +206,8 @@ class Runtime:
         can stay unable to reach the broker while it answers everyone else (seen in the
         fault tests: a consumer that neither rejoined its group nor read its offsets), and
         the loops ask this to tell such a client from an outage."""
-        probe = AdminClient(self.admin_config())
         try:
-            probe.list_topics(timeout=timeout)
+            self._fresh_metadata(timeout)
         except KafkaException:
             return False
         return True
