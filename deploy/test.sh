@@ -68,10 +68,11 @@ run_group() {  # run_group INDEX NAME [pytest args...]: the group's stack, its t
   export REGISTRY_PORT=$((18081 + 100 * i))
   export REGISTRY_MANAGEMENT_PORT=$((18091 + 100 * i))
   export STREAMS_STATE_DIR="$STACK_DATA_DIR/state"
-  # The ports its tests pick for their own servers (tests/conftest.py): a slice per group,
-  # so a port one group's test has let go of for a moment (a server restart) is never
-  # picked by another group.
-  export STREAMS_TEST_PORTS="$((27000 + 1400 * i))-$((27000 + 1400 * i + 1399))"
+  # The ports its tests pick for their own servers (tests/conftest.py): a slice per group
+  # of 27000-32599, so a port one group's test has let go of for a moment (a server
+  # restart) is never picked by another group.
+  local width=$((5600 / ${#groups[@]}))
+  export STREAMS_TEST_PORTS="$((27000 + width * i))-$((27000 + width * i + width - 1))"
   "$here/stack.sh" stop >/dev/null 2>&1 || true
   rm -rf "$STACK_DATA_DIR"
   if ! "$here/stack.sh" start; then

@@ -70,9 +70,10 @@ def _port_range() -> tuple[int, int]:
     if not told:
         return _PORTS_FROM, low - 1
     first, sep, last = told.partition("-")
-    if not (sep and first.isdigit() and last.isdigit() and int(first) < int(last) < low):
+    if not (sep and first.isdigit() and last.isdigit()
+            and int(first) + 100 <= int(last) < low):
         raise RuntimeError(f"STREAMS_TEST_PORTS={told!r}: give FROM-TO, two ports below the "
-                           f"kernel's ephemeral range ({low}), FROM below TO")
+                           f"kernel's ephemeral range ({low}), at least 100 apart")
     return int(first), int(last)
 
 
@@ -84,7 +85,7 @@ def _free_port() -> int:
     server on it (a broker restart), any outbound connection on the machine (the other test
     groups' clients) may take it as its source port, so the server cannot bind it again."""
     first, last = _port_range()
-    if last - first < 1000:
+    if last - first < 100:  # no slice given, and the machine's ephemeral range starts low
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return int(s.getsockname()[1])
