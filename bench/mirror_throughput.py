@@ -36,6 +36,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -195,9 +196,10 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
     stop = threading.Event()
     seen = [0]
     # The clocks as the floor reads them: wall and CPU at the first batch consumed, and CPU
-    # after the last record's work.
+    # after the last record's work (its outputs handed to the producer).
     first: list[float] = []
     cpu_at_last = [0.0]
+    last_batch = threading.Event()
 
     def mirror_batch(messages: Sequence[Message]) -> list[Output]:
         # Stops the loop once its step has had N records, as the floor stops its loop: the
@@ -207,12 +209,20 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
             first.extend((time.monotonic(), time.process_time()))
         outputs = step.handle_batch(messages)
         seen[0] += len(messages)
-        if seen[0] >= n and not stop.is_set():
-            cpu_at_last[0] = time.process_time()
-            stop.set()
+        if seen[0] >= n:
+            last_batch.set()
         return outputs
 
-    loop = BatchLoop(
+    class TimedLoop(BatchLoop):
+        """The loop, reading the CPU clock once the last batch's outputs are produced."""
+
+        def _produce(self, producer: Any, outputs: Sequence[Output]) -> None:
+            super()._produce(producer, outputs)
+            if last_batch.is_set() and not stop.is_set():
+                cpu_at_last[0] = time.process_time()
+                stop.set()
+
+    loop = TimedLoop(
         Runtime(settings), group=f"bench-mirror-{uuid.uuid4().hex}",
         producer_extra={"linger.ms": 20, "batch.num.messages": 10000},
         subscription=[events], step=mirror_batch, batch_size=batch, guarantee=guarantee,
@@ -236,6 +246,9 @@ def run_batch_mirror(settings: Settings, tenant: str, n: int, batch: int, *,
     thread.start()
     scraped = started
     while not stop.is_set():
+        if not thread.is_alive():
+            raise SystemExit(f"the batch mirror's loop ended after {loop.stats.records}/{n} "
+                             "records (its error is above)")
         if time.monotonic() - scraped >= 1.0:
             scrape()
             scraped = time.monotonic()
@@ -296,6 +309,8 @@ def main() -> None:
                         help="every feedback carries its own trace context and the in-process "
                              "mirror runs with a tracer provider (bench/tracing.py)")
     args = parser.parse_args()
+    if args.worker_rounds < 1:
+        parser.error("--worker-rounds must be at least 1 (--no-worker skips the worker)")
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     serde = AvroSerde(settings)
     tenant = "bench"
