@@ -274,8 +274,7 @@ def main() -> None:
           f"matching_ratio={rate['matching'] / rate['floor']:.3f} "
           f"matching_cpu_ratio={cpu['floor'] / cpu['matching']:.3f}")
     for reactor in (indexing, matching):
-        if reactor.index_writer is not None:
-            reactor.index_writer.close()
+        reactor.close()
         reactor.runtime.close()
     runtime.close()
 

@@ -259,15 +259,19 @@ class Runtime:
         started (the caller closes it)."""
         return TopicTail(self.settings, topic, on_record)
 
-    def index(self, tenant: str, entries_of: EntriesOf | None = None) -> TenantIndex:
+    def index(self, tenant: str, entries_of: EntriesOf | None = None, *,
+              producer: Producer | None = None) -> TenantIndex:
         """A new view of a tenant's index topic, writing entries through the shared
-        producer, creating the topic when the tenant has none (the caller closes it). Events
-        it indexes itself are decoded with the runtime's fastavro codec to plain records
+        producer (a delivery report per entry), or through `producer`, which reports only
+        failed deliveries, to the index's `delivery_failed` (a worker's index writer),
+        creating the topic when the tenant has none (the caller closes it). Events it
+        indexes itself are decoded with the runtime's fastavro codec to plain records
         (`fast_entries`) unless `entries_of` says otherwise."""
         events = tenant_topics(tenant, self.settings.topic_prefix).events
-        return TenantIndex(self.settings, tenant, self.producer, events,
+        return TenantIndex(self.settings, tenant, producer or self.producer, events,
                            entries_of or fast_entries(self.codec),
-                           ensure_topic=lambda: self.admin.ensure_index_topic(tenant))
+                           ensure_topic=lambda: self.admin.ensure_index_topic(tenant),
+                           reports_each=producer is None)
 
     def http(self, **options: Any) -> httpx.AsyncClient:
         """A new HTTP client (`options`: httpx.AsyncClient's, a timeout, say); the caller

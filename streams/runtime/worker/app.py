@@ -333,6 +333,9 @@ class Worker:
             stop.set()
             for thread in threads:
                 thread.join(60.0)
+            if reactor is not None and not any(t.is_alive() for t in threads
+                                               if t.name == "rules-reactor"):
+                reactor.close()  # its loop is done with it: not closed under its feet
             self.runtime.close()
 
     def _serve_health(self) -> HealthServer | None:

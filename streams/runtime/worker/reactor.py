@@ -110,8 +110,11 @@ class Reactor:
             parsed = parse_topic(topic, prefix)
             return parsed[0] if parsed is not None and parsed[1] == EVENTS else None
 
-        self.index_writer = IndexWriter(runtime.index, tenant_of) \
-            if settings.worker_index else None
+        self.index_writer = IndexWriter(
+            lambda tenant, producer: runtime.index(tenant, producer=producer), tenant_of,
+            lambda failed: runtime.producer_of_own(**{"delivery.report.only.error": True,
+                                                      "on_delivery": failed}),
+            flush_timeout=settings.flush_timeout) if settings.worker_index else None
         # What a run's reaction needs, where the run is live (see RecentEvents).
         self.recent = RecentEvents()
         self.executor = RunExecutor(
@@ -270,6 +273,12 @@ class Reactor:
             count = self.runtime.admin.partitions_of(topic)
             self._rules_partitions[topic] = (count, time.monotonic())
         return count
+
+    def close(self) -> None:
+        """Close what the step holds of its own (the index writer's readers, stores and
+        producer); call once its loop has stopped."""
+        if self.index_writer is not None:
+            self.index_writer.close()
 
     def before_commit(self, partitions: set[tuple[str, int]]) -> list[Output]:
         """The loop's hook before it commits `partitions`: advance their index cursors over

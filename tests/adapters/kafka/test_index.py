@@ -289,3 +289,66 @@ def test_one_callers_records_by_place_are_read_in_one_round_in_its_order(
     assert [None if m is None else m.value() for m in found] == [b"1:4", b"0:9", b"1:2", None]
     assert log.assignments == [{0: 9, 1: 2}]
     assert index.messages_at([]) == []
+
+
+class RecordingProducer:
+    """Records what is produced; `failed` is the failure-only report callback it was made
+    with (a worker's index writer's own producer)."""
+
+    def __init__(self, failed: Any = None) -> None:
+        self.failed = failed
+        self.produced: list[tuple[Any, ...]] = []
+        self.flushes = 0
+
+    def produce(self, *args: Any) -> None:
+        self.produced.append(args)
+
+    def flush(self, _timeout: float) -> int:
+        self.flushes += 1
+        return 0
+
+
+def test_an_index_on_a_shared_producer_asks_a_report_per_entry_and_on_its_own_none(
+    tmp_path: Path,
+) -> None:
+    for reports_each in (True, False):
+        producer = RecordingProducer()
+        index = TenantIndex(Settings(state_dir=str(tmp_path)), "acme",
+                            producer=cast(Any, producer), events_topic="fs.acme.events",
+                            entries_of=lambda *_a: [], reports_each=reports_each,
+                            store=IndexStore(tmp_path / f"index-{reports_each}.sqlite"))
+        index._partitions = 32
+        index.publish_entries([("event:e1", b"{}")])
+        [args] = producer.produced
+        assert args[:4] == (index.topic, b"{}", b"event:e1", index_partition("event:e1", 32))
+        assert args[4:] == ((index.delivery_failed,) if reports_each else ())
+
+
+def test_the_index_writers_failed_entry_reaches_its_index_and_holds_its_cursors_back(
+    tmp_path: Path, monkeypatch: Any,
+) -> None:
+    from streams.adapters.kafka.index import IndexWriter
+
+    monkeypatch.setattr(TenantIndex, "open", lambda self: None)
+    made: list[RecordingProducer] = []
+
+    def producer_of(failed: Any) -> Any:
+        made.append(RecordingProducer(failed))
+        return made[-1]
+
+    def index_of(tenant: str, producer: Any) -> TenantIndex:
+        return TenantIndex(Settings(state_dir=str(tmp_path)), tenant, producer=producer,
+                           events_topic=f"fs.{tenant}.events", entries_of=lambda *_a: [],
+                           reports_each=False, store=IndexStore(tmp_path / f"{tenant}.sqlite"))
+
+    writer = IndexWriter(index_of, lambda topic: topic.split(".")[1], producer_of)
+    assert made == []  # no client made before the first index is needed
+    acme, globex = writer._index("fs.acme.events"), writer._index("fs.globex.events")
+    assert acme is not None and globex is not None and len(made) == 1
+    made[0].failed("broker said no", FakeMessage(topic_=globex.topic, key_=b"event:e1"))
+    made[0].failed(None, FakeMessage(topic_=acme.topic))  # not a failure
+    assert globex.delivered() is False  # no cursor is advanced over the lost entry
+    assert acme.delivered() is True
+    assert globex.delivered() is True  # counted once
+    writer.close()
+    assert made[0].flushes == 4  # three delivered() and the close
