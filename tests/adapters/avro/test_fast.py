@@ -84,13 +84,19 @@ def test_score_records_equal_the_records_of_score_objects(
     assert codec.encode_all(writer, fast_ms) == [codec.encode(writer, r) for r in fast_ms]
 
 
+def _resolved_score() -> dict[str, Any]:
+    """The one score record of a Resolution on a chain."""
+    [record] = score_records(score_configs(Resolution), {"resolved": True},
+                             feedback_event_id="e", timestamp=1_700_000_000_000,
+                             tenant="t", workspace="w", target_kind="chain", target_id="c",
+                             participant="user:a", trace_id=None, session_id="c", seq=None)
+    return record
+
+
 def test_encode_all_refuses_a_record_the_schema_cannot_write() -> None:
     codec = _codec()
     writer = codec.registered(score_schema(), "fs.acme.scores")
-    [good] = score_records(score_configs(Resolution), {"resolved": True},
-                           feedback_event_id="e", timestamp=1_700_000_000_000,
-                           tenant="t", workspace="w", target_kind="chain", target_id="c",
-                           participant="user:a", trace_id=None, session_id="c", seq=None)
+    good = _resolved_score()
     assert codec.encode_all(writer, []) == []
     with pytest.raises(SchemaError, match="cannot encode"):
         codec.encode_all(writer, [good, {**good, "numeric_value": "not a number"}])
@@ -99,10 +105,7 @@ def test_encode_all_refuses_a_record_the_schema_cannot_write() -> None:
 def test_decode_round_trip_and_framing_errors() -> None:
     codec = _codec()
     writer = codec.registered(score_schema(), "fs.acme.scores")
-    [record] = score_records(score_configs(Resolution), {"resolved": True},
-                             feedback_event_id="e", timestamp=1_700_000_000_000,
-                             tenant="t", workspace="w", target_kind="chain", target_id="c",
-                             participant="user:a", trace_id=None, session_id="c", seq=None)
+    record = _resolved_score()
     data = codec.encode(writer, record)
     assert data[:5] == b"\x00\x00\x00\x00\x07"
     _w, back = codec.decode(data)
