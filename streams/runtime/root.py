@@ -268,7 +268,8 @@ class Runtime:
         indexes itself are decoded with the runtime's fastavro codec to plain records
         (`fast_entries`) unless `entries_of` says otherwise."""
         events = tenant_topics(tenant, self.settings.topic_prefix).events
-        return TenantIndex(self.settings, tenant, producer or self.producer, events,
+        return TenantIndex(self.settings, tenant,
+                           producer if producer is not None else self.producer, events,
                            entries_of or fast_entries(self.codec),
                            ensure_topic=lambda: self.admin.ensure_index_topic(tenant),
                            reports_each=producer is None)

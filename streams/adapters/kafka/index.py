@@ -989,8 +989,12 @@ class IndexWriter:
             if self._producer is None:
                 self._producer = self._producer_of(self._undelivered)
             index = self._index_of(tenant, self._producer)
+            try:
+                index.open()
+            except BaseException:
+                index.store.close()  # not kept: the next event of the topic tries again
+                raise
             self._by_index_topic[index.topic] = index
-            index.open()
         self._indexes[topic] = index
         return index
 
@@ -1087,6 +1091,12 @@ class IndexWriter:
             if index is not None:
                 index.close()
                 index.store.close()
+        # The indexes hold the producer too: dropped with it, so its threads end now.
+        self._indexes.clear()
+        self._by_index_topic.clear()
         if self._producer is not None:
-            self._producer.flush(self._flush_timeout)
+            remaining = self._producer.flush(self._flush_timeout)
+            if remaining:
+                log.warning("%d index entries not written at close; the next catch-up "
+                            "indexes their events", remaining)
             self._producer = None
