@@ -14,6 +14,8 @@ order over those same confluent-kafka messages:
   per commit);
 - the reactor matching alone: the same with the index writes off (STREAMS_WORKER_INDEX=false),
   which is the job the floor does;
+- the indexing floor (`IndexingFloor`): the floor also writing every event's index entries
+  the fastest way, the job of the reactor as the worker runs it (`indexing_ratio`);
 - the floor: the same 50 rules' matching done the fastest way by hand: the `event_type`
   header looked up in a dict of handlers, fastavro against writer schemas fetched once (no
   logical types), `data_json` parsed, and for these 50 rules plain dict checks written by
@@ -42,11 +44,13 @@ import json
 import statistics
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import fastavro
 from confluent_kafka import Message, TopicPartition
+from confluent_kafka.admin import NewTopic
 from rich.console import Console
 
 from bench.rules50 import ACTIONS, RULES
@@ -58,6 +62,7 @@ from streams.core.feedback import Feedback
 from streams.core.rules import RuleSet
 from streams.core.targets import RunTarget
 from streams.core.tenancy import tenant_topics
+from streams.core.view import index_partition, record_entries_encoded
 from streams.runtime.client.workspace import StreamsClient
 from streams.runtime.root import Runtime
 from streams.runtime.worker.reactor import Reactor
@@ -192,6 +197,107 @@ class Floor:
         return fired
 
 
+class IndexingFloor(Floor):
+    """The floor, also writing every event's index entries the fastest way: each record
+    decoded (an entry needs its envelope), the entries' JSON formatted by hand, produced with
+    positional arguments to a producer that reports failures only, flushed every 10 batches
+    (the cursors, a few records per commit, left out). The job the reactor does as the worker
+    runs it."""
+
+    def __init__(self, runtime: Runtime, index_topic: str, partitions: int) -> None:
+        super().__init__(runtime)
+        self.topic = index_topic
+        self.partitions = partitions
+        self.failed = 0
+        self.producer = runtime.producer_of_own(**{"delivery.report.only.error": True,
+                                                   "on_delivery": self._failed})
+        self.produce: Callable[..., None] = self.producer.produce
+
+    def _failed(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self.failed += 1
+
+    def check(self, batches: list[list[Message]]) -> None:
+        """Refuse to time a floor whose entries differ from the worker's: every entry it
+        writes for `batches` must be the one `record_entries_encoded` makes, key for key."""
+        written: list[tuple[bytes, bytes, int]] = []
+        self.produce = lambda _t, value, key, partition: written.append(
+            (key, value, partition))
+        try:
+            for batch in batches:
+                self.step_indexed(batch)
+        finally:
+            self.produce = self.producer.produce
+        want = []
+        for batch in batches:
+            for msg in batch:
+                raw = msg.value() or b""
+                stream = io.BytesIO(raw)
+                stream.seek(5)
+                record = fastavro.schemaless_reader(
+                    stream, self.schema(int.from_bytes(raw[1:5], "big")), None)
+                want += [(k.encode(), v, index_partition(k, self.partitions)) for k, v in
+                         record_entries_encoded(record, msg.partition() or 0, msg.offset() or 0)]
+        if sorted(written) != sorted(want):
+            raise SystemExit("the indexing floor's entries are not the worker's")
+
+    def run(self, batches: list[list[Message]]) -> int:
+        fired = 0
+        for number, batch in enumerate(batches, 1):
+            fired += self.step_indexed(batch)
+            if number % 10 == 0 or number == len(batches):
+                self.producer.flush(30)
+        if self.failed:
+            raise SystemExit(f"the indexing floor's entries failed {self.failed} times")
+        return fired
+
+    def step_indexed(self, messages: Sequence[Message]) -> int:
+        handlers, schema, produce = self.handlers, self.schema, self.produce
+        quoted, crc32, topic, spread = _QUOTED, zlib.crc32, self.topic, self.partitions - 1
+        fired = 0
+        for msg in messages:
+            event_type = None
+            for key, value in msg.headers() or ():
+                if key == "event_type":
+                    event_type = value
+                    break
+            raw = msg.value() or b""
+            stream = io.BytesIO(raw)
+            stream.seek(5)
+            record = fastavro.schemaless_reader(stream, schema(int.from_bytes(raw[1:5], "big")),
+                                                None)
+            head = record["envelope"]
+            event_id, chain = head["event_id"], head["correlation_id"]
+            trace = head.get("trace")
+            trace_id = quoted(trace["traceparent"][3:35]) if trace else "null"
+            front = (f'{{"w":{quoted(head["workspace"])},"c":{quoted(chain)},'
+                     f'"e":{quoted(event_id)},"t":{trace_id},')
+            tail = f'"p":{msg.partition()},"o":{msg.offset()}}}'
+            here = (front + '"r":null,"a":null,' + tail).encode()
+            keys = [f"event:{event_id}", f"last:{chain}"]
+            if event_id == chain:
+                keys.append(f"chain:{event_id}")
+            for key_text in keys:
+                key = key_text.encode()
+                produce(topic, here, key, 1 + crc32(key) % spread)
+            if event_type == b"run_started":
+                key = f"run:{record['run_id']}".encode()
+                produce(topic, (front + f'"r":{quoted(record["rule"])},'
+                                f'"a":{quoted(record["action"])},' + tail).encode(),
+                        key, 1 + crc32(key) % spread)
+            elif event_type == b"rule_fired":
+                key = f"firing:{record['firing_id']}".encode()
+                produce(topic, (front + f'"r":{quoted(record["rule"])},"a":null,'
+                                + tail).encode(), key, 1 + crc32(key) % spread)
+            handler = handlers.get(event_type)  # type: ignore[arg-type]
+            if handler is not None:
+                fired += handler(record)
+        return fired
+
+
+_QUOTED = json.encoder.encode_basestring_ascii
+
+
 def timed(run: Callable[[], int]) -> tuple[float, float, float, int]:
     """Wall seconds, thread CPU seconds, process CPU seconds and the count `run` returns."""
     cpu, process, wall = time.thread_time(), time.process_time(), time.perf_counter()
@@ -224,6 +330,11 @@ def main() -> None:
     indexing, matching = reactor_of(True), reactor_of(False)
     partitions = {(m.topic() or "", m.partition() or 0) for b in batches for m in b}
     floor = Floor(runtime)
+    floor_index = f"{settings.topic_prefix}.floor.index"
+    runtime.admin.client.create_topics(
+        [NewTopic(floor_index, settings.index_partitions, 1)])[floor_index].result()
+    indexing_floor = IndexingFloor(runtime, floor_index, settings.index_partitions)
+    indexing_floor.check(batches)
 
     assigned = [TopicPartition(t, p) for t, p in sorted(partitions)]
 
@@ -243,7 +354,7 @@ def main() -> None:
 
     runs: dict[str, Callable[[], int]] = {
         "reactor": lambda: run_reactor(indexing), "matching": lambda: run_reactor(matching),
-        "floor": run_floor}
+        "floor": run_floor, "indexing_floor": lambda: indexing_floor.run(batches)}
     for run in runs.values():  # warm: schemas fetched, caches filled
         run()
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
@@ -272,7 +383,11 @@ def main() -> None:
           f"ratio={rate['reactor'] / rate['floor']:.3f} "
           f"cpu_ratio={cpu['floor'] / cpu['reactor']:.3f} "
           f"matching_ratio={rate['matching'] / rate['floor']:.3f} "
-          f"matching_cpu_ratio={cpu['floor'] / cpu['matching']:.3f}")
+          f"matching_cpu_ratio={cpu['floor'] / cpu['matching']:.3f} "
+          f"indexing_floor={rate['indexing_floor']:.0f}/s "
+          f"({cpu['indexing_floor']:.1f} us cpu/event) "
+          f"indexing_ratio={rate['reactor'] / rate['indexing_floor']:.3f} "
+          f"indexing_cpu_ratio={cpu['indexing_floor'] / cpu['reactor']:.3f}")
     for reactor in (indexing, matching):
         reactor.close()
         reactor.runtime.close()
