@@ -211,13 +211,7 @@ class FastCodec:
     @staticmethod
     def encode(writer: WriterSchema, record: Mapping[str, Any]) -> bytes:
         """Confluent-framed Avro bytes of `record` written with `writer`."""
-        out = io.BytesIO()
-        out.write(writer.header)
-        try:
-            fastavro.schemaless_writer(out, writer.parsed, record)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
-        return out.getvalue()
+        return FastCodec.encode_all(writer, (record,))[0]
 
     @staticmethod
     def encode_all(writer: WriterSchema, records: Sequence[Mapping[str, Any]]) -> list[bytes]:
