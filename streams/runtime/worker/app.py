@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 MIRROR_CURSOR = "feedback-mirror"
 MIRROR_LOOP = "feedback-mirror"
+REACTOR_LOOP = "rules-reactor"
 """The mirror loop's name (logs, stats, metrics' `loop` label)."""
 
 
@@ -161,7 +162,7 @@ class Worker:
             on_assigned=self.reactor.assigned, on_revoked=self.reactor.revoked,
             before_commit=self.reactor.before_commit,
             step_may_block=self.reactor.may_run_actions,
-            name="rules-reactor") if self.reactor is not None else None
+            name=REACTOR_LOOP) if self.reactor is not None else None
         # Stateful rules' decider: a batch loop over the tenants' rules topics, started by
         # `run` when a rule needs it (or rules may be installed as data).
         self.decider = self.reactor.decider() if self.reactor is not None else None
@@ -314,7 +315,7 @@ class Worker:
         loops: list[tuple[Callable[[threading.Event], None], str]] = [
             (self.mirror.run, MIRROR_LOOP)]
         if self.reactor_loop is not None:
-            loops.append((self.reactor_loop.run, "rules-reactor"))
+            loops.append((self.reactor_loop.run, REACTOR_LOOP))
         if self.rulebook is not None:
             loops.append((self.rulebook.run, "rulebook"))
         if self.deciding and self.decider_loop is not None:
@@ -334,7 +335,7 @@ class Worker:
             for thread in threads:
                 thread.join(60.0)
             if reactor is not None and not any(t.is_alive() for t in threads
-                                               if t.name == "rules-reactor"):
+                                               if t.name == REACTOR_LOOP):
                 reactor.close()  # its loop is done with it: not closed under its feet
             self.runtime.close()
 
