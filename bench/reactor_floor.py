@@ -208,7 +208,8 @@ class Floor:
 class IndexingFloor(Floor):
     """The floor, also writing every event's index entries the fastest way: each record
     decoded (an entry needs its envelope), the entries' JSON formatted by hand, produced with
-    positional arguments to a producer that reports failures only, flushed every 10 batches
+    positional arguments to a producer that reports failures only (a chain's `last:` once
+    per flush, for its newest event), flushed every 10 batches
     (the cursors, a few records per commit, left out). The job the reactor does as the worker
     runs it."""
 
@@ -217,6 +218,7 @@ class IndexingFloor(Floor):
         self.topic = index_topic
         self.partitions = partitions
         self.failed = 0
+        self.last: dict[str, bytes] = {}
         self.producer = runtime.producer_of_own(**{"delivery.report.only.error": True,
                                                    "on_delivery": self._failed})
         self.produce: Callable[..., None] = self.producer.produce
@@ -234,14 +236,21 @@ class IndexingFloor(Floor):
         try:
             for batch in batches:
                 self.step_indexed(batch)
+            self.write_last()
         finally:
             self.produce = self.producer.produce
         want = []
+        newest: dict[str, bytes] = {}  # a chain's `last:`: its newest event's, once
         for batch in batches:
             for msg in batch:
                 record = self.record(msg.value() or b"")
-                want += [(k.encode(), v, index_partition(k, self.partitions)) for k, v in
-                         record_entries_encoded(record, msg.partition() or 0, msg.offset() or 0)]
+                for k, v in record_entries_encoded(record, msg.partition() or 0,
+                                                   msg.offset() or 0):
+                    if k.startswith("last:"):
+                        newest[k] = v
+                    else:
+                        want.append((k.encode(), v, index_partition(k, self.partitions)))
+        want += [(k.encode(), v, index_partition(k, self.partitions)) for k, v in newest.items()]
         if sorted(written) != sorted(want):
             raise SystemExit("the indexing floor's entries are not the worker's")
 
@@ -250,16 +259,27 @@ class IndexingFloor(Floor):
         for number, batch in enumerate(batches, 1):
             fired += self.step_indexed(batch)
             if number % 10 == 0 or number == len(batches):
+                self.write_last()
                 self.producer.flush(30)
         if self.failed:
             raise SystemExit(f"the indexing floor's entries failed {self.failed} times")
         return fired
+
+    def write_last(self) -> None:
+        """The chains' `last:` entries kept since the last flush, one per chain (as the
+        worker's index writer writes them at its checkpoint)."""
+        crc32, spread = zlib.crc32, self.partitions - 1
+        for key_text, value in self.last.items():
+            key = key_text.encode()
+            self.produce(self.topic, value, key, 1 + crc32(key) % spread)
+        self.last.clear()
 
     def step_indexed(self, messages: Sequence[Message]) -> int:
         # The header scan and the decode are `step`'s, inline as there: a call per record
         # would be overhead of the floor's own.
         handlers, schema, produce = self.handlers, self.schema, self.produce
         quoted, crc32, topic, spread = _QUOTED, zlib.crc32, self.topic, self.partitions - 1
+        last = self.last
         fired = 0
         for msg in messages:
             event_type = None
@@ -280,12 +300,13 @@ class IndexingFloor(Floor):
                      f'"e":{quoted(event_id)},"t":{trace_id},')
             tail = f'"p":{msg.partition()},"o":{msg.offset()}}}'
             here = (front + '"r":null,"a":null,' + tail).encode()
-            keys = [f"event:{event_id}", f"last:{chain}"]
+            key = f"event:{event_id}".encode()
+            produce(topic, here, key, 1 + crc32(key) % spread)
             if event_id == chain:
-                keys.append(f"chain:{event_id}")
-            for key_text in keys:
-                key = key_text.encode()
+                key = f"chain:{event_id}".encode()
                 produce(topic, here, key, 1 + crc32(key) % spread)
+            else:
+                last[f"last:{chain}"] = here
             if event_type == b"run_started":
                 key = f"run:{record['run_id']}".encode()
                 produce(topic, (front + f'"r":{quoted(record["rule"])},'

@@ -171,7 +171,8 @@ class IndexEntry:
 def index_entries(envelope: Envelope, partition: int, offset: int,
                   ) -> list[tuple[str, IndexEntry]]:
     """The index records of one envelope that landed at `partition`/`offset`: its event, and
-    the chain, run or firing it starts (how a reader combines repeats: `merge_entry`)."""
+    the chain, run or firing it starts, or, for an event that continues a chain, the chain's
+    newest event (`last:`; how a reader combines repeats: `merge_entry`)."""
     event = envelope.event
     run = firing = None
     if isinstance(event, RunStarted):
@@ -210,8 +211,10 @@ def record_entries_encoded(record: Mapping[str, Any], partition: int, offset: in
                            ) -> list[tuple[str, bytes]]:
     """`record_entries` with each entry already encoded (`IndexEntry.encode`'s bytes),
     without building the entries: one JSON encoding for the event's place (shared by its
-    `event:`, `last:` and `chain:` keys) and one for a run or firing; what the bulk paths
-    produce. ValidationFailed if the record is not an event envelope."""
+    `event:` key and its `chain:` or `last:` key) and one for a run or firing; what the bulk
+    paths produce. In `index_entries`' order: `event:`, then `chain:` or `last:`, then a
+    run's or firing's (the workers' index writer relies on it). ValidationFailed if the
+    record is not an event envelope."""
     try:
         head = record["envelope"]
         event_type = head["event_type"]
@@ -221,9 +224,8 @@ def record_entries_encoded(record: Mapping[str, Any], partition: int, offset: in
         event_id = str(head["event_id"])
         trace_id = trace_id_of(str(trace["traceparent"])) if trace else None
         here = entry_json(workspace, chain, event_id, trace_id, None, None, partition, offset)
-        out = [(f"event:{event_id}", here), (f"last:{chain}", here)]
-        if event_id == chain:
-            out.append((f"chain:{event_id}", here))
+        out = [(f"event:{event_id}", here),
+               (f"chain:{event_id}", here) if event_id == chain else (f"last:{chain}", here)]
         if event_type == RunStarted.event_type:
             out.append((f"run:{record['run_id']}", entry_json(
                 workspace, chain, event_id, trace_id, str(record["rule"]),
@@ -258,9 +260,12 @@ def _entries(workspace: str, correlation_id: str, event_id: str, trace_id: str |
              run: tuple[str, str, str] | None, firing: tuple[str, str] | None,
              partition: int, offset: int) -> list[tuple[str, IndexEntry]]:
     here = IndexEntry(Located(workspace, correlation_id, event_id, trace_id), partition, offset)
-    out = [(event_key(event_id), here), (f"last:{correlation_id}", here)]
-    if event_id == correlation_id:
-        out.append((f"chain:{event_id}", here))
+    # A chain's first event has no `last:` entry: `chain:` names it already, and a chain with
+    # no `last:` ends at its head (chain_messages). Most events an application emits start a
+    # chain of their own, so this spares a worker an index write for most of what it reads.
+    out = [(event_key(event_id), here),
+           (f"chain:{event_id}", here) if event_id == correlation_id
+           else (f"last:{correlation_id}", here)]
     if run is not None:
         run_id, rule, action = run
         out.append((f"run:{run_id}", IndexEntry(

@@ -68,6 +68,18 @@ def test_the_entries_answer_as_the_fold_does() -> None:
     assert entries[f"last:{spike}"].offset == 2
 
 
+def test_a_chains_head_names_the_chain_and_the_events_after_it_its_newest() -> None:
+    spike, fired, started = _chain()
+    # The head: its event and its chain, no `last:` (a chain without one ends at its head).
+    assert [k for k, _ in index_entries(spike, 2, 0)] == [f"event:{spike.event_id}",
+                                                           f"chain:{spike.event_id}"]
+    # Every later event: its own, then the chain's newest, then the firing or run it starts.
+    assert [k for k, _ in index_entries(fired, 2, 1)] == [
+        f"event:{fired.event_id}", f"last:{spike.event_id}", "firing:fir_1"]
+    assert [k for k, _ in index_entries(started, 2, 2)] == [
+        f"event:{started.event_id}", f"last:{spike.event_id}", "run:run_1"]
+
+
 def test_a_chain_target_naming_a_later_event_names_the_chain() -> None:
     chain = _chain()
     entries = _entries(chain)

@@ -19,7 +19,14 @@ from streams.adapters.kafka.config import producer_config, reader_config
 from streams.adapters.kafka.log import decode_envelopes, envelope_headers, watermarks
 from streams.core.actors import AgentActor, UserActor
 from streams.core.errors import IndexBehind
-from streams.core.events import AppEvent, Envelope, RuleFired, RunStarted, RunSucceeded
+from streams.core.events import (
+    AppEvent,
+    Envelope,
+    FeedbackGiven,
+    RuleFired,
+    RunStarted,
+    RunSucceeded,
+)
 from streams.core.targets import RunTarget
 from streams.core.tenancy import index_topic, tenant_topics
 from streams.core.view import IndexEntry, index_entries, merge_entry
@@ -69,6 +76,16 @@ async def test_runs_a_worker_wrote_are_found_without_a_catch_up(
     assert index.event_records_read == 0
     record = await ada.run_record(runs["t:flaky"])
     assert "RunSucceeded" in [type(e.event).__name__ for e in record.emitted]
+    assert index.catch_ups == 0
+    # A chain's read spans its head to its newest indexed event (the `last:` entry the
+    # worker writes at a checkpoint, not per event), then the unindexed tail: all of it.
+    flaky = next(e.correlation_id for e in log
+                 if isinstance(e.event, RunStarted) and e.event.rule == "t:flaky")
+    chain = await ada.chain_events(flaky)
+    indexed = [e.event_id for e in log if e.correlation_id == flaky]
+    assert len(indexed) >= 4  # the app event, its firing, the run's start and success
+    assert [e.event_id for e in chain][:len(indexed)] == indexed
+    assert any(isinstance(e.event, FeedbackGiven) for e in chain[len(indexed):])
     assert index.catch_ups == 0
 
 

@@ -352,3 +352,57 @@ def test_the_index_writers_failed_entry_reaches_its_index_and_holds_its_cursors_
     assert globex.delivered() is True  # counted once
     writer.close()
     assert made[0].flushes == 4  # three delivered() and the close
+
+
+def test_the_index_writer_keeps_a_chains_last_entry_until_the_checkpoint(
+    tmp_path: Path, monkeypatch: Any,
+) -> None:
+    from streams.adapters.kafka.index import IndexWriter
+    from streams.core.actors import UserActor
+    from streams.core.events import AppEvent, Envelope
+
+    monkeypatch.setattr(TenantIndex, "open", lambda self: None)
+    monkeypatch.setattr(TenantIndex, "cursors", lambda self, fresh=True: {0: 0, 1: 0})
+    advanced: list[dict[int, int]] = []
+    monkeypatch.setattr(TenantIndex, "advance_cursors",
+                        lambda self, reached: advanced.append(dict(reached)))
+    producer = RecordingProducer()
+
+    def index_of(tenant: str, made: Any) -> TenantIndex:
+        index = TenantIndex(Settings(state_dir=str(tmp_path)), tenant, producer=made,
+                            events_topic=f"fs.{tenant}.events", entries_of=lambda *_a: [],
+                            reports_each=False, store=IndexStore(tmp_path / "acme.sqlite"))
+        index._partitions = 8
+        return index
+
+    writer = IndexWriter(index_of, lambda topic: topic.split(".")[1], lambda _f: producer)
+    actor = UserActor(id="app")
+    head = Envelope.new(AppEvent(name="ops:a"), tenant="acme", workspace="prod", actor=actor)
+    chain = [head, head.follow(AppEvent(name="ops:b")), head.follow(AppEvent(name="ops:c"))]
+    alone = Envelope.new(AppEvent(name="ops:d"), tenant="acme", workspace="prod", actor=actor)
+    topic = "fs.acme.events"
+    for offset, envelope in enumerate(chain):
+        writer.index(FakeMessage(topic_=topic, partition_=0, offset_=offset), envelope)
+    writer.index(FakeMessage(topic_=topic, partition_=1, offset_=0), alone)
+
+    def keys() -> list[bytes]:
+        return [args[2] for args in producer.produced]
+
+    # Each event's own entry at once, and the chains' heads (no `last:` of their own).
+    assert sorted(keys()) == sorted([f"event:{e.event_id}".encode() for e in [*chain, alone]]
+                                    + [f"chain:{e.event_id}".encode() for e in (head, alone)])
+    producer.produced.clear()
+    writer.checkpoint({(topic, 0)})
+    # The chain's newest event, once, before its partition's cursor moves.
+    [entry] = producer.produced
+    assert entry[2] == f"last:{head.event_id}".encode()
+    assert IndexEntry.decode(entry[1]).offset == 2
+    assert advanced == [{0: 3}]
+    producer.produced.clear()
+    writer.checkpoint({(topic, 0)})  # nothing new since
+    assert producer.produced == []
+    later = head.follow(AppEvent(name="ops:e"))
+    writer.index(FakeMessage(topic_=topic, partition_=0, offset_=7), later)
+    writer.forget([(topic, 0)])  # lost: its new owner writes the chain's newest
+    writer.checkpoint({(topic, 0)})
+    assert keys() == [f"event:{later.event_id}".encode()]
