@@ -533,10 +533,11 @@ class TenantIndex:
         """Record an acknowledged append: remember and produce the entries of the targets it
         creates (a chain, a run, a firing), without waiting for their delivery.
 
-        Only those: the `event:` and `last:` entries of every event are written by the
-        workers' index step and catch-ups (a look-up that misses one catches up first; a
-        chain's events past its last indexed one are read from its partition's unindexed
-        tail), so a piece of feedback costs no index write here. What is remembered is
+        Only those: the `event:` entry of every event, and the `last:` of a chain's later
+        events, are written by the workers' index step and catch-ups (a look-up that
+        misses one catches up first; a chain's events past its last indexed one are read
+        from its partition's unindexed tail), so a piece of feedback costs no index write
+        here. What is remembered is
         bounded (OWN_ENTRIES, oldest dropped first): by then it is in the index topic.
         """
         entries = [(k, e) for k, e in index_entries(envelope, partition, offset)
@@ -757,10 +758,14 @@ class TenantIndex:
         no one has indexed yet (a worker's) may be; records of other chains are skipped by
         key, without decoding.
         """
-        last = self.lookup(f"last:{head.located.correlation_id}")
+        # The cursor first: every `last:` of an event below a cursor was delivered before
+        # that cursor was written, so the `last:` read next is at least as new as the
+        # cursor (read the other way round, a checkpoint in between would leave out the
+        # chain's events between the two).
         with self._lock:
             self._read_partition(CURSOR_PARTITION)
             cursor = self._cursors.get(head.partition, 0)
+        last = self.lookup(f"last:{head.located.correlation_id}")
         upto = head.offset + 1 if last is None else max(head.offset, last.offset) + 1
         ranges: list[tuple[int, int | None]] = [(head.offset, upto), (max(cursor, upto), None)]
         chain = head.located.correlation_id.encode()
@@ -978,8 +983,9 @@ class IndexWriter:
         self._upto: dict[tuple[str, int], int] = {}
         self._written: dict[tuple[str, int], int] = {}
         self._complete: set[tuple[str, int]] = set()
-        # Per partition, the `last:` entries of the chains read since its last checkpoint.
-        self._last: dict[tuple[str, int], dict[str, bytes]] = {}
+        # Per partition, the `last:` entries (offset, bytes) of the chains read since its
+        # last checkpoint.
+        self._last: dict[tuple[str, int], dict[str, tuple[int, bytes]]] = {}
         self.entries = 0
         self.cursor_writes = 0
 
@@ -1034,13 +1040,16 @@ class IndexWriter:
         if entries:
             key, value = entries[1]  # `event:` first, then `chain:` or `last:`
             if key.startswith("last:"):
-                # A chain's newest event, kept until the checkpoint: only the newest of the
-                # chain's events read by then is written (a reader keeps the highest offset,
-                # and what is past the cursor is read from the partition's tail anyway).
+                # A chain's newest event, kept until the checkpoint, which writes it once for
+                # all the chain's events read by then (what is past the cursor is read from
+                # the partition's tail anyway). The highest offset: after a rewind the
+                # events come again, and an older one must not replace it.
                 chains = self._last.get(tp)
                 if chains is None:
                     chains = self._last[tp] = {}
-                chains[key] = value
+                kept = chains.get(key)
+                if kept is None or o > kept[0]:
+                    chains[key] = (o, value)
                 entries = [entries[0], *entries[2:]]
             index.publish_entries(entries)
             self.entries += len(entries)
@@ -1064,20 +1073,25 @@ class IndexWriter:
         """Advance the cursors of `partitions` (those the loop is about to commit) over what
         was indexed, once it is on the broker; the cursors are delivered before returning,
         so a cursor is never behind a committed offset because its write was lost. The
-        `last:` entries kept for these partitions since their last checkpoint go out first."""
+        `last:` entries kept for these partitions since their last checkpoint go out first,
+        but those a cursor has passed (`_publish_last`)."""
         moved: dict[str, dict[int, int]] = {}
+        kept: dict[str, dict[int, dict[str, tuple[int, bytes]]]] = {}
         for tp in partitions:
             chains = self._last.pop(tp, None)
-            index = self._indexes.get(tp[0]) if chains else None
-            if chains and index is not None:
-                index.publish_entries(list(chains.items()))
-                self.entries += len(chains)
+            if chains:
+                kept.setdefault(tp[0], {})[tp[1]] = chains
             upto = self._upto.get(tp)
             if upto is not None and upto > self._written.get(tp, -1):
                 moved.setdefault(tp[0], {})[tp[1]] = upto
-        for topic, reached in moved.items():
+        for topic in moved.keys() | kept.keys():
             index = self._indexes.get(topic)
             if index is None:
+                continue
+            cursors = index.cursors()
+            self._publish_last(index, kept.get(topic, {}), cursors)
+            reached = moved.get(topic)
+            if not reached:
                 continue
             if not index.delivered():
                 # An entry did not land: no cursor over it; this assignment starts again
@@ -1088,7 +1102,6 @@ class IndexWriter:
                     self._from[tp] = self._upto[tp]
                     self._complete.discard(tp)
                 continue
-            cursors = index.cursors()
             ready: dict[int, int] = {}
             for p, upto in reached.items():
                 tp = (topic, p)
@@ -1105,6 +1118,22 @@ class IndexWriter:
                 self.cursor_writes += len(ready)
                 for p, upto in ready.items():
                     self._written[(topic, p)] = upto
+
+    def _publish_last(self, index: TenantIndex,
+                      kept: dict[int, dict[str, tuple[int, bytes]]],
+                      cursors: dict[int, int]) -> None:
+        """Produce the kept `last:` entries of an index's partitions, but those of events
+        below the partition's cursor: whoever moved the cursor past one (another worker
+        that took the partition over while this one was stalled, a catch-up) wrote the
+        chain's `last:` before it, as new as this one or newer, and readers keep the
+        latest write of a key (compaction too), so writing this one now would move the
+        chain's end back."""
+        for p, chains in kept.items():
+            below = cursors.get(p, 0)
+            fresh = [(key, value) for key, (offset, value) in chains.items() if offset >= below]
+            if fresh:
+                index.publish_entries(fresh)
+                self.entries += len(fresh)
 
     def close(self) -> None:
         """Leave the broker: entries still queued get `flush_timeout` to land (one not

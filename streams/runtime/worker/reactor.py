@@ -281,8 +281,9 @@ class Reactor:
             self.index_writer.close()
 
     def before_commit(self, partitions: set[tuple[str, int]]) -> list[Output]:
-        """The loop's hook before it commits `partitions`: advance their index cursors over
-        the entries this step wrote (delivered first). Produces nothing of the loop's."""
+        """The loop's hook before it commits `partitions`: write the chains' `last:` index
+        entries kept since their last commit, then advance their index cursors over the
+        entries this step wrote (delivered first). Produces nothing of the loop's."""
         with self._lock:  # the ticks sent are about to be committed with the batches
             for tenant, at in self._ticks_sent.items():
                 self._ticked[tenant] = max(at, self._ticked.get(tenant, at))

@@ -361,12 +361,16 @@ def test_the_index_writer_keeps_a_chains_last_entry_until_the_checkpoint(
     from streams.core.actors import UserActor
     from streams.core.events import AppEvent, Envelope
 
-    monkeypatch.setattr(TenantIndex, "open", lambda self: None)
-    monkeypatch.setattr(TenantIndex, "cursors", lambda self, fresh=True: {0: 0, 1: 0})
-    advanced: list[dict[int, int]] = []
-    monkeypatch.setattr(TenantIndex, "advance_cursors",
-                        lambda self, reached: advanced.append(dict(reached)))
     producer = RecordingProducer()
+    cursors = {0: 0, 1: 0}  # what the index topic's cursor partition holds
+    monkeypatch.setattr(TenantIndex, "open", lambda self: None)
+    monkeypatch.setattr(TenantIndex, "cursors", lambda self, fresh=True: dict(cursors))
+
+    def advance(_self: TenantIndex, reached: dict[int, int]) -> None:
+        producer.produced.append(("cursors", dict(reached)))  # in one sequence with entries
+        cursors.update(reached)
+
+    monkeypatch.setattr(TenantIndex, "advance_cursors", advance)
 
     def index_of(tenant: str, made: Any) -> TenantIndex:
         index = TenantIndex(Settings(state_dir=str(tmp_path)), tenant, producer=made,
@@ -381,28 +385,92 @@ def test_the_index_writer_keeps_a_chains_last_entry_until_the_checkpoint(
     chain = [head, head.follow(AppEvent(name="ops:b")), head.follow(AppEvent(name="ops:c"))]
     alone = Envelope.new(AppEvent(name="ops:d"), tenant="acme", workspace="prod", actor=actor)
     topic = "fs.acme.events"
+    last_key = f"last:{head.event_id}".encode()
+
+    def read(envelope: Envelope, partition: int, offset: int) -> None:
+        writer.index(FakeMessage(topic_=topic, partition_=partition, offset_=offset), envelope)
+
+    def written() -> list[Any]:
+        out = [args if args[0] == "cursors" else args[2] for args in producer.produced]
+        producer.produced.clear()
+        return out
+
     for offset, envelope in enumerate(chain):
-        writer.index(FakeMessage(topic_=topic, partition_=0, offset_=offset), envelope)
-    writer.index(FakeMessage(topic_=topic, partition_=1, offset_=0), alone)
-
-    def keys() -> list[bytes]:
-        return [args[2] for args in producer.produced]
-
+        read(envelope, 0, offset)
+    read(alone, 1, 0)
     # Each event's own entry at once, and the chains' heads (no `last:` of their own).
-    assert sorted(keys()) == sorted([f"event:{e.event_id}".encode() for e in [*chain, alone]]
-                                    + [f"chain:{e.event_id}".encode() for e in (head, alone)])
-    producer.produced.clear()
+    assert sorted(written()) == sorted(  # type: ignore[type-var]
+        [f"event:{e.event_id}".encode() for e in [*chain, alone]]
+        + [f"chain:{e.event_id}".encode() for e in (head, alone)])
     writer.checkpoint({(topic, 0)})
-    # The chain's newest event, once, before its partition's cursor moves.
-    [entry] = producer.produced
-    assert entry[2] == f"last:{head.event_id}".encode()
-    assert IndexEntry.decode(entry[1]).offset == 2
-    assert advanced == [{0: 3}]
-    producer.produced.clear()
+    # The chain's newest event, once, before its partition's cursor moves over it.
+    produced = list(producer.produced)
+    assert written() == [last_key, ("cursors", {0: 3})]
+    assert IndexEntry.decode(produced[0][1]).offset == 2
     writer.checkpoint({(topic, 0)})  # nothing new since
-    assert producer.produced == []
+    assert written() == []
+
+    # Read again after a rewind (the first event after the cursor, then an older one): the
+    # newest stays the chain's `last:`.
     later = head.follow(AppEvent(name="ops:e"))
-    writer.index(FakeMessage(topic_=topic, partition_=0, offset_=7), later)
-    writer.forget([(topic, 0)])  # lost: its new owner writes the chain's newest
+    read(later, 0, 9)
+    read(chain[1], 0, 4)
+    written()
     writer.checkpoint({(topic, 0)})
-    assert keys() == [f"event:{later.event_id}".encode()]
+    produced = list(producer.produced)
+    assert written() == [last_key, ("cursors", {0: 10})]
+    assert IndexEntry.decode(produced[0][1]).offset == 9
+
+    # A stalled worker's: another took the partition over and moved its cursor past the
+    # event meanwhile (having written a newer `last:`): this one's is not written.
+    read(head.follow(AppEvent(name="ops:f")), 0, 12)
+    written()
+    cursors[0] = 20
+    writer.checkpoint({(topic, 0)})
+    assert written() == []
+
+    # Lost partitions: their new owner writes the chain's newest.
+    read(head.follow(AppEvent(name="ops:g")), 0, 21)
+    writer.forget([(topic, 0)])
+    writer.checkpoint({(topic, 0)})
+    assert [k for k in written() if k == last_key] == []
+
+
+def test_a_chains_read_spans_its_head_to_its_last_indexed_event_then_the_tail(
+    tmp_path: Path, monkeypatch: Any,
+) -> None:
+    index = index_of(tmp_path)
+    calls: list[Any] = []
+    lasts: dict[str, IndexEntry] = {}
+
+    def read_partition(_self: TenantIndex, partition: int) -> None:
+        calls.append(("cursors", partition))
+        index._cursors[2] = 40
+
+    def lookup(_self: TenantIndex, key: str) -> IndexEntry | None:
+        calls.append(("lookup", key))
+        return lasts.get(key)
+
+    def read_events(_self: TenantIndex, partition: int,
+                    ranges: list[tuple[int, int | None]]) -> list[Any]:
+        calls.append(("read", partition, ranges))
+        return [FakeMessage(topic_="fs.acme.events", partition_=2, offset_=11, key_=b"c"),
+                FakeMessage(topic_="fs.acme.events", partition_=2, offset_=12, key_=b"x")]
+
+    monkeypatch.setattr(TenantIndex, "_read_partition", read_partition)
+    monkeypatch.setattr(TenantIndex, "lookup", lookup)
+    monkeypatch.setattr(TenantIndex, "_read_events", read_events)
+    head = IndexEntry(Located("prod", "c", "c", None), 2, 10)
+    # No `last:` (a chain's head writes none): the indexed span is the head alone. The
+    # cursor is read before the `last:`, so a checkpoint in between cannot leave a gap.
+    [found] = index.chain_messages(head)  # the other chain's record skipped by key
+    assert found.offset() == 11
+    assert calls == [("cursors", 0), ("lookup", "last:c"), ("read", 2, [(10, 11), (40, None)])]
+    calls.clear()
+    lasts["last:c"] = IndexEntry(Located("prod", "c", "e9", None), 2, 30)
+    index.chain_messages(head)
+    assert calls[-1] == ("read", 2, [(10, 31), (40, None)])
+    calls.clear()
+    lasts["last:c"] = IndexEntry(Located("prod", "c", "e0", None), 2, 5)  # older than its head
+    index.chain_messages(head)
+    assert calls[-1] == ("read", 2, [(10, 11), (40, None)])
