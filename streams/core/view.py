@@ -284,10 +284,10 @@ def merge_entry(key: str, old: IndexEntry | None, new: IndexEntry) -> IndexEntry
 
     A run recorded again (a decision repeated after a crash) is the same run: its first
     `run_started` stays its place. A chain's last event (`last:<chain>`) is the one with the
-    highest offset. Everything else takes the newest entry. (A process merges so what it
-    wrote itself; a reader of the index topic keeps each key's latest write, as compaction
-    does, `run:` keys' first excepted: so writers never write a `last:` older than one a
-    cursor has passed.)
+    highest offset. Everything else takes the newest entry. (This is how a process merges
+    what it wrote itself. A reader of the index topic keeps each key's latest write, as
+    compaction does, a `run:` key's first excepted: so writers never write a `last:` older
+    than one a cursor has passed.)
     """
     if old is not None and key.startswith("run:") and (old.partition, old.offset) <= (
             new.partition, new.offset):

@@ -537,8 +537,8 @@ class TenantIndex:
         events, are written by the workers' index step and catch-ups (a look-up that
         misses one catches up first; a chain's events past its last indexed one are read
         from its partition's unindexed tail), so a piece of feedback costs no index write
-        here. What is remembered is
-        bounded (OWN_ENTRIES, oldest dropped first): by then it is in the index topic.
+        here. What is remembered is bounded (OWN_ENTRIES, oldest dropped first): by then it
+        is in the index topic.
         """
         entries = [(k, e) for k, e in index_entries(envelope, partition, offset)
                    if not k.startswith(("last:", "event:"))]
