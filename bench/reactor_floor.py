@@ -209,9 +209,8 @@ class IndexingFloor(Floor):
     """The floor, also writing every event's index entries the fastest way: each record
     decoded (an entry needs its envelope), the entries' JSON formatted by hand, produced with
     positional arguments to a producer that reports failures only (a chain's `last:` once
-    per flush, for its newest event), flushed every 10 batches
-    (the cursors, a few records per commit, left out). The job the reactor does as the worker
-    runs it."""
+    per flush, for its newest event), flushed every 10 batches (the cursors, a few records
+    per commit, left out). The job the reactor does as the worker runs it."""
 
     def __init__(self, runtime: Runtime, index_topic: str, partitions: int) -> None:
         super().__init__(runtime)

@@ -762,9 +762,7 @@ class TenantIndex:
         # that cursor was written, so the `last:` read next is at least as new as the
         # cursor (read the other way round, a checkpoint in between would leave out the
         # chain's events between the two).
-        with self._lock:
-            self._read_partition(CURSOR_PARTITION)
-            cursor = self._cursors.get(head.partition, 0)
+        cursor = self.cursors().get(head.partition, 0)
         last = self.lookup(f"last:{head.located.correlation_id}")
         upto = head.offset + 1 if last is None else max(head.offset, last.offset) + 1
         ranges: list[tuple[int, int | None]] = [(head.offset, upto), (max(cursor, upto), None)]

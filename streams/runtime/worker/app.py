@@ -63,8 +63,9 @@ log = logging.getLogger(__name__)
 
 MIRROR_CURSOR = "feedback-mirror"
 MIRROR_LOOP = "feedback-mirror"
-REACTOR_LOOP = "rules-reactor"
 """The mirror loop's name (logs, stats, metrics' `loop` label)."""
+REACTOR_LOOP = "rules-reactor"
+"""The rules reactor loop's name (logs, stats, metrics' `loop` label, its thread's name)."""
 
 
 def _ensure_control_topic(admin: AdminClient, name: str, replication_factor: int) -> None:

@@ -443,9 +443,9 @@ def test_a_chains_read_spans_its_head_to_its_last_indexed_event_then_the_tail(
     calls: list[Any] = []
     lasts: dict[str, IndexEntry] = {}
 
-    def read_partition(_self: TenantIndex, partition: int) -> None:
-        calls.append(("cursors", partition))
-        index._cursors[2] = 40
+    def cursors(_self: TenantIndex, *, fresh: bool = True) -> dict[int, int]:
+        calls.append(("cursors", fresh))
+        return {2: 40}
 
     def lookup(_self: TenantIndex, key: str) -> IndexEntry | None:
         calls.append(("lookup", key))
@@ -457,7 +457,7 @@ def test_a_chains_read_spans_its_head_to_its_last_indexed_event_then_the_tail(
         return [FakeMessage(topic_="fs.acme.events", partition_=2, offset_=11, key_=b"c"),
                 FakeMessage(topic_="fs.acme.events", partition_=2, offset_=12, key_=b"x")]
 
-    monkeypatch.setattr(TenantIndex, "_read_partition", read_partition)
+    monkeypatch.setattr(TenantIndex, "cursors", cursors)
     monkeypatch.setattr(TenantIndex, "lookup", lookup)
     monkeypatch.setattr(TenantIndex, "_read_events", read_events)
     head = IndexEntry(Located("prod", "c", "c", None), 2, 10)
@@ -465,7 +465,8 @@ def test_a_chains_read_spans_its_head_to_its_last_indexed_event_then_the_tail(
     # cursor is read before the `last:`, so a checkpoint in between cannot leave a gap.
     [found] = index.chain_messages(head)  # the other chain's record skipped by key
     assert found.offset() == 11
-    assert calls == [("cursors", 0), ("lookup", "last:c"), ("read", 2, [(10, 11), (40, None)])]
+    assert calls == [("cursors", True), ("lookup", "last:c"),
+                     ("read", 2, [(10, 11), (40, None)])]
     calls.clear()
     lasts["last:c"] = IndexEntry(Located("prod", "c", "e9", None), 2, 30)
     index.chain_messages(head)
