@@ -1,28 +1,42 @@
-"""Measures over a large log: read from the topic (decode + fold), and the fold alone.
+"""The report over a large log, against the decode floor, rounds alternating.
 
 Writes N envelopes to one tenant's events topic as incidents of six events each (an error
 spike, the firing, the run's start and success, a person's and a judge's triage verdict),
-then times `streams report`'s reader (batched consume, fastavro, envelopes) followed by the
-measures (rule outcomes, time to resolution, judge agreement, quality), and the same measures
-over the already-decoded envelopes. Prints envelopes/s for both.
+then per round, in this order:
+1. floor: the whole topic consumed in batches and every record decoded with fastavro against
+   its cached writer schema, nothing kept, nothing folded: what any report must at least do
+   (it reads every record), done as fast as Python can here;
+2. report: what `streams report` runs (`make_report`: the read, every measure, the queues,
+   both files written), with the garbage collector paused as the command pauses it;
+3. report, collector on: the same with Python's collector running, as before it was paused;
+4. read and four measures: `streams report`'s reader, then rule outcomes, time to resolution,
+   judge agreement and quality, collector paused.
+Prints envelopes/s and CPU µs per envelope of each per round, then the medians and each
+path's ratio to the floor (rate, and floor CPU / path CPU). The four measures alone over the
+envelopes the last round decoded are timed once at the end.
 
     eval "$(deploy/stack.sh env)"
-    .venv/bin/python -m bench.measures --envelopes 1000000
+    .venv/bin/python -m bench.measures --envelopes 1000000 --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from rich.console import Console
 
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.config import producer_config
-from streams.adapters.kafka.log import envelope_headers
+from streams.adapters.kafka.log import envelope_headers, take, watermarks
 from streams.core.actors import EvaluatorActor, SystemActor, UserActor
 from streams.core.events import (
     AppEvent,
@@ -40,11 +54,13 @@ from streams.core.measures import (
 )
 from streams.core.runs import rule_actor
 from streams.core.targets import RunTarget
-from streams.core.tenancy import tenant_topics
+from streams.core.tenancy import fresh_group, tenant_topics
 from streams.examples.ops import TriageQuality  # noqa: F401  (registers triage_quality)
+from streams.runtime.jobs.heap import collector_paused
 from streams.runtime.jobs.log_read import read_workspace_log
 from streams.runtime.root import Runtime
 from streams.settings import Settings
+from streams.surfaces.report.run import make_report
 
 console = Console(stderr=True)
 PER_INCIDENT = 6
@@ -99,9 +115,58 @@ def fold_all(envelopes: list[Envelope]) -> None:
     fold_quality(envelopes)
 
 
+Timed = tuple[float, float]  # envelopes/s, CPU µs per envelope
+
+
+def _timed(run: Callable[[], int]) -> Timed:
+    """Run `run` (it returns how many envelopes it went through): (its rate, CPU µs each)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    n = run()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return n / wall, cpu / max(n, 1) * 1e6
+
+
+def decode_floor(runtime: Runtime, topic: str) -> int:
+    """Consume the whole topic in batches and decode every record (fastavro, cached writer
+    schemas); nothing kept. The records decoded."""
+    consumer = runtime.reader(fresh_group("floor"))
+    try:
+        marks = watermarks(consumer, topic)
+        total = sum(high - low for low, high in marks.values())
+        consumer.assign([TopicPartition(topic, p, low) for p, (low, _high) in marks.items()])
+        decode = runtime.codec.decode
+        n = 0
+        while n < total:
+            for msg in take(consumer, 1000, 0.5):
+                decode(msg.value() or b"")
+                n += 1
+        return n
+    finally:
+        consumer.close()
+
+
+def report(runtime: Runtime, paused: bool) -> int:
+    """`make_report` as `streams report` runs it (paused: the collector off, as the command
+    does); the envelopes reported."""
+    with tempfile.TemporaryDirectory() as out, collector_paused() if paused else nullcontext():
+        made = make_report(runtime, "bench", "prod", out=Path(out))
+    return int(made.report["events"])
+
+
+def read_and_fold(runtime: Runtime, kept: list[list[Envelope]]) -> int:
+    """The report's reader and the four measures, collector paused; the envelopes read
+    (kept in `kept` for the fold-only figure)."""
+    with collector_paused():
+        read = read_workspace_log(runtime, "bench", "prod")
+        fold_all(read.envelopes)
+    kept[:] = [read.envelopes]
+    return len(read.envelopes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envelopes", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     settings = Settings.from_env(topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
     runtime = Runtime(settings)
@@ -111,16 +176,41 @@ def main() -> None:
     console.print(f"producing {n} envelopes to {topic}")
     produce(settings, runtime.serde, topic, n)
 
-    started = time.perf_counter()
-    read = read_workspace_log(runtime, "bench", "prod")
-    fold_all(read.envelopes)
-    from_topic = time.perf_counter() - started
-    started = time.perf_counter()
-    fold_all(read.envelopes)
-    folded = time.perf_counter() - started
+    kept: list[list[Envelope]] = []
+    paths: dict[str, Callable[[], int]] = {
+        "floor (consume, decode)": lambda: decode_floor(runtime, topic),
+        "report": lambda: report(runtime, True),
+        "report, collector on": lambda: report(runtime, False),
+        "read and four measures": lambda: read_and_fold(runtime, kept),
+    }
+    rounds: dict[str, list[Timed]] = {name: [] for name in paths}
+    for r in range(args.rounds):
+        for name, run in paths.items():
+            rounds[name].append(_timed(run))
+        print(f"round {r + 1}: " + ", ".join(f"{name} {v[-1][0]:,.0f}/s {v[-1][1]:.1f} µs"
+                                             for name, v in rounds.items()), flush=True)
+    envelopes = kept[0]
+
+    def fold_only() -> int:
+        with collector_paused():
+            fold_all(envelopes)
+        return len(envelopes)
+
+    folded = _timed(fold_only)
     runtime.close()
-    print(f"envelopes={len(read.envelopes)} from_topic={len(read.envelopes) / from_topic:.0f}/s "
-          f"({from_topic:.1f}s) fold_only={len(read.envelopes) / folded:.0f}/s ({folded:.2f}s)")
+    base = statistics.median(rate for rate, _ in rounds["floor (consume, decode)"])
+    base_cpu = statistics.median(cpu for _, cpu in rounds["floor (consume, decode)"])
+    print(f"\n{n} envelopes, {args.rounds} rounds; medians:")
+    print(f"{'path':<26}{'envelopes/s':>13}{'CPU µs/env':>12}{'vs floor':>10}"
+          f"{'CPU ratio':>11}")
+    for name, values in rounds.items():
+        rate = statistics.median(v[0] for v in values)
+        cpu = statistics.median(v[1] for v in values)
+        print(f"{name:<26}{rate:>13,.0f}{cpu:>12.1f}{rate / base:>10.3f}"
+              f"{base_cpu / cpu:>11.3f}")
+    label = "four measures, decoded"
+    print(f"{label:<26}{folded[0]:>13,.0f}{folded[1]:>12.1f}  (collector paused, envelopes "
+          "already decoded)")
 
 
 if __name__ == "__main__":

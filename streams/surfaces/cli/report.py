@@ -50,6 +50,7 @@ def report(
     agreement, how people and each evaluator version answered, trends per day or week,
     quality, and what each rule did with the events it watches (why); writes
     OUT/report.json and OUT/report.html (self-contained)."""
+    from streams.runtime.jobs.heap import collector_paused
     from streams.runtime.root import Runtime
     from streams.surfaces.report.model import (
         check_window,
@@ -72,8 +73,10 @@ def report(
         raise fail(exc) from exc
     runtime = Runtime(config)
     try:
-        # Shown once the end offsets are known, so an unknown tenant prints no bar.
-        with counted(f"reading {tenant}'s log") as progress:
+        # Shown once the end offsets are known, so an unknown tenant prints no bar. The
+        # collector is paused: it would walk every kept envelope again and again
+        # (streams.runtime.jobs.heap).
+        with counted(f"reading {tenant}'s log") as progress, collector_paused():
             files = make_report(runtime, tenant, workspace, out=out, since=start, until=end,
                                 resolves=resolves, quality_of=quality_of, progress=progress,
                                 per=per, rules=module_rules)
