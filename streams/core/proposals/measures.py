@@ -26,7 +26,7 @@ from streams.core.actors import AnyActor, SystemActor, UserActor
 from streams.core.errors import ValidationFailed
 from streams.core.events import Envelope, RuleArchived, RuleInstalled
 from streams.core.measures.source import LogSource, envelopes_of
-from streams.core.proposals.ledger import ArtifactState, fold_ledger
+from streams.core.proposals.ledger import ArtifactState, Ledger, fold_ledger
 
 __all__ = [
     "RULE_KIND",
@@ -102,15 +102,18 @@ def _window(since: datetime | None, until: datetime | None) -> None:
 
 
 def fold_proposal_rates(envelopes: Iterable[Envelope], *, since: datetime | None = None,
-                        until: datetime | None = None) -> dict[str, ProposalRates]:
+                        until: datetime | None = None,
+                        ledger: Ledger | None = None) -> dict[str, ProposalRates]:
     """Per rule, the outcomes of its runs' proposals whose first resolution falls in
     `since <= time < until` (either bound may be None).
 
     The whole log is folded (a proposal may be older than the window); a proposal counts
     once, by its first resolution, and only when the ledger traces it to a run of that rule.
+    `ledger`: `fold_ledger(envelopes)` when the caller has it already (the envelopes are
+    not folded again).
     """
     _window(since, until)
-    ledger = fold_ledger(envelopes)
+    ledger = ledger if ledger is not None else fold_ledger(envelopes)
     counts: dict[str, dict[str, int]] = {}
     for proposal_id, state in ledger.proposals.items():
         resolution = state.resolution
@@ -173,7 +176,8 @@ class RuleConversion:
 
 def fold_rule_conversion(envelopes: Iterable[Envelope], *, now: datetime,
                          survival: timedelta = timedelta(days=30),
-                         installer: AnyActor | None = None) -> RuleConversion:
+                         installer: AnyActor | None = None,
+                         ledger: Ledger | None = None) -> RuleConversion:
     """How many rule drafts were proposed, accepted, installed and survived.
 
     Only envelopes logged before `now` count. A draft is an artifact of kind `rule` with at
@@ -183,12 +187,17 @@ def fold_rule_conversion(envelopes: Iterable[Envelope], *, now: datetime,
     not archived since that install: not by `rule_archived` of a rule installed from it, nor
     by archiving its artifact (directly or through an accepted archive proposal), whoever did
     it. An archive before the first install does not count.
+
+    `ledger`: `fold_ledger(envelopes)` when the caller has it already; it is used only when
+    every envelope was logged before `now` (else the envelopes before `now` are folded).
     """
     if survival <= timedelta(0):
         raise ValidationFailed(f"survival must be positive, got {survival}")
     installer = installer or SystemActor()
-    logged = [e for e in envelopes if e.time < now]
-    ledger = fold_ledger(logged)
+    every = list(envelopes)
+    logged = [e for e in every if e.time < now]
+    if ledger is None or len(logged) != len(every):
+        ledger = fold_ledger(logged)
     drafts = {s.proposal.artifact_id for s in ledger.proposals.values()
               if s.proposal.kind == RULE_KIND}
     installs: dict[str, datetime] = {}

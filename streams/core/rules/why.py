@@ -254,6 +254,9 @@ def fold_why(rules: Iterable[Rule], envelopes: Sequence[Envelope],
     a log (offline: the report). Firings, throttles and runs are looked up among
     `envelopes`, which should hold what followed the chosen events. An outcome no event
     reached is left out; `not_watched` is never counted."""
+    rules = list(rules)
+    if not rules:
+        return {}  # what follows indexes every envelope for the rules' look-ups
     by_id = {e.event_id: e for e in envelopes}
     runs: dict[str, list[Envelope]] = defaultdict(list)
     for envelope in envelopes:

@@ -43,7 +43,13 @@ from streams.core.measures import (
     fold_time_to_resolution,
     fold_trends,
 )
-from streams.core.measures.agreement import agreement_json, latest_verdicts, verdict_target
+from streams.core.measures.agreement import (
+    agreement_json,
+    agreement_of,
+    latest_verdicts,
+    verdict_pairs,
+    verdict_target,
+)
 from streams.core.measures.annotators import (
     PeopleAgreement,
     people_agreement,
@@ -191,18 +197,22 @@ def build_report(
     outcomes = fold_rule_outcomes(chosen)
     times = sorted(t.total_seconds() for t in fold_time_to_resolution(
         chosen, lambda envelope: envelope.event_type == resolves).values())
-    agreement = fold_judge_agreement(chosen, types=types)
+    # Each verdict's target, once. Judge and people agreement, answers, trends and the
+    # queues' parts read verdicts alone (feedback, and shadows' recorded verdicts), so they
+    # fold the envelopes that carry one, and the latest verdicts are found once, not a pass
+    # over every envelope each: the same answers, from a fraction of a log.
+    verdicts = [(target, e) for e in chosen if (target := verdict_target(e)) is not None]
+    judged = [e for _target, e in verdicts]
+    latest = latest_verdicts(judged)
+    agreement = agreement_of(verdict_pairs(latest), types=types)
     known = types or registry
     # Feedback of a type this process does not register is measured by what its values look
     # like (numbers, booleans), so its categorical fields drop out: name the types, so the
     # reader can load them (`--types`) instead of trusting a table with rows missing.
-    unregistered = sorted({e.event.feedback_type for e in chosen
+    unregistered = sorted({e.event.feedback_type for e in judged
                            if isinstance(e.event, FeedbackGiven)
                            and known.get(e.event.feedback_type) is None})
     series = fold_quality(chosen, feedback_type=quality_type, field_name=quality_field)
-    # Each verdict's target, once for every queue's part.
-    verdicts = [(target, e) for e in chosen if (target := verdict_target(e)) is not None] \
-        if queues else []
     return {
         "format": REPORT_FORMAT,
         "tenant": tenant,
@@ -231,13 +241,12 @@ def build_report(
         },
         "unregistered_feedback_types": unregistered,
         "judge_agreement": [_agreement_row(a) for a in agreement],
-        "people_agreement": [_people_row(a) for a in people_agreement(
-            latest_verdicts(chosen), types=types)],
+        "people_agreement": [_people_row(a) for a in people_agreement(latest, types=types)],
         "judge_costs": [_cost_row(c) for c in fold_judge_costs(chosen, prices)],
-        "answers": [_answers_row(a) for a in fold_answers(chosen, types=types)],
+        "answers": [_answers_row(a) for a in fold_answers(judged, types=types)],
         "trends": {
             "per": per,
-            "periods": [_trend_row(t) for t in fold_trends(chosen, period=per, types=types)],
+            "periods": [_trend_row(t) for t in fold_trends(judged, period=per, types=types)],
         },
         "quality": {
             "feedback_type": quality_type,
@@ -336,10 +345,12 @@ def _trend_row(t: PeriodTrend) -> dict[str, Any]:
 
 def _proposals(envelopes: list[Envelope], *, since: datetime | None, until: datetime | None,
                now: datetime, survival: timedelta) -> dict[str, Any]:
-    rates = fold_proposal_rates(envelopes, since=since, until=until)
-    conversion = fold_rule_conversion(envelopes, now=now, survival=survival)
+    # The ledger folded once for the three (each folded it on its own before).
+    ledger = fold_ledger(envelopes)
+    rates = fold_proposal_rates(envelopes, since=since, until=until, ledger=ledger)
+    conversion = fold_rule_conversion(envelopes, now=now, survival=survival, ledger=ledger)
     artifacts = []
-    for artifact in fold_ledger(envelopes).artifacts.values():
+    for artifact in ledger.artifacts.values():
         versions = history_of(artifact)
         measured = rewrites(versions)
         artifacts.append({
