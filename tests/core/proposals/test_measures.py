@@ -15,6 +15,7 @@ from streams.core.proposals import (
     author_class,
     edit_distance,
     fold_history,
+    fold_ledger,
     fold_proposal_rates,
     fold_rule_conversion,
     history,
@@ -139,6 +140,29 @@ def test_rule_conversion_counts_only_what_was_logged_before_now_and_its_survival
     by_other = fold_rule_conversion(log.envelopes, now=T0 + 35 * DAY,
                                     installer=EvaluatorActor(name="installer"))
     assert by_other.installed == 0
+
+
+def test_a_ledger_folded_already_gives_the_same_rates_and_conversion() -> None:
+    log = _rates_log()
+    ledger = fold_ledger(log.envelopes)
+    assert fold_proposal_rates(log.envelopes, ledger=ledger) == \
+        fold_proposal_rates(log.envelopes)
+    now = max(e.time for e in log.envelopes) + DAY
+    assert fold_rule_conversion(log.envelopes, now=now, ledger=ledger) == \
+        fold_rule_conversion(log.envelopes, now=now)
+
+
+def test_a_ledger_of_envelopes_logged_after_now_is_not_used() -> None:
+    # The conversion folds only what was logged before `now`: a ledger of the whole log
+    # (here the accepted draft's proposal comes after `now`) is left aside.
+    log = Log()
+    _draft(log, "a", at=T0 + 10 * DAY)
+    log.install("r:a", "a", at=T0 + 11 * DAY)
+    now = T0 + 5 * DAY
+    whole = fold_ledger(log.envelopes)
+    with_ledger = fold_rule_conversion(log.envelopes, now=now, ledger=whole)
+    assert with_ledger == fold_rule_conversion(log.envelopes, now=now)
+    assert (with_ledger.proposed, with_ledger.installed) == (0, 0)
 
 
 # -- history and rewrites ---------------------------------------------------------------------

@@ -136,3 +136,9 @@ def test_the_counts_per_outcome_of_a_log_are_each_events_answer() -> None:
         "ops:wrong-triage": {}}
     # Only the chosen events are counted; their firings are found among all.
     assert fold_why([limited], log, log[:1]) == {"t:two": {"judged": 1}}
+
+
+def test_no_rules_count_nothing_whatever_the_log() -> None:
+    _limited, log = limited_log()
+    assert fold_why([], log) == {}
+    assert fold_why(iter([]), log, log[:1]) == {}
