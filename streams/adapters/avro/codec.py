@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from streams.core.actors import AgentActor, AnyActor, EvaluatorActor, SystemActor, UserActor
@@ -44,15 +45,29 @@ def actor_record(actor: Any) -> dict[str, Any]:
 
 
 def actor_from_record(record: Mapping[str, Any]) -> AnyActor:
-    """An actor from its Avro dict."""
-    kind = record["kind"]
+    """An actor from its Avro dict.
+
+    Actors are frozen, and a log holds few of them, so one object per actor is shared by
+    every envelope it wrote (`_actor`, a bounded cache): a report of a million envelopes
+    makes a handful of actors, not a million, and validates each once."""
+    kind, id_, version = record["kind"], record["id"], record.get("version")
+    if isinstance(kind, str) and isinstance(id_, str) and (version is None
+                                                           or isinstance(version, str)):
+        return _actor(kind, id_, version)
+    return _make_actor(kind, id_, version)  # not hashable: the models refuse it
+
+
+def _make_actor(kind: Any, id_: Any, version: Any) -> AnyActor:
     if kind == "user":
-        return UserActor(id=record["id"])
+        return UserActor(id=id_)
     if kind == "agent":
-        return AgentActor(id=record["id"])
+        return AgentActor(id=id_)
     if kind == "evaluator":
-        return EvaluatorActor(name=record["id"], version=record.get("version") or "0")
+        return EvaluatorActor(name=id_, version=version or "0")
     return SystemActor()
+
+
+_actor = lru_cache(maxsize=4096)(_make_actor)
 
 
 def record_kind(event: Event) -> str:

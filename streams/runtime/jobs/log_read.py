@@ -80,6 +80,7 @@ def read_workspace_log(runtime: Runtime, tenant: str, workspace: str, *,
         if todo:
             consumer.assign([TopicPartition(topic, p, position[p]) for p in todo])
         wanted = workspace.encode()
+        named_raw: set[bytes] = set()
         last = time.monotonic()
         since_report = 0
         codec = runtime.codec
@@ -116,7 +117,7 @@ def read_workspace_log(runtime: Runtime, tenant: str, workspace: str, *,
                     since_report = 0
                 named = header_value(msg.headers(), "workspace")
                 if named is not None:
-                    out.workspaces.add(named.decode(errors="replace"))
+                    named_raw.add(named)  # decoded once, at the end
                     if named != wanted:
                         continue
                 try:
@@ -129,6 +130,7 @@ def read_workspace_log(runtime: Runtime, tenant: str, workspace: str, *,
                 out.workspaces.add(envelope.workspace)
                 if envelope.workspace == workspace:
                     out.envelopes.append(envelope)
+        out.workspaces.update(n.decode(errors="replace") for n in named_raw)
         if progress is not None:
             progress(total, total)
     finally:
