@@ -5,12 +5,12 @@
         report = build_report(read.envelopes, ...)
 
 A job that keeps a whole log's envelopes (the report) makes millions of objects that live
-until it ends. The collector's full collections walk every live object, and they come more
-often the more objects survive, so with the collector on most of such a job's time went to
-walking envelopes that were never garbage: `streams report` took 1.7x as long over 120,000
-envelopes (the read 2.2x), and the share grows with the log (docs/limitations.md has the
-figures and their command). The envelopes hold no reference cycles, so reference counting
-frees them whatever the collector does.
+until it ends. A full collection walks every live object, and one comes each time the
+objects that survived since the last reach a quarter of those before, so with the collector
+on about half of such a job's CPU went to walking envelopes that were never garbage:
+`streams report` took about twice as long, at 120,000 envelopes as at a million
+(docs/measures.md, "Speed", has the figures and their command). The envelopes hold no
+reference cycles, so reference counting frees them whatever the collector does.
 
 Only a command's own process pauses it (`streams report`), never a library call: the switch
 is the whole process's, and a handle must not change its user's heap. Cycles made meanwhile
