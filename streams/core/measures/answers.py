@@ -40,6 +40,7 @@ __all__ = [
     "FieldAnswers",
     "NumberSummary",
     "PeriodTrend",
+    "answers_of",
     "fold_answers",
     "fold_trends",
     "label_of",
@@ -135,7 +136,13 @@ def fold_answers(envelopes: Iterable[Envelope], *,
                  types: FeedbackRegistry | None = None) -> list[FieldAnswers]:
     """Per feedback type, field and side, how the latest verdicts answered (sorted by type,
     field, then people before the evaluator versions)."""
-    verdicts = latest_verdicts(envelopes)
+    return answers_of(latest_verdicts(envelopes), types=types)
+
+
+def answers_of(verdicts: Iterable[Verdict], *,
+               types: FeedbackRegistry | None = None) -> list[FieldAnswers]:
+    """`fold_answers` of verdicts already found (`latest_verdicts`), for a caller that
+    measures them in other ways too."""
     by_type: dict[str, list[Verdict]] = {}
     for verdict in verdicts:
         by_type.setdefault(verdict.feedback_type, []).append(verdict)

@@ -35,8 +35,6 @@ from streams.core.measures import (
     JudgeCost,
     ModelPrice,
     PeriodTrend,
-    fold_answers,
-    fold_judge_agreement,
     fold_judge_costs,
     fold_quality,
     fold_rule_outcomes,
@@ -55,7 +53,7 @@ from streams.core.measures.annotators import (
     people_agreement,
     people_agreement_json,
 )
-from streams.core.measures.answers import quantile
+from streams.core.measures.answers import answers_of, quantile
 from streams.core.pairwise import (
     PAIRWISE_PREFERENCE,
     PairwisePreference,
@@ -243,7 +241,7 @@ def build_report(
         "judge_agreement": [_agreement_row(a) for a in agreement],
         "people_agreement": [_people_row(a) for a in people_agreement(latest, types=types)],
         "judge_costs": [_cost_row(c) for c in fold_judge_costs(chosen, prices)],
-        "answers": [_answers_row(a) for a in fold_answers(judged, types=types)],
+        "answers": [_answers_row(a) for a in answers_of(latest, types=types)],
         "trends": {
             "per": per,
             "periods": [_trend_row(t) for t in fold_trends(judged, period=per, types=types)],
@@ -293,14 +291,13 @@ def _queue_section(name: str, items: Collection[str], verdicts: list[tuple[str, 
     items."""
     wanted = set(items)
     on_items = [(target, e) for target, e in verdicts if target in wanted]
-    chosen = [e for _target, e in on_items]
+    latest = latest_verdicts(e for _target, e in on_items)
     return {
         "queue": name, "items": len(wanted), "judged": len({t for t, _e in on_items}),
-        "people_agreement": [_people_row(a) for a in people_agreement(
-            latest_verdicts(chosen), types=types)],
-        "judge_agreement": [_agreement_row(a)
-                            for a in fold_judge_agreement(chosen, types=types)],
-        "answers": [_answers_row(a) for a in fold_answers(chosen, types=types)],
+        "people_agreement": [_people_row(a) for a in people_agreement(latest, types=types)],
+        "judge_agreement": [_agreement_row(a) for a in agreement_of(verdict_pairs(latest),
+                                                                    types=types)],
+        "answers": [_answers_row(a) for a in answers_of(latest, types=types)],
     }
 
 
