@@ -64,12 +64,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-from confluent_kafka import TopicPartition
 
+from bench.reads import decode_topic
 from bench.served import start_serve, until_ready
 from bench.surfaces import _free_port
 from streams.adapters.kafka.admin import TenantAdmin
-from streams.adapters.kafka.log import envelope_headers, watermarks
+from streams.adapters.kafka.log import envelope_headers
 from streams.core.actors import AgentActor, UserActor
 from streams.core.events import AppEvent, Envelope, FeedbackGiven, RuleFired, RunStarted
 from streams.core.feedback import value_record
@@ -78,7 +78,7 @@ from streams.core.queues import Entry, queue_from_dict
 from streams.core.rules import F, Rule, on, run
 from streams.core.runs import latest_runs
 from streams.core.targets import RunTarget
-from streams.core.tenancy import fresh_group, tenant_topics
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality
 from streams.runtime.client.keys import KeyStore
 from streams.runtime.client.views import build_view, view_path
@@ -207,22 +207,9 @@ def seed(settings: Settings, envelopes: int) -> dict[str, Any]:
 def _decode_floor(settings: Settings) -> dict[str, Any]:
     """The records read and decoded to plain dicts by the fast codec, nothing stored."""
     runtime = Runtime(settings)
-    topic = tenant_topics(TENANT, settings.topic_prefix).events
-    consumer = runtime.reader(fresh_group("bench-history"))
     started = time.monotonic()
-    marks = watermarks(consumer, topic)
-    todo = {p: high for p, (_low, high) in marks.items() if high > 0}
-    consumer.assign([TopicPartition(topic, p, 0) for p in todo])
-    n = 0
-    while todo:
-        for msg in consumer.consume(1000, 0.5):
-            runtime.codec.decode(msg.value() or b"")
-            n += 1
-            p, off = msg.partition(), msg.offset()
-            if p in todo and off is not None and off + 1 >= todo[p]:
-                del todo[p]
+    n = decode_topic(runtime, tenant_topics(TENANT, settings.topic_prefix).events)
     seconds = time.monotonic() - started
-    consumer.close()
     runtime.close()
     return {"records": n, "s": round(seconds, 2), "rate_per_s": round(n / seconds),
             "peak_rss_mb": _peak_mb()}

@@ -31,13 +31,14 @@ from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Producer
 from rich.console import Console
 
+from bench.reads import decode_topic
 from streams.adapters.avro.serde import AvroSerde
 from streams.adapters.kafka.admin import TenantAdmin
 from streams.adapters.kafka.config import producer_config
-from streams.adapters.kafka.log import envelope_headers, take, watermarks
+from streams.adapters.kafka.log import envelope_headers
 from streams.core.actors import EvaluatorActor, SystemActor, UserActor
 from streams.core.events import (
     AppEvent,
@@ -55,7 +56,7 @@ from streams.core.measures import (
 )
 from streams.core.runs import rule_actor
 from streams.core.targets import RunTarget
-from streams.core.tenancy import fresh_group, tenant_topics
+from streams.core.tenancy import tenant_topics
 from streams.examples.ops import TriageQuality  # noqa: F401  (registers triage_quality)
 from streams.runtime.jobs.heap import collector_paused
 from streams.runtime.jobs.log_read import read_workspace_log
@@ -127,31 +128,6 @@ def _timed(run: Callable[[], int]) -> Timed:
     return n / wall, cpu / max(n, 1) * 1e6
 
 
-def decode_floor(runtime: Runtime, topic: str) -> int:
-    """Consume the whole topic in batches and decode every record (fastavro, cached writer
-    schemas); nothing kept. The records decoded."""
-    consumer = runtime.reader(fresh_group("floor"))
-    try:
-        marks = watermarks(consumer, topic)
-        total = sum(high - low for low, high in marks.values())
-        consumer.assign([TopicPartition(topic, p, low) for p, (low, _high) in marks.items()])
-        decode = runtime.codec.decode
-        n = 0
-        deadline = time.monotonic() + 60.0
-        while n < total:  # the bench's own producer writes no transaction markers
-            for msg in take(consumer, 1000, 0.5):
-                if msg.error():
-                    raise SystemExit(f"reading {topic} failed: {msg.error()}")
-                decode(msg.value() or b"")
-                n += 1
-                deadline = time.monotonic() + 60.0
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the floor read {n} of {total} records, then nothing for 60 s")
-        return n
-    finally:
-        consumer.close()
-
-
 def report(runtime: Runtime, paused: bool) -> int:
     """`make_report` as `streams report` runs it (paused: the collector off, as the command
     does); the envelopes reported."""
@@ -193,7 +169,7 @@ def main() -> None:
     hold: list[list[Envelope]] = []
     folded: list[Timed] = []
     paths: dict[str, Callable[[], int]] = {
-        "floor (consume, decode)": lambda: decode_floor(runtime, topic),
+        "floor (consume, decode)": lambda: decode_topic(runtime, topic),
         "report": lambda: report(runtime, True),
         "report, collector on": lambda: report(runtime, False),
         "read and four measures": lambda: read_and_fold(runtime, hold),
