@@ -5,7 +5,10 @@ count = distinct ids = scores produced, the stored offsets = the topic's end off
 
 And the one-writer rule: a second sink process on the same file (same cursor, so the same
 consumer group) is refused at start by DuckDB's file lock, exit 2, and changes nothing; once
-the first is SIGKILLed mid-batch, the second starts and finishes the work, each score once."""
+the first is SIGKILLed mid-batch, the second starts and finishes the work, each score once.
+
+And the cursor: a Kafka cursor behind the file's offsets is committed up to them by the next
+process, even when it has nothing more to read."""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
-from confluent_kafka import Producer
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from streams.adapters.avro.codec import score_to_record
 from streams.adapters.avro.serde import AvroSerde
@@ -71,6 +76,22 @@ def warehouse(path: Path, group: str) -> tuple[int, int, set[str], dict[tuple[st
     return rows, distinct, ids, stored
 
 
+def reach_end(settings: Settings, sink: DuckDBSinkProcess, topic: str, path: Path,
+              timeout: float, what: str) -> None:
+    """Wait until the sink's cursor is at the topic's end offsets (or the sink exits); on a
+    timeout, fail with the cursor, the file's offsets and the sink's log."""
+    group = cursor_group(settings, "warehouse")
+    ends = end_offsets(settings, topic)
+    try:
+        wait_until(lambda: committed(settings, group) == ends or sink.proc.poll() is not None,
+                   timeout, what)
+    except pytest.fail.Exception:
+        stored = warehouse(path, group)[3] if path.exists() else {}
+        pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}: cursor "
+                    f"{committed(settings, group)}, file {stored}, end offsets {ends}; the "
+                    f"sink's log:\n{sink.log.read_text(errors='replace')[-4000:]}")
+
+
 def kill(sink: DuckDBSinkProcess) -> None:
     sink.proc.send_signal(signal.SIGKILL)
     sink.proc.wait(30)
@@ -112,8 +133,7 @@ def test_sigkilled_three_times_the_warehouse_holds_each_score_exactly_once(
                        "the file's offsets")
     left = SCORES - rows
     last = DuckDBSinkProcess(settings, tmp_path / "sink3.log", *args)
-    wait_until(lambda: sum(committed(settings, group).values()) >= SCORES
-               or last.proc.poll() is not None, 180, "the last sink to reach the end")
+    reach_end(settings, last, topic, path, 180, "the last sink to reach the end")
     assert last.stop() == 0, (tmp_path / "sink3.log").read_text()[-3000:]
     # It started at the file's offsets, not the Kafka cursor: it handed the sink exactly
     # the scores the file lacked (its final stats line is exact), none of them again.
@@ -154,8 +174,7 @@ def test_one_writer_per_file_a_second_is_refused_then_takes_over_after_a_kill(
     behind = rows - sum(committed(settings, group).values())
     # The standby takes over (a supervisor restarting it, say) from the file's offsets.
     standby = DuckDBSinkProcess(settings, tmp_path / "standby.log", *args)
-    wait_until(lambda: sum(committed(settings, group).values()) >= len(scores)
-               or standby.proc.poll() is not None, 180, "the standby to reach the end")
+    reach_end(settings, standby, topic, path, 180, "the standby to reach the end")
     assert standby.stop() == 0, (tmp_path / "standby.log").read_text()[-3000:]
     assert standby.scores() == len(scores) - rows  # from the file's offsets: none again
     killed_at = rows
@@ -167,3 +186,37 @@ def test_one_writer_per_file_a_second_is_refused_then_takes_over_after_a_kill(
           f"refused (exit 2), the first SIGKILLed at {killed_at} rows (Kafka cursor {behind} "
           f"behind), the second restarted and wrote {standby.scores()}: {rows} rows, "
           f"{distinct} distinct")
+
+
+def test_a_cursor_behind_the_files_offsets_catches_up_with_nothing_more_to_read(
+    settings: Settings, tenant_factory: Callable[..., str], tmp_path: Path,
+) -> None:
+    # What a kill between a partition's last transaction and its commit leaves: the file
+    # holds the whole partition, the Kafka cursor lags it. The next process starts at the
+    # file's offsets and reads nothing; it must still commit them, or the group's lag shows
+    # held records for ever (and a wait for the cursor, like the tests above, never ends).
+    tenant = tenant_factory(partitions=2)
+    topic = tenant_topics(tenant, settings.topic_prefix).scores
+    group = cursor_group(settings, "warehouse")
+    path = tmp_path / "warehouse.duckdb"
+    args = ("--path", str(path), "--cursor", "warehouse", "--batch-size", "5")
+    scores = make_scores(tenant, 0, 20)  # 60 scores
+    produce(settings, tenant, scores)
+    ends = end_offsets(settings, topic)
+    first = DuckDBSinkProcess(settings, tmp_path / "first.log", *args)
+    reach_end(settings, first, topic, path, 120, "the first sink to reach the end")
+    assert first.stop() == 0, (tmp_path / "first.log").read_text()[-3000:]
+    # The cursor of partition 0 set back to 0 (the group is empty now): the file is ahead.
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    owner = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)])[group].result(30).topic_partitions[0].metadata
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, 0, 0, metadata=owner)])])[group].result(30)
+    assert committed(settings, group)[(topic, 0)] == 0
+    second = DuckDBSinkProcess(settings, tmp_path / "second.log", *args)
+    reach_end(settings, second, topic, path, 120, "the cursor to catch up with the file's "
+              "offsets")
+    assert second.stop() == 0, (tmp_path / "second.log").read_text()[-3000:]
+    assert second.scores() == 0  # nothing read or written again
+    rows, distinct, _ids, stored = warehouse(path, group)
+    assert rows == distinct == len(scores) and stored == ends

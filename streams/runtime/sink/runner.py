@@ -425,6 +425,11 @@ class SinkRunner:
         # Per partition, the next offset the store has applied (read at assignment, raised
         # after every write): what is below is dropped before it reaches the store again.
         self._applied: dict[Partition, int] = {}
+        # Per assigned partition, the offset the store holds where the Kafka cursor lags it
+        # (a kill between the store's transaction and the commit): written by the assignment
+        # callback in the fetch thread, taken by the fetch stage (see _cursor_catch_up).
+        self._cursor_behind: dict[Partition, int] = {}
+        self._behind_lock = threading.Lock()
         self.identity = sink_identity(sink)
         self._codec = codec
         self.stats = SinkStats()
@@ -560,6 +565,8 @@ class SinkRunner:
                                   replay=self.replay, start=self.start_offset)
             for tp in partitions:
                 tp.offset = seek.get((tp.topic, tp.partition), tp.offset)
+            if not self.replay:
+                self._note_cursor_behind(committed, stored)
         elif self.replay:
             for tp in partitions:
                 tp.offset = self.start_offset(tp.topic, tp.partition)
@@ -582,6 +589,34 @@ class SinkRunner:
             self._error = exc
         self._stall.assigned({(tp.topic, tp.partition): tp.offset for tp in partitions})
         self._assigned.set()
+
+    def _note_cursor_behind(self, committed: Sequence[TopicPartition],
+                            stored: Mapping[Partition, int]) -> None:
+        """Remember the assigned partitions whose Kafka cursor lags what the store holds.
+
+        The partition starts at the stored offset; when nothing more is ever written to it,
+        no batch would commit past the lagging cursor, and the group's lag would show records
+        the sink already holds, for ever (seen in CI: a sink SIGKILLed after a partition's
+        last transaction and before its commit). Committing the stored offset is safe: the
+        store holds every record below it."""
+        behind: dict[Partition, int] = {}
+        for tp in committed:
+            key = (tp.topic, tp.partition)
+            at = stored.get(key)
+            if at is not None and tp.error is None and at > tp.offset:
+                behind[key] = at
+        if behind:
+            with self._behind_lock:
+                self._cursor_behind.update(behind)
+
+    def _cursor_catch_up(self) -> None:
+        """Commit the stored offsets the cursor lags (see _note_cursor_behind), in order
+        after the batches consumed before: as an accepted batch of no records."""
+        with self._behind_lock:
+            behind, self._cursor_behind = self._cursor_behind, {}
+        if behind:
+            self._ledger.accept(self._ledger.open(behind))
+            self._commit_wanted.set()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Runs in the fetch thread. Lost, not revoked (the session ran out: a pause, a broker
@@ -747,6 +782,7 @@ class SinkRunner:
             if self._replace_for is not None:
                 await self._replace_consumer()
             messages = await self._in_thread(self._consume)
+            self._cursor_catch_up()
             if not messages:
                 continue
             batch = await self._decoded(messages)

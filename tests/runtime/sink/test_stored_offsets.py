@@ -96,9 +96,26 @@ def test_assignment_seeks_to_the_stored_offsets_and_falls_back_to_the_cursor() -
     # Partition 0 at what the store holds, not the cursor's 30; partition 1, of which the
     # store holds nothing, at the committed cursor, as read (not left to librdkafka's lookup).
     assert consumer.assigned == {(T, 0): 42, (T, 1): 7}
+    # The lagging cursor of partition 0 is committed up to the store's 42 even if nothing
+    # more is ever written to it (else its lag shows held records for ever), after the
+    # batches consumed before, as an accepted batch of no records.
+    earlier = runner.ledger.open({(T, 1): 9})
+    runner._cursor_catch_up()
+    assert runner.ledger.ready() == {}  # the earlier batch is not handed on yet
+    runner.ledger.accept(earlier)
+    assert runner.ledger.ready() == {(T, 1): 9, (T, 0): 42}
+    runner._cursor_catch_up()
+    assert runner.ledger.pending == 0  # taken once
+    # A cursor at or past the stored offset, or none stored, owes nothing.
+    runner._on_assign(FakeConsumer({(T, 0): 42}, metadata="counting"),  # type: ignore
+                      [TopicPartition(T, 0), TopicPartition(T, 1)])
+    runner._cursor_catch_up()
+    assert runner.ledger.pending == 0
     runner.replay = True
     runner._on_assign(consumer, [TopicPartition(T, 0)])  # type: ignore
     assert consumer.assigned == {(T, 0): OFFSET_BEGINNING}
+    runner._cursor_catch_up()  # a replay leaves the cursor where it is
+    assert runner.ledger.pending == 0
 
 
 def test_a_store_is_written_one_batch_at_a_time_and_reads_read_committed(
