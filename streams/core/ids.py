@@ -116,16 +116,20 @@ def outcome_event_id(run_id: str, kind: str, attempt: int) -> str:
     return f"evt_{_digest(f'{run_id}:{kind}:{attempt}')}"
 
 
+_VARIANT = "89ab"
+
+
 def score_id(feedback_event_id: str, score_name: str) -> str:
     """The deterministic id of a feedback event's score of that name: the RFC 4122 version 5
     UUID of `"<feedback event id>/<score name>"` in SCORE_ID_NAMESPACE (the same string as
     `uuid.uuid5` gives, computed without building UUID objects on the hot path)."""
-    digest = bytearray(hashlib.sha1(
-        _NAMESPACE_BYTES + f"{feedback_event_id}/{score_name}".encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50
-    digest[8] = (digest[8] & 0x3F) | 0x80
+    digest = hashlib.sha1(
+        _NAMESPACE_BYTES + f"{feedback_event_id}/{score_name}".encode()).digest()
     h = digest.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    # The version nibble (5) and the variant's two bits (10) set in the text itself: the
+    # variant's hex digit is 8 + the two bits below them (the byte copy this replaced cost
+    # 0.3 µs a score on the mirror's path).
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[digest[8] >> 4 & 3]}{h[17:20]}-{h[20:32]}"
 
 
 def command_event_id(tenant: str, workspace: str, participant: str, command_id: str) -> str:

@@ -4,10 +4,15 @@ The values below were computed by the code before the derivations moved into one
 a change of any derivation (its input text, hash, prefix or length) fails here.
 """
 
+import uuid
 from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.core import ids
 from streams.core.events import AppEvent, Envelope, new_id
+from streams.core.ids import SCORE_ID_NAMESPACE
 from streams.core.rules import (
     F,
     Rule,
@@ -41,6 +46,14 @@ def test_rule_ids_keep_their_values() -> None:
 
 def test_score_ids_keep_their_values() -> None:
     assert score_id("evt_1", "triage_quality.correct") == "4ce4c4af-212e-5308-bca7-db76e54e15a1"
+
+
+@settings(max_examples=500, deadline=None)
+@given(event_id=st.text(), name=st.text())
+def test_a_score_id_is_the_version_5_uuid_of_its_event_and_name(event_id: str,
+                                                                name: str) -> None:
+    assert score_id(event_id, name) == str(uuid.uuid5(SCORE_ID_NAMESPACE,
+                                                      f"{event_id}/{name}"))
 
 
 def test_firing_run_and_outcome_event_ids_keep_their_values() -> None:

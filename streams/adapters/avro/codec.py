@@ -250,6 +250,12 @@ def score_to_record(score: Score) -> dict[str, Any]:
     }
 
 
+SCORES_SHARE_FROM = "timestamp"
+"""The first field of the Score record from which on a feedback's scores agree (its time,
+trace, session and source): `FastCodec.encode_all(..., shared_from=SCORES_SHARE_FROM)` writes
+those once for all of a feedback's scores."""
+
+
 def score_records(
     configs: ScoreConfigs,
     value: Mapping[str, Any],

@@ -45,6 +45,7 @@ __all__ = ["FastCodec", "RegistryUnavailable", "WriterSchema", "frame", "letter_
 
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
+_MISSING = object()
 
 
 class RegistryUnavailable(KafkaUnavailable):
@@ -71,7 +72,7 @@ class WriterSchema:
     """A schema as this codec uses it: registry id, full name, parsed for fastavro, and the
     five bytes that frame a record written with it (`header`)."""
 
-    __slots__ = ("_logical", "header", "id", "name", "parsed", "raw")
+    __slots__ = ("_logical", "_splits", "header", "id", "name", "parsed", "raw")
 
     def __init__(self, schema_id: int, name: str, parsed: Any, raw: Any = None) -> None:
         self.id = schema_id
@@ -80,6 +81,40 @@ class WriterSchema:
         self.raw = raw
         self.header = _HEADER.pack(MAGIC, schema_id)
         self._logical: Any = None
+        self._splits: dict[str, tuple[Any, Any, tuple[str, ...]] | None] = {}
+
+    def split(self, at: str) -> tuple[Any, Any, tuple[str, ...]] | None:
+        """The record schema cut before its field `at`, each part parsed for fastavro
+        without logical types (as `parsed`), and the names of the fields from `at` on; None
+        when the schema has no such field or a part does not parse alone (it names a type
+        the other part defines). Avro writes a record as its fields' encodings one after
+        another, with nothing between them, so the bytes of the first part's fields
+        followed by the second's are the record's bytes. Cut once per field name."""
+        if at not in self._splits:
+            self._splits[at] = self._cut(at)
+        return self._splits[at]
+
+    def _cut(self, at: str) -> tuple[Any, Any, tuple[str, ...]] | None:
+        raw = self.raw
+        if not isinstance(raw, dict) or raw.get("type") != "record":
+            return None
+        fields = raw.get("fields") or []
+        names = [f.get("name") for f in fields]
+        if at not in names or names.index(at) == 0:
+            return None
+        k = names.index(at)
+        plain = without_logical_types(raw)
+        parts = []
+        for part, kept in (("head", plain["fields"][:k]), ("tail", plain["fields"][k:])):
+            # Named apart from the record, and from each other, in the record's namespace
+            # (the fields' own named types keep their full names).
+            schema = {"type": "record", "name": f"{raw['name']}__{part}",
+                      "namespace": raw.get("namespace", ""), "fields": kept}
+            try:
+                parts.append(fastavro.parse_schema(schema))
+            except (ValueError, fastavro.schema.SchemaParseException):
+                return None
+        return parts[0], parts[1], tuple(names[k:])
 
     @property
     def logical(self) -> Any:
@@ -219,9 +254,19 @@ class FastCodec:
 
     @staticmethod
     def encode_all(writer: WriterSchema, records: Sequence[Mapping[str, Any]], *,
-                   logical: bool = False) -> list[bytes]:
+                   logical: bool = False, shared_from: str | None = None) -> list[bytes]:
         """`encode` of each record, in order: one call for a feedback's scores (a call per
-        record cost the mirror 0.3 µs a score more)."""
+        record cost the mirror 0.3 µs a score more).
+
+        `shared_from` names a field from which on the records are expected to agree (a
+        feedback's scores share their time, trace and source): those fields are written
+        once and their bytes appended to each record's own fields' (`WriterSchema.split`),
+        the same bytes as writing each record whole. Records that do not agree on them,
+        logical types, or a schema that does not split are written whole."""
+        if shared_from is not None and not logical and len(records) > 1:
+            split = writer.split(shared_from)
+            if split is not None and _agree(records, split[2]):
+                return FastCodec._encode_split(writer, records, split)
         header, write = writer.header, fastavro.schemaless_writer
         parsed = writer.logical if logical else writer.parsed
         encoded = []
@@ -234,6 +279,42 @@ class FastCodec:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
         return encoded
+
+    @staticmethod
+    def _encode_split(writer: WriterSchema, records: Sequence[Mapping[str, Any]],
+                      split: tuple[Any, Any, tuple[str, ...]]) -> list[bytes]:
+        head, tail, _shared = split
+        write = fastavro.schemaless_writer
+        try:
+            out = io.BytesIO()
+            write(out, tail, records[0])
+            shared = out.getvalue()
+            encoded = []
+            for record in records:
+                out = io.BytesIO()
+                out.write(writer.header)
+                write(out, head, record)
+                out.write(shared)
+                encoded.append(out.getvalue())
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
+        return encoded
+
+
+def _agree(records: Sequence[Mapping[str, Any]], names: tuple[str, ...]) -> bool:
+    """Whether the records hold the same values under `names`: the same object, or equal
+    and of the same type (1 and 1.0 are equal, but a union of long and double writes them
+    apart); missing in all of them counts as the same, missing in some does not (fastavro
+    writes the field's default for it). Values inside a nested record are compared by
+    equality alone."""
+    first = records[0]
+    ours = [first.get(name, _MISSING) for name in names]
+    for record in records[1:]:
+        for name, value in zip(names, ours, strict=True):
+            theirs = record.get(name, _MISSING)
+            if theirs is not value and (type(theirs) is not type(value) or theirs != value):
+                return False
+    return True
 
 
 def letter_writer(codec: FastCodec, letters: str) -> WriterSchema:

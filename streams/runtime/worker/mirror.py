@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from streams.adapters.avro.codec import score_records
+from streams.adapters.avro.codec import SCORES_SHARE_FROM, score_records
 from streams.adapters.avro.fast import (
     FastCodec,
     RegistryUnavailable,
@@ -173,7 +173,8 @@ class MirrorStep:
         feedback_key = head["event_id"].encode()
         # The tuples made directly: Output's own __new__ is a Python call per score.
         out = [_new_tuple(Output, (scores_topic, feedback_key, encoded, trace, None))
-               for encoded in self.codec.encode_all(writer, scores)]
+               for encoded in self.codec.encode_all(writer, scores,
+                                                      shared_from=SCORES_SHARE_FROM)]
         self._scored(tenant, head, len(out))
         return out
 

@@ -9,8 +9,10 @@ from typing import Any
 
 import fastavro
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from streams.adapters.avro.codec import score_records, score_to_record
+from streams.adapters.avro.codec import SCORES_SHARE_FROM, score_records, score_to_record
 from streams.adapters.avro.fast import FastCodec, frame, without_logical_types
 from streams.adapters.avro.schemas import score_schema
 from streams.core.errors import SchemaError
@@ -150,3 +152,61 @@ def test_a_schema_is_registered_once_under_each_tenants_subject() -> None:
     assert registry.subjects == ["fs.acme.streams.scores.Score",
                                  "fs.globex.streams.scores.Score",
                                  "fs._shared.streams.scores.Score"]
+
+
+_TEXT = st.one_of(st.none(), st.text(max_size=12))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.tuples(st.booleans(), st.floats(allow_nan=False), _TEXT),
+                       min_size=1, max_size=5),
+       trace=_TEXT, session=_TEXT, millis=st.integers(-2**62, 2**62),
+       source=st.fixed_dictionaries({k: st.text(max_size=8) for k in (
+           "tenant", "workspace", "feedback_type", "target_kind", "target_id",
+           "participant", "feedback_event_id")} | {k: _TEXT for k in ("seq", "rule",
+                                                                      "action")}))
+def test_shared_fields_written_once_give_the_bytes_of_each_record_written_whole(
+    values: list[tuple[bool, float, str | None]], trace: str | None, session: str | None,
+    millis: int, source: dict[str, Any],
+) -> None:
+    # The mirror writes a feedback's time, trace and source once for all its scores: the
+    # bytes must be exactly those of each score written whole, whatever the values.
+    codec = _codec()
+    writer = codec.registered(score_schema(), "fs.acme.scores")
+    records = [{"id": f"s{i}", "name": f"n{i}", "data_type": "NUMERIC" if numeric else
+                "CATEGORICAL", "numeric_value": number if numeric else None,
+                "string_value": None if numeric else text, "timestamp": millis,
+                "trace_id": trace, "session_id": session, "observation_id": None,
+                "comment": None, "source": dict(source)}
+               for i, (numeric, number, text) in enumerate(values)]
+    whole = codec.encode_all(writer, records)
+    assert codec.encode_all(writer, records, shared_from=SCORES_SHARE_FROM) == whole
+    assert [codec.decode(data)[1] for data in whole] == records
+
+
+def test_records_that_do_not_share_the_fields_are_written_whole() -> None:
+    codec = _codec()
+    writer = codec.registered(score_schema(), "fs.acme.scores")
+    good = _resolved_score()
+    split = writer.split(SCORES_SHARE_FROM)
+    assert split is not None and split[2][0] == SCORES_SHARE_FROM and split[2][-1] == "source"
+    others = [
+        {**good, "timestamp": good["timestamp"] + 1},  # another time
+        {**good, "source": {**good["source"], "seq": "9:9"}},  # another source
+        {k: v for k, v in good.items() if k != "comment"},  # missing in one: its default
+        {**good, "timestamp": float(good["timestamp"])},  # equal, of another type
+    ]
+    for other in others:
+        records = [good, other]
+        assert codec.encode_all(writer, records, shared_from=SCORES_SHARE_FROM) == [
+            codec.encode(writer, r) for r in records]
+    # No such field, the first field (nothing before it) or logical types: written whole.
+    assert writer.split("no_such_field") is None and writer.split("id") is None
+    records = [good, {**good, "id": "other"}]
+    for shared_from in ("no_such_field", "id"):
+        assert codec.encode_all(writer, records, shared_from=shared_from) == [
+            codec.encode(writer, r) for r in records]
+    # A bad value in the shared part is refused as a whole write refuses it.
+    with pytest.raises(SchemaError, match="cannot encode"):
+        codec.encode_all(writer, [{**good, "timestamp": "noon"}] * 2,
+                         shared_from=SCORES_SHARE_FROM)
