@@ -86,6 +86,7 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
     # one after another), as the mirror does (FastCodec.encode_all's `shared_from`).
     plain = without_logical_types(schema)
     cut = [f["name"] for f in plain["fields"]].index("timestamp")
+    score_parsed = fastavro.parse_schema(plain)
     head_parsed, tail_parsed = (
         fastavro.parse_schema({"type": "record", "name": f"FloorScore{part}",
                                "namespace": plain["namespace"], "fields": kept})
@@ -160,12 +161,7 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
                       "participant": participant, "feedback_event_id": event_id,
                       "seq": f"{msg.partition()}:{msg.offset()}", "rule": None, "action": None}
             key = event_id.encode()
-            shared = io.BytesIO()
-            writer_fn(shared, tail_parsed, {
-                "timestamp": head["time"], "trace_id": trace_id,
-                "session_id": None if trace_id else head["correlation_id"],
-                "observation_id": None, "comment": None, "source": source})
-            tail = shared.getvalue()
+            heads = []
             for field, name, data_type in fields[record["feedback_type"]]:
                 raw_value = value.get(field)
                 if raw_value is None:
@@ -177,15 +173,35 @@ def run_floor(bootstrap: str, registry_url: str, events_topic: str, out_topic: s
                     numeric, text = float(raw_value), None
                 else:
                     numeric, text = None, str(raw_value)
+                heads.append({"id": score_id(event_id, name), "name": name,
+                              "data_type": data_type, "numeric_value": numeric,
+                              "string_value": text})
+            if not heads:
+                continue
+            shared_fields = {
+                "timestamp": head["time"], "trace_id": trace_id,
+                "session_id": None if trace_id else head["correlation_id"],
+                "observation_id": None, "comment": None, "source": source}
+            if len(heads) == 1:  # one score: written whole, as the mirror writes it
                 out = io.BytesIO()
                 out.write(header)
-                writer_fn(out, head_parsed, {
-                    "id": score_id(event_id, name), "name": name, "data_type": data_type,
-                    "numeric_value": numeric, "string_value": text})
-                out.write(tail)
+                writer_fn(out, score_parsed, heads[0] | shared_fields)
+                encoded = [out.getvalue()]
+            else:
+                shared = io.BytesIO()
+                writer_fn(shared, tail_parsed, shared_fields)
+                tail = shared.getvalue()
+                encoded = []
+                for score in heads:
+                    out = io.BytesIO()
+                    out.write(header)
+                    writer_fn(out, head_parsed, score)
+                    out.write(tail)
+                    encoded.append(out.getvalue())
+            for data in encoded:
                 while True:
                     try:
-                        produce(out_topic, out.getvalue(), key)
+                        produce(out_topic, data, key)
                         break
                     except BufferError:
                         producer.poll(0.05)

@@ -46,6 +46,7 @@ __all__ = ["FastCodec", "RegistryUnavailable", "WriterSchema", "frame", "letter_
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
 _MISSING = object()
+_CONTAINERS = (dict, list, tuple)
 
 
 class RegistryUnavailable(KafkaUnavailable):
@@ -265,7 +266,12 @@ class FastCodec:
         logical types, or a schema that does not split are written whole."""
         if shared_from is not None and not logical and len(records) > 1:
             split = writer.split(shared_from)
-            if split is not None and _agree(records, split[2]):
+            try:
+                agree = split is not None and _agree(records, split[2])
+            except (AttributeError, TypeError) as exc:  # not mappings
+                raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
+            if agree:
+                assert split is not None
                 return FastCodec._encode_split(writer, records, split)
         header, write = writer.header, fastavro.schemaless_writer
         parsed = writer.logical if logical else writer.parsed
@@ -302,17 +308,21 @@ class FastCodec:
 
 
 def _agree(records: Sequence[Mapping[str, Any]], names: tuple[str, ...]) -> bool:
-    """Whether the records hold the same values under `names`: the same object, or equal
-    and of the same type (1 and 1.0 are equal, but a union of long and double writes them
-    apart); missing in all of them counts as the same, missing in some does not (fastavro
-    writes the field's default for it). Values inside a nested record are compared by
-    equality alone."""
+    """Whether the records hold the same values under `names`: the same object, or (not a
+    container) equal and of the same type (1 and 1.0 are equal, but a union of long and
+    double writes them apart). A record, map or array agrees only as the same object: its
+    values could be equal and of other types (the mirror hands a feedback's scores one
+    source dict). Missing in all of them counts as the same, missing in some does not
+    (fastavro writes the field's default for it)."""
     first = records[0]
     ours = [first.get(name, _MISSING) for name in names]
     for record in records[1:]:
         for name, value in zip(names, ours, strict=True):
             theirs = record.get(name, _MISSING)
-            if theirs is not value and (type(theirs) is not type(value) or theirs != value):
+            if theirs is value:
+                continue
+            if type(theirs) is not type(value) or isinstance(value, _CONTAINERS) \
+                    or theirs != value:
                 return False
     return True
 

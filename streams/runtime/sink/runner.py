@@ -565,7 +565,7 @@ class SinkRunner:
                                   replay=self.replay, start=self.start_offset)
             for tp in partitions:
                 tp.offset = seek.get((tp.topic, tp.partition), tp.offset)
-            if not self.replay:
+            if not self.replay and self._error is None:  # not a cursor it was refused
                 self._note_cursor_behind(committed, stored)
         elif self.replay:
             for tp in partitions:
@@ -596,26 +596,40 @@ class SinkRunner:
 
         The partition starts at the stored offset; when nothing more is ever written to it,
         no batch would commit past the lagging cursor, and the group's lag would show records
-        the sink already holds, for ever (seen in CI: a sink SIGKILLed after a partition's
-        last transaction and before its commit). Committing the stored offset is safe: the
-        store holds every record below it."""
+        the sink already holds, for ever (a sink SIGKILLed after a partition's last
+        transaction and before its commit leaves it so). Committing the stored offset is
+        safe: the store holds every record below it. The assignment is the whole of it (an
+        eager rebalance), so what an earlier one noted is dropped."""
         behind: dict[Partition, int] = {}
         for tp in committed:
             key = (tp.topic, tp.partition)
             at = stored.get(key)
             if at is not None and tp.error is None and at > tp.offset:
                 behind[key] = at
-        if behind:
-            with self._behind_lock:
-                self._cursor_behind.update(behind)
+        with self._behind_lock:
+            self._cursor_behind = behind
+
+    def _forget_cursor_behind(self) -> None:
+        with self._behind_lock:
+            self._cursor_behind = {}
 
     def _cursor_catch_up(self) -> None:
         """Commit the stored offsets the cursor lags (see _note_cursor_behind), in order
-        after the batches consumed before: as an accepted batch of no records."""
+        after the batches consumed before: as an accepted batch of no records. Only for
+        partitions still assigned, at what the store has applied since if that is further
+        (a batch written after the assignment was read), never at a cursor refused."""
         with self._behind_lock:
             behind, self._cursor_behind = self._cursor_behind, {}
-        if behind:
-            self._ledger.accept(self._ledger.open(behind))
+        if not behind or self._error is not None:
+            return
+        try:
+            assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        except KafkaException:
+            return  # the next assignment notes them again
+        ends = {tp: max(at, self._applied.get(tp, at)) for tp, at in behind.items()
+                if tp in assigned}
+        if ends:
+            self._ledger.accept(self._ledger.open(ends))
             self._commit_wanted.set()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -628,6 +642,7 @@ class SinkRunner:
         lost = {(tp.topic, tp.partition) for tp in partitions}
         self._held = [m for m in self._held
                       if (m.topic() or "", m.partition() or 0) not in lost]
+        self._forget_cursor_behind()
         self._stall.lost()
 
     def hands_full(self, sending: int) -> bool:
@@ -1164,6 +1179,7 @@ class SinkRunner:
         old, self._consumer = self._consumer, None
         self._stuck_commit = None  # a commit of the old consumer: nobody waits for it now
         self._paused, self._held = False, []
+        self._forget_cursor_behind()  # the new consumer's assignment notes its own
         if old is not None:
             closing = _in_daemon_thread(old.close)
             try:

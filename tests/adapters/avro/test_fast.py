@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.adapters.avro.codec import SCORES_SHARE_FROM, score_records, score_to_record
-from streams.adapters.avro.fast import FastCodec, frame, without_logical_types
+from streams.adapters.avro.fast import FastCodec, WriterSchema, frame, without_logical_types
 from streams.adapters.avro.schemas import score_schema
 from streams.core.errors import SchemaError
 from streams.core.scores import score_configs, scores_from_value
@@ -184,29 +184,64 @@ def test_shared_fields_written_once_give_the_bytes_of_each_record_written_whole(
     assert [codec.decode(data)[1] for data in whole] == records
 
 
-def test_records_that_do_not_share_the_fields_are_written_whole() -> None:
+def test_records_that_do_not_share_the_fields_are_written_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     codec = _codec()
     writer = codec.registered(score_schema(), "fs.acme.scores")
     good = _resolved_score()
     split = writer.split(SCORES_SHARE_FROM)
     assert split is not None and split[2][0] == SCORES_SHARE_FROM and split[2][-1] == "source"
+    splits: list[int] = []
+    real = FastCodec._encode_split
+    monkeypatch.setattr(FastCodec, "_encode_split", staticmethod(
+        lambda *args: splits.append(1) or real(*args)))
+    # Records that agree take the split path (the mirror's scores share one source dict).
+    agreeing = [good, {**good, "id": "other", "name": "other"}]
+    codec.encode_all(writer, agreeing, shared_from=SCORES_SHARE_FROM)
+    assert splits == [1]
     others = [
         {**good, "timestamp": good["timestamp"] + 1},  # another time
         {**good, "source": {**good["source"], "seq": "9:9"}},  # another source
+        {**good, "source": dict(good["source"])},  # an equal source, not the same dict
         {k: v for k, v in good.items() if k != "comment"},  # missing in one: its default
-        {**good, "timestamp": float(good["timestamp"])},  # equal, of another type
     ]
     for other in others:
         records = [good, other]
         assert codec.encode_all(writer, records, shared_from=SCORES_SHARE_FROM) == [
             codec.encode(writer, r) for r in records]
+    assert splits == [1]  # each of those written whole
     # No such field, the first field (nothing before it) or logical types: written whole.
     assert writer.split("no_such_field") is None and writer.split("id") is None
     records = [good, {**good, "id": "other"}]
     for shared_from in ("no_such_field", "id"):
         assert codec.encode_all(writer, records, shared_from=shared_from) == [
             codec.encode(writer, r) for r in records]
-    # A bad value in the shared part is refused as a whole write refuses it.
+    assert codec.encode_all(writer, records, logical=True, shared_from=SCORES_SHARE_FROM) \
+        == [codec.encode(writer, r, logical=True) for r in records]
+    assert splits == [1]
+    # A bad value in the shared part is refused as a whole write refuses it, and so is a
+    # record that is not a mapping.
     with pytest.raises(SchemaError, match="cannot encode"):
         codec.encode_all(writer, [{**good, "timestamp": "noon"}] * 2,
                          shared_from=SCORES_SHARE_FROM)
+    with pytest.raises(SchemaError, match="cannot encode"):
+        codec.encode_all(writer, [good, "not a record"],  # type: ignore[list-item]
+                         shared_from=SCORES_SHARE_FROM)
+
+
+def test_equal_values_of_other_types_are_written_by_their_own_branch() -> None:
+    # 1 and 1.0 are equal, but a union of long and double writes them apart: a record whose
+    # shared field holds the other type is written whole, with its own branch.
+    raw = {"type": "record", "name": "R", "namespace": "t", "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "n", "type": ["long", "double"]},
+        {"name": "nested", "type": {"type": "record", "name": "N", "fields": [
+            {"name": "m", "type": ["long", "double"]}]}}]}
+    writer = WriterSchema(7, "t.R", fastavro.parse_schema(raw), raw)
+    whole = FastCodec.encode_all
+    records = [{"id": "a", "n": 1, "nested": {"m": 1}}, {"id": "b", "n": 1.0, "nested": {"m": 1}}]
+    encoded = whole(writer, records, shared_from="n")
+    assert encoded == whole(writer, records)
+    assert encoded[0][7:] != encoded[1][7:]  # past the frame and the ids: apart
+    nested = [{"id": "a", "n": 1, "nested": {"m": 1}}, {"id": "b", "n": 1, "nested": {"m": 1.0}}]
+    assert whole(writer, nested, shared_from="n") == whole(writer, nested)

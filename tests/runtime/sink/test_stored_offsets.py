@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, TopicPartition
 
 from streams.adapters.duckdb import DuckDBScoreSink
+from streams.core.errors import ValidationFailed
 from streams.core.scores import Score
 from streams.core.sinks import Partition
 from streams.core.sinks.contracts import sample_scores
@@ -64,6 +65,9 @@ class FakeConsumer:
     def assign(self, partitions: list[TopicPartition]) -> None:
         self.assigned = {(tp.topic, tp.partition): tp.offset for tp in partitions}
 
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, p in self.assigned]
+
 
 def batch_of(runner: SinkRunner, scores: list[Score], first: int, tp: Partition = (T, 0)
              ) -> _Batch:
@@ -91,6 +95,7 @@ def test_assignment_seeks_to_the_stored_offsets_and_falls_back_to_the_cursor() -
     runner = SinkRunner(Runtime(SETTINGS), store, cursor="warehouse")
     # The Kafka cursor lags the store (a kill between the transaction and the commit).
     consumer = FakeConsumer({(T, 0): 30, (T, 1): 7}, metadata="counting")
+    runner._consumer = consumer  # type: ignore[assignment]
     runner._on_assign(consumer, [TopicPartition(T, 0), TopicPartition(T, 1)])  # type: ignore
     assert runner._error is None
     # Partition 0 at what the store holds, not the cursor's 30; partition 1, of which the
@@ -111,10 +116,34 @@ def test_assignment_seeks_to_the_stored_offsets_and_falls_back_to_the_cursor() -
                       [TopicPartition(T, 0), TopicPartition(T, 1)])
     runner._cursor_catch_up()
     assert runner.ledger.pending == 0
+    # What the store applied after the assignment was read is committed instead (a batch
+    # written in between), and a partition no longer assigned, or lost, is left alone.
+    runner._on_assign(consumer, [TopicPartition(T, 0), TopicPartition(T, 1)])  # type: ignore
+    runner._applied[(T, 0)] = 50
+    consumer.assigned = {(T, 0): 42}
+    runner._cursor_catch_up()
+    assert runner.ledger.ready() == {(T, 0): 50}
+    runner._on_assign(consumer, [TopicPartition(T, 0)])  # type: ignore
+    runner._on_lost(consumer, [TopicPartition(T, 0)])  # type: ignore
+    runner._cursor_catch_up()
+    assert runner.ledger.pending == 0
     runner.replay = True
     runner._on_assign(consumer, [TopicPartition(T, 0)])  # type: ignore
     assert consumer.assigned == {(T, 0): OFFSET_BEGINNING}
     runner._cursor_catch_up()  # a replay leaves the cursor where it is
+    assert runner.ledger.pending == 0
+
+
+def test_a_sink_refused_a_cursor_never_commits_to_it() -> None:
+    # The cursor's commits name another sink: this one is refused (run() raises the
+    # error), and its lagging partitions are not committed meanwhile under its own name.
+    runner = SinkRunner(Runtime(SETTINGS), CountingStore({(T, 0): 42}), cursor="warehouse")
+    consumer = FakeConsumer({(T, 0): 30}, metadata="duckdb:/elsewhere.duckdb")
+    runner._consumer = consumer  # type: ignore[assignment]
+    runner._on_assign(consumer, [TopicPartition(T, 0)])  # type: ignore
+    assert isinstance(runner._error, ValidationFailed)
+    assert "give each sink its own cursor name" in str(runner._error)
+    runner._cursor_catch_up()
     assert runner.ledger.pending == 0
 
 
