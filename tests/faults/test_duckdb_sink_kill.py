@@ -76,6 +76,17 @@ def warehouse(path: Path, group: str) -> tuple[int, int, set[str], dict[tuple[st
     return rows, distinct, ids, stored
 
 
+def warehouse_case(settings: Settings, tenant_factory: Callable[..., str], tmp_path: Path,
+                   partitions: int) -> tuple[str, str, str, Path, tuple[str, ...]]:
+    """A fresh tenant with `partitions` partitions: (tenant, its scores topic, the sink
+    cursor's group, the DuckDB file, the `streams sink duckdb` arguments: batches of 5)."""
+    tenant = tenant_factory(partitions=partitions)
+    path = tmp_path / "warehouse.duckdb"
+    return (tenant, tenant_topics(tenant, settings.topic_prefix).scores,
+            cursor_group(settings, "warehouse"), path,
+            ("--path", str(path), "--cursor", "warehouse", "--batch-size", "5"))
+
+
 def reach_end(settings: Settings, sink: DuckDBSinkProcess, topic: str, path: Path,
               timeout: float, what: str) -> None:
     """Wait until the sink's cursor is at the topic's end offsets (or the sink exits); on a
@@ -101,11 +112,7 @@ def kill(sink: DuckDBSinkProcess) -> None:
 def test_sigkilled_three_times_the_warehouse_holds_each_score_exactly_once(
     settings: Settings, tenant_factory: Callable[..., str], tmp_path: Path,
 ) -> None:
-    tenant = tenant_factory(partitions=3)
-    topic = tenant_topics(tenant, settings.topic_prefix).scores
-    group = cursor_group(settings, "warehouse")
-    path = tmp_path / "warehouse.duckdb"
-    args = ("--path", str(path), "--cursor", "warehouse", "--batch-size", "5")
+    tenant, topic, group, path, args = warehouse_case(settings, tenant_factory, tmp_path, 3)
     expected: set[str] = set()
     # The whole stream is on the topic before the first start, so every kill is mid-stream.
     for k in range(CHUNKS):
@@ -151,11 +158,7 @@ def test_sigkilled_three_times_the_warehouse_holds_each_score_exactly_once(
 def test_one_writer_per_file_a_second_is_refused_then_takes_over_after_a_kill(
     settings: Settings, tenant_factory: Callable[..., str], tmp_path: Path,
 ) -> None:
-    tenant = tenant_factory(partitions=3)
-    topic = tenant_topics(tenant, settings.topic_prefix).scores
-    group = cursor_group(settings, "warehouse")
-    path = tmp_path / "warehouse.duckdb"
-    args = ("--path", str(path), "--cursor", "warehouse", "--batch-size", "5")
+    tenant, topic, group, path, args = warehouse_case(settings, tenant_factory, tmp_path, 3)
     scores = make_scores(tenant, 0, 300)  # 900 scores, as in the issue's measurement
     produce(settings, tenant, scores)
     first = DuckDBSinkProcess(settings, tmp_path / "first.log", *args)
@@ -195,11 +198,7 @@ def test_a_cursor_behind_the_files_offsets_catches_up_with_nothing_more_to_read(
     # holds the whole partition, the Kafka cursor lags it. The next process starts at the
     # file's offsets and reads nothing; it must still commit them, or the group's lag shows
     # held records for ever (and a wait for the cursor, like the tests above, never ends).
-    tenant = tenant_factory(partitions=2)
-    topic = tenant_topics(tenant, settings.topic_prefix).scores
-    group = cursor_group(settings, "warehouse")
-    path = tmp_path / "warehouse.duckdb"
-    args = ("--path", str(path), "--cursor", "warehouse", "--batch-size", "5")
+    tenant, topic, group, path, args = warehouse_case(settings, tenant_factory, tmp_path, 2)
     scores = make_scores(tenant, 0, 20)  # 60 scores
     produce(settings, tenant, scores)
     ends = end_offsets(settings, topic)
