@@ -270,8 +270,7 @@ class FastCodec:
                 agree = split is not None and _agree(records, split[2])
             except (AttributeError, TypeError) as exc:  # not mappings
                 raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
-            if agree:
-                assert split is not None
+            if agree and split is not None:
                 return FastCodec._encode_split(writer, records, split)
         header, write = writer.header, fastavro.schemaless_writer
         parsed = writer.logical if logical else writer.parsed
