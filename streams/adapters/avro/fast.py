@@ -101,9 +101,9 @@ class WriterSchema:
             return None
         fields = raw.get("fields") or []
         names = [f.get("name") for f in fields]
-        if at not in names or names.index(at) == 0:
+        k = names.index(at) if at in names else 0
+        if k == 0:  # no such field, or nothing before it
             return None
-        k = names.index(at)
         plain = without_logical_types(raw)
         parts = []
         for part, kept in (("head", plain["fields"][:k]), ("tail", plain["fields"][k:])):
@@ -264,41 +264,23 @@ class FastCodec:
         once and their bytes appended to each record's own fields' (`WriterSchema.split`),
         the same bytes as writing each record whole. Records that do not agree on them,
         logical types, or a schema that does not split are written whole."""
-        if shared_from is not None and not logical and len(records) > 1:
-            split = writer.split(shared_from)
-            try:
-                agree = split is not None and _agree(records, split[2])
-            except (AttributeError, TypeError) as exc:  # not mappings
-                raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
-            if agree and split is not None:
-                return FastCodec._encode_split(writer, records, split)
-        header, write = writer.header, fastavro.schemaless_writer
+        split = writer.split(shared_from) \
+            if shared_from is not None and not logical and len(records) > 1 else None
         parsed = writer.logical if logical else writer.parsed
+        header, write = writer.header, fastavro.schemaless_writer
         encoded = []
         try:
-            for record in records:
+            if split is not None and _agree(records, split[2]):
+                # The shared fields once, then each record's own with their bytes after.
+                parsed, tail = split[0], io.BytesIO()
+                write(tail, split[1], records[0])
+                shared = tail.getvalue()
+            else:
+                shared = b""
+            for record in records:  # inline: a call per record costs the mirror
                 out = io.BytesIO()
                 out.write(header)
                 write(out, parsed, record)
-                encoded.append(out.getvalue())
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise SchemaError(f"cannot encode {writer.name}: {exc!r}") from exc
-        return encoded
-
-    @staticmethod
-    def _encode_split(writer: WriterSchema, records: Sequence[Mapping[str, Any]],
-                      split: tuple[Any, Any, tuple[str, ...]]) -> list[bytes]:
-        head, tail, _shared = split
-        write = fastavro.schemaless_writer
-        try:
-            out = io.BytesIO()
-            write(out, tail, records[0])
-            shared = out.getvalue()
-            encoded = []
-            for record in records:
-                out = io.BytesIO()
-                out.write(writer.header)
-                write(out, head, record)
                 out.write(shared)
                 encoded.append(out.getvalue())
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
